@@ -1,0 +1,22 @@
+use sea_orm::entity::prelude::*;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, Serialize, Deserialize)]
+#[sea_orm(table_name = "api_keys")]
+pub struct Model {
+    /// The public key id of `tg_<id>_<secret>`.
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: String,
+    pub tenant_id: String,
+    pub name: Option<String>,
+    /// Hex HMAC-SHA256 of the secret under the deployment's pepper; never the secret.
+    #[serde(skip_serializing)]
+    pub secret_hash: String,
+    pub created_at_ms: i64,
+    pub revoked_at_ms: Option<i64>,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

@@ -1,0 +1,9 @@
+//! sea-orm entities of Tollgate's database. Money columns are integer
+//! nano-units (`*_nanos`); times are Unix milliseconds (`*_ms`), with the
+//! UTC `day` and `period` (month) stored beside them so reports group the same
+//! way on SQLite and PostgreSQL.
+
+pub mod api_key;
+pub mod prelude;
+pub mod tenant;
+pub mod usage;

@@ -1,0 +1,3 @@
+pub use super::api_key::Entity as ApiKey;
+pub use super::tenant::Entity as Tenant;
+pub use super::usage::Entity as Usage;

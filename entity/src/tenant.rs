@@ -1,0 +1,28 @@
+use sea_orm::entity::prelude::*;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, Serialize, Deserialize)]
+#[sea_orm(table_name = "tenants")]
+pub struct Model {
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: String,
+    pub name: String,
+    pub tier: String,
+    /// Overrides the tier's requests per minute.
+    pub rpm_limit: Option<i32>,
+    /// `None`: no monthly cost cap.
+    pub monthly_budget_nanos: Option<i64>,
+    /// `strict`, `clamp` or `alert`.
+    pub budget_mode: String,
+    /// Overrides the tier's default `max_tokens`.
+    pub default_max_tokens: Option<i32>,
+    /// Comma-separated route names narrowing the tier's routes; `None`: all of them.
+    pub allowed_routes: Option<String>,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

@@ -1,0 +1,20 @@
+//! Schema migrations, the same on SQLite and PostgreSQL.
+
+pub use sea_orm_migration::prelude::*;
+
+mod m20261130_000001_create_tenants;
+mod m20261130_000002_create_api_keys;
+mod m20261130_000003_create_usage;
+
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![
+            Box::new(m20261130_000001_create_tenants::Migration),
+            Box::new(m20261130_000002_create_api_keys::Migration),
+            Box::new(m20261130_000003_create_usage::Migration),
+        ]
+    }
+}

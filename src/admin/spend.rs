@@ -1,0 +1,100 @@
+//! Spend reports from the ledger, grouped one way, for a period.
+
+use sea_orm::DatabaseConnection;
+use serde::Serialize;
+
+use super::{AdminError, invalid};
+use crate::ids::TenantId;
+use crate::ledger::repo::{self, GroupBy, SpendFilter, SpendRow};
+use crate::money::Nanos;
+use crate::period::Date;
+
+#[derive(Debug, Default)]
+pub struct SpendQuery {
+    pub tenant: Option<String>,
+    pub group_by: Option<String>,
+    /// `YYYY-MM-DD`, inclusive.
+    pub from: Option<String>,
+    /// `YYYY-MM-DD`, inclusive.
+    pub to: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SpendReport {
+    pub tenant: Option<String>,
+    pub group_by: String,
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub currency: String,
+    pub rows: Vec<SpendRow>,
+    pub total: SpendTotal,
+}
+
+#[derive(Debug, Serialize, Default)]
+pub struct SpendTotal {
+    pub requests: u64,
+    pub attempts: u64,
+    pub prompt_tokens: u64,
+    pub cached_tokens: u64,
+    pub completion_tokens: u64,
+    pub cost: Nanos,
+}
+
+fn parse_date(field: &str, text: &str) -> Result<Date, AdminError> {
+    Date::parse(text).ok_or_else(|| invalid(field, format!("`{text}` is not a YYYY-MM-DD date")))
+}
+
+pub async fn report(
+    db: &DatabaseConnection,
+    currency: &str,
+    query: SpendQuery,
+) -> Result<SpendReport, AdminError> {
+    let group_text = query.group_by.unwrap_or_else(|| "model".to_owned());
+    let group_by = GroupBy::parse(&group_text).ok_or_else(|| {
+        invalid(
+            "group_by",
+            "use tenant, feature, model, provider, route, day or status",
+        )
+    })?;
+    let from = query
+        .from
+        .as_deref()
+        .map(|t| parse_date("from", t))
+        .transpose()?;
+    let to = query
+        .to
+        .as_deref()
+        .map(|t| parse_date("to", t))
+        .transpose()?;
+    let filter = SpendFilter {
+        tenant: query.tenant.as_deref().map(TenantId::new),
+        from_ms: from.map(Date::start_unix_ms),
+        // `to` is inclusive: everything before the next day's start.
+        to_ms: to.map(|d| d.start_unix_ms() + 86_400_000),
+    };
+    let rows = repo::spend(db, &filter, group_by).await?;
+    let mut total = SpendTotal::default();
+    for row in &rows {
+        total.attempts += row.attempts;
+        total.prompt_tokens += row.prompt_tokens;
+        total.cached_tokens += row.cached_tokens;
+        total.completion_tokens += row.completion_tokens;
+        total.cost = total.cost.saturating_add(row.cost);
+    }
+    // Requests are distinct per group; across groups of one request (e.g. by
+    // provider after a fallback) they would be counted twice, so count once.
+    total.requests = repo::spend(db, &filter, GroupBy::Tenant)
+        .await?
+        .iter()
+        .map(|r| r.requests)
+        .sum();
+    Ok(SpendReport {
+        tenant: query.tenant,
+        group_by: group_text,
+        from: query.from,
+        to: query.to,
+        currency: currency.to_owned(),
+        rows,
+        total,
+    })
+}

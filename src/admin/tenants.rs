@@ -1,0 +1,233 @@
+//! Creating, reading and changing tenants.
+
+use sea_orm::{DatabaseConnection, Set};
+use serde::{Deserialize, Deserializer, Serialize};
+
+use super::{AdminError, invalid};
+use crate::config::Config;
+use crate::directory::{BudgetMode, TenantRecord, repo};
+use crate::ids::TenantId;
+use crate::money::Nanos;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewTenant {
+    pub id: String,
+    pub name: Option<String>,
+    pub tier: String,
+    pub rpm_limit: Option<u32>,
+    /// Decimal in the billing currency; absent: no cap.
+    pub monthly_budget: Option<String>,
+    pub budget_mode: Option<String>,
+    pub default_max_tokens: Option<u32>,
+    pub allowed_routes: Option<Vec<String>>,
+}
+
+/// A partial update; `null` clears an optional limit.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantPatch {
+    pub name: Option<String>,
+    pub tier: Option<String>,
+    #[serde(default, deserialize_with = "double_option")]
+    pub rpm_limit: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "double_option")]
+    pub monthly_budget: Option<Option<String>>,
+    pub budget_mode: Option<String>,
+    #[serde(default, deserialize_with = "double_option")]
+    pub default_max_tokens: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "double_option")]
+    pub allowed_routes: Option<Option<Vec<String>>>,
+}
+
+#[expect(
+    clippy::option_option,
+    reason = "absent (keep) differs from null (clear) in a PATCH"
+)]
+fn double_option<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(deserializer).map(Some)
+}
+
+/// A tenant as the admin API shows it.
+#[derive(Debug, Serialize)]
+pub struct TenantView {
+    pub id: String,
+    pub name: String,
+    pub tier: String,
+    pub rpm_limit: Option<u32>,
+    pub monthly_budget: Option<Nanos>,
+    pub budget_mode: BudgetMode,
+    pub default_max_tokens: Option<u32>,
+    pub allowed_routes: Option<Vec<String>>,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+impl From<&TenantRecord> for TenantView {
+    fn from(t: &TenantRecord) -> TenantView {
+        TenantView {
+            id: t.id.to_string(),
+            name: t.name.clone(),
+            tier: t.tier.clone(),
+            rpm_limit: t.rpm_limit,
+            monthly_budget: t.monthly_budget,
+            budget_mode: t.budget_mode,
+            default_max_tokens: t.default_max_tokens,
+            allowed_routes: t
+                .allowed_routes
+                .as_ref()
+                .map(|routes| routes.iter().map(ToString::to_string).collect()),
+            created_at_ms: t.created_at_ms,
+            updated_at_ms: t.updated_at_ms,
+        }
+    }
+}
+
+fn check_tier(config: &Config, tier: &str) -> Result<(), AdminError> {
+    if config.tiers.contains_key(tier) {
+        Ok(())
+    } else {
+        let mut known: Vec<&str> = config.tiers.keys().map(String::as_str).collect();
+        known.sort_unstable();
+        Err(invalid(
+            "tier",
+            format!("unknown tier `{tier}` (configured: {})", known.join(", ")),
+        ))
+    }
+}
+
+fn parse_budget(text: &str) -> Result<i64, AdminError> {
+    Nanos::parse_decimal(text)
+        .map(Nanos::to_db)
+        .map_err(|e| invalid("monthly_budget", e.to_string()))
+}
+
+fn parse_mode(text: &str) -> Result<BudgetMode, AdminError> {
+    text.parse().map_err(|e: String| invalid("budget_mode", e))
+}
+
+fn positive(field: &str, value: u32) -> Result<i32, AdminError> {
+    i32::try_from(value)
+        .ok()
+        .filter(|v| *v > 0)
+        .ok_or_else(|| invalid(field, "must be a positive integer"))
+}
+
+fn routes_list(config: &Config, routes: &[String]) -> Result<String, AdminError> {
+    for route in routes {
+        if config.route(route).is_none() {
+            return Err(invalid(
+                "allowed_routes",
+                format!("unknown route `{route}`"),
+            ));
+        }
+    }
+    Ok(routes.join(","))
+}
+
+pub async fn create(
+    db: &DatabaseConnection,
+    config: &Config,
+    new: NewTenant,
+    now_ms: i64,
+) -> Result<TenantRecord, AdminError> {
+    let id = TenantId::parse(&new.id)
+        .ok_or_else(|| invalid("id", "use 1-64 lowercase letters, digits, `-` or `_`"))?;
+    check_tier(config, &new.tier)?;
+    if repo::tenant_model(db, &id).await?.is_some() {
+        return Err(AdminError::Conflict(format!(
+            "tenant `{id}` already exists"
+        )));
+    }
+    let model = entity::tenant::ActiveModel {
+        id: Set(id.to_string()),
+        name: Set(new.name.unwrap_or_else(|| id.to_string())),
+        tier: Set(new.tier),
+        rpm_limit: Set(new
+            .rpm_limit
+            .map(|v| positive("rpm_limit", v))
+            .transpose()?),
+        monthly_budget_nanos: Set(new
+            .monthly_budget
+            .as_deref()
+            .map(parse_budget)
+            .transpose()?),
+        budget_mode: Set(new
+            .budget_mode
+            .as_deref()
+            .map(parse_mode)
+            .transpose()?
+            .unwrap_or_default()
+            .as_str()
+            .to_owned()),
+        default_max_tokens: Set(new
+            .default_max_tokens
+            .map(|v| positive("default_max_tokens", v))
+            .transpose()?),
+        allowed_routes: Set(new
+            .allowed_routes
+            .as_deref()
+            .map(|r| routes_list(config, r))
+            .transpose()?),
+        created_at_ms: Set(now_ms),
+        updated_at_ms: Set(now_ms),
+    };
+    Ok(repo::insert_tenant(db, model).await?)
+}
+
+pub async fn get(db: &DatabaseConnection, id: &str) -> Result<TenantRecord, AdminError> {
+    let id = TenantId::new(id);
+    repo::get_tenant(db, &id)
+        .await?
+        .ok_or_else(|| AdminError::NotFound(format!("no tenant `{id}`")))
+}
+
+pub async fn list(db: &DatabaseConnection) -> Result<Vec<TenantRecord>, AdminError> {
+    Ok(repo::all_tenants(db).await?)
+}
+
+pub async fn update(
+    db: &DatabaseConnection,
+    config: &Config,
+    id: &str,
+    patch: TenantPatch,
+    now_ms: i64,
+) -> Result<TenantRecord, AdminError> {
+    let tenant_id = TenantId::new(id);
+    let current = repo::tenant_model(db, &tenant_id)
+        .await?
+        .ok_or_else(|| AdminError::NotFound(format!("no tenant `{id}`")))?;
+    // Updates must strictly advance, or a replica polling by time could miss them.
+    let updated_at = now_ms.max(current.updated_at_ms + 1);
+    let mut model: entity::tenant::ActiveModel = current.into();
+    if let Some(name) = patch.name {
+        model.name = Set(name);
+    }
+    if let Some(tier) = patch.tier {
+        check_tier(config, &tier)?;
+        model.tier = Set(tier);
+    }
+    if let Some(rpm) = patch.rpm_limit {
+        model.rpm_limit = Set(rpm.map(|v| positive("rpm_limit", v)).transpose()?);
+    }
+    if let Some(budget) = patch.monthly_budget {
+        model.monthly_budget_nanos = Set(budget.as_deref().map(parse_budget).transpose()?);
+    }
+    if let Some(mode) = patch.budget_mode {
+        model.budget_mode = Set(parse_mode(&mode)?.as_str().to_owned());
+    }
+    if let Some(max) = patch.default_max_tokens {
+        model.default_max_tokens =
+            Set(max.map(|v| positive("default_max_tokens", v)).transpose()?);
+    }
+    if let Some(routes) = patch.allowed_routes {
+        model.allowed_routes = Set(routes
+            .as_deref()
+            .map(|r| routes_list(config, r))
+            .transpose()?);
+    }
+    model.updated_at_ms = Set(updated_at);
+    Ok(repo::update_tenant(db, model).await?)
+}

@@ -1,0 +1,27 @@
+//! `/admin/v1/…`: every handler takes `AdminAuth`, so none can forget it.
+
+pub mod keys;
+pub mod spend;
+pub mod tenants;
+
+use actix_web::web;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/tenants", web::post().to(tenants::create_tenant))
+        .route("/tenants", web::get().to(tenants::list_tenants))
+        .route("/tenants/{id}", web::get().to(tenants::get_tenant))
+        .route("/tenants/{id}", web::patch().to(tenants::update_tenant))
+        .route(
+            "/tenants/{id}/budget",
+            web::get().to(tenants::budget_status),
+        )
+        .route("/tenants/{id}/keys", web::post().to(keys::issue_key))
+        .route("/tenants/{id}/keys", web::get().to(keys::list_keys))
+        .route("/keys/{id}", web::delete().to(keys::revoke_key))
+        .route("/tenants/{id}/spend", web::get().to(spend::tenant_spend))
+        .route("/spend", web::get().to(spend::all_spend));
+}
+
+fn now_ms(gw: &crate::state::Gateway) -> i64 {
+    i64::try_from(gw.clock.now_ms()).unwrap_or(i64::MAX)
+}

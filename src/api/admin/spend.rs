@@ -1,0 +1,52 @@
+//! Spend reports.
+
+use actix_web::{HttpResponse, web};
+use serde::Deserialize;
+
+use crate::admin::spend::{self, SpendQuery};
+use crate::api::extract::AdminAuth;
+use crate::error::ApiError;
+use crate::state::Gateway;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpendParams {
+    group_by: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
+    tenant: Option<String>,
+}
+
+pub async fn tenant_spend(
+    _admin: AdminAuth,
+    gw: web::Data<Gateway>,
+    id: web::Path<String>,
+    params: web::Query<SpendParams>,
+) -> Result<HttpResponse, ApiError> {
+    crate::admin::tenants::get(gw.directory.db(), &id).await?;
+    let params = params.into_inner();
+    let query = SpendQuery {
+        tenant: Some(id.into_inner()),
+        group_by: params.group_by,
+        from: params.from,
+        to: params.to,
+    };
+    let report = spend::report(gw.directory.db(), &gw.config.billing.currency, query).await?;
+    Ok(HttpResponse::Ok().json(report))
+}
+
+pub async fn all_spend(
+    _admin: AdminAuth,
+    gw: web::Data<Gateway>,
+    params: web::Query<SpendParams>,
+) -> Result<HttpResponse, ApiError> {
+    let params = params.into_inner();
+    let query = SpendQuery {
+        tenant: params.tenant,
+        group_by: params.group_by.or_else(|| Some("tenant".to_owned())),
+        from: params.from,
+        to: params.to,
+    };
+    let report = spend::report(gw.directory.db(), &gw.config.billing.currency, query).await?;
+    Ok(HttpResponse::Ok().json(report))
+}

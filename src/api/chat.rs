@@ -1,0 +1,87 @@
+//! `POST /v1/chat/completions`.
+
+use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::{HttpRequest, HttpResponse, web};
+use tracing::Instrument;
+
+use super::extract::{TenantAuth, read_body};
+use super::headers;
+use crate::clock::{elapsed_ms, monotonic};
+use crate::error::ApiError;
+use crate::ids::RequestId;
+use crate::pipeline::chat::rate_headers;
+use crate::pipeline::{RequestContext, handle_chat};
+use crate::state::Gateway;
+use crate::telemetry::metrics::{Metric, counter_add, observe_ms};
+
+pub async fn chat_completions(
+    req: HttpRequest,
+    gw: web::Data<Gateway>,
+    client: web::Data<awc::Client>,
+    auth: TenantAuth,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let started = monotonic();
+    let request_id = RequestId::generate();
+    let client_request_id = headers::client_request_id(&req);
+    let echoed = headers::echoed_request_id(client_request_id.as_deref(), &request_id);
+    let span = tracing::info_span!("chat", request_id = %request_id, tenant = %auth.tenant.id);
+    let result = async {
+        let body = read_body(&req, payload, gw.config.server.body_limit_bytes).await?;
+        let trace = headers::traceparent(&req);
+        let ctx = RequestContext {
+            tenant: auth.tenant.clone(),
+            key: auth.key.clone(),
+            feature: headers::feature(&req)?,
+            request_id: request_id.clone(),
+            client_request_id,
+            trace_id: trace.as_ref().map(|(id, _)| id.clone()),
+            traceparent: trace.map(|(_, value)| value),
+        };
+        handle_chat(&gw, &client, &ctx, &body).await
+    }
+    .instrument(span)
+    .await;
+
+    let latency_ms = elapsed_ms(started);
+    let echoed_value = HeaderValue::from_str(&echoed).ok();
+    match result {
+        Ok(outcome) => {
+            let route_labels = [("status", "ok")];
+            counter_add(Metric::RequestsTotal, &route_labels, 1);
+            observe_ms(Metric::RequestDurationSeconds, &[], latency_ms);
+            tracing::info!(request_id = %request_id, tenant = %auth.tenant.id, provider = %outcome.provider, model = %outcome.model, cost = %outcome.cost, latency_ms, "Request served.");
+            let mut response = HttpResponse::Ok();
+            response.content_type("application/json");
+            if let Some(value) = echoed_value {
+                response.insert_header((HeaderName::from_static(headers::REQUEST_ID), value));
+            }
+            response
+                .insert_header((headers::PROVIDER, outcome.provider.as_str()))
+                .insert_header((headers::MODEL, outcome.model.as_str()))
+                .insert_header((headers::COST, outcome.cost.to_string()));
+            if let Some(remaining) = outcome.remaining {
+                response.insert_header((headers::BUDGET_REMAINING, remaining.to_string()));
+            }
+            if let Some(max_tokens) = outcome.clamped_max_tokens {
+                response.insert_header((headers::MAX_TOKENS_CLAMPED, max_tokens.to_string()));
+            }
+            for header in rate_headers(&outcome.rate) {
+                response.insert_header(header);
+            }
+            Ok(response.body(outcome.body))
+        }
+        Err(mut error) => {
+            counter_add(
+                Metric::RequestsTotal,
+                &[("status", error.code().as_str())],
+                1,
+            );
+            observe_ms(Metric::RequestDurationSeconds, &[], latency_ms);
+            if let Some(value) = echoed_value {
+                error = error.with_header(HeaderName::from_static(headers::REQUEST_ID), value);
+            }
+            Err(error)
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! Request labels read from headers, and the gateway's response headers.
+
+use actix_web::HttpRequest;
+
+use crate::error::ApiError;
+use crate::ids::RequestId;
+
+pub const REQUEST_ID: &str = "x-request-id";
+pub const FEATURE: &str = "x-tollgate-feature";
+pub const PROVIDER: &str = "x-tollgate-provider";
+pub const MODEL: &str = "x-tollgate-model";
+pub const COST: &str = "x-tollgate-cost";
+pub const BUDGET_REMAINING: &str = "x-tollgate-budget-remaining";
+pub const MAX_TOKENS_CLAMPED: &str = "x-tollgate-max-tokens-clamped";
+
+const MAX_LABEL_LEN: usize = 128;
+
+fn header<'a>(req: &'a HttpRequest, name: &str) -> Option<&'a str> {
+    req.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+/// `X-Tollgate-Feature`, default `unknown`. It becomes a ledger column and a
+/// report key, so it is limited to a plain alphabet.
+pub fn feature(req: &HttpRequest) -> Result<String, ApiError> {
+    let Some(value) = header(req, FEATURE)
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+    else {
+        return Ok("unknown".to_owned());
+    };
+    let ok = value.len() <= 64
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':' | b'/'));
+    if ok {
+        Ok(value.to_owned())
+    } else {
+        Err(ApiError::invalid_request(
+            "X-Tollgate-Feature",
+            "use at most 64 letters, digits, `-`, `_`, `.`, `:` or `/`",
+        ))
+    }
+}
+
+/// The caller's own request id, if it is a sane one.
+pub fn client_request_id(req: &HttpRequest) -> Option<String> {
+    header(req, REQUEST_ID)
+        .filter(|v| {
+            !v.is_empty() && v.len() <= MAX_LABEL_LEN && v.bytes().all(|b| b.is_ascii_graphic())
+        })
+        .map(str::to_owned)
+}
+
+/// W3C `traceparent`: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`.
+pub fn traceparent(req: &HttpRequest) -> Option<(String, String)> {
+    let value = header(req, "traceparent")?.trim();
+    let parts: Vec<&str> = value.split('-').collect();
+    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let valid = parts.len() == 4
+        && hex(parts[0], 2)
+        && hex(parts[1], 32)
+        && hex(parts[2], 16)
+        && hex(parts[3], 2)
+        && parts[1].bytes().any(|b| b != b'0');
+    valid.then(|| (parts[1].to_ascii_lowercase(), value.to_owned()))
+}
+
+/// The id echoed in `X-Request-Id`: the caller's, else the gateway's own.
+pub fn echoed_request_id(client: Option<&str>, own: &RequestId) -> String {
+    client.map_or_else(|| own.to_string(), str::to_owned)
+}

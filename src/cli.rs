@@ -1,0 +1,462 @@
+//! The `tollgate` command line: serve, demo, migrate, and the tenant, key and
+//! spend operations (run against the database the configuration names; a
+//! running gateway picks changes up within `storage.sync_interval_ms`).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result};
+use clap::{Args, Parser, Subcommand};
+
+use crate::admin::spend::{SpendQuery, SpendReport};
+use crate::admin::tenants::{NewTenant, TenantPatch, TenantView};
+use crate::admin::{keys, spend, tenants};
+use crate::app::{Application, BuildOptions};
+use crate::clock::{Clock, SystemClock};
+use crate::config::{ADMIN_TOKEN_ENV, Config, EnvSource, KEY_PEPPER_ENV, ProcessEnv, Secret};
+use crate::fake_upstream::{self, FakeArgs, FakeConfig};
+use crate::storage;
+use crate::telemetry;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tollgate",
+    version,
+    about = "A multi-tenant LLM gateway with strict budgets"
+)]
+pub struct Cli {
+    /// Configuration file.
+    #[arg(long, global = true, env = "TOLLGATE_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the gateway.
+    Serve,
+    /// Run the gateway with a demo tenant and key; providers without a key are served by the built-in mock upstream.
+    Demo {
+        /// Overrides `server.listen`.
+        #[arg(long)]
+        listen: Option<std::net::SocketAddr>,
+    },
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Manage tenants.
+    #[command(subcommand)]
+    Tenant(TenantCommand),
+    /// Manage API keys.
+    #[command(subcommand)]
+    Key(KeyCommand),
+    /// Spend report from the ledger.
+    Spend(SpendArgs),
+    /// Run the OpenAI-compatible fake upstream (tests, demos, load).
+    FakeUpstream(FakeArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum TenantCommand {
+    Create {
+        #[arg(long)]
+        id: String,
+        #[arg(long)]
+        tier: String,
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        rpm: Option<u32>,
+        /// Monthly budget, decimal in the billing currency.
+        #[arg(long)]
+        budget: Option<String>,
+        /// strict, clamp or alert.
+        #[arg(long)]
+        mode: Option<String>,
+        #[arg(long)]
+        default_max_tokens: Option<u32>,
+    },
+    List,
+    Show {
+        id: String,
+    },
+    Update {
+        id: String,
+        #[arg(long)]
+        tier: Option<String>,
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        rpm: Option<u32>,
+        #[arg(long)]
+        budget: Option<String>,
+        #[arg(long)]
+        mode: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum KeyCommand {
+    /// Issue a key; its secret is printed once.
+    Issue {
+        tenant: String,
+        #[arg(long)]
+        name: Option<String>,
+    },
+    List {
+        tenant: String,
+    },
+    Revoke {
+        key_id: String,
+    },
+}
+
+#[derive(Debug, Args)]
+struct SpendArgs {
+    #[arg(long)]
+    tenant: Option<String>,
+    /// tenant, feature, model, provider, route, day or status.
+    #[arg(long, default_value = "model")]
+    group_by: String,
+    /// First day, YYYY-MM-DD.
+    #[arg(long)]
+    from: Option<String>,
+    /// Last day, YYYY-MM-DD (inclusive).
+    #[arg(long)]
+    to: Option<String>,
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(cli: Cli) -> ExitCode {
+    telemetry::logging::init(!matches!(cli.command, Command::Demo { .. }));
+    let system = actix_rt::System::new();
+    match system.block_on(dispatch(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            let _ = writeln!(std::io::stderr(), "error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn out(text: &str) {
+    let _ = writeln!(std::io::stdout(), "{text}");
+}
+
+fn json_out<T: serde::Serialize>(value: &T) -> Result<()> {
+    out(&serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+fn now_ms() -> i64 {
+    i64::try_from(SystemClock.now_ms()).unwrap_or(i64::MAX)
+}
+
+fn load(path: Option<&Path>, env: &dyn EnvSource) -> Result<Arc<Config>> {
+    let path = path.unwrap_or(Path::new("tollgate.toml"));
+    Ok(Config::load(path, env)?)
+}
+
+async fn dispatch(cli: Cli) -> Result<()> {
+    let config_path = cli.config.as_deref();
+    match cli.command {
+        Command::Serve => {
+            let config = load(config_path, &ProcessEnv)?;
+            let options = BuildOptions {
+                clock: Arc::new(SystemClock),
+                handle_signals: true,
+            };
+            Application::build(config, options)
+                .await?
+                .run_until_stopped()
+                .await?;
+            Ok(())
+        }
+        Command::Demo { listen } => demo(config_path, listen).await,
+        Command::Migrate => {
+            let config = load(config_path, &ProcessEnv)?;
+            storage::connect_and_migrate(&config.storage.database_url, 1).await?;
+            out("migrations applied");
+            Ok(())
+        }
+        Command::Tenant(command) => tenant(load(config_path, &ProcessEnv)?, command).await,
+        Command::Key(command) => key(load(config_path, &ProcessEnv)?, command).await,
+        Command::Spend(args) => spend_report(load(config_path, &ProcessEnv)?, args).await,
+        Command::FakeUpstream(args) => Ok(fake_upstream::serve(&args).await?),
+    }
+}
+
+async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
+    let db = storage::connect_and_migrate(&config.storage.database_url, 1).await?;
+    match command {
+        TenantCommand::Create {
+            id,
+            tier,
+            name,
+            rpm,
+            budget,
+            mode,
+            default_max_tokens,
+        } => {
+            let new = NewTenant {
+                id,
+                name,
+                tier,
+                rpm_limit: rpm,
+                monthly_budget: budget,
+                budget_mode: mode,
+                default_max_tokens,
+                allowed_routes: None,
+            };
+            let record = tenants::create(&db, &config, new, now_ms()).await?;
+            json_out(&TenantView::from(&record))
+        }
+        TenantCommand::List => {
+            let records = tenants::list(&db).await?;
+            json_out(&records.iter().map(TenantView::from).collect::<Vec<_>>())
+        }
+        TenantCommand::Show { id } => json_out(&TenantView::from(&tenants::get(&db, &id).await?)),
+        TenantCommand::Update {
+            id,
+            tier,
+            name,
+            rpm,
+            budget,
+            mode,
+        } => {
+            let patch = TenantPatch {
+                name,
+                tier,
+                rpm_limit: rpm.map(Some),
+                monthly_budget: budget.map(Some),
+                budget_mode: mode,
+                ..TenantPatch::default()
+            };
+            json_out(&TenantView::from(
+                &tenants::update(&db, &config, &id, patch, now_ms()).await?,
+            ))
+        }
+    }
+}
+
+async fn key(config: Arc<Config>, command: KeyCommand) -> Result<()> {
+    let db = storage::connect_and_migrate(&config.storage.database_url, 1).await?;
+    match command {
+        KeyCommand::Issue { tenant, name } => {
+            let pepper = config.require_pepper()?;
+            let (_, view) = keys::issue(&db, pepper, &tenant, name, now_ms()).await?;
+            json_out(&view)
+        }
+        KeyCommand::List { tenant } => json_out(&keys::list(&db, &tenant).await?),
+        KeyCommand::Revoke { key_id } => {
+            let id = keys::revoke(&db, &key_id, now_ms()).await?;
+            out(&format!("revoked {id}"));
+            Ok(())
+        }
+    }
+}
+
+async fn spend_report(config: Arc<Config>, args: SpendArgs) -> Result<()> {
+    let db = storage::connect_and_migrate(&config.storage.database_url, 1).await?;
+    let query = SpendQuery {
+        tenant: args.tenant,
+        group_by: Some(args.group_by),
+        from: args.from,
+        to: args.to,
+    };
+    let report = spend::report(&db, &config.billing.currency, query).await?;
+    if args.json {
+        json_out(&report)
+    } else {
+        out(&spend_table(&report));
+        Ok(())
+    }
+}
+
+/// A readable table of a spend report.
+pub fn spend_table(report: &SpendReport) -> String {
+    let mut lines = vec![format!(
+        "{:<28} {:>9} {:>9} {:>12} {:>12} {:>12} {:>16}",
+        report.group_by,
+        "requests",
+        "attempts",
+        "prompt",
+        "cached",
+        "completion",
+        format!("cost ({})", report.currency)
+    )];
+    for row in &report.rows {
+        lines.push(format!(
+            "{:<28} {:>9} {:>9} {:>12} {:>12} {:>12} {:>16}",
+            row.key,
+            row.requests,
+            row.attempts,
+            row.prompt_tokens,
+            row.cached_tokens,
+            row.completion_tokens,
+            row.cost.to_string()
+        ));
+    }
+    let t = &report.total;
+    lines.push(format!(
+        "{:<28} {:>9} {:>9} {:>12} {:>12} {:>12} {:>16}",
+        "total",
+        t.requests,
+        t.attempts,
+        t.prompt_tokens,
+        t.cached_tokens,
+        t.completion_tokens,
+        t.cost.to_string()
+    ));
+    lines.join("\n")
+}
+
+/// Secrets the demo supplies when the environment does not.
+struct DemoEnv;
+
+const DEMO_PEPPER: &str = "tollgate-demo-pepper-change-me";
+const DEMO_ADMIN_TOKEN: &str = "tollgate-demo-admin";
+
+impl EnvSource for DemoEnv {
+    fn get(&self, name: &str) -> Option<String> {
+        ProcessEnv.get(name).or_else(|| match name {
+            KEY_PEPPER_ENV => Some(DEMO_PEPPER.to_owned()),
+            ADMIN_TOKEN_ENV => Some(DEMO_ADMIN_TOKEN.to_owned()),
+            _ => None,
+        })
+    }
+}
+
+async fn demo(path: Option<&Path>, listen: Option<std::net::SocketAddr>) -> Result<()> {
+    let path = path.unwrap_or(Path::new("tollgate.example.toml"));
+    let config = if path.exists() {
+        Config::load(path, &DemoEnv)?
+    } else {
+        Config::from_toml(include_str!("../tollgate.example.toml"), &DemoEnv)?
+    };
+    let mut config = (*config).clone();
+    if let Some(listen) = listen {
+        config.server.listen = listen;
+    }
+    let mock = fake_upstream::start(FakeConfig::default(), ([127, 0, 0, 1], 0).into(), 1)
+        .context("starting the mock upstream")?;
+    let mut mocked = Vec::new();
+    for provider in config.providers.values_mut() {
+        if let Some(env) = provider.missing_key_env() {
+            tracing::info!(provider = %provider.name, env, "{env} is not set; the demo serves this provider from the built-in mock upstream.");
+            mocked.push(provider.name.to_string());
+            provider.base_url = mock.base_url();
+            provider.chat_url = format!("{}/chat/completions", mock.base_url());
+            provider.api_key = Some(Secret::new("mock"));
+        }
+    }
+    mocked.sort();
+    let config = Arc::new(config);
+    let options = BuildOptions {
+        clock: Arc::new(SystemClock),
+        handle_signals: true,
+    };
+    let app = Application::build(config.clone(), options).await?;
+    let gw = app.gateway.clone();
+    let tier = ["standard", "enterprise", "free"]
+        .into_iter()
+        .find(|t| config.tiers.contains_key(*t))
+        .context("the configuration has no tier for the demo tenant")?;
+    let db = gw.directory.db();
+    let tenant = if let Ok(tenant) = tenants::get(db, "demo").await {
+        tenant
+    } else {
+        {
+            let new = NewTenant {
+                id: "demo".to_owned(),
+                name: Some("Demo tenant".to_owned()),
+                tier: tier.to_owned(),
+                rpm_limit: None,
+                monthly_budget: Some("10".to_owned()),
+                budget_mode: None,
+                default_max_tokens: None,
+                allowed_routes: None,
+            };
+            tenants::create(db, &config, new, now_ms()).await?
+        }
+    };
+    gw.directory.put_tenant(tenant.clone());
+    let (record, issued) = keys::issue(
+        db,
+        gw.directory.pepper(),
+        "demo",
+        Some("demo".to_owned()),
+        now_ms(),
+    )
+    .await?;
+    gw.directory.put_key(record);
+    out(&demo_banner(
+        &app,
+        &config,
+        &tenant,
+        &issued.key,
+        &mock.base_url(),
+        &mocked,
+        path,
+    ));
+    app.run_until_stopped().await?;
+    mock.stop().await;
+    Ok(())
+}
+
+fn demo_banner(
+    app: &Application,
+    config: &Config,
+    tenant: &crate::directory::TenantRecord,
+    key: &str,
+    mock_url: &str,
+    mocked: &[String],
+    path: &Path,
+) -> String {
+    let base = format!("http://{}", app.addr);
+    let budget = tenant
+        .monthly_budget
+        .map_or_else(|| "none".to_owned(), |b| b.to_string());
+    let admin = if ProcessEnv.get(ADMIN_TOKEN_ENV).is_some() {
+        "$TOLLGATE_ADMIN_TOKEN"
+    } else {
+        DEMO_ADMIN_TOKEN
+    };
+    format!(
+        r#"
+Tollgate demo is running at {base}
+  mock upstream  {mock_url} (serving: {mocked})
+  tenant         {tenant_id} (tier {tier}, monthly budget {budget} {currency})
+  API key        {key}
+
+Call it with curl:
+  curl -i {base}/v1/chat/completions \
+    -H "Authorization: Bearer {key}" \
+    -H "Content-Type: application/json" \
+    -H "X-Tollgate-Feature: demo" \
+    -d '{{"model": "fast", "messages": [{{"role": "user", "content": "Hello!"}}]}}'
+
+Or with the OpenAI Python SDK (pip install openai):
+  from openai import OpenAI
+  client = OpenAI(base_url="{base}/v1", api_key="{key}")
+  raw = client.chat.completions.with_raw_response.create(
+      model="fast", messages=[{{"role": "user", "content": "Hello!"}}])
+  print(raw.headers["x-tollgate-cost"], raw.parse().choices[0].message.content)
+
+Budget:  curl -s {base}/admin/v1/tenants/demo/budget -H "Authorization: Bearer {admin}"
+Spend:   cargo run --release -- spend --config {config_path} --tenant demo --group-by model
+"#,
+        mocked = if mocked.is_empty() {
+            "none".to_owned()
+        } else {
+            mocked.join(", ")
+        },
+        tenant_id = tenant.id,
+        tier = tenant.tier,
+        currency = config.billing.currency,
+        config_path = path.display(),
+    )
+}

@@ -1,0 +1,832 @@
+//! Configuration: one TOML file plus environment variables for secrets.
+//! `Config::load` parses the raw file (unknown fields refused), reads env
+//! through `EnvSource`, then `validate` turns it into typed, checked values:
+//! a route naming an unknown provider, or a target without a price, refuses
+//! to start with the exact entry named. Env is read here and nowhere else.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use crate::ids::{ProviderName, RouteName};
+use crate::money::{MoneyError, PricePerMTok};
+
+// === env ===
+
+/// Where secrets come from; tests pass a map instead of touching the process env.
+pub trait EnvSource {
+    fn get(&self, name: &str) -> Option<String>;
+}
+
+pub struct ProcessEnv;
+
+impl EnvSource for ProcessEnv {
+    fn get(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok()
+    }
+}
+
+impl<S: std::hash::BuildHasher> EnvSource for HashMap<String, String, S> {
+    fn get(&self, name: &str) -> Option<String> {
+        HashMap::get(self, name).cloned()
+    }
+}
+
+/// A secret that never prints.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("*****")
+    }
+}
+
+// === raw file ===
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    server: ServerConfig,
+    #[serde(default)]
+    storage: StorageConfig,
+    #[serde(default)]
+    billing: BillingConfig,
+    #[serde(default)]
+    ledger: LedgerConfig,
+    #[serde(default)]
+    tokenizer: TokenizerConfig,
+    #[serde(default)]
+    providers: BTreeMap<String, RawProvider>,
+    #[serde(default)]
+    routes: BTreeMap<String, RawRoute>,
+    #[serde(default)]
+    tiers: BTreeMap<String, RawTier>,
+    #[serde(default)]
+    prices: Vec<RawPrice>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// Worker threads; 0 means one per core.
+    #[serde(default)]
+    pub workers: usize,
+    #[serde(default = "default_body_limit_bytes")]
+    pub body_limit_bytes: usize,
+    /// How long in-flight requests may take to finish after SIGTERM.
+    #[serde(default = "default_shutdown_grace_ms")]
+    pub shutdown_grace_ms: u64,
+    /// The whole request's deadline; reservations expire this long (plus a margin) after admission.
+    #[serde(default = "default_request_timeout_ms")]
+    pub request_timeout_ms: u64,
+    /// Tenant actors are spread over this many arbiters (threads).
+    #[serde(default = "default_tenant_arbiters")]
+    pub tenant_arbiters: usize,
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8080))
+}
+fn default_body_limit_bytes() -> usize {
+    4 * 1024 * 1024
+}
+fn default_shutdown_grace_ms() -> u64 {
+    30_000
+}
+fn default_request_timeout_ms() -> u64 {
+    120_000
+}
+fn default_tenant_arbiters() -> usize {
+    2
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: default_listen(),
+            workers: 0,
+            body_limit_bytes: default_body_limit_bytes(),
+            shutdown_grace_ms: default_shutdown_grace_ms(),
+            request_timeout_ms: default_request_timeout_ms(),
+            tenant_arbiters: default_tenant_arbiters(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageConfig {
+    #[serde(default = "default_database_url")]
+    pub database_url: String,
+    #[serde(default = "default_max_connections")]
+    pub max_connections: u32,
+    /// How often each replica polls the database for revoked keys and changed tenants.
+    #[serde(default = "default_sync_interval_ms")]
+    pub sync_interval_ms: u64,
+}
+
+fn default_database_url() -> String {
+    "sqlite://tollgate.db?mode=rwc".to_owned()
+}
+fn default_max_connections() -> u32 {
+    8
+}
+fn default_sync_interval_ms() -> u64 {
+    1000
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            database_url: default_database_url(),
+            max_connections: default_max_connections(),
+            sync_interval_ms: default_sync_interval_ms(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BillingConfig {
+    #[serde(default = "default_currency")]
+    pub currency: String,
+    /// `clamp` mode never lowers `max_tokens` below this.
+    #[serde(default = "default_clamp_floor_tokens")]
+    pub clamp_floor_tokens: u32,
+}
+
+fn default_currency() -> String {
+    "USD".to_owned()
+}
+fn default_clamp_floor_tokens() -> u32 {
+    64
+}
+
+impl Default for BillingConfig {
+    fn default() -> Self {
+        BillingConfig {
+            currency: default_currency(),
+            clamp_floor_tokens: default_clamp_floor_tokens(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LedgerConfig {
+    #[serde(default = "default_flush_interval_ms")]
+    pub flush_interval_ms: u64,
+    #[serde(default = "default_max_batch_rows")]
+    pub max_batch_rows: usize,
+    /// Events waiting for the database past this bound make new requests 503.
+    #[serde(default = "default_max_backlog_events")]
+    pub max_backlog_events: usize,
+}
+
+fn default_flush_interval_ms() -> u64 {
+    200
+}
+fn default_max_batch_rows() -> usize {
+    256
+}
+fn default_max_backlog_events() -> usize {
+    100_000
+}
+
+impl Default for LedgerConfig {
+    fn default() -> Self {
+        LedgerConfig {
+            flush_interval_ms: default_flush_interval_ms(),
+            max_batch_rows: default_max_batch_rows(),
+            max_backlog_events: default_max_backlog_events(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenizerConfig {
+    /// `o200k_base` or `cl100k_base`.
+    #[serde(default = "default_encoding")]
+    pub encoding: String,
+    /// Estimates are multiplied by this percentage (≥ 100) for providers whose tokenizer differs.
+    #[serde(default = "default_safety_percent")]
+    pub safety_percent: u32,
+}
+
+fn default_encoding() -> String {
+    "o200k_base".to_owned()
+}
+fn default_safety_percent() -> u32 {
+    110
+}
+
+impl Default for TokenizerConfig {
+    fn default() -> Self {
+        TokenizerConfig {
+            encoding: default_encoding(),
+            safety_percent: default_safety_percent(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    /// Any OpenAI-compatible API: DeepSeek, DashScope, vLLM, OpenAI.
+    Openai,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProvider {
+    kind: ProviderKind,
+    base_url: String,
+    api_key_env: Option<String>,
+    #[serde(default = "default_provider_timeout_ms")]
+    timeout_ms: u64,
+    #[serde(default = "default_max_concurrency")]
+    max_concurrency: u32,
+    #[serde(default = "default_breaker_failures")]
+    breaker_failures: u32,
+    #[serde(default = "default_breaker_cooldown_ms")]
+    breaker_cooldown_ms: u64,
+}
+
+fn default_provider_timeout_ms() -> u64 {
+    60_000
+}
+fn default_max_concurrency() -> u32 {
+    1024
+}
+fn default_breaker_failures() -> u32 {
+    5
+}
+fn default_breaker_cooldown_ms() -> u64 {
+    10_000
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRoute {
+    targets: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTier {
+    routes: Vec<String>,
+    rpm: u32,
+    /// Requests that may arrive at once on a full bucket; defaults to `rpm`.
+    burst: Option<u32>,
+    default_max_tokens: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPrice {
+    provider: String,
+    model: String,
+    input: String,
+    cached_input: Option<String>,
+    cache_write: Option<String>,
+    output: String,
+}
+
+// === validated ===
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Parse {
+        path: String,
+        source: Box<toml::de::Error>,
+    },
+    #[error("{entry}: {reason}")]
+    Invalid { entry: String, reason: String },
+}
+
+fn invalid(entry: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        entry: entry.into(),
+        reason: reason.into(),
+    }
+}
+
+/// Prices of one model at one provider, per 1M tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Price {
+    pub input: PricePerMTok,
+    pub cached_input: PricePerMTok,
+    pub cache_write: PricePerMTok,
+    pub output: PricePerMTok,
+}
+
+#[derive(Debug, Clone)]
+pub struct Provider {
+    pub name: ProviderName,
+    pub kind: ProviderKind,
+    pub base_url: String,
+    pub chat_url: String,
+    pub api_key_env: Option<String>,
+    /// `None` with `api_key_env` set means the variable is unset: the provider is disabled.
+    pub api_key: Option<Secret>,
+    pub timeout_ms: u64,
+    pub max_concurrency: u32,
+    pub breaker_failures: u32,
+    pub breaker_cooldown_ms: u64,
+}
+
+impl Provider {
+    /// The env var this provider needs and does not have, if any.
+    pub fn missing_key_env(&self) -> Option<&str> {
+        match (&self.api_key_env, &self.api_key) {
+            (Some(env), None) => Some(env),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub provider: ProviderName,
+    /// The model name sent upstream.
+    pub model: String,
+    pub price: Price,
+}
+
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub name: RouteName,
+    pub targets: Vec<Target>,
+    /// The highest per-token input price over every target (cache-write where higher).
+    pub worst_input_price: PricePerMTok,
+    pub worst_output_price: PricePerMTok,
+}
+
+#[derive(Debug, Clone)]
+pub struct Tier {
+    pub name: String,
+    pub routes: Vec<RouteName>,
+    pub rpm: u32,
+    pub burst: u32,
+    pub default_max_tokens: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub storage: StorageConfig,
+    pub billing: BillingConfig,
+    pub ledger: LedgerConfig,
+    pub tokenizer: TokenizerConfig,
+    pub providers: HashMap<ProviderName, Provider>,
+    pub routes: HashMap<RouteName, Route>,
+    pub tiers: HashMap<String, Tier>,
+    /// Identifies the price table rows were charged under (a hash of the prices).
+    pub price_version: String,
+    /// Keys are hashed with it; serving and issuing keys need it, reports do not.
+    pub key_pepper: Option<Secret>,
+    pub admin_token: Option<Secret>,
+}
+
+pub const KEY_PEPPER_ENV: &str = "TOLLGATE_KEY_PEPPER";
+pub const ADMIN_TOKEN_ENV: &str = "TOLLGATE_ADMIN_TOKEN";
+pub const DATABASE_URL_ENV: &str = "TOLLGATE_DATABASE_URL";
+
+impl Config {
+    /// The pepper, or an error naming its env var.
+    pub fn require_pepper(&self) -> Result<&Secret, ConfigError> {
+        self.key_pepper.as_ref().ok_or_else(|| {
+            invalid(
+                KEY_PEPPER_ENV,
+                "is not set: API keys are hashed with this pepper (any long random string)",
+            )
+        })
+    }
+
+    pub fn load(path: &Path, env: &dyn EnvSource) -> Result<Arc<Config>, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::from_toml(&text, env).map_err(|error| match error {
+            ConfigError::Parse { source, .. } => ConfigError::Parse {
+                path: path.display().to_string(),
+                source,
+            },
+            other => other,
+        })
+    }
+
+    pub fn from_toml(text: &str, env: &dyn EnvSource) -> Result<Arc<Config>, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|source| ConfigError::Parse {
+            path: String::new(),
+            source: Box::new(source),
+        })?;
+        validate(raw, env).map(Arc::new)
+    }
+
+    pub fn route(&self, name: &str) -> Option<&Route> {
+        self.routes.get(&RouteName::new(name))
+    }
+}
+
+fn parse_price(entry: &str, field: &str, text: &str) -> Result<PricePerMTok, ConfigError> {
+    PricePerMTok::parse_decimal(text)
+        .map_err(|e: MoneyError| invalid(format!("{entry}.{field}"), e.to_string()))
+}
+
+fn validate(raw: RawConfig, env: &dyn EnvSource) -> Result<Config, ConfigError> {
+    let mut database_url = raw.storage.database_url.clone();
+    if let Some(url) = env.get(DATABASE_URL_ENV) {
+        database_url = url;
+    }
+    let storage = StorageConfig {
+        database_url,
+        ..raw.storage
+    };
+    if raw.tokenizer.safety_percent < 100 {
+        return Err(invalid("tokenizer.safety_percent", "must be at least 100"));
+    }
+    if !matches!(
+        raw.tokenizer.encoding.as_str(),
+        "o200k_base" | "cl100k_base"
+    ) {
+        return Err(invalid(
+            "tokenizer.encoding",
+            "must be o200k_base or cl100k_base",
+        ));
+    }
+    if raw.ledger.max_batch_rows == 0 {
+        return Err(invalid("ledger.max_batch_rows", "must be at least 1"));
+    }
+
+    let providers = validate_providers(&raw.providers, env)?;
+    let prices = validate_prices(&raw.prices)?;
+    let routes = validate_routes(&raw.routes, &providers, &prices)?;
+    let tiers = validate_tiers(&raw.tiers, &routes)?;
+
+    let key_pepper = env
+        .get(KEY_PEPPER_ENV)
+        .filter(|p| !p.is_empty())
+        .map(Secret::new);
+    let admin_token = env
+        .get(ADMIN_TOKEN_ENV)
+        .filter(|t| !t.is_empty())
+        .map(Secret::new);
+
+    Ok(Config {
+        server: raw.server,
+        storage,
+        billing: raw.billing,
+        ledger: raw.ledger,
+        tokenizer: raw.tokenizer,
+        providers,
+        routes,
+        tiers,
+        price_version: price_version(&raw.prices),
+        key_pepper,
+        admin_token,
+    })
+}
+
+fn validate_providers(
+    raw: &BTreeMap<String, RawProvider>,
+    env: &dyn EnvSource,
+) -> Result<HashMap<ProviderName, Provider>, ConfigError> {
+    let mut providers = HashMap::new();
+    for (name, p) in raw {
+        let entry = format!("providers.{name}");
+        if name.is_empty() || name.contains('/') {
+            return Err(invalid(
+                entry,
+                "provider names may not be empty or contain `/`",
+            ));
+        }
+        if p.timeout_ms == 0 {
+            return Err(invalid(format!("{entry}.timeout_ms"), "must be positive"));
+        }
+        if p.max_concurrency == 0 {
+            return Err(invalid(
+                format!("{entry}.max_concurrency"),
+                "must be positive",
+            ));
+        }
+        let api_key = p
+            .api_key_env
+            .as_deref()
+            .and_then(|var| env.get(var))
+            .map(Secret::new);
+        let base = p.base_url.trim_end_matches('/');
+        providers.insert(
+            ProviderName::new(name.as_str()),
+            Provider {
+                name: ProviderName::new(name.as_str()),
+                kind: p.kind,
+                base_url: p.base_url.clone(),
+                chat_url: format!("{base}/chat/completions"),
+                api_key_env: p.api_key_env.clone(),
+                api_key,
+                timeout_ms: p.timeout_ms,
+                max_concurrency: p.max_concurrency,
+                breaker_failures: p.breaker_failures.max(1),
+                breaker_cooldown_ms: p.breaker_cooldown_ms,
+            },
+        );
+    }
+    Ok(providers)
+}
+
+fn validate_prices(raw: &[RawPrice]) -> Result<HashMap<(String, String), Price>, ConfigError> {
+    let mut prices = HashMap::new();
+    for (i, p) in raw.iter().enumerate() {
+        let entry = format!("prices[{i}]");
+        let input = parse_price(&entry, "input", &p.input)?;
+        let price = Price {
+            input,
+            // Without a listed cached price, cached tokens are billed as plain input.
+            cached_input: match &p.cached_input {
+                Some(text) => parse_price(&entry, "cached_input", text)?,
+                None => input,
+            },
+            cache_write: match &p.cache_write {
+                Some(text) => parse_price(&entry, "cache_write", text)?,
+                None => input,
+            },
+            output: parse_price(&entry, "output", &p.output)?,
+        };
+        let key = (p.provider.clone(), p.model.clone());
+        if prices.insert(key, price).is_some() {
+            return Err(invalid(
+                entry,
+                format!("a second price for {}/{}", p.provider, p.model),
+            ));
+        }
+    }
+    Ok(prices)
+}
+
+fn validate_routes(
+    raw: &BTreeMap<String, RawRoute>,
+    providers: &HashMap<ProviderName, Provider>,
+    prices: &HashMap<(String, String), Price>,
+) -> Result<HashMap<RouteName, Route>, ConfigError> {
+    let mut routes = HashMap::new();
+    for (name, r) in raw {
+        if r.targets.is_empty() {
+            return Err(invalid(
+                format!("routes.{name}.targets"),
+                "needs at least one target",
+            ));
+        }
+        let mut targets = Vec::with_capacity(r.targets.len());
+        for (i, target) in r.targets.iter().enumerate() {
+            let entry = format!("routes.{name}.targets[{i}]");
+            let Some((provider, model)) = target.split_once('/') else {
+                return Err(invalid(
+                    entry,
+                    format!("`{target}` is not `provider/model`"),
+                ));
+            };
+            if !providers.contains_key(&ProviderName::new(provider)) {
+                return Err(invalid(entry, format!("unknown provider `{provider}`")));
+            }
+            let Some(price) = prices.get(&(provider.to_owned(), model.to_owned())) else {
+                return Err(invalid(entry, format!("no price for {provider}/{model}")));
+            };
+            targets.push(Target {
+                provider: ProviderName::new(provider),
+                model: model.to_owned(),
+                price: *price,
+            });
+        }
+        let worst_input_price = targets
+            .iter()
+            .map(|t| t.price.input.max(t.price.cache_write))
+            .max()
+            .unwrap_or_default();
+        let worst_output_price = targets
+            .iter()
+            .map(|t| t.price.output)
+            .max()
+            .unwrap_or_default();
+        routes.insert(
+            RouteName::new(name.as_str()),
+            Route {
+                name: RouteName::new(name.as_str()),
+                targets,
+                worst_input_price,
+                worst_output_price,
+            },
+        );
+    }
+    Ok(routes)
+}
+
+fn validate_tiers(
+    raw: &BTreeMap<String, RawTier>,
+    routes: &HashMap<RouteName, Route>,
+) -> Result<HashMap<String, Tier>, ConfigError> {
+    let mut tiers = HashMap::new();
+    for (name, t) in raw {
+        for (i, route) in t.routes.iter().enumerate() {
+            if !routes.contains_key(&RouteName::new(route.as_str())) {
+                return Err(invalid(
+                    format!("tiers.{name}.routes[{i}]"),
+                    format!("unknown route `{route}`"),
+                ));
+            }
+        }
+        if t.rpm == 0 {
+            return Err(invalid(format!("tiers.{name}.rpm"), "must be positive"));
+        }
+        if t.default_max_tokens == 0 {
+            return Err(invalid(
+                format!("tiers.{name}.default_max_tokens"),
+                "must be positive",
+            ));
+        }
+        tiers.insert(
+            name.clone(),
+            Tier {
+                name: name.clone(),
+                routes: t
+                    .routes
+                    .iter()
+                    .map(|r| RouteName::new(r.as_str()))
+                    .collect(),
+                rpm: t.rpm,
+                burst: t.burst.unwrap_or(t.rpm).max(1),
+                default_max_tokens: t.default_max_tokens,
+            },
+        );
+    }
+    Ok(tiers)
+}
+
+fn price_version(prices: &[RawPrice]) -> String {
+    let mut hasher = Sha256::new();
+    for p in prices {
+        for field in [
+            p.provider.as_str(),
+            p.model.as_str(),
+            p.input.as_str(),
+            p.cached_input.as_deref().unwrap_or(""),
+            p.cache_write.as_deref().unwrap_or(""),
+            p.output.as_str(),
+        ] {
+            hasher.update(field.as_bytes());
+            hasher.update([0]);
+        }
+    }
+    let digest = hasher.finalize();
+    digest.iter().take(6).fold(String::new(), |mut out, b| {
+        use std::fmt::Write;
+        let _ = write!(out, "{b:02x}");
+        out
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+        [providers.deepseek]
+        kind = "openai"
+        base_url = "https://api.deepseek.com"
+        api_key_env = "DEEPSEEK_API_KEY"
+        [providers.qwen]
+        kind = "openai"
+        base_url = "https://dashscope.example/compatible-mode/v1/"
+        api_key_env = "DASHSCOPE_API_KEY"
+        [routes.fast]
+        targets = ["deepseek/deepseek-flash", "qwen/qwen-flash"]
+        [tiers.free]
+        routes = ["fast"]
+        rpm = 60
+        default_max_tokens = 1024
+        [[prices]]
+        provider = "deepseek"
+        model = "deepseek-flash"
+        input = "2.0"
+        cached_input = "0.04"
+        output = "8.0"
+        [[prices]]
+        provider = "qwen"
+        model = "qwen-flash"
+        input = "3"
+        output = "6"
+    "#;
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn pepper() -> HashMap<String, String> {
+        env(&[(KEY_PEPPER_ENV, "pepper"), ("DEEPSEEK_API_KEY", "sk-1")])
+    }
+
+    #[test]
+    fn loads_the_contract_shape_and_takes_worst_prices_over_targets() {
+        let config = Config::from_toml(BASE, &pepper()).unwrap();
+        let route = config.route("fast").unwrap();
+        assert_eq!(
+            route.worst_input_price,
+            PricePerMTok::parse_decimal("3").unwrap()
+        );
+        assert_eq!(
+            route.worst_output_price,
+            PricePerMTok::parse_decimal("8").unwrap()
+        );
+        let qwen = &config.providers[&ProviderName::new("qwen")];
+        assert_eq!(
+            qwen.chat_url,
+            "https://dashscope.example/compatible-mode/v1/chat/completions"
+        );
+        assert_eq!(qwen.missing_key_env(), Some("DASHSCOPE_API_KEY"));
+        let deepseek = &config.providers[&ProviderName::new("deepseek")];
+        assert_eq!(deepseek.missing_key_env(), None);
+        assert_eq!(format!("{:?}", deepseek.api_key), "Some(*****)");
+    }
+
+    #[test]
+    fn a_target_without_a_price_names_the_entry() {
+        let text = BASE.replace("qwen-flash\"\n        input", "qwen-other\"\n        input");
+        let error = Config::from_toml(&text, &pepper()).unwrap_err().to_string();
+        assert_eq!(
+            error,
+            "routes.fast.targets[1]: no price for qwen/qwen-flash"
+        );
+    }
+
+    #[test]
+    fn an_unknown_provider_names_the_entry() {
+        let text = BASE.replace("\"qwen/qwen-flash\"", "\"kimi/k2\"");
+        let error = Config::from_toml(&text, &pepper()).unwrap_err().to_string();
+        assert_eq!(error, "routes.fast.targets[1]: unknown provider `kimi`");
+    }
+
+    #[test]
+    fn unknown_fields_and_bad_prices_are_refused() {
+        let text = BASE.replace("rpm = 60", "rpm = 60\nrmp = 3");
+        assert!(Config::from_toml(&text, &pepper()).is_err());
+        let text = BASE.replace("\"8.0\"", "\"8,0\"");
+        let error = Config::from_toml(&text, &pepper()).unwrap_err().to_string();
+        assert!(error.starts_with("prices[0].output:"), "{error}");
+    }
+
+    #[test]
+    fn the_pepper_comes_from_env_only() {
+        assert!(
+            Config::from_toml(BASE, &env(&[]))
+                .unwrap()
+                .key_pepper
+                .is_none()
+        );
+        assert!(
+            Config::from_toml(BASE, &pepper())
+                .unwrap()
+                .key_pepper
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn the_example_config_is_valid() {
+        let text = include_str!("../tollgate.example.toml");
+        let config = Config::from_toml(text, &env(&[])).unwrap();
+        for tier in ["free", "standard", "enterprise"] {
+            assert!(config.tiers.contains_key(tier), "{tier}");
+        }
+        assert_eq!(config.tiers["free"].routes, vec![RouteName::new("fast")]);
+    }
+}

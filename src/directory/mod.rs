@@ -1,0 +1,191 @@
+//! Tenants and API keys: the database rows (`repo`) and the in-memory view
+//! every request reads (`Directory`). Requests never query the database for a
+//! known key; a key issued on another replica is looked up once on a miss.
+//! A sync loop polls for revocations and tenant changes, so a change made by
+//! another replica or the CLI reaches this one within `sync_interval_ms`.
+
+pub mod repo;
+pub mod tenant;
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use sea_orm::DatabaseConnection;
+
+pub use tenant::{BudgetMode, TenantRecord};
+
+use crate::auth::{self, PresentedKey};
+use crate::config::Secret;
+use crate::ids::{KeyId, TenantId};
+use crate::storage::StorageError;
+
+#[derive(Debug, Clone)]
+pub struct KeyRecord {
+    pub id: KeyId,
+    pub tenant: TenantId,
+    pub secret_hash: String,
+}
+
+/// Why a presented key was refused; all become 401.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AuthError {
+    #[error("the API key is malformed")]
+    Malformed,
+    #[error("the API key is unknown or revoked")]
+    Unknown,
+    #[error("key lookup failed")]
+    Storage,
+}
+
+pub struct Directory {
+    db: DatabaseConnection,
+    pepper: Secret,
+    tenants: RwLock<HashMap<TenantId, Arc<TenantRecord>>>,
+    keys: RwLock<HashMap<KeyId, Arc<KeyRecord>>>,
+    /// Watermarks of the last sync, in Unix ms.
+    synced: RwLock<SyncMarks>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct SyncMarks {
+    keys_revoked_after_ms: i64,
+    tenants_updated_after_ms: i64,
+}
+
+/// Tenants whose limits changed in a sync, so their actors can be told.
+pub type ChangedTenants = Vec<Arc<TenantRecord>>;
+
+impl Directory {
+    pub async fn load(
+        db: DatabaseConnection,
+        pepper: Secret,
+        now_ms: u64,
+    ) -> Result<Arc<Directory>, StorageError> {
+        let tenants = repo::all_tenants(&db).await?;
+        let keys = repo::active_keys(&db).await?;
+        let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
+        let directory = Directory {
+            db,
+            pepper,
+            tenants: RwLock::new(
+                tenants
+                    .into_iter()
+                    .map(|t| (t.id.clone(), Arc::new(t)))
+                    .collect(),
+            ),
+            keys: RwLock::new(
+                keys.into_iter()
+                    .map(|k| (k.id.clone(), Arc::new(k)))
+                    .collect(),
+            ),
+            synced: RwLock::new(SyncMarks {
+                keys_revoked_after_ms: now,
+                tenants_updated_after_ms: now,
+            }),
+        };
+        Ok(Arc::new(directory))
+    }
+
+    pub fn db(&self) -> &DatabaseConnection {
+        &self.db
+    }
+
+    pub fn pepper(&self) -> &Secret {
+        &self.pepper
+    }
+
+    pub fn tenant(&self, id: &TenantId) -> Option<Arc<TenantRecord>> {
+        read(&self.tenants).get(id).cloned()
+    }
+
+    /// Authenticates a bearer token to its tenant.
+    pub async fn authenticate(
+        &self,
+        token: &str,
+    ) -> Result<(Arc<KeyRecord>, Arc<TenantRecord>), AuthError> {
+        let presented = PresentedKey::parse(token).ok_or(AuthError::Malformed)?;
+        let key_id = KeyId::new(presented.key_id);
+        let cached = read(&self.keys).get(&key_id).cloned();
+        let key = match cached {
+            Some(key) => key,
+            None => self.fetch_key(&key_id).await?,
+        };
+        if !auth::secret_matches(&self.pepper, presented.secret, &key.secret_hash) {
+            return Err(AuthError::Unknown);
+        }
+        let tenant = match self.tenant(&key.tenant) {
+            Some(tenant) => tenant,
+            None => self
+                .fetch_tenant(&key.tenant)
+                .await?
+                .ok_or(AuthError::Unknown)?,
+        };
+        Ok((key, tenant))
+    }
+
+    /// A key issued on another replica (or by the CLI) since this one loaded.
+    async fn fetch_key(&self, key_id: &KeyId) -> Result<Arc<KeyRecord>, AuthError> {
+        let key = repo::active_key(&self.db, key_id)
+            .await
+            .map_err(|_| AuthError::Storage)?
+            .ok_or(AuthError::Unknown)?;
+        let key = Arc::new(key);
+        write(&self.keys).insert(key_id.clone(), key.clone());
+        Ok(key)
+    }
+
+    async fn fetch_tenant(&self, id: &TenantId) -> Result<Option<Arc<TenantRecord>>, AuthError> {
+        let tenant = repo::get_tenant(&self.db, id)
+            .await
+            .map_err(|_| AuthError::Storage)?;
+        Ok(tenant.map(|t| self.put_tenant(t)))
+    }
+
+    pub fn put_tenant(&self, tenant: TenantRecord) -> Arc<TenantRecord> {
+        let tenant = Arc::new(tenant);
+        write(&self.tenants).insert(tenant.id.clone(), tenant.clone());
+        tenant
+    }
+
+    pub fn put_key(&self, key: KeyRecord) {
+        write(&self.keys).insert(key.id.clone(), Arc::new(key));
+    }
+
+    /// Revocation through this process takes effect at once.
+    pub fn evict_key(&self, key_id: &KeyId) {
+        write(&self.keys).remove(key_id);
+    }
+
+    /// Pulls revocations and tenant changes made elsewhere; returns changed tenants.
+    pub async fn sync(&self) -> Result<ChangedTenants, StorageError> {
+        let marks = *read(&self.synced);
+        let revoked = repo::keys_revoked_after(&self.db, marks.keys_revoked_after_ms).await?;
+        let changed = repo::tenants_updated_after(&self.db, marks.tenants_updated_after_ms).await?;
+        let mut next = marks;
+        {
+            let mut keys = write(&self.keys);
+            for (key_id, revoked_at) in revoked {
+                keys.remove(&key_id);
+                next.keys_revoked_after_ms = next.keys_revoked_after_ms.max(revoked_at);
+            }
+        }
+        let mut records = Vec::with_capacity(changed.len());
+        for tenant in changed {
+            next.tenants_updated_after_ms = next.tenants_updated_after_ms.max(tenant.updated_at_ms);
+            records.push(self.put_tenant(tenant));
+        }
+        *write(&self.synced) = next;
+        Ok(records)
+    }
+}
+
+// A poisoned lock only means a panic elsewhere while holding it; the maps stay usable.
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

@@ -1,0 +1,84 @@
+//! A tenant as the gateway sees it: its tier, limits and budget.
+
+use std::str::FromStr;
+
+use serde::Serialize;
+
+use crate::ids::{RouteName, TenantId};
+use crate::money::Nanos;
+
+/// What happens when a reservation does not fit the remaining budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetMode {
+    /// Refuse with 402.
+    #[default]
+    Strict,
+    /// Lower `max_tokens` to what the budget affords, down to a floor.
+    Clamp,
+    /// Let it pass; alerts still fire.
+    Alert,
+}
+
+impl BudgetMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BudgetMode::Strict => "strict",
+            BudgetMode::Clamp => "clamp",
+            BudgetMode::Alert => "alert",
+        }
+    }
+}
+
+impl FromStr for BudgetMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "strict" => Ok(BudgetMode::Strict),
+            "clamp" => Ok(BudgetMode::Clamp),
+            "alert" => Ok(BudgetMode::Alert),
+            other => Err(format!("`{other}` is not strict, clamp or alert")),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantRecord {
+    pub id: TenantId,
+    pub name: String,
+    pub tier: String,
+    pub rpm_limit: Option<u32>,
+    /// `None`: no cap.
+    pub monthly_budget: Option<Nanos>,
+    pub budget_mode: BudgetMode,
+    pub default_max_tokens: Option<u32>,
+    /// Narrows the tier's routes; `None`: all of them.
+    pub allowed_routes: Option<Vec<RouteName>>,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+impl TenantRecord {
+    pub fn from_model(model: entity::tenant::Model) -> TenantRecord {
+        TenantRecord {
+            id: TenantId::new(model.id),
+            name: model.name,
+            tier: model.tier,
+            rpm_limit: model.rpm_limit.and_then(|v| u32::try_from(v).ok()),
+            monthly_budget: model.monthly_budget_nanos.map(Nanos::from_db),
+            // A hand-edited mode the gateway does not know is treated as the safest one.
+            budget_mode: model.budget_mode.parse().unwrap_or(BudgetMode::Strict),
+            default_max_tokens: model.default_max_tokens.and_then(|v| u32::try_from(v).ok()),
+            allowed_routes: model.allowed_routes.map(|list| {
+                list.split(',')
+                    .map(str::trim)
+                    .filter(|r| !r.is_empty())
+                    .map(RouteName::new)
+                    .collect()
+            }),
+            created_at_ms: model.created_at_ms,
+            updated_at_ms: model.updated_at_ms,
+        }
+    }
+}

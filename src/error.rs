@@ -1,0 +1,282 @@
+//! Every error a client can see: one `ErrorCode` table (status, OpenAI `type`,
+//! wire `code`, which is also the metric label) and one `ResponseError` impl that
+//! renders OpenAI's envelope. This is the only place errors are logged.
+
+use actix_web::http::StatusCode;
+use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::{HttpResponse, ResponseError};
+use bytes::Bytes;
+use serde::Serialize;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorCode {
+    InvalidRequest,
+    PayloadTooLarge,
+    InvalidApiKey,
+    InvalidAdminToken,
+    ModelNotFound,
+    RouteNotAllowed,
+    NotFound,
+    Conflict,
+    RateLimited,
+    BudgetExceeded,
+    /// The upstream refused the request itself (a 4xx other than 429); passed back as is.
+    UpstreamRejected,
+    ProviderMisconfigured,
+    ProviderUnavailable,
+    UpstreamFailed,
+    Overloaded,
+    QuotaUnavailable,
+    Internal,
+}
+
+impl ErrorCode {
+    pub const fn status(self) -> StatusCode {
+        match self {
+            // An upstream refusal carries its real status; BAD_REQUEST is only the fallback.
+            ErrorCode::InvalidRequest | ErrorCode::UpstreamRejected => StatusCode::BAD_REQUEST,
+            ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::InvalidApiKey | ErrorCode::InvalidAdminToken => StatusCode::UNAUTHORIZED,
+            ErrorCode::RouteNotAllowed => StatusCode::FORBIDDEN,
+            ErrorCode::ModelNotFound | ErrorCode::NotFound => StatusCode::NOT_FOUND,
+            ErrorCode::Conflict => StatusCode::CONFLICT,
+            ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+            ErrorCode::BudgetExceeded => StatusCode::PAYMENT_REQUIRED,
+            ErrorCode::ProviderMisconfigured | ErrorCode::Internal => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+            ErrorCode::ProviderUnavailable
+            | ErrorCode::Overloaded
+            | ErrorCode::QuotaUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::UpstreamFailed => StatusCode::BAD_GATEWAY,
+        }
+    }
+
+    /// OpenAI's `error.type`.
+    pub const fn openai_type(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidRequest
+            | ErrorCode::PayloadTooLarge
+            | ErrorCode::InvalidApiKey
+            | ErrorCode::InvalidAdminToken
+            | ErrorCode::ModelNotFound
+            | ErrorCode::NotFound
+            | ErrorCode::Conflict
+            | ErrorCode::UpstreamRejected => "invalid_request_error",
+            ErrorCode::RouteNotAllowed => "permission_error",
+            ErrorCode::RateLimited => "rate_limit_error",
+            ErrorCode::BudgetExceeded => "insufficient_quota",
+            ErrorCode::ProviderMisconfigured
+            | ErrorCode::ProviderUnavailable
+            | ErrorCode::UpstreamFailed
+            | ErrorCode::Overloaded
+            | ErrorCode::QuotaUnavailable
+            | ErrorCode::Internal => "server_error",
+        }
+    }
+
+    /// The wire `error.code`, and the `status` label of metrics.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidRequest => "invalid_request",
+            ErrorCode::PayloadTooLarge => "payload_too_large",
+            ErrorCode::InvalidApiKey => "invalid_api_key",
+            ErrorCode::InvalidAdminToken => "invalid_admin_token",
+            ErrorCode::ModelNotFound => "model_not_found",
+            ErrorCode::RouteNotAllowed => "model_not_allowed",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::Conflict => "conflict",
+            ErrorCode::RateLimited => "rate_limit_exceeded",
+            ErrorCode::BudgetExceeded => "budget_exceeded",
+            ErrorCode::UpstreamRejected => "upstream_rejected",
+            ErrorCode::ProviderMisconfigured => "provider_misconfigured",
+            ErrorCode::ProviderUnavailable => "provider_unavailable",
+            ErrorCode::UpstreamFailed => "upstream_failed",
+            ErrorCode::Overloaded => "overloaded",
+            ErrorCode::QuotaUnavailable => "quota_unavailable",
+            ErrorCode::Internal => "internal_error",
+        }
+    }
+}
+
+/// An error on its way to the client, with the context its response needs.
+/// Boxed: it travels in every `Result` of the request path.
+#[derive(Debug)]
+pub struct ApiError(Box<Inner>);
+
+#[derive(Debug)]
+struct Inner {
+    code: ErrorCode,
+    message: String,
+    param: Option<String>,
+    status: Option<StatusCode>,
+    retry_after_s: Option<u64>,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    /// An upstream's own error body, returned unchanged.
+    raw_body: Option<Bytes>,
+}
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ApiError(Box::new(Inner {
+            code,
+            message: message.into(),
+            param: None,
+            status: None,
+            retry_after_s: None,
+            headers: Vec::new(),
+            raw_body: None,
+        }))
+    }
+
+    pub fn invalid_request(param: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError::new(ErrorCode::InvalidRequest, message).with_param(param)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        ApiError::new(ErrorCode::Internal, message)
+    }
+
+    #[must_use]
+    pub fn with_param(mut self, param: impl Into<String>) -> Self {
+        self.0.param = Some(param.into());
+        self
+    }
+
+    #[must_use]
+    pub fn with_retry_after(mut self, seconds: u64) -> Self {
+        self.0.retry_after_s = Some(seconds.max(1));
+        self
+    }
+
+    #[must_use]
+    pub fn with_header(mut self, name: HeaderName, value: HeaderValue) -> Self {
+        self.0.headers.push((name, value));
+        self
+    }
+
+    /// An upstream 4xx passed back with its own status and body.
+    pub fn upstream_rejected(status: StatusCode, body: Bytes) -> Self {
+        let mut error = ApiError::new(
+            ErrorCode::UpstreamRejected,
+            "the upstream refused the request",
+        );
+        error.0.status = Some(status);
+        error.0.raw_body = Some(body);
+        error
+    }
+
+    pub fn code(&self) -> ErrorCode {
+        self.0.code
+    }
+
+    pub fn message(&self) -> &str {
+        &self.0.message
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.0.code.as_str(), self.0.message)
+    }
+}
+
+#[derive(Serialize)]
+struct Envelope<'a> {
+    error: EnvelopeBody<'a>,
+}
+
+#[derive(Serialize)]
+struct EnvelopeBody<'a> {
+    message: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    code: &'static str,
+    param: Option<&'a str>,
+}
+
+impl ApiError {
+    /// The OpenAI envelope for this error, as bytes.
+    pub fn envelope_json(&self) -> Vec<u8> {
+        let e = &self.0;
+        let envelope = Envelope {
+            error: EnvelopeBody {
+                message: &e.message,
+                kind: e.code.openai_type(),
+                code: e.code.as_str(),
+                param: e.param.as_deref(),
+            },
+        };
+        serde_json::to_vec(&envelope).unwrap_or_else(|_| b"{\"error\":{}}".to_vec())
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        self.0.status.unwrap_or_else(|| self.0.code.status())
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let status = self.status_code();
+        let e = &self.0;
+        if status.is_server_error() {
+            tracing::error!(code = e.code.as_str(), status = status.as_u16(), message = %e.message, "Request failed.");
+        } else if e.code == ErrorCode::UpstreamRejected {
+            tracing::warn!(
+                code = e.code.as_str(),
+                status = status.as_u16(),
+                "Upstream refused the request."
+            );
+        } else {
+            tracing::debug!(code = e.code.as_str(), status = status.as_u16(), message = %e.message, "Request refused.");
+        }
+        let mut response = HttpResponse::build(status);
+        response.content_type("application/json");
+        if let Some(seconds) = e.retry_after_s {
+            response.insert_header(("retry-after", seconds.to_string()));
+        }
+        if e.code == ErrorCode::BudgetExceeded {
+            // OpenAI SDKs retry by status unless told otherwise; a budget refusal is final.
+            response.insert_header(("x-should-retry", "false"));
+        }
+        for (name, value) in &e.headers {
+            response.insert_header((name.clone(), value.clone()));
+        }
+        match &e.raw_body {
+            Some(body) => response.body(body.clone()),
+            None => response.body(self.envelope_json()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_error_renders_the_openai_envelope_with_402() {
+        let error = ApiError::new(ErrorCode::BudgetExceeded, "budget exceeded: remaining 1");
+        assert_eq!(error.status_code(), StatusCode::PAYMENT_REQUIRED);
+        let body: serde_json::Value = serde_json::from_slice(&error.envelope_json()).unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({"error": {
+                "message": "budget exceeded: remaining 1",
+                "type": "insufficient_quota",
+                "code": "budget_exceeded",
+                "param": null
+            }})
+        );
+        let response = error.error_response();
+        assert_eq!(response.headers().get("x-should-retry").unwrap(), "false");
+    }
+
+    #[test]
+    fn rate_limit_carries_retry_after() {
+        let response = ApiError::new(ErrorCode::RateLimited, "slow down")
+            .with_retry_after(3)
+            .error_response();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers().get("retry-after").unwrap(), "3");
+    }
+}

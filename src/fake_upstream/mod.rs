@@ -1,0 +1,61 @@
+//! In-process fake of an OpenAI-compatible upstream for the demo, integration tests and load
+//! harness. It owns the scenario language carried in the request's `model` string (forced
+//! statuses, delays, flaky starts, usage shapes), the instance-wide fault injection (latency,
+//! random errors, forced status), the request capture/counters, and the server lifecycle both
+//! embedded (`start`) and standalone (`serve`).
+
+mod args;
+mod scenario;
+mod server;
+mod stats;
+
+use std::io;
+use std::net::SocketAddr;
+
+pub use args::FakeArgs;
+pub use server::{RunningFake, serve, start};
+pub use stats::{CapturedRequest, FakeStats};
+
+/// Instance-wide behaviour, applied on top of whatever the request's `model` string asks for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FakeConfig {
+    /// Extra latency added to every chat request (on top of any `delay-…ms` segment).
+    pub latency: Latency,
+    /// Probability of a random 503, in parts per million (`0..=1_000_000`).
+    pub error_rate_ppm: u32,
+    /// When set, every chat request with a parsable body is answered with this status.
+    pub forced_status: Option<u16>,
+}
+
+/// Instance-wide latency model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Latency {
+    #[default]
+    None,
+    Fixed {
+        ms: u64,
+    },
+    /// `median_ms × exp(sigma × N(0,1))`; `sigma_milli` is sigma in thousandths.
+    LogNormal {
+        median_ms: u64,
+        sigma_milli: u32,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FakeError {
+    #[error("invalid --error-rate {value:?}: expected a decimal between 0 and 1")]
+    ErrorRate { value: String },
+    #[error("invalid --latency-sigma {value:?}: expected a non-negative decimal")]
+    LatencySigma { value: String },
+    #[error("invalid --status {status}: expected an http status between 400 and 599")]
+    Status { status: u16 },
+    #[error("cannot bind the fake upstream to {addr}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    #[error("the fake upstream server failed")]
+    Server(#[source] io::Error),
+}

@@ -1,0 +1,152 @@
+//! Counters and the capture log of the fake upstream: written by the server's workers, read by
+//! tests and the demo through `RunningFake::stats` while the server keeps running.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use serde_json::Value;
+
+/// Beyond this many, requests are still counted but no longer captured, so a long load run
+/// cannot grow the fake's memory without bound. Tests stay far below it.
+const MAX_CAPTURED: usize = 10_000;
+
+/// One chat request as the fake received it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CapturedRequest {
+    pub path: String,
+    /// Lower-cased names, sorted by name; repeated headers keep their order.
+    pub headers: Vec<(String, String)>,
+    /// The parsed JSON body; an unparsable body is kept verbatim as a JSON string.
+    pub body: Value,
+}
+
+impl CapturedRequest {
+    /// The first value of a header (name matched case-insensitively).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+/// Shared counters of one fake upstream instance.
+#[derive(Debug, Default)]
+pub struct FakeStats {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    requests: u64,
+    by_model: HashMap<String, u64>,
+    captured: Vec<CapturedRequest>,
+}
+
+/// 1-based positions of a request, returned when it is recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Ordinals {
+    /// Among all chat requests of this instance.
+    pub request: u64,
+    /// Among the requests for the same `model` string (0 when the body names no model).
+    pub for_model: u64,
+}
+
+impl FakeStats {
+    /// Chat requests received, failures and unparsable bodies included.
+    pub fn requests(&self) -> u64 {
+        self.lock().requests
+    }
+
+    /// Chat requests whose body carried exactly this `model` string.
+    pub fn requests_for_model(&self, model: &str) -> u64 {
+        self.lock().by_model.get(model).copied().unwrap_or(0)
+    }
+
+    /// Chat requests in arrival order (the first 10 000 of them).
+    pub fn captured(&self) -> Vec<CapturedRequest> {
+        self.lock().captured.clone()
+    }
+
+    pub(super) fn record(&self, request: CapturedRequest, model: Option<&str>) -> Ordinals {
+        let mut inner = self.lock();
+        inner.requests = inner.requests.saturating_add(1);
+        let for_model = model.map_or(0, |model| {
+            let count = inner.by_model.entry(model.to_owned()).or_insert(0);
+            *count = count.saturating_add(1);
+            *count
+        });
+        if inner.captured.len() < MAX_CAPTURED {
+            inner.captured.push(request);
+        }
+        Ordinals {
+            request: inner.requests,
+            for_model,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // The guarded data stays consistent even if a holder panicked: every update is a
+        // single saturating step.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn request(body: Value) -> CapturedRequest {
+        CapturedRequest {
+            path: "/v1/chat/completions".to_owned(),
+            headers: vec![("x-trace".to_owned(), "1".to_owned())],
+            body,
+        }
+    }
+
+    #[test]
+    fn counts_per_model_and_in_total() {
+        let stats = FakeStats::default();
+        let first = stats.record(request(json!({"model": "a"})), Some("a"));
+        let second = stats.record(request(json!({"model": "b"})), Some("b"));
+        let third = stats.record(request(json!({"model": "a"})), Some("a"));
+        let unparsable = stats.record(request(json!("{oops")), None);
+        assert_eq!(
+            first,
+            Ordinals {
+                request: 1,
+                for_model: 1
+            }
+        );
+        assert_eq!(
+            second,
+            Ordinals {
+                request: 2,
+                for_model: 1
+            }
+        );
+        assert_eq!(
+            third,
+            Ordinals {
+                request: 3,
+                for_model: 2
+            }
+        );
+        assert_eq!(
+            unparsable,
+            Ordinals {
+                request: 4,
+                for_model: 0
+            }
+        );
+        assert_eq!(stats.requests(), 4);
+        assert_eq!(stats.requests_for_model("a"), 2);
+        assert_eq!(stats.requests_for_model("zzz"), 0);
+        let captured = stats.captured();
+        assert_eq!(captured.len(), 4);
+        assert_eq!(captured[1].body, json!({"model": "b"}));
+        assert_eq!(captured[0].header("X-Trace"), Some("1"));
+    }
+}

@@ -1,0 +1,115 @@
+//! Identifier newtypes. Ids cross every module boundary; a bare `String` in a
+//! signature would let a tenant id be passed where a key id belongs.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+macro_rules! string_id {
+    ($(#[$meta:meta])* $name:ident) => {
+        $(#[$meta])*
+        #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(Arc<str>);
+
+        impl $name {
+            pub fn new(value: impl Into<Arc<str>>) -> Self {
+                Self(value.into())
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}({:?})", stringify!($name), &*self.0)
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(&self.0)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                String::deserialize(deserializer).map(Self::new)
+            }
+        }
+    };
+}
+
+string_id!(
+    /// A tenant: lowercase letters, digits, `-` and `_`, at most 64 characters.
+    TenantId
+);
+string_id!(
+    /// The public part of an API key (`tg_<keyid>_<secret>`).
+    KeyId
+);
+string_id!(
+    /// The gateway's own id for one client request.
+    RequestId
+);
+string_id!(RouteName);
+string_id!(ProviderName);
+
+impl TenantId {
+    /// Tenant ids appear in Redis keys, metric labels and URLs, so the alphabet is narrow.
+    pub fn parse(value: &str) -> Option<TenantId> {
+        let ok = !value.is_empty()
+            && value.len() <= 64
+            && value
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+        ok.then(|| TenantId::new(value))
+    }
+}
+
+impl RequestId {
+    pub fn generate() -> RequestId {
+        RequestId::new(uuid::Uuid::now_v7().simple().to_string())
+    }
+}
+
+/// One reservation inside one tenant actor's book; unique per process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ReservationId(pub u64);
+
+/// A ledger event's unique id: replaying an event never inserts it twice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EventId(uuid::Uuid);
+
+impl EventId {
+    pub fn generate() -> EventId {
+        EventId(uuid::Uuid::now_v7())
+    }
+}
+
+impl fmt::Display for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0.simple())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tenant_ids_are_narrow() {
+        assert!(TenantId::parse("acme-1_x").is_some());
+        for bad in ["", "Acme", "a b", "a/b", "{x}", &"a".repeat(65)] {
+            assert!(TenantId::parse(bad).is_none(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! One ledger event: an upstream attempt, a cache hit or an orphaned reservation.
+
+use crate::ids::{EventId, KeyId, RequestId, TenantId};
+use crate::money::Nanos;
+use crate::period::Date;
+use crate::pricing::Usage;
+
+/// What became of one attempt; the wire value is the `usage.status` column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptStatus {
+    /// Served by the route's first target.
+    Ok,
+    /// Served by a later target after an earlier one failed.
+    FallbackOk,
+    /// The upstream failed (timeout, connection, 5xx, 429); the gateway moved on.
+    UpstreamError,
+    /// The upstream refused the request itself (4xx); passed back to the caller.
+    ClientError,
+    /// The request never left: the provider's settings are wrong.
+    LocalError,
+    /// A reservation that expired unsettled, committed at its reserved amount.
+    Orphaned,
+}
+
+impl AttemptStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptStatus::Ok => "ok",
+            AttemptStatus::FallbackOk => "fallback_ok",
+            AttemptStatus::UpstreamError => "upstream_error",
+            AttemptStatus::ClientError => "client_error",
+            AttemptStatus::LocalError => "local_error",
+            AttemptStatus::Orphaned => "orphaned",
+        }
+    }
+}
+
+/// Where a row's token counts came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsageKind {
+    Reported,
+    Estimated,
+    None,
+}
+
+impl UsageKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UsageKind::Reported => "reported",
+            UsageKind::Estimated => "estimated",
+            UsageKind::None => "none",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct UsageEvent {
+    pub event_id: EventId,
+    pub request_id: RequestId,
+    pub client_request_id: Option<String>,
+    pub trace_id: Option<String>,
+    pub tenant: TenantId,
+    pub key: KeyId,
+    pub feature: String,
+    pub route: String,
+    pub provider: String,
+    pub model: String,
+    pub attempt: u32,
+    pub status: AttemptStatus,
+    pub upstream_status: Option<u16>,
+    pub usage: Usage,
+    pub usage_kind: UsageKind,
+    pub reserved: Nanos,
+    pub charged: Nanos,
+    pub price_version: String,
+    pub latency_ms: u64,
+    pub ttft_ms: Option<u64>,
+    pub error: Option<String>,
+    pub created_at_ms: u64,
+}
+
+impl UsageEvent {
+    pub fn to_active_model(&self) -> entity::usage::ActiveModel {
+        use sea_orm::ActiveValue::{NotSet, Set};
+        let date = Date::from_unix_ms(self.created_at_ms);
+        let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        entity::usage::ActiveModel {
+            id: NotSet,
+            event_id: Set(self.event_id.to_string()),
+            request_id: Set(self.request_id.to_string()),
+            client_request_id: Set(self.client_request_id.clone()),
+            trace_id: Set(self.trace_id.clone()),
+            tenant_id: Set(self.tenant.to_string()),
+            key_id: Set(self.key.to_string()),
+            feature: Set(self.feature.clone()),
+            route: Set(self.route.clone()),
+            provider: Set(self.provider.clone()),
+            model: Set(self.model.clone()),
+            attempt: Set(i32::try_from(self.attempt).unwrap_or(i32::MAX)),
+            status: Set(self.status.as_str().to_owned()),
+            upstream_status: Set(self.upstream_status.map(i32::from)),
+            prompt_tokens: Set(int(self.usage.prompt_tokens)),
+            cached_tokens: Set(int(self.usage.cached_tokens)),
+            cache_write_tokens: Set(int(self.usage.cache_write_tokens)),
+            completion_tokens: Set(int(self.usage.completion_tokens)),
+            usage_kind: Set(self.usage_kind.as_str().to_owned()),
+            reserved_nanos: Set(self.reserved.to_db()),
+            charged_nanos: Set(self.charged.to_db()),
+            price_version: Set(self.price_version.clone()),
+            latency_ms: Set(int(self.latency_ms)),
+            ttft_ms: Set(self.ttft_ms.map(int)),
+            error: Set(self.error.clone()),
+            created_at_ms: Set(int(self.created_at_ms)),
+            day: Set(date.day_key()),
+            period: Set(date.month_key()),
+        }
+    }
+}

@@ -1,0 +1,11 @@
+//! The usage ledger: every upstream attempt becomes one row. Requests hand
+//! events to the LedgerActor and move on; the actor batches them into the
+//! database by size and by age, and keeps them while the database is away.
+
+pub mod actor;
+pub mod batch;
+pub mod event;
+pub mod repo;
+
+pub use actor::{LedgerActor, LedgerHandle};
+pub use event::{AttemptStatus, UsageEvent, UsageKind};

@@ -1,0 +1,185 @@
+//! sea-orm reads and writes of the usage ledger.
+
+use sea_orm::sea_query::{Expr, OnConflict};
+use sea_orm::{
+    ColumnTrait, DatabaseConnection, EntityTrait, FromQueryResult, QueryFilter, QueryOrder,
+    QuerySelect,
+};
+use serde::Serialize;
+
+use entity::usage;
+
+use super::event::UsageEvent;
+use crate::ids::TenantId;
+use crate::money::Nanos;
+use crate::storage::StorageError;
+
+/// Inserts a batch; events already present (same event id) are skipped, so a
+/// replayed batch never duplicates a row.
+pub async fn insert_batch(
+    db: &DatabaseConnection,
+    events: &[UsageEvent],
+) -> Result<(), StorageError> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    usage::Entity::insert_many(events.iter().map(UsageEvent::to_active_model))
+        .on_conflict(
+            OnConflict::column(usage::Column::EventId)
+                .do_nothing()
+                .to_owned(),
+        )
+        .exec_without_returning(db)
+        .await?;
+    Ok(())
+}
+
+#[derive(Debug, FromQueryResult)]
+struct Sum {
+    total: Option<i64>,
+}
+
+/// The tenant's committed spend in a budget period, from the ledger.
+pub async fn committed_in_period(
+    db: &DatabaseConnection,
+    tenant: &TenantId,
+    period: &str,
+) -> Result<Nanos, StorageError> {
+    let row = usage::Entity::find()
+        .select_only()
+        .column_as(Expr::cust("CAST(SUM(charged_nanos) AS BIGINT)"), "total")
+        .filter(usage::Column::TenantId.eq(tenant.as_str()))
+        .filter(usage::Column::Period.eq(period))
+        .into_model::<Sum>()
+        .one(db)
+        .await?;
+    Ok(Nanos::from_db(row.and_then(|r| r.total).unwrap_or(0)))
+}
+
+/// What a spend report groups by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupBy {
+    Tenant,
+    Feature,
+    Model,
+    Provider,
+    Route,
+    Day,
+    Status,
+}
+
+impl GroupBy {
+    pub fn parse(text: &str) -> Option<GroupBy> {
+        Some(match text {
+            "tenant" => GroupBy::Tenant,
+            "feature" => GroupBy::Feature,
+            "model" => GroupBy::Model,
+            "provider" => GroupBy::Provider,
+            "route" => GroupBy::Route,
+            "day" => GroupBy::Day,
+            "status" => GroupBy::Status,
+            _ => return None,
+        })
+    }
+
+    fn column(self) -> usage::Column {
+        match self {
+            GroupBy::Tenant => usage::Column::TenantId,
+            GroupBy::Feature => usage::Column::Feature,
+            GroupBy::Model => usage::Column::Model,
+            GroupBy::Provider => usage::Column::Provider,
+            GroupBy::Route => usage::Column::Route,
+            GroupBy::Day => usage::Column::Day,
+            GroupBy::Status => usage::Column::Status,
+        }
+    }
+}
+
+#[derive(Debug, Clone, FromQueryResult)]
+struct RawSpendRow {
+    key: String,
+    requests: i64,
+    attempts: i64,
+    prompt_tokens: Option<i64>,
+    cached_tokens: Option<i64>,
+    completion_tokens: Option<i64>,
+    charged_nanos: Option<i64>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct SpendRow {
+    pub key: String,
+    pub requests: u64,
+    pub attempts: u64,
+    pub prompt_tokens: u64,
+    pub cached_tokens: u64,
+    pub completion_tokens: u64,
+    pub cost: Nanos,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct SpendFilter {
+    pub tenant: Option<TenantId>,
+    /// Inclusive, Unix ms.
+    pub from_ms: Option<u64>,
+    /// Exclusive, Unix ms.
+    pub to_ms: Option<u64>,
+}
+
+pub async fn spend(
+    db: &DatabaseConnection,
+    filter: &SpendFilter,
+    group_by: GroupBy,
+) -> Result<Vec<SpendRow>, StorageError> {
+    let sum = |column: &str| Expr::cust(format!("CAST(SUM({column}) AS BIGINT)"));
+    let mut query = usage::Entity::find()
+        .select_only()
+        .column_as(group_by.column(), "key")
+        .column_as(Expr::cust("COUNT(DISTINCT request_id)"), "requests")
+        .column_as(Expr::cust("COUNT(*)"), "attempts")
+        .column_as(sum("prompt_tokens"), "prompt_tokens")
+        .column_as(sum("cached_tokens"), "cached_tokens")
+        .column_as(sum("completion_tokens"), "completion_tokens")
+        .column_as(sum("charged_nanos"), "charged_nanos");
+    if let Some(tenant) = &filter.tenant {
+        query = query.filter(usage::Column::TenantId.eq(tenant.as_str()));
+    }
+    let ms = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    if let Some(from) = filter.from_ms {
+        query = query.filter(usage::Column::CreatedAtMs.gte(ms(from)));
+    }
+    if let Some(to) = filter.to_ms {
+        query = query.filter(usage::Column::CreatedAtMs.lt(ms(to)));
+    }
+    let rows = query
+        .group_by(group_by.column())
+        .order_by_asc(group_by.column())
+        .into_model::<RawSpendRow>()
+        .all(db)
+        .await?;
+    let count = |v: Option<i64>| u64::try_from(v.unwrap_or(0)).unwrap_or(0);
+    Ok(rows
+        .into_iter()
+        .map(|r| SpendRow {
+            key: r.key,
+            requests: count(Some(r.requests)),
+            attempts: count(Some(r.attempts)),
+            prompt_tokens: count(r.prompt_tokens),
+            cached_tokens: count(r.cached_tokens),
+            completion_tokens: count(r.completion_tokens),
+            cost: Nanos::from_db(r.charged_nanos.unwrap_or(0)),
+        })
+        .collect())
+}
+
+/// Every row of a tenant, oldest first (tests and reconciliation).
+pub async fn tenant_rows(
+    db: &DatabaseConnection,
+    tenant: &TenantId,
+) -> Result<Vec<usage::Model>, StorageError> {
+    Ok(usage::Entity::find()
+        .filter(usage::Column::TenantId.eq(tenant.as_str()))
+        .order_by_asc(usage::Column::Id)
+        .all(db)
+        .await?)
+}

@@ -1,0 +1,26 @@
+//! Tollgate: a multi-tenant LLM gateway with strict budgets.
+#![forbid(unsafe_code)]
+
+pub mod admin;
+pub mod api;
+pub mod app;
+pub mod auth;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod directory;
+pub mod error;
+pub mod fake_upstream;
+pub mod ids;
+pub mod ledger;
+pub mod money;
+pub mod openai;
+pub mod period;
+pub mod pipeline;
+pub mod pricing;
+pub mod provider;
+pub mod state;
+pub mod storage;
+pub mod telemetry;
+pub mod tenant;
+pub mod tokenize;

@@ -1,0 +1,198 @@
+//! A chat completion request, validated just enough to route, estimate and
+//! bound it. The body is kept as a JSON map so every field the caller sent
+//! (tools, response_format, unknown ones) reaches the upstream unchanged.
+
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+
+#[derive(Debug, Clone)]
+pub struct ChatRequest {
+    body: Map<String, Value>,
+    model: String,
+    max_tokens: Option<u32>,
+    max_tokens_field: &'static str,
+    stream: bool,
+}
+
+impl ChatRequest {
+    pub fn parse(bytes: &[u8]) -> Result<ChatRequest, ApiError> {
+        let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+            ApiError::invalid_request("body", format!("the body is not valid JSON: {e}"))
+        })?;
+        let Value::Object(body) = value else {
+            return Err(ApiError::invalid_request(
+                "body",
+                "the body must be a JSON object",
+            ));
+        };
+        let model = match body.get("model") {
+            Some(Value::String(m)) if !m.trim().is_empty() => m.clone(),
+            Some(_) => {
+                return Err(ApiError::invalid_request(
+                    "model",
+                    "`model` must be a non-empty string",
+                ));
+            }
+            None => return Err(ApiError::invalid_request("model", "`model` is required")),
+        };
+        validate_messages(body.get("messages"))?;
+        let (max_tokens, max_tokens_field) =
+            match (body.get("max_completion_tokens"), body.get("max_tokens")) {
+                (Some(v), _) if !v.is_null() => (
+                    Some(positive_u32(v, "max_completion_tokens")?),
+                    "max_completion_tokens",
+                ),
+                (_, Some(v)) if !v.is_null() => {
+                    (Some(positive_u32(v, "max_tokens")?), "max_tokens")
+                }
+                _ => (None, "max_tokens"),
+            };
+        let stream = match body.get("stream") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                return Err(ApiError::invalid_request(
+                    "stream",
+                    "`stream` must be a boolean",
+                ));
+            }
+        };
+        Ok(ChatRequest {
+            body,
+            model,
+            max_tokens,
+            max_tokens_field,
+            stream,
+        })
+    }
+
+    pub fn body(&self) -> &Map<String, Value> {
+        &self.body
+    }
+
+    /// The `model` the caller asked for: a route name.
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    pub fn max_tokens(&self) -> Option<u32> {
+        self.max_tokens
+    }
+
+    /// The field the caller used for the output limit; the gateway sets the same one.
+    pub fn max_tokens_field(&self) -> &'static str {
+        self.max_tokens_field
+    }
+
+    pub fn stream(&self) -> bool {
+        self.stream
+    }
+}
+
+fn positive_u32(value: &Value, field: &str) -> Result<u32, ApiError> {
+    value
+        .as_u64()
+        .filter(|n| *n > 0)
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| {
+            ApiError::invalid_request(field, format!("`{field}` must be a positive integer"))
+        })
+}
+
+fn validate_messages(messages: Option<&Value>) -> Result<(), ApiError> {
+    let Some(messages) = messages else {
+        return Err(ApiError::invalid_request(
+            "messages",
+            "`messages` is required",
+        ));
+    };
+    let Value::Array(messages) = messages else {
+        return Err(ApiError::invalid_request(
+            "messages",
+            "`messages` must be an array",
+        ));
+    };
+    if messages.is_empty() {
+        return Err(ApiError::invalid_request(
+            "messages",
+            "`messages` must not be empty",
+        ));
+    }
+    for (i, message) in messages.iter().enumerate() {
+        let Value::Object(message) = message else {
+            return Err(ApiError::invalid_request(
+                format!("messages[{i}]"),
+                "each message must be an object",
+            ));
+        };
+        match message.get("role") {
+            Some(Value::String(role)) if !role.is_empty() => {}
+            _ => {
+                return Err(ApiError::invalid_request(
+                    format!("messages[{i}].role"),
+                    "each message needs a string `role`",
+                ));
+            }
+        }
+        match message.get("content") {
+            None | Some(Value::Null | Value::String(_) | Value::Array(_)) => {}
+            Some(_) => {
+                return Err(ApiError::invalid_request(
+                    format!("messages[{i}].content"),
+                    "`content` must be a string or an array of parts",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn param_of(body: &str) -> String {
+        let error = ChatRequest::parse(body.as_bytes()).unwrap_err();
+        let envelope: Value = serde_json::from_slice(&error.envelope_json()).unwrap();
+        envelope["error"]["param"].as_str().unwrap().to_owned()
+    }
+
+    #[test]
+    fn names_the_offending_field() {
+        assert_eq!(param_of("{"), "body");
+        assert_eq!(param_of("[]"), "body");
+        assert_eq!(
+            param_of(r#"{"messages":[{"role":"user","content":"x"}]}"#),
+            "model"
+        );
+        assert_eq!(param_of(r#"{"model":"fast"}"#), "messages");
+        assert_eq!(
+            param_of(r#"{"model":"fast","messages":[{"content":"x"}]}"#),
+            "messages[0].role"
+        );
+        assert_eq!(
+            param_of(r#"{"model":"fast","messages":[{"role":"user","content":1}]}"#),
+            "messages[0].content"
+        );
+        assert_eq!(
+            param_of(r#"{"model":"fast","messages":[{"role":"user"}],"max_tokens":-1}"#),
+            "max_tokens"
+        );
+        assert_eq!(
+            param_of(r#"{"model":"fast","messages":[{"role":"user"}],"stream":"yes"}"#),
+            "stream"
+        );
+    }
+
+    #[test]
+    fn keeps_unknown_fields_and_reads_the_output_limit() {
+        let request = ChatRequest::parse(
+            br#"{"model":"fast","messages":[{"role":"user","content":"x"}],"max_completion_tokens":7,"tools":[],"x_custom":1}"#,
+        )
+        .unwrap();
+        assert_eq!(request.max_tokens(), Some(7));
+        assert_eq!(request.max_tokens_field(), "max_completion_tokens");
+        assert!(request.body().contains_key("x_custom"));
+    }
+}

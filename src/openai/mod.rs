@@ -1,0 +1,5 @@
+//! OpenAI wire types: what the gateway must read of a chat request, and the
+//! model list. Everything else in a body passes through untouched.
+
+pub mod chat;
+pub mod models;

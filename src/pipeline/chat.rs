@@ -1,0 +1,503 @@
+//! handle_chat: the numbered flow of DESIGN.md for a non-streaming call.
+//! Cheapest refusal first; no step awaits the database; every upstream
+//! attempt is recorded; the reservation is settled with the real cost or
+//! released (its guard releases it if this future is dropped).
+
+use actix_web::http::StatusCode;
+use actix_web::http::header::{HeaderName, HeaderValue};
+use bytes::Bytes;
+
+use super::context::RequestContext;
+use crate::clock::{elapsed_ms, monotonic};
+use crate::config::{Route, Target};
+use crate::error::{ApiError, ErrorCode};
+use crate::ids::EventId;
+use crate::ledger::{AttemptStatus, UsageEvent, UsageKind};
+use crate::money::Nanos;
+use crate::openai::chat::ChatRequest;
+use crate::pricing::{self, Usage};
+use crate::provider::actor::Verdict;
+use crate::provider::adapters::openai::{self, ResponseUsage};
+use crate::provider::call::{self, CallHeaders, UpstreamReply};
+use crate::provider::classify::{Class, classify_error, classify_status};
+use crate::state::Gateway;
+use crate::telemetry::metrics::{Metric, counter_add, observe_ms};
+use crate::tenant::handle::committed;
+use crate::tenant::{QuotaError, RateDecision, ReservationGuard, ReservationMeta, ReserveRequest};
+
+/// Extra time past the request deadline before an unsettled reservation counts as orphaned.
+const RESERVATION_MARGIN_MS: u64 = 30_000;
+
+/// A served call.
+#[derive(Debug)]
+pub struct ChatOutcome {
+    pub body: Bytes,
+    pub provider: String,
+    pub model: String,
+    pub cost: Nanos,
+    pub remaining: Option<Nanos>,
+    pub rate: RateDecision,
+    /// `Some(n)` when `clamp` mode lowered `max_tokens` to `n`.
+    pub clamped_max_tokens: Option<u32>,
+}
+
+pub async fn handle_chat(
+    gw: &Gateway,
+    client: &awc::Client,
+    ctx: &RequestContext,
+    body: &[u8],
+) -> Result<ChatOutcome, ApiError> {
+    let request = ChatRequest::parse(body)?;
+    if request.stream() {
+        return Err(ApiError::invalid_request(
+            "stream",
+            "streaming is not supported by this gateway yet; send `stream: false`",
+        ));
+    }
+    let route = resolve_route(gw, ctx, request.model())?;
+    let tier = gw.config.tiers.get(&ctx.tenant.tier).ok_or_else(|| {
+        ApiError::internal(format!("tiers.{} is not configured", ctx.tenant.tier))
+    })?;
+    let tenant = gw
+        .tenants
+        .handle(&ctx.tenant)
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+
+    let rate = tenant.check_rate().await.map_err(|e| quota_error(&e))?;
+    if !rate.allowed {
+        counter_add(
+            Metric::RejectionsTotal,
+            &[("reason", "rate_limit_requests")],
+            1,
+        );
+        let error = ApiError::new(
+            ErrorCode::RateLimited,
+            format!("rate limit reached: {} requests per minute", rate.limit),
+        )
+        .with_retry_after(rate.retry_after_ms.div_ceil(1000));
+        return Err(with_rate_headers(error, &rate));
+    }
+    if gw.ledger.is_saturated() {
+        return Err(ApiError::new(
+            ErrorCode::Overloaded,
+            "the usage ledger is behind; try again shortly",
+        )
+        .with_retry_after(1));
+    }
+
+    let input_tokens = gw.estimator.estimate_chat_input(request.body());
+    let max_tokens = request
+        .max_tokens()
+        .or(ctx.tenant.default_max_tokens)
+        .unwrap_or(tier.default_max_tokens);
+    let now = gw.clock.now_ms();
+    let reservation = tenant
+        .reserve(
+            ReserveRequest {
+                input_tokens,
+                input_price: route.worst_input_price,
+                output_price: route.worst_output_price,
+                max_tokens,
+                expires_at_ms: now + gw.config.server.request_timeout_ms + RESERVATION_MARGIN_MS,
+            },
+            ReservationMeta {
+                request_id: ctx.request_id.clone(),
+                key: ctx.key.id.clone(),
+                feature: ctx.feature.clone(),
+                route: route.name.to_string(),
+                client_request_id: ctx.client_request_id.clone(),
+                trace_id: ctx.trace_id.clone(),
+            },
+        )
+        .await
+        .map_err(|e| budget_error(&e, &rate))?;
+
+    let dispatch = Dispatch {
+        gw,
+        client,
+        ctx,
+        route,
+        request: &request,
+        input_tokens,
+        rate,
+    };
+    dispatch.run(reservation).await
+}
+
+fn resolve_route<'a>(
+    gw: &'a Gateway,
+    ctx: &RequestContext,
+    model: &str,
+) -> Result<&'a Route, ApiError> {
+    let route = gw.config.route(model).ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::ModelNotFound,
+            format!("the model `{model}` does not exist"),
+        )
+        .with_param("model")
+    })?;
+    let in_tier = gw
+        .config
+        .tiers
+        .get(&ctx.tenant.tier)
+        .is_some_and(|tier| tier.routes.contains(&route.name));
+    let in_allow_list = ctx
+        .tenant
+        .allowed_routes
+        .as_ref()
+        .is_none_or(|allowed| allowed.contains(&route.name));
+    if !(in_tier && in_allow_list) {
+        return Err(ApiError::new(
+            ErrorCode::RouteNotAllowed,
+            format!("this key may not use the model `{model}`"),
+        )
+        .with_param("model"));
+    }
+    Ok(route)
+}
+
+fn quota_error(error: &QuotaError) -> ApiError {
+    match error {
+        QuotaError::Refused(refused) => {
+            ApiError::new(ErrorCode::BudgetExceeded, refused.to_string())
+        }
+        QuotaError::Unavailable => ApiError::new(
+            ErrorCode::QuotaUnavailable,
+            "the tenant's budget state is unavailable; try again shortly",
+        )
+        .with_retry_after(1),
+    }
+}
+
+fn budget_error(error: &QuotaError, rate: &RateDecision) -> ApiError {
+    if matches!(error, QuotaError::Refused(_)) {
+        counter_add(Metric::RejectionsTotal, &[("reason", "budget")], 1);
+    }
+    with_rate_headers(quota_error(error), rate)
+}
+
+fn header(name: &'static str, value: &dyn std::fmt::Display) -> Option<(HeaderName, HeaderValue)> {
+    let value = HeaderValue::from_str(&value.to_string()).ok()?;
+    Some((HeaderName::from_static(name), value))
+}
+
+/// OpenAI's `x-ratelimit-*-requests` headers.
+pub fn rate_headers(rate: &RateDecision) -> Vec<(HeaderName, HeaderValue)> {
+    [
+        header("x-ratelimit-limit-requests", &rate.limit),
+        header("x-ratelimit-remaining-requests", &rate.remaining),
+        header(
+            "x-ratelimit-reset-requests",
+            &format_args!("{}ms", rate.reset_ms),
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+fn with_rate_headers(mut error: ApiError, rate: &RateDecision) -> ApiError {
+    for (name, value) in rate_headers(rate) {
+        error = error.with_header(name, value);
+    }
+    error
+}
+
+struct Dispatch<'a> {
+    gw: &'a Gateway,
+    client: &'a awc::Client,
+    ctx: &'a RequestContext,
+    route: &'a Route,
+    request: &'a ChatRequest,
+    input_tokens: u64,
+    rate: RateDecision,
+}
+
+/// One finished attempt, as the ledger sees it.
+struct Attempt<'t> {
+    target: &'t Target,
+    number: u32,
+    status: AttemptStatus,
+    upstream_status: Option<u16>,
+    usage: Usage,
+    usage_kind: UsageKind,
+    charged: Nanos,
+    latency_ms: u64,
+    error: Option<String>,
+}
+
+impl Dispatch<'_> {
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one failover loop; its arms mirror DESIGN's table"
+    )]
+    async fn run(&self, reservation: ReservationGuard) -> Result<ChatOutcome, ApiError> {
+        let max_tokens = reservation.granted().max_tokens;
+        let reserved = reservation.granted().amount;
+        let clamped = reservation.granted().clamped.then_some(max_tokens);
+        let mut attempt_number = 0u32;
+        let mut missing_envs = Vec::new();
+        let mut last_failure: Option<String> = None;
+        let mut skipped = Vec::new();
+
+        for (index, target) in self.route.targets.iter().enumerate() {
+            let Some(provider) = self.gw.config.providers.get(&target.provider) else {
+                continue;
+            };
+            if let Some(env) = provider.missing_key_env() {
+                missing_envs.push(env.to_owned());
+                continue;
+            }
+            let Some(handle) = self.gw.providers.get(&target.provider) else {
+                continue;
+            };
+            let permit = match handle.admit().await {
+                Ok(permit) => permit,
+                Err(skip) => {
+                    skipped.push(format!("{}: {skip}", target.provider));
+                    continue;
+                }
+            };
+            attempt_number += 1;
+            let body = openai::build_body(self.request, &target.model, max_tokens);
+            let headers = CallHeaders {
+                traceparent: self.ctx.traceparent.as_deref(),
+            };
+            let started = monotonic();
+            let result = call::post_chat(self.client, provider, body, &headers).await;
+            let latency_ms = elapsed_ms(started);
+            let class = match &result {
+                Ok(reply) => classify_status(reply.status),
+                Err(error) => classify_error(error),
+            };
+            let outcome_label = match class {
+                Class::Success => "ok",
+                Class::Retryable => "retryable",
+                Class::GiveBack => "rejected",
+                Class::Local => "local_error",
+            };
+            let labels = [
+                ("provider", target.provider.as_str()),
+                ("model", target.model.as_str()),
+                ("outcome", outcome_label),
+            ];
+            observe_ms(Metric::UpstreamDurationSeconds, &labels, latency_ms);
+            counter_add(Metric::UpstreamAttemptsTotal, &labels[..1], 1);
+
+            let mut attempt = Attempt {
+                target,
+                number: attempt_number,
+                status: AttemptStatus::UpstreamError,
+                upstream_status: result.as_ref().ok().map(|r| r.status.as_u16()),
+                usage: Usage::default(),
+                usage_kind: UsageKind::None,
+                charged: Nanos::ZERO,
+                latency_ms,
+                error: None,
+            };
+            match (class, result) {
+                (Class::Success, Ok(reply)) => {
+                    permit.finish(Verdict::Healthy);
+                    attempt.status = if index == 0 {
+                        AttemptStatus::Ok
+                    } else {
+                        AttemptStatus::FallbackOk
+                    };
+                    if index > 0 {
+                        counter_add(
+                            Metric::FallbacksTotal,
+                            &[("route", self.route.name.as_str())],
+                            1,
+                        );
+                    }
+                    return Ok(self
+                        .settle(reservation, attempt, reply, reserved, clamped)
+                        .await);
+                }
+                (Class::GiveBack, Ok(reply)) => {
+                    permit.finish(Verdict::Healthy);
+                    attempt.status = AttemptStatus::ClientError;
+                    attempt.error = Some(snippet(&reply.body));
+                    self.record(&attempt, reserved);
+                    reservation.release();
+                    let status = StatusCode::from_u16(reply.status.as_u16())
+                        .unwrap_or(StatusCode::BAD_REQUEST);
+                    return Err(ApiError::upstream_rejected(status, reply.body));
+                }
+                (Class::Local, Err(error)) => {
+                    permit.finish(Verdict::Abandoned);
+                    attempt.status = AttemptStatus::LocalError;
+                    attempt.error = Some(error.to_string());
+                    self.record(&attempt, reserved);
+                    reservation.release();
+                    return Err(ApiError::new(
+                        ErrorCode::ProviderMisconfigured,
+                        error.to_string(),
+                    ));
+                }
+                (_, result) => {
+                    permit.finish(Verdict::Failed);
+                    let message = match result {
+                        Ok(reply) => {
+                            format!("{} answered {}", target.provider, reply.status.as_u16())
+                        }
+                        Err(error) => format!("{}: {error}", target.provider),
+                    };
+                    tracing::warn!(provider = %target.provider, request_id = %self.ctx.request_id, error = %message, "Upstream attempt failed; failing over.");
+                    attempt.error = Some(message.clone());
+                    self.record(&attempt, reserved);
+                    last_failure = Some(message);
+                }
+            }
+        }
+        reservation.release();
+        Err(self.exhausted(attempt_number, &missing_envs, &skipped, last_failure))
+    }
+
+    fn exhausted(
+        &self,
+        attempts: u32,
+        missing_envs: &[String],
+        skipped: &[String],
+        last_failure: Option<String>,
+    ) -> ApiError {
+        let route = &self.route.name;
+        if attempts == 0 && skipped.is_empty() && !missing_envs.is_empty() {
+            return ApiError::new(
+                ErrorCode::ProviderUnavailable,
+                format!(
+                    "no provider of route `{route}` is configured: set {}",
+                    missing_envs.join(" or ")
+                ),
+            );
+        }
+        if attempts == 0 {
+            return ApiError::new(
+                ErrorCode::ProviderUnavailable,
+                format!(
+                    "every provider of route `{route}` is unavailable ({})",
+                    skipped.join("; ")
+                ),
+            )
+            .with_retry_after(1);
+        }
+        ApiError::new(
+            ErrorCode::UpstreamFailed,
+            format!(
+                "every target of route `{route}` failed; last error: {}",
+                last_failure.unwrap_or_default()
+            ),
+        )
+    }
+
+    async fn settle(
+        &self,
+        reservation: ReservationGuard,
+        mut attempt: Attempt<'_>,
+        reply: UpstreamReply,
+        reserved: Nanos,
+        clamped_max_tokens: Option<u32>,
+    ) -> ChatOutcome {
+        let (usage, usage_kind) = match openai::parse_usage(&reply.body) {
+            ResponseUsage::Reported(usage) => (usage, UsageKind::Reported),
+            ResponseUsage::Missing { completion_text } => (
+                Usage {
+                    prompt_tokens: self.input_tokens,
+                    completion_tokens: self.gw.estimator.count_completion(&completion_text),
+                    ..Usage::default()
+                },
+                UsageKind::Estimated,
+            ),
+        };
+        let cost = pricing::charge(&attempt.target.price, &usage);
+        if cost > reserved {
+            counter_add(
+                Metric::ReservationOverrunNanosTotal,
+                &[],
+                cost.get() - reserved.get(),
+            );
+        }
+        attempt.usage = usage;
+        attempt.usage_kind = usage_kind;
+        let remaining = match reservation.settle(cost).await {
+            Ok(reply) if committed(&reply) => {
+                attempt.charged = cost;
+                reply.remaining
+            }
+            Ok(reply) => {
+                // The reservation had expired and was committed as orphaned: that row carries the charge.
+                attempt.error = Some("settled after the reservation expired".to_owned());
+                reply.remaining
+            }
+            Err(_) => {
+                // The actor is gone; the ledger is the truth and the next actor loads from it.
+                attempt.charged = cost;
+                None
+            }
+        };
+        self.record(&attempt, reserved);
+        self.meter(&usage, attempt.charged);
+        ChatOutcome {
+            body: reply.body,
+            provider: attempt.target.provider.to_string(),
+            model: attempt.target.model.clone(),
+            cost,
+            remaining,
+            rate: self.rate,
+            clamped_max_tokens,
+        }
+    }
+
+    fn meter(&self, usage: &Usage, charged: Nanos) {
+        let uncached = usage
+            .prompt_tokens
+            .saturating_sub(usage.cached_tokens + usage.cache_write_tokens);
+        for (kind, n) in [
+            ("prompt", uncached),
+            ("cached", usage.cached_tokens),
+            ("cache_write", usage.cache_write_tokens),
+            ("completion", usage.completion_tokens),
+        ] {
+            counter_add(Metric::TokensTotal, &[("type", kind)], n);
+        }
+        counter_add(
+            Metric::CostNanosTotal,
+            &[("route", self.route.name.as_str())],
+            charged.get(),
+        );
+    }
+
+    fn record(&self, attempt: &Attempt<'_>, reserved: Nanos) {
+        let ctx = self.ctx;
+        self.gw.ledger.record(UsageEvent {
+            event_id: EventId::generate(),
+            request_id: ctx.request_id.clone(),
+            client_request_id: ctx.client_request_id.clone(),
+            trace_id: ctx.trace_id.clone(),
+            tenant: ctx.tenant.id.clone(),
+            key: ctx.key.id.clone(),
+            feature: ctx.feature.clone(),
+            route: self.route.name.to_string(),
+            provider: attempt.target.provider.to_string(),
+            model: attempt.target.model.clone(),
+            attempt: attempt.number,
+            status: attempt.status,
+            upstream_status: attempt.upstream_status,
+            usage: attempt.usage,
+            usage_kind: attempt.usage_kind,
+            reserved,
+            charged: attempt.charged,
+            price_version: self.gw.config.price_version.clone(),
+            latency_ms: attempt.latency_ms,
+            ttft_ms: None,
+            error: attempt.error.clone(),
+            created_at_ms: self.gw.clock.now_ms(),
+        });
+    }
+}
+
+/// The start of an upstream error body, for the ledger (never the prompt).
+fn snippet(body: &Bytes) -> String {
+    let text = String::from_utf8_lossy(body);
+    text.chars().take(500).collect()
+}

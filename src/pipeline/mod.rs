@@ -1,0 +1,8 @@
+//! The chat use case, free of HTTP types: route → rate limit → reserve →
+//! dispatch with failover → settle, with a ledger row per upstream attempt.
+
+pub mod chat;
+pub mod context;
+
+pub use chat::{ChatOutcome, handle_chat};
+pub use context::RequestContext;

@@ -1,0 +1,86 @@
+//! What a call may cost (the worst case reserved before it) and what it did
+//! cost (charged after it), both in integer nano-units.
+
+use crate::config::{Price, Route};
+use crate::money::{CostAccumulator, Nanos};
+
+/// Token counts of one upstream call, as the upstream reported them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// All prompt tokens, cached and cache-write included.
+    pub prompt_tokens: u64,
+    /// Prompt tokens read from the provider's cache.
+    pub cached_tokens: u64,
+    /// Prompt tokens written to the provider's cache.
+    pub cache_write_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+/// The most a call on `route` can cost: every target is priced at the route's highest rates.
+pub fn worst_case(route: &Route, input_tokens: u64, max_tokens: u64) -> Nanos {
+    let mut cost = CostAccumulator::default();
+    cost.add(input_tokens, route.worst_input_price)
+        .add(max_tokens, route.worst_output_price);
+    cost.total()
+}
+
+/// The cost of a call's input alone at the route's worst input price.
+pub fn worst_input(route: &Route, input_tokens: u64) -> Nanos {
+    let mut cost = CostAccumulator::default();
+    cost.add(input_tokens, route.worst_input_price);
+    cost.total()
+}
+
+/// The real cost of a call at one target's prices, rounded up once.
+pub fn charge(price: &Price, usage: &Usage) -> Nanos {
+    let cached = usage.cached_tokens.min(usage.prompt_tokens);
+    let cache_write = usage.cache_write_tokens.min(usage.prompt_tokens - cached);
+    let uncached = usage.prompt_tokens - cached - cache_write;
+    let mut cost = CostAccumulator::default();
+    cost.add(uncached, price.input)
+        .add(cached, price.cached_input)
+        .add(cache_write, price.cache_write)
+        .add(usage.completion_tokens, price.output);
+    cost.total()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::money::PricePerMTok;
+
+    fn price(input: &str, cached: &str, output: &str) -> Price {
+        let p = |s| PricePerMTok::parse_decimal(s).unwrap();
+        Price {
+            input: p(input),
+            cached_input: p(cached),
+            cache_write: p(input),
+            output: p(output),
+        }
+    }
+
+    #[test]
+    fn charges_cached_input_at_its_own_price() {
+        let usage = Usage {
+            prompt_tokens: 3000,
+            cached_tokens: 2000,
+            cache_write_tokens: 0,
+            completion_tokens: 400,
+        };
+        assert_eq!(
+            charge(&price("2", "0.04", "8"), &usage).to_string(),
+            "0.00528"
+        );
+    }
+
+    #[test]
+    fn inconsistent_usage_never_underflows() {
+        let usage = Usage {
+            prompt_tokens: 10,
+            cached_tokens: 50,
+            cache_write_tokens: 50,
+            completion_tokens: 0,
+        };
+        assert_eq!(charge(&price("1", "1", "1"), &usage), Nanos::new(10_000));
+    }
+}

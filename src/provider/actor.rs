@@ -1,0 +1,177 @@
+//! ProviderActor: admits or skips calls to one upstream (breaker and
+//! concurrency limit) and learns from their classified outcomes. A `Permit`
+//! reports back exactly once: with an outcome, or as abandoned on drop.
+
+use actix::prelude::*;
+
+use super::breaker::{Breaker, BreakerState};
+use crate::clock::SharedClock;
+use crate::config::Provider;
+use crate::ids::ProviderName;
+use crate::telemetry::metrics::{Metric, as_gauge, gauge_set};
+
+const MAILBOX_CAPACITY: usize = 4096;
+
+/// Why a call was not admitted; the request moves to the next target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Skip {
+    #[error("circuit breaker open")]
+    BreakerOpen,
+    #[error("at its concurrency limit")]
+    AtCapacity,
+    #[error("provider actor stopped")]
+    Stopped,
+}
+
+/// How a permitted call ended, for the breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The provider answered (2xx, or a 4xx about the request itself).
+    Healthy,
+    /// Timeout, connection error, 5xx, 429.
+    Failed,
+    /// No verdict: the call never left, or the caller went away.
+    Abandoned,
+}
+
+#[derive(Message)]
+#[rtype(result = "Result<bool, Skip>")]
+struct Admit;
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Done {
+    probe: bool,
+    verdict: Verdict,
+}
+
+pub struct ProviderActor {
+    name: ProviderName,
+    breaker: Breaker,
+    in_flight: u32,
+    max_concurrency: u32,
+    clock: SharedClock,
+}
+
+impl ProviderActor {
+    fn publish(&self) {
+        let name = self.name.as_str();
+        gauge_set(
+            Metric::ProviderInFlight,
+            &[("provider", name)],
+            as_gauge(self.in_flight as usize),
+        );
+        let open = matches!(self.breaker.state(), BreakerState::Open { .. });
+        gauge_set(
+            Metric::BreakerOpen,
+            &[("provider", name)],
+            if open { 1.0 } else { 0.0 },
+        );
+    }
+}
+
+impl Actor for ProviderActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.set_mailbox_capacity(MAILBOX_CAPACITY);
+        self.publish();
+    }
+}
+
+impl Handler<Admit> for ProviderActor {
+    type Result = Result<bool, Skip>;
+
+    fn handle(&mut self, _msg: Admit, _ctx: &mut Context<Self>) -> Self::Result {
+        if self.in_flight >= self.max_concurrency {
+            return Err(Skip::AtCapacity);
+        }
+        let probe = self
+            .breaker
+            .admit(self.clock.now_ms())
+            .ok_or(Skip::BreakerOpen)?;
+        self.in_flight += 1;
+        self.publish();
+        Ok(probe)
+    }
+}
+
+impl Handler<Done> for ProviderActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Done, _ctx: &mut Context<Self>) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        let before = self.breaker.state();
+        match msg.verdict {
+            Verdict::Healthy => self.breaker.on_success(),
+            Verdict::Failed => self.breaker.on_failure(self.clock.now_ms()),
+            Verdict::Abandoned if msg.probe => self.breaker.on_abandoned_probe(),
+            Verdict::Abandoned => {}
+        }
+        let after = self.breaker.state();
+        if std::mem::discriminant(&before) != std::mem::discriminant(&after) {
+            tracing::warn!(provider = %self.name, from = ?before, to = ?after, "Circuit breaker changed state.");
+        }
+        self.publish();
+    }
+}
+
+/// The typed front of one ProviderActor.
+#[derive(Clone)]
+pub struct ProviderHandle {
+    addr: Addr<ProviderActor>,
+}
+
+impl ProviderHandle {
+    pub fn start(provider: &Provider, clock: SharedClock) -> ProviderHandle {
+        let actor = ProviderActor {
+            name: provider.name.clone(),
+            breaker: Breaker::new(provider.breaker_failures, provider.breaker_cooldown_ms),
+            in_flight: 0,
+            max_concurrency: provider.max_concurrency,
+            clock,
+        };
+        ProviderHandle {
+            addr: actor.start(),
+        }
+    }
+
+    pub async fn admit(&self) -> Result<Permit, Skip> {
+        let probe = self.addr.send(Admit).await.map_err(|_| Skip::Stopped)??;
+        Ok(Permit {
+            addr: self.addr.clone(),
+            probe,
+            done: false,
+        })
+    }
+}
+
+/// One admitted call. Report its verdict with `finish`; dropping it unreported
+/// frees the slot without a verdict.
+#[must_use = "a permit must be finished with the call's verdict"]
+pub struct Permit {
+    addr: Addr<ProviderActor>,
+    probe: bool,
+    done: bool,
+}
+
+impl Permit {
+    pub fn finish(mut self, verdict: Verdict) {
+        self.done = true;
+        self.addr.do_send(Done {
+            probe: self.probe,
+            verdict,
+        });
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if !self.done {
+            self.addr.do_send(Done {
+                probe: self.probe,
+                verdict: Verdict::Abandoned,
+            });
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! Request and response mapping per provider kind.
+
+pub mod openai;

@@ -1,0 +1,132 @@
+//! OpenAI-compatible upstreams (OpenAI, DeepSeek, DashScope, vLLM): the
+//! caller's body goes out as sent, with only `model` and the output limit
+//! replaced; the usage block is read back, including cached-input counts in
+//! OpenAI's (`prompt_tokens_details.cached_tokens`) and DeepSeek's
+//! (`prompt_cache_hit_tokens`) shapes.
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::openai::chat::ChatRequest;
+use crate::pricing::Usage;
+
+/// The body sent upstream for one target.
+pub fn build_body(request: &ChatRequest, model: &str, max_tokens: u32) -> Bytes {
+    let mut body: Map<String, Value> = request.body().clone();
+    body.insert("model".to_owned(), Value::String(model.to_owned()));
+    body.insert(
+        request.max_tokens_field().to_owned(),
+        Value::from(max_tokens),
+    );
+    // serde_json cannot fail to write a Map of Values.
+    Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
+}
+
+#[derive(Deserialize)]
+struct Envelope {
+    usage: Option<RawUsage>,
+    #[serde(default)]
+    choices: Vec<Choice>,
+}
+
+#[derive(Deserialize)]
+struct RawUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+    prompt_tokens_details: Option<PromptDetails>,
+    prompt_cache_hit_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct PromptDetails {
+    cached_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    message: Option<Message>,
+}
+
+#[derive(Deserialize)]
+struct Message {
+    content: Option<Value>,
+}
+
+/// What a successful response says about its cost.
+pub enum ResponseUsage {
+    Reported(Usage),
+    /// No usage block: the completion texts, to be counted.
+    Missing {
+        completion_text: String,
+    },
+}
+
+pub fn parse_usage(body: &[u8]) -> ResponseUsage {
+    let Ok(envelope) = serde_json::from_slice::<Envelope>(body) else {
+        return ResponseUsage::Missing {
+            completion_text: String::new(),
+        };
+    };
+    if let Some(raw) = envelope.usage {
+        let cached = raw
+            .prompt_cache_hit_tokens
+            .or_else(|| raw.prompt_tokens_details.and_then(|d| d.cached_tokens))
+            .unwrap_or(0);
+        ResponseUsage::Reported(Usage {
+            prompt_tokens: raw.prompt_tokens,
+            cached_tokens: cached,
+            cache_write_tokens: 0,
+            completion_tokens: raw.completion_tokens,
+        })
+    } else {
+        {
+            let completion_text = envelope
+                .choices
+                .iter()
+                .filter_map(|c| c.message.as_ref()?.content.as_ref())
+                .map(|content| match content {
+                    Value::String(text) => text.clone(),
+                    other => other.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            ResponseUsage::Missing { completion_text }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_openai_and_deepseek_cached_counts() {
+        let openai = br#"{"usage":{"prompt_tokens":3000,"completion_tokens":400,"prompt_tokens_details":{"cached_tokens":2000}}}"#;
+        let deepseek = br#"{"usage":{"prompt_tokens":3000,"completion_tokens":400,"prompt_cache_hit_tokens":2000,"prompt_cache_miss_tokens":1000}}"#;
+        for body in [&openai[..], &deepseek[..]] {
+            let ResponseUsage::Reported(usage) = parse_usage(body) else {
+                panic!("no usage")
+            };
+            assert_eq!(
+                (
+                    usage.prompt_tokens,
+                    usage.cached_tokens,
+                    usage.completion_tokens
+                ),
+                (3000, 2000, 400)
+            );
+        }
+    }
+
+    #[test]
+    fn missing_usage_yields_the_completion_text() {
+        let body = br#"{"choices":[{"message":{"role":"assistant","content":"hi there"}}]}"#;
+        let ResponseUsage::Missing { completion_text } = parse_usage(body) else {
+            panic!()
+        };
+        assert_eq!(completion_text, "hi there");
+    }
+}

@@ -1,0 +1,99 @@
+//! The worker-side upstream call, on the worker's own `awc::Client`.
+
+use std::time::Duration;
+
+use actix_web::http::StatusCode;
+use awc::error::SendRequestError;
+use bytes::Bytes;
+
+use crate::config::Provider;
+
+/// The largest upstream response body accepted (a long completion with logprobs fits).
+const MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// A setting is wrong; the message names it.
+    #[error("{0}")]
+    Local(String),
+    #[error("timed out")]
+    Timeout,
+    #[error("connection failed: {0}")]
+    Connect(String),
+    #[error("reading the response failed: {0}")]
+    Body(String),
+}
+
+#[derive(Debug)]
+pub struct UpstreamReply {
+    pub status: StatusCode,
+    pub body: Bytes,
+    pub retry_after_s: Option<u64>,
+}
+
+/// Headers the gateway adds to an upstream call besides auth.
+#[derive(Debug, Default)]
+pub struct CallHeaders<'a> {
+    pub traceparent: Option<&'a str>,
+}
+
+pub async fn post_chat(
+    client: &awc::Client,
+    provider: &Provider,
+    body: Bytes,
+    headers: &CallHeaders<'_>,
+) -> Result<UpstreamReply, CallError> {
+    let mut request = client
+        .post(provider.chat_url.as_str())
+        .timeout(Duration::from_millis(provider.timeout_ms))
+        .insert_header(("content-type", "application/json"));
+    if let Some(key) = &provider.api_key {
+        if key.expose().trim().is_empty() {
+            return Err(CallError::Local(format!(
+                "providers.{}: the API key is empty; check {}",
+                provider.name,
+                provider.api_key_env.as_deref().unwrap_or("api_key_env")
+            )));
+        }
+        request = request.insert_header(("authorization", format!("Bearer {}", key.expose())));
+    }
+    if let Some(traceparent) = headers.traceparent {
+        request = request.insert_header(("traceparent", traceparent));
+    }
+    let mut response = request
+        .send_body(body)
+        .await
+        .map_err(|e| send_error(provider, e))?;
+    let status = response.status();
+    let retry_after_s = response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let body = response
+        .body()
+        .limit(MAX_RESPONSE_BYTES)
+        .await
+        .map_err(|e| CallError::Body(e.to_string()))?;
+    Ok(UpstreamReply {
+        status,
+        body,
+        retry_after_s,
+    })
+}
+
+fn send_error(provider: &Provider, error: SendRequestError) -> CallError {
+    let key_setting = provider.api_key_env.as_deref().unwrap_or("api_key_env");
+    match error {
+        SendRequestError::Url(e) => CallError::Local(format!(
+            "providers.{}: base_url `{}` is not a usable URL ({e}); check base_url",
+            provider.name, provider.base_url
+        )),
+        SendRequestError::Http(e) => CallError::Local(format!(
+            "providers.{}: the request could not be built ({e}); check base_url and {key_setting}",
+            provider.name
+        )),
+        SendRequestError::Timeout => CallError::Timeout,
+        other => CallError::Connect(other.to_string()),
+    }
+}

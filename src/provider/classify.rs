@@ -1,0 +1,66 @@
+//! The one place upstream results are classified, per DESIGN's table. The
+//! class drives failover, the breaker and the ledger row's status.
+
+use actix_web::http::StatusCode;
+
+use super::call::CallError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    Success,
+    /// Timeout, connection error, 5xx, 429: retry or fail over.
+    Retryable,
+    /// Any other 4xx: the request itself is wrong; return it, no failover.
+    GiveBack,
+    /// The request never left because a setting is wrong; 500, no failover.
+    Local,
+}
+
+pub fn classify_status(status: StatusCode) -> Class {
+    if status.is_success() {
+        Class::Success
+    } else if status == StatusCode::TOO_MANY_REQUESTS
+        || status == StatusCode::REQUEST_TIMEOUT
+        || status.is_server_error()
+    {
+        Class::Retryable
+    } else if status.is_client_error() {
+        Class::GiveBack
+    } else {
+        // 1xx/3xx from an API endpoint means something in between is broken.
+        Class::Retryable
+    }
+}
+
+pub fn classify_error(error: &CallError) -> Class {
+    match error {
+        CallError::Local(_) => Class::Local,
+        CallError::Timeout | CallError::Connect(_) | CallError::Body(_) => Class::Retryable,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn follows_the_design_table() {
+        assert_eq!(classify_status(StatusCode::OK), Class::Success);
+        for s in [429, 500, 502, 503, 504, 408] {
+            assert_eq!(
+                classify_status(StatusCode::from_u16(s).unwrap()),
+                Class::Retryable,
+                "{s}"
+            );
+        }
+        for s in [400, 401, 403, 404, 413, 422] {
+            assert_eq!(
+                classify_status(StatusCode::from_u16(s).unwrap()),
+                Class::GiveBack,
+                "{s}"
+            );
+        }
+        assert_eq!(classify_error(&CallError::Local("x".into())), Class::Local);
+        assert_eq!(classify_error(&CallError::Timeout), Class::Retryable);
+    }
+}

@@ -1,0 +1,13 @@
+//! One ProviderActor per configured upstream owns its circuit breaker and
+//! concurrency limit. It only decides (admit or skip); the HTTP call runs on
+//! the request's own worker with that worker's client, and the outcome comes
+//! back as a small message. No request or response bytes pass a mailbox.
+
+pub mod actor;
+pub mod adapters;
+pub mod breaker;
+pub mod call;
+pub mod classify;
+
+pub use actor::{Permit, ProviderHandle, Skip};
+pub use classify::Class;

@@ -1,0 +1,27 @@
+//! `Gateway`: what every worker shares (configuration, the directory, actor
+//! handles). Built once in `app.rs`; cloned as an `Arc` into each worker.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use metrics_exporter_prometheus::PrometheusHandle;
+
+use crate::clock::SharedClock;
+use crate::config::Config;
+use crate::directory::Directory;
+use crate::ids::ProviderName;
+use crate::ledger::LedgerHandle;
+use crate::provider::ProviderHandle;
+use crate::tenant::TenantRegistry;
+use crate::tokenize::Estimator;
+
+pub struct Gateway {
+    pub config: Arc<Config>,
+    pub directory: Arc<Directory>,
+    pub tenants: TenantRegistry,
+    pub providers: HashMap<ProviderName, ProviderHandle>,
+    pub ledger: LedgerHandle,
+    pub estimator: Estimator,
+    pub clock: SharedClock,
+    pub metrics: PrometheusHandle,
+}

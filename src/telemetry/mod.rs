@@ -1,0 +1,4 @@
+//! Metrics and logs.
+
+pub mod logging;
+pub mod metrics;

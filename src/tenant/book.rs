@@ -1,0 +1,453 @@
+//! QuotaBook: one tenant's quota state and every decision on it, as plain
+//! data. Time is a parameter, so tests drive it without a runtime. The
+//! invariant: in `strict` mode, committed + reserved never passes the budget
+//! through a reservation (a real cost above its reservation is still
+//! committed: the ledger is the truth).
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::directory::BudgetMode;
+use crate::ids::ReservationId;
+use crate::money::{CostAccumulator, Nanos, PricePerMTok};
+use crate::period;
+
+/// A token bucket's units per request: refilling `rpm` units per millisecond
+/// gives exactly `rpm` requests per minute in integers.
+const UNITS_PER_REQUEST: u64 = 60_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub rpm: u32,
+    pub burst: u32,
+    pub budget: Option<Nanos>,
+    pub mode: BudgetMode,
+    pub clamp_floor_tokens: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateDecision {
+    pub allowed: bool,
+    pub limit: u32,
+    pub remaining: u32,
+    /// Until the bucket is full again.
+    pub reset_ms: u64,
+    /// Until the next request would be admitted (0 when allowed).
+    pub retry_after_ms: u64,
+}
+
+/// What a request asks to hold: its input at the worst input price plus
+/// `max_tokens` at the worst output price.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReserveRequest {
+    pub input_tokens: u64,
+    pub input_price: PricePerMTok,
+    pub output_price: PricePerMTok,
+    pub max_tokens: u32,
+    pub expires_at_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Granted {
+    pub id: ReservationId,
+    pub amount: Nanos,
+    /// The request's `max_tokens`, or lower in `clamp` mode.
+    pub max_tokens: u32,
+    pub clamped: bool,
+    /// The budget left after this reservation (`None`: no cap).
+    pub remaining: Option<Nanos>,
+    /// `alert` mode let it pass although it does not fit.
+    pub over_budget: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("budget exceeded: remaining {remaining}, this request needs up to {needed}")]
+pub struct Refused {
+    pub remaining: Nanos,
+    pub needed: Nanos,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BudgetStatus {
+    pub budget: Option<Nanos>,
+    pub committed: Nanos,
+    pub reserved: Nanos,
+    pub remaining: Option<Nanos>,
+    pub period: String,
+}
+
+/// How a settle ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// Committed `charged`, released the rest of the reservation.
+    Committed { reserved: Nanos },
+    /// The ticket was already settled or expired (then committed at its reserved
+    /// amount); this settle changed nothing.
+    AlreadyClosed,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    amount: Nanos,
+    expires_at_ms: u64,
+}
+
+#[derive(Debug)]
+pub struct QuotaBook {
+    limits: Limits,
+    bucket_units: u64,
+    bucket_at_ms: u64,
+    period: String,
+    committed: Nanos,
+    reserved: Nanos,
+    held: HashMap<ReservationId, Held>,
+    next_id: u64,
+}
+
+impl QuotaBook {
+    pub fn new(limits: Limits, committed: Nanos, now_ms: u64) -> QuotaBook {
+        QuotaBook {
+            limits,
+            bucket_units: bucket_capacity(&limits),
+            bucket_at_ms: now_ms,
+            period: period::month_key(now_ms),
+            committed,
+            reserved: Nanos::ZERO,
+            held: HashMap::new(),
+            next_id: 1,
+        }
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    pub fn set_limits(&mut self, limits: Limits) {
+        let capacity = bucket_capacity(&limits);
+        self.bucket_units = self.bucket_units.min(capacity);
+        self.limits = limits;
+    }
+
+    pub fn outstanding(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Takes one request from the bucket if there is one.
+    pub fn check_rate(&mut self, now_ms: u64) -> RateDecision {
+        self.refill(now_ms);
+        let rate = u64::from(self.limits.rpm);
+        let capacity = bucket_capacity(&self.limits);
+        let allowed = self.bucket_units >= UNITS_PER_REQUEST;
+        if allowed {
+            self.bucket_units -= UNITS_PER_REQUEST;
+        }
+        let missing = UNITS_PER_REQUEST.saturating_sub(self.bucket_units);
+        RateDecision {
+            allowed,
+            limit: self.limits.rpm,
+            remaining: u32::try_from(self.bucket_units / UNITS_PER_REQUEST).unwrap_or(u32::MAX),
+            reset_ms: (capacity - self.bucket_units).div_ceil(rate),
+            retry_after_ms: if allowed { 0 } else { missing.div_ceil(rate) },
+        }
+    }
+
+    fn refill(&mut self, now_ms: u64) {
+        let elapsed = now_ms.saturating_sub(self.bucket_at_ms);
+        let added = elapsed.saturating_mul(u64::from(self.limits.rpm));
+        self.bucket_units = self
+            .bucket_units
+            .saturating_add(added)
+            .min(bucket_capacity(&self.limits));
+        self.bucket_at_ms = self.bucket_at_ms.max(now_ms);
+    }
+
+    /// Holds the worst case of a request against the budget, all or nothing.
+    pub fn reserve(&mut self, request: ReserveRequest, now_ms: u64) -> Result<Granted, Refused> {
+        self.roll_period(now_ms);
+        let mut max_tokens = request.max_tokens;
+        let mut amount = worst_case(&request, max_tokens);
+        let mut clamped = false;
+        let mut over_budget = false;
+        if let Some(budget) = self.limits.budget {
+            let spent = self.committed.saturating_add(self.reserved);
+            let remaining = budget.saturating_sub(spent);
+            if amount > remaining {
+                match self.limits.mode {
+                    BudgetMode::Strict => {
+                        return Err(Refused {
+                            remaining,
+                            needed: amount,
+                        });
+                    }
+                    BudgetMode::Clamp => {
+                        let affordable = affordable_tokens(&request, remaining);
+                        if affordable < u64::from(self.limits.clamp_floor_tokens) || affordable == 0
+                        {
+                            return Err(Refused {
+                                remaining,
+                                needed: amount,
+                            });
+                        }
+                        max_tokens = u32::try_from(affordable)
+                            .unwrap_or(u32::MAX)
+                            .min(max_tokens);
+                        amount = worst_case(&request, max_tokens);
+                        clamped = true;
+                    }
+                    BudgetMode::Alert => over_budget = true,
+                }
+            }
+        }
+        let id = ReservationId(self.next_id);
+        self.next_id += 1;
+        self.held.insert(
+            id,
+            Held {
+                amount,
+                expires_at_ms: request.expires_at_ms,
+            },
+        );
+        self.reserved = self.reserved.saturating_add(amount);
+        Ok(Granted {
+            id,
+            amount,
+            max_tokens,
+            clamped,
+            remaining: self.remaining(),
+            over_budget,
+        })
+    }
+
+    /// Commits the real cost and releases the rest. Settling twice changes nothing.
+    pub fn settle(&mut self, id: ReservationId, charged: Nanos, now_ms: u64) -> Settled {
+        self.roll_period(now_ms);
+        let Some(held) = self.held.remove(&id) else {
+            return Settled::AlreadyClosed;
+        };
+        self.reserved = self.reserved.saturating_sub(held.amount);
+        self.committed = self.committed.saturating_add(charged);
+        Settled::Committed {
+            reserved: held.amount,
+        }
+    }
+
+    /// Gives a reservation back whole (the request failed before any upstream cost).
+    pub fn release(&mut self, id: ReservationId) -> bool {
+        match self.held.remove(&id) {
+            Some(held) => {
+                self.reserved = self.reserved.saturating_sub(held.amount);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Reservations past their expiry are committed at their reserved amount:
+    /// their request died mid-call and the upstream may have charged us, so
+    /// releasing them is the one move that could overspend.
+    pub fn expire(&mut self, now_ms: u64) -> Vec<(ReservationId, Nanos)> {
+        self.roll_period(now_ms);
+        let expired: Vec<(ReservationId, Nanos)> = self
+            .held
+            .iter()
+            .filter(|(_, held)| held.expires_at_ms <= now_ms)
+            .map(|(id, held)| (*id, held.amount))
+            .collect();
+        for (id, amount) in &expired {
+            self.held.remove(id);
+            self.reserved = self.reserved.saturating_sub(*amount);
+            self.committed = self.committed.saturating_add(*amount);
+        }
+        expired
+    }
+
+    pub fn status(&mut self, now_ms: u64) -> BudgetStatus {
+        self.roll_period(now_ms);
+        BudgetStatus {
+            budget: self.limits.budget,
+            committed: self.committed,
+            reserved: self.reserved,
+            remaining: self.remaining(),
+            period: self.period.clone(),
+        }
+    }
+
+    pub fn remaining(&self) -> Option<Nanos> {
+        self.limits
+            .budget
+            .map(|budget| budget.saturating_sub(self.committed.saturating_add(self.reserved)))
+    }
+
+    /// Budgets are per UTC calendar month; outstanding reservations carry over.
+    fn roll_period(&mut self, now_ms: u64) {
+        let current = period::month_key(now_ms);
+        if current != self.period {
+            self.period = current;
+            self.committed = Nanos::ZERO;
+        }
+    }
+}
+
+fn bucket_capacity(limits: &Limits) -> u64 {
+    u64::from(limits.burst.max(1)) * UNITS_PER_REQUEST
+}
+
+fn worst_case(request: &ReserveRequest, max_tokens: u32) -> Nanos {
+    let mut cost = CostAccumulator::default();
+    cost.add(request.input_tokens, request.input_price)
+        .add(u64::from(max_tokens), request.output_price);
+    cost.total()
+}
+
+/// The most output tokens whose worst case still fits `remaining`.
+fn affordable_tokens(request: &ReserveRequest, remaining: Nanos) -> u64 {
+    let scaled_remaining = u128::from(remaining.get()) * 1_000_000;
+    let input =
+        u128::from(request.input_tokens) * u128::from(request.input_price.nanos_per_mtok().get());
+    let Some(left) = scaled_remaining.checked_sub(input) else {
+        return 0;
+    };
+    let output_price = u128::from(request.output_price.nanos_per_mtok().get());
+    if output_price == 0 {
+        return u64::from(request.max_tokens);
+    }
+    u64::try_from(left / output_price).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: u64 = 1_796_040_000_000;
+
+    fn limits(budget: Option<&str>, mode: BudgetMode) -> Limits {
+        Limits {
+            rpm: 60,
+            burst: 60,
+            budget: budget.map(|b| Nanos::parse_decimal(b).unwrap()),
+            mode,
+            clamp_floor_tokens: 10,
+        }
+    }
+
+    fn request(max_tokens: u32) -> ReserveRequest {
+        ReserveRequest {
+            input_tokens: 1000,
+            input_price: PricePerMTok::parse_decimal("2").unwrap(),
+            output_price: PricePerMTok::parse_decimal("8").unwrap(),
+            max_tokens,
+            expires_at_ms: NOW + 1000,
+        }
+    }
+
+    #[test]
+    fn budget_of_5_with_calls_costing_4_allows_one_then_refuses() {
+        let mut book = QuotaBook::new(limits(Some("5"), BudgetMode::Strict), Nanos::ZERO, NOW);
+        // 1000 input at 2/M + 200000 output at 8/M = 0.002 + 1.6
+        let first = book.reserve(request(200_000), NOW).unwrap();
+        assert_eq!(first.amount.to_string(), "1.602");
+        book.settle(first.id, Nanos::parse_decimal("4").unwrap(), NOW);
+        let refused = book.reserve(request(200_000), NOW).unwrap_err();
+        assert_eq!(refused.remaining.to_string(), "1");
+        assert_eq!(refused.needed.to_string(), "1.602");
+        assert_eq!(book.status(NOW).committed.to_string(), "4");
+    }
+
+    #[test]
+    fn settling_twice_changes_nothing() {
+        let mut book = QuotaBook::new(limits(Some("5"), BudgetMode::Strict), Nanos::ZERO, NOW);
+        let granted = book.reserve(request(100), NOW).unwrap();
+        let charged = Nanos::new(500);
+        assert!(matches!(
+            book.settle(granted.id, charged, NOW),
+            Settled::Committed { .. }
+        ));
+        assert_eq!(
+            book.settle(granted.id, charged, NOW),
+            Settled::AlreadyClosed
+        );
+        assert!(!book.release(granted.id));
+        let status = book.status(NOW);
+        assert_eq!((status.committed, status.reserved), (charged, Nanos::ZERO));
+    }
+
+    #[test]
+    fn expired_reservations_are_committed_at_the_reserved_amount() {
+        let mut book = QuotaBook::new(limits(Some("5"), BudgetMode::Strict), Nanos::ZERO, NOW);
+        let granted = book.reserve(request(100), NOW).unwrap();
+        assert!(book.expire(NOW + 999).is_empty());
+        assert_eq!(book.expire(NOW + 1000), vec![(granted.id, granted.amount)]);
+        let status = book.status(NOW + 1000);
+        assert_eq!(
+            (status.committed, status.reserved),
+            (granted.amount, Nanos::ZERO)
+        );
+        assert_eq!(
+            book.settle(granted.id, Nanos::new(1), NOW),
+            Settled::AlreadyClosed
+        );
+    }
+
+    #[test]
+    fn clamp_lowers_max_tokens_to_what_the_budget_affords() {
+        let mut book = QuotaBook::new(limits(Some("0.01"), BudgetMode::Clamp), Nanos::ZERO, NOW);
+        // 0.01 - 0.002 input leaves 0.008, i.e. 1000 output tokens at 8/M.
+        let granted = book.reserve(request(5000), NOW).unwrap();
+        assert!(granted.clamped);
+        assert_eq!(granted.max_tokens, 1000);
+        assert_eq!(granted.amount.to_string(), "0.01");
+        // Nothing left: below the floor, refused.
+        assert!(book.reserve(request(5000), NOW).is_err());
+    }
+
+    #[test]
+    fn alert_mode_lets_it_pass() {
+        let mut book = QuotaBook::new(limits(Some("0.001"), BudgetMode::Alert), Nanos::ZERO, NOW);
+        let granted = book.reserve(request(5000), NOW).unwrap();
+        assert!(granted.over_budget);
+        assert_eq!(granted.remaining, Some(Nanos::ZERO));
+    }
+
+    #[test]
+    fn committed_spend_resets_at_the_start_of_the_utc_month() {
+        let mut book = QuotaBook::new(limits(Some("5"), BudgetMode::Strict), Nanos::new(7), NOW);
+        let december = period::Date::parse("2026-12-01").unwrap().start_unix_ms();
+        assert_eq!(book.status(december - 1).committed, Nanos::new(7));
+        let status = book.status(december);
+        assert_eq!(
+            (status.committed, status.period.as_str()),
+            (Nanos::ZERO, "2026-12")
+        );
+    }
+
+    #[test]
+    fn token_bucket_allows_burst_then_refills_at_rpm() {
+        let mut book = QuotaBook::new(
+            Limits {
+                rpm: 60,
+                burst: 5,
+                ..limits(None, BudgetMode::Strict)
+            },
+            Nanos::ZERO,
+            NOW,
+        );
+        for i in 0..5 {
+            let decision = book.check_rate(NOW);
+            assert!(decision.allowed, "request {i}");
+            assert_eq!(decision.remaining, 4 - i);
+        }
+        let refused = book.check_rate(NOW);
+        assert!(!refused.allowed);
+        // 60 rpm = one request per second.
+        assert_eq!(refused.retry_after_ms, 1000);
+        assert!(!book.check_rate(NOW + 999).allowed);
+        assert!(book.check_rate(NOW + 1000).allowed);
+        assert!(!book.check_rate(NOW + 1000).allowed);
+        // After a long idle the bucket holds the burst, not more.
+        for _ in 0..5 {
+            assert!(book.check_rate(NOW + 3_600_000).allowed);
+        }
+        assert!(!book.check_rate(NOW + 3_600_000).allowed);
+    }
+}

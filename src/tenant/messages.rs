@@ -1,0 +1,58 @@
+//! Messages of the TenantActor. Replies are plain data; the handle folds
+//! mailbox errors into `QuotaError`.
+
+use actix::Message;
+
+use super::book::{BudgetStatus, Granted, Limits, RateDecision, Refused, ReserveRequest, Settled};
+use crate::ids::{KeyId, RequestId, ReservationId};
+use crate::money::Nanos;
+
+/// Takes one request from the requests/min bucket.
+#[derive(Message, Clone, Copy)]
+#[rtype(result = "RateDecision")]
+pub struct CheckRate;
+
+/// Who a reservation belongs to, so an orphaned one still gets a full ledger row.
+#[derive(Debug, Clone)]
+pub struct ReservationMeta {
+    pub request_id: RequestId,
+    pub key: KeyId,
+    pub feature: String,
+    pub route: String,
+    pub client_request_id: Option<String>,
+    pub trace_id: Option<String>,
+}
+
+#[derive(Message, Clone)]
+#[rtype(result = "Result<Granted, Refused>")]
+pub struct Reserve {
+    pub request: ReserveRequest,
+    pub meta: ReservationMeta,
+}
+
+#[derive(Message, Clone, Copy)]
+#[rtype(result = "SettleReply")]
+pub struct Settle {
+    pub id: ReservationId,
+    pub charged: Nanos,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SettleReply {
+    pub settled: Settled,
+    pub remaining: Option<Nanos>,
+}
+
+#[derive(Message, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct Release {
+    pub id: ReservationId,
+}
+
+#[derive(Message, Clone, Copy)]
+#[rtype(result = "BudgetStatus")]
+pub struct GetStatus;
+
+#[derive(Message, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct UpdateLimits(pub Limits);

@@ -1,0 +1,14 @@
+//! One TenantActor per active tenant serializes every quota decision of that
+//! tenant, so two concurrent requests can never both pass on the same
+//! remaining budget. Handlers talk to it through `TenantHandle`.
+
+pub mod actor;
+pub mod book;
+pub mod handle;
+pub mod messages;
+pub mod registry;
+
+pub use book::{BudgetStatus, Granted, Limits, RateDecision, Refused, ReserveRequest};
+pub use handle::{QuotaError, ReservationGuard, TenantHandle};
+pub use messages::ReservationMeta;
+pub use registry::TenantRegistry;

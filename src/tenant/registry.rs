@@ -1,0 +1,154 @@
+//! TenantRegistry: tenant id → running TenantActor. Actors start on demand,
+//! spread over a few arbiters by a hash of the tenant id, and stop when idle
+//! (removing themselves from the registry).
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use actix::{Actor, Addr, Arbiter, ArbiterHandle};
+use sea_orm::DatabaseConnection;
+
+use super::actor::TenantActor;
+use super::book::Limits;
+use super::handle::TenantHandle;
+use super::messages::UpdateLimits;
+use crate::clock::SharedClock;
+use crate::config::Config;
+use crate::directory::TenantRecord;
+use crate::ids::TenantId;
+use crate::ledger::LedgerHandle;
+
+pub struct RegistryInner {
+    actors: Mutex<HashMap<TenantId, Addr<TenantActor>>>,
+    arbiters: Vec<ArbiterHandle>,
+    clock: SharedClock,
+    ledger: LedgerHandle,
+    db: DatabaseConnection,
+    config: Arc<Config>,
+}
+
+impl RegistryInner {
+    /// Called by a stopping actor; a newer actor for the same tenant is left alone.
+    pub(super) fn remove(&self, tenant: &TenantId, addr: &Addr<TenantActor>) {
+        let mut actors = self.actors.lock().unwrap_or_else(PoisonError::into_inner);
+        if actors.get(tenant).is_some_and(|current| current == addr) {
+            actors.remove(tenant);
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct TenantRegistry {
+    inner: Arc<RegistryInner>,
+}
+
+/// Whether the tenant's tier exists in the configuration.
+#[derive(Debug, thiserror::Error)]
+#[error("tiers.{0} is not configured")]
+pub struct UnknownTier(pub String);
+
+impl TenantRegistry {
+    pub fn new(
+        config: Arc<Config>,
+        clock: SharedClock,
+        ledger: LedgerHandle,
+        db: DatabaseConnection,
+    ) -> TenantRegistry {
+        let arbiters = (0..config.server.tenant_arbiters.max(1))
+            .map(|_| Arbiter::new().handle())
+            .collect();
+        TenantRegistry {
+            inner: Arc::new(RegistryInner {
+                actors: Mutex::new(HashMap::new()),
+                arbiters,
+                clock,
+                ledger,
+                db,
+                config,
+            }),
+        }
+    }
+
+    /// The limits a tenant's record and tier give it.
+    pub fn limits_for(&self, tenant: &TenantRecord) -> Result<Limits, UnknownTier> {
+        let config = &self.inner.config;
+        let tier = config
+            .tiers
+            .get(&tenant.tier)
+            .ok_or_else(|| UnknownTier(tenant.tier.clone()))?;
+        let rpm = tenant.rpm_limit.unwrap_or(tier.rpm).max(1);
+        // A per-tenant rpm override also bounds the burst, or it would mean nothing.
+        let burst = if tenant.rpm_limit.is_some() {
+            tier.burst.min(rpm)
+        } else {
+            tier.burst
+        };
+        Ok(Limits {
+            rpm,
+            burst: burst.max(1),
+            budget: tenant.monthly_budget,
+            mode: tenant.budget_mode,
+            clamp_floor_tokens: config.billing.clamp_floor_tokens,
+        })
+    }
+
+    /// The tenant's actor, started if it is not running.
+    pub fn handle(&self, tenant: &TenantRecord) -> Result<TenantHandle, UnknownTier> {
+        let addr = self.addr(tenant)?;
+        Ok(TenantHandle::new(addr, self.clone(), tenant.clone()))
+    }
+
+    pub(super) fn addr(&self, tenant: &TenantRecord) -> Result<Addr<TenantActor>, UnknownTier> {
+        let mut actors = self
+            .inner
+            .actors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(addr) = actors.get(&tenant.id).filter(|a| a.connected()) {
+            return Ok(addr.clone());
+        }
+        let limits = self.limits_for(tenant)?;
+        let addr = self.spawn(tenant.id.clone(), limits);
+        actors.insert(tenant.id.clone(), addr.clone());
+        Ok(addr)
+    }
+
+    fn spawn(&self, tenant: TenantId, limits: Limits) -> Addr<TenantActor> {
+        let mut hasher = DefaultHasher::new();
+        tenant.hash(&mut hasher);
+        let n = self.inner.arbiters.len().max(1);
+        let index = usize::try_from(hasher.finish() % n as u64).unwrap_or(0);
+        let arbiter = &self.inner.arbiters[index];
+        let inner = &self.inner;
+        let (clock, ledger, db) = (inner.clock.clone(), inner.ledger.clone(), inner.db.clone());
+        let price_version = inner.config.price_version.clone();
+        let registry = Arc::downgrade(&self.inner);
+        TenantActor::start_in_arbiter(arbiter, move |_ctx| {
+            TenantActor::new(tenant, limits, clock, ledger, db, price_version, registry)
+        })
+    }
+
+    /// Pushes changed limits to a running actor; a stopped one reads them on start.
+    pub fn update(&self, tenant: &TenantRecord) {
+        let Ok(limits) = self.limits_for(tenant) else {
+            return;
+        };
+        let actors = self
+            .inner
+            .actors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(addr) = actors.get(&tenant.id) {
+            addr.do_send(UpdateLimits(limits));
+        }
+    }
+
+    pub fn running(&self) -> usize {
+        self.inner
+            .actors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+}

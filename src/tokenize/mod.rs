@@ -1,0 +1,213 @@
+//! Input-token estimates for reservations. The estimate must be an upper
+//! bound in practice: tiktoken counts of every text the request carries, the
+//! per-message overhead of the chat format, a fixed allowance per image, and
+//! a safety factor for providers whose tokenizer differs. Counts of long texts
+//! are memoized per worker thread by content hash, because agents resend the
+//! same system prompt and history on every call.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use serde_json::{Map, Value};
+use tiktoken_rs::CoreBPE;
+
+use crate::config::TokenizerConfig;
+
+/// Chat format overhead: role and separators per message (OpenAI's cookbook counts 3 plus
+/// 1 for a name; 4 leaves room for providers whose template is wordier).
+const TOKENS_PER_MESSAGE: u64 = 4;
+/// The assistant reply is primed with a few tokens.
+const REPLY_PRIMING_TOKENS: u64 = 3;
+/// An image can cost up to this many input tokens (high detail, large tiles).
+const TOKENS_PER_IMAGE: u64 = 1_600;
+/// Texts shorter than this are cheaper to count than to hash and look up.
+const MEMO_MIN_BYTES: usize = 256;
+const MEMO_MAX_ENTRIES: usize = 4_096;
+
+thread_local! {
+    static MEMO: RefCell<HashMap<u64, u64>> = RefCell::new(HashMap::new());
+}
+
+#[derive(Clone, Copy)]
+pub struct Estimator {
+    bpe: &'static CoreBPE,
+    safety_percent: u32,
+}
+
+impl std::fmt::Debug for Estimator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Estimator")
+            .field("safety_percent", &self.safety_percent)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Estimator {
+    pub fn new(config: &TokenizerConfig) -> Estimator {
+        let bpe = match config.encoding.as_str() {
+            "cl100k_base" => tiktoken_rs::cl100k_base_singleton(),
+            // config validation admits only these two encodings
+            _ => tiktoken_rs::o200k_base_singleton(),
+        };
+        Estimator {
+            bpe,
+            safety_percent: config.safety_percent,
+        }
+    }
+
+    /// Loads the encoding now, so the first request does not pay for it.
+    pub fn warm_up(&self) {
+        let _ = self.bpe.count_ordinary("warm up");
+    }
+
+    /// Tokens in one text, exact for this encoding.
+    pub fn count_text(&self, text: &str) -> u64 {
+        if text.len() < MEMO_MIN_BYTES {
+            return to_u64(self.bpe.count_ordinary(text));
+        }
+        let mut hasher = DefaultHasher::new();
+        text.hash(&mut hasher);
+        let key = hasher.finish();
+        if let Some(count) = MEMO.with(|memo| memo.borrow().get(&key).copied()) {
+            return count;
+        }
+        let count = to_u64(self.bpe.count_ordinary(text));
+        MEMO.with(|memo| {
+            let mut memo = memo.borrow_mut();
+            if memo.len() >= MEMO_MAX_ENTRIES {
+                memo.clear();
+            }
+            memo.insert(key, count);
+        });
+        count
+    }
+
+    /// Upper estimate of a chat request's input tokens (messages, tools, format overhead).
+    pub fn estimate_chat_input(&self, body: &Map<String, Value>) -> u64 {
+        let mut tokens = REPLY_PRIMING_TOKENS;
+        if let Some(Value::Array(messages)) = body.get("messages") {
+            for message in messages {
+                tokens += TOKENS_PER_MESSAGE + self.message_tokens(message);
+            }
+        }
+        for field in ["tools", "functions", "response_format"] {
+            if let Some(value) = body.get(field) {
+                tokens += self.count_text(&value.to_string());
+            }
+        }
+        self.with_safety(tokens)
+    }
+
+    /// Completion tokens of a text the upstream returned without usage.
+    pub fn count_completion(&self, text: &str) -> u64 {
+        self.count_text(text)
+    }
+
+    fn message_tokens(&self, message: &Value) -> u64 {
+        let Value::Object(message) = message else {
+            return 0;
+        };
+        let mut tokens = 0;
+        for (field, value) in message {
+            tokens += match (field.as_str(), value) {
+                ("content", content) => self.content_tokens(content),
+                ("name", Value::String(name)) => 1 + self.count_text(name),
+                ("role", _) | (_, Value::Null) => 0,
+                (_, Value::String(text)) => self.count_text(text),
+                // tool_calls, function_call and anything new: count their JSON text.
+                (_, other) => self.count_text(&other.to_string()),
+            };
+        }
+        tokens
+    }
+
+    fn content_tokens(&self, content: &Value) -> u64 {
+        match content {
+            Value::String(text) => self.count_text(text),
+            Value::Array(parts) => parts.iter().map(|part| self.part_tokens(part)).sum(),
+            Value::Null => 0,
+            other => self.count_text(&other.to_string()),
+        }
+    }
+
+    fn part_tokens(&self, part: &Value) -> u64 {
+        let kind = part.get("type").and_then(Value::as_str).unwrap_or("");
+        match (kind, part.get("text")) {
+            ("text", Some(Value::String(text))) => self.count_text(text),
+            ("image_url" | "image" | "input_image", _) => TOKENS_PER_IMAGE,
+            _ => self.count_text(&part.to_string()),
+        }
+    }
+
+    fn with_safety(&self, tokens: u64) -> u64 {
+        (tokens * u64::from(self.safety_percent)).div_ceil(100)
+    }
+}
+
+fn to_u64(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn estimator(safety_percent: u32) -> Estimator {
+        Estimator::new(&TokenizerConfig {
+            encoding: "o200k_base".into(),
+            safety_percent,
+        })
+    }
+
+    fn body(value: Value) -> Map<String, Value> {
+        match value {
+            Value::Object(map) => map,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn counts_messages_with_overhead() {
+        let e = estimator(100);
+        let hello = e.count_text("Hello there");
+        let request = body(json!({"messages": [
+            {"role": "system", "content": "Hello there"},
+            {"role": "user", "content": [{"type": "text", "text": "Hello there"}]}
+        ]}));
+        assert_eq!(e.estimate_chat_input(&request), 3 + 2 * (4 + hello));
+    }
+
+    #[test]
+    fn safety_factor_rounds_up() {
+        let request = body(json!({"messages": [{"role": "user", "content": "x"}]}));
+        let exact = estimator(100).estimate_chat_input(&request);
+        assert_eq!(
+            estimator(110).estimate_chat_input(&request),
+            (exact * 110).div_ceil(100)
+        );
+    }
+
+    #[test]
+    fn memoized_long_texts_count_the_same() {
+        let e = estimator(100);
+        let long = "The quick brown fox jumps over the lazy dog. ".repeat(40);
+        let first = e.count_text(&long);
+        assert_eq!(e.count_text(&long), first);
+        assert!(first > 300);
+    }
+
+    #[test]
+    fn images_and_tools_are_counted() {
+        let e = estimator(100);
+        let plain = body(json!({"messages": [{"role": "user", "content": "look"}]}));
+        let with_image = body(json!({"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "look"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+        ]}], "tools": [{"type": "function", "function": {"name": "get_weather"}}]}));
+        assert!(
+            e.estimate_chat_input(&with_image) > e.estimate_chat_input(&plain) + TOKENS_PER_IMAGE
+        );
+    }
+}
