@@ -39,7 +39,7 @@ pub enum AppError {
 
 pub struct BuildOptions {
     pub clock: SharedClock,
-    /// Let actix-web stop the server on SIGINT/SIGTERM (off in tests).
+    /// Stop gracefully on SIGINT/SIGTERM (off in tests).
     pub handle_signals: bool,
 }
 
@@ -49,6 +49,7 @@ pub struct Application {
     pub gateway: Arc<Gateway>,
     server: Server,
     sync_task: actix_rt::task::JoinHandle<()>,
+    handle_signals: bool,
 }
 
 impl Application {
@@ -106,9 +107,9 @@ impl Application {
         if config.server.workers > 0 {
             server = server.workers(config.server.workers);
         }
-        if !options.handle_signals {
-            server = server.disable_signals();
-        }
+        // Signals are handled in `run_until_stopped`: actix-server's own handler
+        // stops the whole System, which would race the final ledger flush.
+        server = server.disable_signals();
         let listen = config.server.listen;
         let server = server.bind(listen).map_err(|source| AppError::Bind {
             addr: listen,
@@ -123,6 +124,7 @@ impl Application {
             gateway,
             server,
             sync_task,
+            handle_signals: options.handle_signals,
         })
     }
 
@@ -132,6 +134,14 @@ impl Application {
 
     /// Serves until the server stops (signal or handle), then flushes the ledger.
     pub async fn run_until_stopped(self) -> Result<(), AppError> {
+        if self.handle_signals {
+            let handle = self.server.handle();
+            actix_rt::spawn(async move {
+                wait_for_signal().await;
+                tracing::info!("Stopping: no new connections; finishing in-flight requests.");
+                handle.stop(true).await;
+            });
+        }
         let result = self.server.await.map_err(AppError::Server);
         self.sync_task.abort();
         match self.gateway.ledger.flush().await {
@@ -169,6 +179,20 @@ fn start_providers(
         providers.insert(name.clone(), ProviderHandle::start(provider, clock.clone()));
     }
     providers
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let terminate = signal(SignalKind::terminate());
+    let interrupt = signal(SignalKind::interrupt());
+    let (Ok(mut terminate), Ok(mut interrupt)) = (terminate, interrupt) else {
+        tracing::warn!("Cannot listen for signals; stop the gateway through its process manager.");
+        return std::future::pending::<()>().await;
+    };
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = interrupt.recv() => {}
+    }
 }
 
 /// Pulls revocations and tenant changes made by other replicas or the CLI.

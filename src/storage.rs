@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use migration::{Migrator, MigratorTrait};
-use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbErr};
+use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
+use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
@@ -33,18 +34,18 @@ pub async fn connect(
         .connect_timeout(Duration::from_secs(5))
         .acquire_timeout(Duration::from_secs(5))
         .sqlx_logging(false);
-    let db = Database::connect(options)
-        .await
-        .map_err(StorageError::Connect)?;
-    if db.get_database_backend() == sea_orm::DatabaseBackend::Sqlite && !is_memory_sqlite {
-        // WAL lets reports and budget loads read while the ledger writes.
-        db.execute_unprepared(
-            "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000;",
-        )
-        .await
-        .map_err(StorageError::Connect)?;
+    if !is_memory_sqlite {
+        // Every pooled connection: WAL lets reports and budget loads read while
+        // the ledger writes; a writer waits for a lock instead of failing at once.
+        options.map_sqlx_sqlite_opts(|o| {
+            o.journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Normal)
+                .busy_timeout(Duration::from_secs(5))
+        });
     }
-    Ok(db)
+    Database::connect(options)
+        .await
+        .map_err(StorageError::Connect)
 }
 
 pub async fn migrate(db: &DatabaseConnection) -> Result<(), StorageError> {

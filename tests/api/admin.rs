@@ -1,0 +1,199 @@
+use serde_json::json;
+
+use crate::support::{TestSetup, chat_body, spawn_app, unique_tenant};
+
+fn setup() -> TestSetup {
+    TestSetup::new()
+        .route("fast", &["primary/usage-100-0-10"])
+        .route("smart", &["secondary/usage-1000-0-100"])
+        .tier("free", &["fast"], 1000, 100)
+        .tier("standard", &["fast", "smart"], 1000, 100)
+}
+
+#[actix_web::test]
+async fn tenants_are_created_read_updated_and_listed() {
+    let app = spawn_app(setup()).await;
+    let id = unique_tenant("acme");
+
+    let created = app
+        .admin("POST", "/tenants", Some(json!({"id": id, "name": "Acme", "tier": "free", "rpm_limit": 30, "monthly_budget": "12.5"})))
+        .await;
+    assert_eq!(created.status, 201, "{}", created.raw);
+    assert_eq!(created.body["monthly_budget"], "12.5");
+    assert_eq!(created.body["budget_mode"], "strict");
+
+    let duplicate = app
+        .admin("POST", "/tenants", Some(json!({"id": id, "tier": "free"})))
+        .await;
+    assert_eq!(duplicate.status, 409);
+    let bad_tier = app
+        .admin(
+            "POST",
+            "/tenants",
+            Some(json!({"id": unique_tenant("x"), "tier": "gold"})),
+        )
+        .await;
+    assert_eq!(bad_tier.status, 400);
+    assert_eq!(bad_tier.body["error"]["param"], "tier");
+    let bad_budget = app
+        .admin(
+            "POST",
+            "/tenants",
+            Some(json!({"id": unique_tenant("x"), "tier": "free", "monthly_budget": "-1"})),
+        )
+        .await;
+    assert_eq!(bad_budget.status, 400);
+    assert_eq!(bad_budget.body["error"]["param"], "monthly_budget");
+    let bad_id = app
+        .admin(
+            "POST",
+            "/tenants",
+            Some(json!({"id": "Not Valid", "tier": "free"})),
+        )
+        .await;
+    assert_eq!(bad_id.status, 400);
+
+    let patched = app
+        .admin(
+            "PATCH",
+            &format!("/tenants/{id}"),
+            Some(json!({"tier": "standard", "monthly_budget": null, "budget_mode": "alert"})),
+        )
+        .await;
+    assert_eq!(patched.status, 200, "{}", patched.raw);
+    assert_eq!(patched.body["tier"], "standard");
+    assert_eq!(patched.body["monthly_budget"], serde_json::Value::Null);
+    assert_eq!(patched.body["rpm_limit"], 30, "untouched fields stay");
+
+    let fetched = app.admin("GET", &format!("/tenants/{id}"), None).await;
+    assert_eq!(fetched.body["budget_mode"], "alert");
+    let listed = app.admin("GET", "/tenants", None).await;
+    assert!(
+        listed.body["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["id"] == id.as_str())
+    );
+    assert_eq!(app.admin("GET", "/tenants/nobody", None).await.status, 404);
+}
+
+#[actix_web::test]
+async fn keys_are_listed_without_their_secret() {
+    let app = spawn_app(setup()).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    let listed = app
+        .admin("GET", &format!("/tenants/{tenant}/keys"), None)
+        .await;
+
+    assert_eq!(listed.status, 200);
+    let keys = listed.body["data"].as_array().unwrap();
+    assert_eq!(keys.len(), 1);
+    assert!(key.contains(keys[0]["id"].as_str().unwrap()));
+    assert!(
+        !listed.raw.contains(&key[17..]),
+        "the secret must never be listed"
+    );
+    assert!(!listed.raw.contains("secret_hash"));
+}
+
+#[actix_web::test]
+async fn a_free_tenant_asking_for_a_standard_route_gets_403() {
+    let app = spawn_app(setup()).await;
+    let (_tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    let reply = app.chat(&key, &chat_body("smart")).await;
+
+    assert_eq!(reply.status, 403, "{}", reply.raw);
+    assert_eq!(reply.error_code(), "model_not_allowed");
+    assert_eq!(app.fake.stats.requests(), 0);
+}
+
+#[actix_web::test]
+async fn a_tenant_allow_list_narrows_its_tier() {
+    let app = spawn_app(setup()).await;
+    let (_tenant, key) = app
+        .tenant_with_key("standard", json!({"allowed_routes": ["smart"]}))
+        .await;
+
+    assert_eq!(app.chat(&key, &chat_body("fast")).await.status, 403);
+    assert_eq!(app.chat(&key, &chat_body("smart")).await.status, 200);
+}
+
+#[actix_web::test]
+async fn spend_reports_equal_the_ledger_grouped_each_way() {
+    let app = spawn_app(setup()).await;
+    let (tenant, key) = app.tenant_with_key("standard", json!({})).await;
+    for (model, feature) in [("fast", "search"), ("fast", "chat"), ("smart", "chat")] {
+        let reply = app
+            .chat_with(&key, &chat_body(model), &[("x-tollgate-feature", feature)])
+            .await;
+        assert_eq!(reply.status, 200, "{}", reply.raw);
+    }
+    let rows = app.ledger_rows(&tenant).await;
+    let ledger_total: i64 = rows.iter().map(|r| r.charged_nanos).sum();
+    // fast: 100 in at 2/M + 10 out at 8/M = 0.00028; smart: 1000 at 2/M + 100 at 8/M = 0.0028
+    assert_eq!(ledger_total, 2 * 280_000 + 2_800_000);
+
+    for group_by in ["feature", "model", "provider", "day", "route", "status"] {
+        let report = app
+            .admin(
+                "GET",
+                &format!("/tenants/{tenant}/spend?group_by={group_by}"),
+                None,
+            )
+            .await;
+        assert_eq!(report.status, 200, "{}", report.raw);
+        let total =
+            tollgate::money::Nanos::parse_decimal(report.body["total"]["cost"].as_str().unwrap())
+                .unwrap();
+        assert_eq!(total.to_db(), ledger_total, "{group_by}");
+        let rows_sum: i64 = report.body["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                tollgate::money::Nanos::parse_decimal(r["cost"].as_str().unwrap())
+                    .unwrap()
+                    .to_db()
+            })
+            .sum();
+        assert_eq!(rows_sum, ledger_total, "{group_by}");
+        assert_eq!(report.body["total"]["requests"], 3);
+    }
+    let by_feature = app
+        .admin(
+            "GET",
+            &format!("/tenants/{tenant}/spend?group_by=feature"),
+            None,
+        )
+        .await;
+    let features: Vec<(&str, &str)> = by_feature.body["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["key"].as_str().unwrap(), r["cost"].as_str().unwrap()))
+        .collect();
+    assert_eq!(features, vec![("chat", "0.00308"), ("search", "0.00028")]);
+
+    let tomorrow =
+        tollgate::period::Date::from_unix_ms(crate::support::now_ms() + 86_400_000).day_key();
+    let empty = app
+        .admin(
+            "GET",
+            &format!("/tenants/{tenant}/spend?group_by=day&from={tomorrow}"),
+            None,
+        )
+        .await;
+    assert_eq!(empty.body["rows"], json!([]));
+    let bad = app
+        .admin(
+            "GET",
+            &format!("/tenants/{tenant}/spend?group_by=colour"),
+            None,
+        )
+        .await;
+    assert_eq!(bad.status, 400);
+    assert_eq!(bad.body["error"]["param"], "group_by");
+}

@@ -1,0 +1,155 @@
+use futures_util::future::join_all;
+use serde_json::json;
+
+use crate::support::{TestSetup, chat_body, spawn_app};
+
+#[actix_web::test]
+async fn budget_of_5_with_calls_costing_4_allows_one_then_402() {
+    // 500000 completion tokens at 8 per 1M cost exactly 4.
+    let app = spawn_app(
+        TestSetup::new()
+            .route("fast", &["primary/usage-0-0-500000"])
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "5"}))
+        .await;
+    let mut body = chat_body("fast");
+    body["max_tokens"] = json!(200_000);
+
+    let first = app.chat(&key, &body).await;
+    assert_eq!(first.status, 200, "{}", first.raw);
+    assert_eq!(first.header("x-tollgate-cost"), Some("4"));
+    assert_eq!(first.header("x-tollgate-budget-remaining"), Some("1"));
+
+    // 4 committed + a worst case of 1.6 would pass 5: a soft cap would have admitted it.
+    let second = app.chat(&key, &body).await;
+    assert_eq!(second.status, 402, "{}", second.raw);
+    assert_eq!(second.error_code(), "budget_exceeded");
+    assert_eq!(second.body["error"]["type"], "insufficient_quota");
+    assert_eq!(second.header("x-should-retry"), Some("false"));
+    assert!(
+        second.error_message().contains("remaining 1,"),
+        "{}",
+        second.raw
+    );
+    assert!(
+        second.error_message().contains("needs up to 1.6"),
+        "{}",
+        second.raw
+    );
+
+    assert_eq!(
+        app.fake.stats.requests(),
+        1,
+        "the refused request never reached the upstream"
+    );
+    let rows = app.ledger_rows(&tenant).await;
+    assert_eq!(
+        rows.iter().map(|r| r.charged_nanos).sum::<i64>(),
+        4_000_000_000
+    );
+    let budget = app.budget(&tenant).await;
+    assert_eq!(
+        budget,
+        json!({"budget": "5", "committed": "4", "reserved": "0", "remaining": "1", "period": budget["period"]})
+    );
+}
+
+#[actix_web::test]
+async fn fifty_concurrent_requests_never_commit_more_than_the_budget() {
+    // usage-max: the upstream bills every output token it was allowed.
+    let app = spawn_app(
+        TestSetup::new()
+            .route("fast", &["primary/usage-max+delay-20ms"])
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "1"}))
+        .await;
+    let mut body = chat_body("fast");
+    // 10000 output tokens at 8 per 1M: about 0.08 a call, so about 12 fit in 1.
+    body["max_tokens"] = json!(10_000);
+
+    let replies = join_all((0..50).map(|_| app.chat(&key, &body))).await;
+
+    let ok = replies.iter().filter(|r| r.status == 200).count();
+    let refused = replies.iter().filter(|r| r.status == 402).count();
+    assert_eq!(
+        ok + refused,
+        50,
+        "{:?}",
+        replies.iter().map(|r| r.status).collect::<Vec<_>>()
+    );
+    assert!((1..=12).contains(&ok), "{ok} admitted");
+    let rows = app.ledger_rows(&tenant).await;
+    let charged: i64 = rows.iter().map(|r| r.charged_nanos).sum();
+    assert!(
+        charged <= 1_000_000_000,
+        "charged {charged} nanos on a budget of 1"
+    );
+    assert_eq!(rows.len(), ok);
+    assert_eq!(app.fake.stats.requests(), ok as u64);
+    let budget = app.budget(&tenant).await;
+    assert_eq!(budget["reserved"], "0");
+    assert_eq!(
+        tollgate::money::Nanos::parse_decimal(budget["committed"].as_str().unwrap())
+            .unwrap()
+            .to_db(),
+        charged
+    );
+}
+
+#[actix_web::test]
+async fn clamp_mode_lowers_max_tokens_sent_upstream() {
+    let app = spawn_app(
+        TestSetup::new()
+            .route("fast", &["primary/usage-10-0-10"])
+            .price("primary/usage-10-0-10", "0", "0", "8")
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    // 0.008 affords exactly 1000 output tokens at 8 per 1M (input is free here).
+    let (_tenant, key) = app
+        .tenant_with_key(
+            "free",
+            json!({"monthly_budget": "0.008", "budget_mode": "clamp"}),
+        )
+        .await;
+    let mut body = chat_body("fast");
+    body["max_tokens"] = json!(5000);
+
+    let reply = app.chat(&key, &body).await;
+
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(reply.header("x-tollgate-max-tokens-clamped"), Some("1000"));
+    assert_eq!(app.fake.stats.captured()[0].body["max_tokens"], 1000);
+}
+
+#[actix_web::test]
+async fn a_budget_raised_through_the_admin_api_takes_effect_at_once() {
+    let app = spawn_app(
+        TestSetup::new()
+            .route("fast", &["primary/usage-0-0-500000"])
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "1"}))
+        .await;
+    assert_eq!(app.chat(&key, &chat_body("fast")).await.status, 200);
+    assert_eq!(app.chat(&key, &chat_body("fast")).await.status, 402);
+
+    let patched = app
+        .admin(
+            "PATCH",
+            &format!("/tenants/{tenant}"),
+            Some(json!({"monthly_budget": "10"})),
+        )
+        .await;
+    assert_eq!(patched.status, 200, "{}", patched.raw);
+
+    assert_eq!(app.chat(&key, &chat_body("fast")).await.status, 200);
+}

@@ -1,0 +1,175 @@
+use serde_json::json;
+
+use crate::support::{LogCapture, TestSetup, chat_body, spawn_app, spawn_app_with_logs};
+
+#[actix_web::test]
+async fn primary_503_fails_over_and_both_attempts_are_recorded() {
+    let app = spawn_app(
+        TestSetup::new()
+            .route("fast", &["primary/status-503", "secondary/usage-10-0-5"])
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    let reply = app.chat(&key, &chat_body("fast")).await;
+
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(reply.header("x-tollgate-provider"), Some("secondary"));
+    let rows = app.ledger_rows(&tenant).await;
+    let summary: Vec<(&str, i32, i64)> = rows
+        .iter()
+        .map(|r| (r.status.as_str(), r.attempt, r.charged_nanos))
+        .collect();
+    // 10 prompt at 2 per 1M + 5 completion at 8 per 1M = 0.00006
+    assert_eq!(
+        summary,
+        vec![("upstream_error", 1, 0), ("fallback_ok", 2, 60_000)]
+    );
+    assert_eq!(rows[0].upstream_status, Some(503));
+    assert_eq!(rows[0].request_id, rows[1].request_id);
+}
+
+#[actix_web::test]
+async fn primary_400_is_returned_and_the_fallback_never_called() {
+    let app = spawn_app(
+        TestSetup::new()
+            .route("fast", &["primary/status-400", "secondary/never-called"])
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    let reply = app.chat(&key, &chat_body("fast")).await;
+
+    assert_eq!(reply.status, 400, "{}", reply.raw);
+    assert!(
+        reply.body["error"]["message"].as_str().is_some(),
+        "the upstream's own envelope: {}",
+        reply.raw
+    );
+    assert_eq!(app.fake.stats.requests_for_model("never-called"), 0);
+    let rows = app.ledger_rows(&tenant).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].status, "client_error");
+    assert_eq!(app.budget(&tenant).await["reserved"], "0");
+}
+
+#[actix_web::test]
+async fn all_targets_failing_gives_502_with_the_last_error() {
+    let app = spawn_app(
+        TestSetup::new()
+            .route("fast", &["primary/status-500", "secondary/status-429"])
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "1"}))
+        .await;
+
+    let reply = app.chat(&key, &chat_body("fast")).await;
+
+    assert_eq!(reply.status, 502, "{}", reply.raw);
+    assert_eq!(reply.error_code(), "upstream_failed");
+    assert!(
+        reply.error_message().contains("secondary answered 429"),
+        "{}",
+        reply.raw
+    );
+    let rows = app.ledger_rows(&tenant).await;
+    assert_eq!(
+        rows.iter().map(|r| r.status.as_str()).collect::<Vec<_>>(),
+        vec!["upstream_error"; 2]
+    );
+    let budget = app.budget(&tenant).await;
+    assert_eq!(
+        (budget["committed"].as_str(), budget["reserved"].as_str()),
+        (Some("0"), Some("0"))
+    );
+}
+
+#[actix_web::test]
+async fn an_unset_key_env_var_disables_the_provider_with_a_warning_and_503_naming_it() {
+    let logs = LogCapture::default();
+    let app = spawn_app_with_logs(
+        TestSetup::new()
+            .provider("[providers.ghost]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9\"\napi_key_env = \"TOLLGATE_TEST_GHOST_KEY\"")
+            .route("fast", &["ghost/model-a"])
+            .tier("free", &["fast"], 1000, 100),
+        Some(&logs),
+    )
+    .await;
+    let (_tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    let startup = logs.text();
+    let warning = startup
+        .lines()
+        .find(|line| line.contains("WARN") && line.contains("TOLLGATE_TEST_GHOST_KEY"))
+        .unwrap_or_else(|| panic!("no start-up warning naming the variable in:\n{startup}"));
+    assert!(warning.contains("ghost"), "{warning}");
+    let lines = startup
+        .lines()
+        .filter(|line| line.contains("TOLLGATE_TEST_GHOST_KEY"))
+        .count();
+    assert_eq!(lines, 1, "one line: {startup}");
+
+    let reply = app.chat(&key, &chat_body("fast")).await;
+
+    assert_eq!(reply.status, 503, "{}", reply.raw);
+    assert_eq!(reply.error_code(), "provider_unavailable");
+    assert!(
+        reply.error_message().contains("TOLLGATE_TEST_GHOST_KEY"),
+        "{}",
+        reply.raw
+    );
+}
+
+#[actix_web::test]
+async fn a_malformed_base_url_gives_500_naming_the_setting_without_failover() {
+    let app = spawn_app(
+        TestSetup::new()
+            .provider("[providers.broken]\nkind = \"openai\"\nbase_url = \"not a url\"")
+            .route("fast", &["broken/model-b", "secondary/never-after-broken"])
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    let reply = app.chat(&key, &chat_body("fast")).await;
+
+    assert_eq!(reply.status, 500, "{}", reply.raw);
+    assert_eq!(reply.error_code(), "provider_misconfigured");
+    assert!(reply.error_message().contains("base_url"), "{}", reply.raw);
+    assert!(
+        reply.error_message().contains("providers.broken"),
+        "{}",
+        reply.raw
+    );
+    assert_eq!(app.fake.stats.requests_for_model("never-after-broken"), 0);
+    let rows = app.ledger_rows(&tenant).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].status, "local_error");
+}
+
+#[actix_web::test]
+async fn an_empty_provider_key_gives_500_naming_its_env_var() {
+    let app = spawn_app(
+        TestSetup::new()
+            .provider("[providers.blank]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9\"\napi_key_env = \"TEST_BLANK_KEY\"")
+            .route("fast", &["blank/model-c", "secondary/never-after-blank"])
+            .tier("free", &["fast"], 1000, 100)
+            .env("TEST_BLANK_KEY", " "),
+    )
+    .await;
+    let (_tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    let reply = app.chat(&key, &chat_body("fast")).await;
+
+    assert_eq!(reply.status, 500, "{}", reply.raw);
+    assert!(
+        reply.error_message().contains("TEST_BLANK_KEY"),
+        "{}",
+        reply.raw
+    );
+    assert_eq!(app.fake.stats.requests_for_model("never-after-blank"), 0);
+}

@@ -1,0 +1,100 @@
+use sea_orm::{ConnectionTrait, Database, TransactionTrait};
+use serde_json::json;
+
+use crate::support::{TestSetup, chat_body, spawn_app};
+
+fn setup() -> TestSetup {
+    TestSetup::new()
+        .route("fast", &["primary/usage-100-0-10"])
+        .tier("free", &["fast"], 1000, 100)
+}
+
+#[actix_web::test]
+async fn requests_are_served_while_the_database_is_write_locked() {
+    let app = spawn_app(setup()).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    assert_eq!(app.chat(&key, &chat_body("fast")).await.status, 200);
+    assert_eq!(app.ledger_rows(&tenant).await.len(), 1);
+
+    // Another connection takes SQLite's write lock and holds it.
+    let url = format!(
+        "sqlite://{}?mode=rwc",
+        app.dir.path().join("tollgate.db").display()
+    );
+    let locker = Database::connect(url).await.unwrap();
+    let txn = locker.begin().await.unwrap();
+    txn.execute_unprepared(
+        "INSERT INTO tenants (id, name, tier, budget_mode, created_at_ms, updated_at_ms) VALUES ('lock', 'lock', 'free', 'strict', 0, 0)",
+    )
+    .await
+    .unwrap();
+
+    for _ in 0..5 {
+        let reply = app.chat(&key, &chat_body("fast")).await;
+        assert_eq!(reply.status, 200, "{}", reply.raw);
+    }
+    // Served, yet not written: the rows wait in the ledger, not in a handler.
+    assert!(
+        app.gateway.ledger.backlog() >= 5,
+        "backlog {}",
+        app.gateway.ledger.backlog()
+    );
+    let written = tollgate::ledger::repo::tenant_rows(
+        app.gateway.directory.db(),
+        &tollgate::ids::TenantId::new(tenant.as_str()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(written.len(), 1);
+
+    txn.rollback().await.unwrap();
+    let rows = app.ledger_rows(&tenant).await;
+    assert_eq!(rows.len(), 6);
+    assert_eq!(app.gateway.ledger.backlog(), 0);
+}
+
+#[actix_web::test]
+async fn a_served_call_is_found_by_the_spend_command() {
+    let app = spawn_app(setup()).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let reply = app
+        .chat_with(
+            &key,
+            &chat_body("fast"),
+            &[("x-tollgate-feature", "cli-check")],
+        )
+        .await;
+    assert_eq!(reply.status, 200);
+    app.gateway.ledger.flush().await.unwrap();
+
+    let config = app.config_path.clone();
+    let args = [
+        "--config".to_owned(),
+        config.display().to_string(),
+        "spend".into(),
+        "--tenant".into(),
+        tenant,
+        "--group-by".into(),
+        "feature".into(),
+    ];
+    let output = actix_web::rt::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(&args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let table = String::from_utf8(output.stdout).unwrap();
+    let line = table
+        .lines()
+        .find(|l| l.starts_with("cli-check"))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(line.ends_with("0.00028"), "{line}");
+}

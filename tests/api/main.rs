@@ -1,0 +1,13 @@
+//! The one integration test binary: real HTTP against the in-project fake upstream.
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
+
+mod support;
+
+mod admin;
+mod auth;
+mod budget;
+mod chat;
+mod errors;
+mod failover;
+mod ledger;
+mod rate_limit;

@@ -1,0 +1,363 @@
+//! spawn_app: a fake upstream, a temp SQLite, a gateway on 127.0.0.1:0 inside
+//! the test's actix System, and typed helpers. Everything is torn down with
+//! the `TestApp` (temp dir) and the test's System (servers, actors).
+
+mod logs;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use awc::ClientResponse;
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+use tollgate::app::{Application, BuildOptions};
+use tollgate::clock::{Clock, ManualClock, SharedClock, SystemClock};
+use tollgate::config::Config;
+use tollgate::fake_upstream::{self, FakeConfig, RunningFake};
+use tollgate::ids::TenantId;
+use tollgate::ledger::repo;
+use tollgate::state::Gateway;
+
+pub use logs::LogCapture;
+
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+pub const PRIMARY_KEY_ENV: &str = "TEST_PRIMARY_KEY";
+
+/// What a test changes about the gateway it gets.
+pub struct TestSetup {
+    routes: BTreeMap<String, Vec<String>>,
+    tiers: Vec<String>,
+    prices: BTreeMap<String, (String, String, String)>,
+    extra_providers: Vec<String>,
+    env: HashMap<String, String>,
+    clock: Option<Arc<ManualClock>>,
+    body_limit_bytes: usize,
+}
+
+impl TestSetup {
+    pub fn new() -> TestSetup {
+        let mut env = HashMap::new();
+        env.insert("TOLLGATE_KEY_PEPPER".to_owned(), "test-pepper".to_owned());
+        env.insert("TOLLGATE_ADMIN_TOKEN".to_owned(), ADMIN_TOKEN.to_owned());
+        env.insert(PRIMARY_KEY_ENV.to_owned(), "sk-primary".to_owned());
+        TestSetup {
+            routes: BTreeMap::new(),
+            tiers: Vec::new(),
+            prices: BTreeMap::new(),
+            extra_providers: Vec::new(),
+            env,
+            clock: None,
+            body_limit_bytes: 1024 * 1024,
+        }
+    }
+
+    /// A route; every target gets the default price (2 / 0.04 / 8 per 1M) unless set.
+    pub fn route(mut self, name: &str, targets: &[&str]) -> Self {
+        self.routes.insert(
+            name.to_owned(),
+            targets.iter().map(|t| (*t).to_owned()).collect(),
+        );
+        self
+    }
+
+    pub fn tier(mut self, name: &str, routes: &[&str], rpm: u32, default_max_tokens: u32) -> Self {
+        let list = routes
+            .iter()
+            .map(|r| format!("\"{r}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        self.tiers.push(format!(
+            "[tiers.{name}]\nroutes = [{list}]\nrpm = {rpm}\ndefault_max_tokens = {default_max_tokens}\n"
+        ));
+        self
+    }
+
+    pub fn price(mut self, target: &str, input: &str, cached: &str, output: &str) -> Self {
+        self.prices.insert(
+            target.to_owned(),
+            (input.into(), cached.into(), output.into()),
+        );
+        self
+    }
+
+    /// Raw TOML for one more `[providers.x]` table.
+    pub fn provider(mut self, toml: &str) -> Self {
+        self.extra_providers.push(toml.to_owned());
+        self
+    }
+
+    pub fn body_limit(mut self, bytes: usize) -> Self {
+        self.body_limit_bytes = bytes;
+        self
+    }
+
+    pub fn env(mut self, name: &str, value: &str) -> Self {
+        self.env.insert(name.to_owned(), value.to_owned());
+        self
+    }
+
+    pub fn clock(mut self, clock: Arc<ManualClock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    fn toml(&self, dir: &TempDir, fake_url: &str) -> String {
+        let db = dir.path().join("tollgate.db");
+        let mut text = format!(
+            r#"
+[server]
+listen = "127.0.0.1:0"
+workers = 2
+request_timeout_ms = 20000
+body_limit_bytes = {body_limit}
+[storage]
+database_url = "sqlite://{db}?mode=rwc"
+sync_interval_ms = 100
+[billing]
+currency = "CNY"
+[ledger]
+flush_interval_ms = 50
+[providers.primary]
+kind = "openai"
+base_url = "{fake_url}"
+api_key_env = "{PRIMARY_KEY_ENV}"
+timeout_ms = 5000
+[providers.secondary]
+kind = "openai"
+base_url = "{fake_url}/v1"
+timeout_ms = 5000
+"#,
+            db = db.display(),
+            body_limit = self.body_limit_bytes,
+        );
+        for provider in &self.extra_providers {
+            text.push_str(provider);
+            text.push('\n');
+        }
+        let mut priced = BTreeMap::new();
+        for (name, targets) in &self.routes {
+            let list = targets
+                .iter()
+                .map(|t| format!("\"{t}\""))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let _ = writeln!(text, "[routes.{name}]\ntargets = [{list}]");
+            for target in targets {
+                let price = self
+                    .prices
+                    .get(target)
+                    .cloned()
+                    .unwrap_or_else(|| ("2".to_owned(), "0.04".to_owned(), "8".to_owned()));
+                priced.insert(target.clone(), price);
+            }
+        }
+        for tier in &self.tiers {
+            text.push_str(tier);
+        }
+        for (target, (input, cached, output)) in priced {
+            let (provider, model) = target.split_once('/').unwrap();
+            let _ = writeln!(
+                text,
+                "[[prices]]\nprovider = \"{provider}\"\nmodel = \"{model}\"\ninput = \"{input}\"\ncached_input = \"{cached}\"\noutput = \"{output}\""
+            );
+        }
+        text
+    }
+}
+
+pub struct TestApp {
+    pub base_url: String,
+    pub gateway: Arc<Gateway>,
+    pub fake: RunningFake,
+    pub config_path: std::path::PathBuf,
+    pub client: awc::Client,
+    pub dir: TempDir,
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A tenant id no other test uses.
+pub fn unique_tenant(prefix: &str) -> String {
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        NEXT_ID.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+pub async fn spawn_app(setup: TestSetup) -> TestApp {
+    spawn_app_with_logs(setup, None).await
+}
+
+pub async fn spawn_app_with_logs(setup: TestSetup, logs: Option<&LogCapture>) -> TestApp {
+    let fake = fake_upstream::start(FakeConfig::default(), ([127, 0, 0, 1], 0).into(), 1).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let toml = setup.toml(&dir, &fake.base_url());
+    let config_path = dir.path().join("tollgate.toml");
+    std::fs::write(&config_path, &toml).unwrap();
+    let config = Config::load(&config_path, &setup.env).unwrap();
+    let clock: SharedClock = match &setup.clock {
+        Some(clock) => clock.clone(),
+        None => Arc::new(SystemClock),
+    };
+    let options = BuildOptions {
+        clock,
+        handle_signals: false,
+    };
+    let app = match logs {
+        Some(logs) => {
+            let _guard = logs.install();
+            Application::build(config, options).await.unwrap()
+        }
+        None => Application::build(config, options).await.unwrap(),
+    };
+    let base_url = format!("http://{}", app.addr);
+    let gateway = app.gateway.clone();
+    actix_rt::spawn(app.run_until_stopped());
+    TestApp {
+        base_url,
+        gateway,
+        fake,
+        config_path,
+        client: awc::Client::builder()
+            .timeout(std::time::Duration::from_secs(30))
+            .finish(),
+        dir,
+    }
+}
+
+pub struct Reply {
+    pub status: u16,
+    pub headers: HashMap<String, String>,
+    pub body: Value,
+    pub raw: String,
+}
+
+impl Reply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(String::as_str)
+    }
+
+    pub fn error_code(&self) -> &str {
+        self.body["error"]["code"].as_str().unwrap_or("")
+    }
+
+    pub fn error_message(&self) -> &str {
+        self.body["error"]["message"].as_str().unwrap_or("")
+    }
+}
+
+async fn reply<S>(mut response: ClientResponse<S>) -> Reply
+where
+    S: futures_util::Stream<Item = Result<bytes::Bytes, awc::error::PayloadError>> + Unpin,
+{
+    let status = response.status().as_u16();
+    let headers = response
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
+        .collect();
+    let bytes = response.body().limit(16 * 1024 * 1024).await.unwrap();
+    let raw = String::from_utf8_lossy(&bytes).into_owned();
+    let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    Reply {
+        status,
+        headers,
+        body,
+        raw,
+    }
+}
+
+pub fn chat_body(model: &str) -> Value {
+    json!({"model": model, "messages": [{"role": "user", "content": "Hello there"}]})
+}
+
+impl TestApp {
+    pub async fn chat(&self, key: &str, body: &Value) -> Reply {
+        self.chat_with(key, body, &[]).await
+    }
+
+    pub async fn chat_with(&self, key: &str, body: &Value, headers: &[(&str, &str)]) -> Reply {
+        let mut request = self
+            .client
+            .post(format!("{}/v1/chat/completions", self.base_url))
+            .insert_header(("authorization", format!("Bearer {key}")));
+        for (name, value) in headers {
+            request = request.insert_header((*name, *value));
+        }
+        reply(request.send_json(body).await.unwrap()).await
+    }
+
+    pub async fn post_raw(&self, path: &str, key: &str, body: &'static [u8]) -> Reply {
+        let request = self
+            .client
+            .post(format!("{}{path}", self.base_url))
+            .insert_header(("authorization", format!("Bearer {key}")))
+            .insert_header(("content-type", "application/json"));
+        reply(request.send_body(body).await.unwrap()).await
+    }
+
+    pub async fn get(&self, path: &str, token: &str) -> Reply {
+        let request = self
+            .client
+            .get(format!("{}{path}", self.base_url))
+            .insert_header(("authorization", format!("Bearer {token}")));
+        reply(request.send().await.unwrap()).await
+    }
+
+    pub async fn admin(&self, method: &str, path: &str, body: Option<Value>) -> Reply {
+        let url = format!("{}/admin/v1{path}", self.base_url);
+        let request = match method {
+            "POST" => self.client.post(url),
+            "PATCH" => self.client.patch(url),
+            "DELETE" => self.client.delete(url),
+            _ => self.client.get(url),
+        }
+        .insert_header(("authorization", format!("Bearer {ADMIN_TOKEN}")));
+        let response = match body {
+            Some(body) => request.send_json(&body).await.unwrap(),
+            None => request.send().await.unwrap(),
+        };
+        reply(response).await
+    }
+
+    /// Creates a tenant (extra fields merged into the body) and issues it a key.
+    pub async fn tenant_with_key(&self, tier: &str, extra: Value) -> (String, String) {
+        let id = unique_tenant(tier);
+        let mut body = json!({"id": id, "name": id, "tier": tier});
+        if let (Value::Object(body), Value::Object(extra)) = (&mut body, extra) {
+            body.extend(extra);
+        }
+        let created = self.admin("POST", "/tenants", Some(body)).await;
+        assert_eq!(created.status, 201, "{}", created.raw);
+        let key = self
+            .admin("POST", &format!("/tenants/{id}/keys"), Some(json!({})))
+            .await;
+        assert_eq!(key.status, 201, "{}", key.raw);
+        (id, key.body["key"].as_str().unwrap().to_owned())
+    }
+
+    /// Every ledger row of a tenant, after the ledger wrote what it holds.
+    pub async fn ledger_rows(&self, tenant: &str) -> Vec<entity::usage::Model> {
+        self.gateway.ledger.flush().await.unwrap();
+        repo::tenant_rows(self.gateway.directory.db(), &TenantId::new(tenant))
+            .await
+            .unwrap()
+    }
+
+    pub async fn budget(&self, tenant: &str) -> Value {
+        let reply = self
+            .admin("GET", &format!("/tenants/{tenant}/budget"), None)
+            .await;
+        assert_eq!(reply.status, 200, "{}", reply.raw);
+        reply.body
+    }
+}
+
+/// Real time now, for a manual clock that starts in the present month.
+pub fn now_ms() -> u64 {
+    SystemClock.now_ms()
+}
