@@ -24,11 +24,18 @@ fn body(text: &str) -> Map<String, Value> {
 }
 
 fn tokenize(c: &mut Criterion) {
-    let estimator = Estimator::new(&TokenizerConfig { encoding: "o200k_base".into(), safety_percent: 110 });
+    let estimator = Estimator::new(&TokenizerConfig {
+        encoding: "o200k_base".into(),
+        safety_percent: 110,
+    });
     estimator.warm_up();
     let english = "The quick brown fox jumps over the lazy dog. ".repeat(24);
     let cjk = "敏捷的棕色狐狸跳过了懒狗。".repeat(28);
-    for (name, text) in [("1kb", english.clone()), ("8kb", english.repeat(8)), ("cjk_1kb", cjk)] {
+    for (name, text) in [
+        ("1kb", english.clone()),
+        ("8kb", english.repeat(8)),
+        ("cjk_1kb", cjk),
+    ] {
         let request = body(&text);
         c.bench_function(&format!("estimate_chat_input/{name}"), |b| {
             b.iter(|| estimator.estimate_chat_input(black_box(&request)));

@@ -153,3 +153,49 @@ async fn a_budget_raised_through_the_admin_api_takes_effect_at_once() {
 
     assert_eq!(app.chat(&key, &chat_body("fast")).await.status, 200);
 }
+
+#[actix_web::test]
+async fn a_reservation_that_expires_unsettled_is_committed_as_orphaned_never_twice() {
+    let clock = std::sync::Arc::new(tollgate::clock::ManualClock::new(crate::support::now_ms()));
+    let app = spawn_app(
+        TestSetup::new()
+            .route("slow", &["primary/usage-10-0-10+delay-2500ms"])
+            .tier("free", &["slow"], 1000, 100)
+            .clock(clock.clone()),
+    )
+    .await;
+    let (tenant, key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "5"}))
+        .await;
+
+    let body = chat_body("slow");
+    let call = app.chat(&key, &body);
+    let expire = async {
+        while app.fake.stats.requests() == 0 {
+            actix_rt::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let held = app.budget(&tenant).await;
+        // Past the request deadline (20 s) and the margin (30 s): the sweep must act.
+        clock.advance_ms(60_000);
+        held
+    };
+    let (reply, held) = tokio::join!(call, expire);
+
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    let reserved = held["reserved"].as_str().unwrap().to_owned();
+    assert_ne!(reserved, "0");
+    let rows = app.ledger_rows(&tenant).await;
+    let mut statuses: Vec<(&str, i64)> = rows
+        .iter()
+        .map(|r| (r.status.as_str(), r.charged_nanos))
+        .collect();
+    statuses.sort_unstable();
+    let reserved_nanos = tollgate::money::Nanos::parse_decimal(&reserved)
+        .unwrap()
+        .to_db();
+    // The late settle changes nothing: the orphaned row carries the charge, once.
+    assert_eq!(statuses, vec![("ok", 0), ("orphaned", reserved_nanos)]);
+    let budget = app.budget(&tenant).await;
+    assert_eq!(budget["committed"], reserved.as_str());
+    assert_eq!(budget["reserved"], "0");
+}

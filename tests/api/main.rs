@@ -10,4 +10,5 @@ mod chat;
 mod errors;
 mod failover;
 mod ledger;
+mod lifecycle;
 mod rate_limit;

@@ -35,6 +35,7 @@ pub struct TestSetup {
     env: HashMap<String, String>,
     clock: Option<Arc<ManualClock>>,
     body_limit_bytes: usize,
+    listen: String,
 }
 
 impl TestSetup {
@@ -51,6 +52,7 @@ impl TestSetup {
             env,
             clock: None,
             body_limit_bytes: 1024 * 1024,
+            listen: "127.0.0.1:0".to_owned(),
         }
     }
 
@@ -89,6 +91,15 @@ impl TestSetup {
         self
     }
 
+    pub fn listen(mut self, addr: std::net::SocketAddr) -> Self {
+        self.listen = addr.to_string();
+        self
+    }
+
+    pub fn env_vars(&self) -> &HashMap<String, String> {
+        &self.env
+    }
+
     pub fn body_limit(mut self, bytes: usize) -> Self {
         self.body_limit_bytes = bytes;
         self
@@ -109,7 +120,7 @@ impl TestSetup {
         let mut text = format!(
             r#"
 [server]
-listen = "127.0.0.1:0"
+listen = "{listen}"
 workers = 2
 request_timeout_ms = 20000
 body_limit_bytes = {body_limit}
@@ -132,6 +143,7 @@ timeout_ms = 5000
 "#,
             db = db.display(),
             body_limit = self.body_limit_bytes,
+            listen = self.listen,
         );
         for provider in &self.extra_providers {
             text.push_str(provider);
@@ -188,16 +200,21 @@ pub fn unique_tenant(prefix: &str) -> String {
     )
 }
 
+/// Writes the configuration a gateway process would read, next to a fresh database.
+pub fn write_config(setup: &TestSetup, fake_url: &str) -> (TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tollgate.toml");
+    std::fs::write(&path, setup.toml(&dir, fake_url)).unwrap();
+    (dir, path)
+}
+
 pub async fn spawn_app(setup: TestSetup) -> TestApp {
     spawn_app_with_logs(setup, None).await
 }
 
 pub async fn spawn_app_with_logs(setup: TestSetup, logs: Option<&LogCapture>) -> TestApp {
     let fake = fake_upstream::start(FakeConfig::default(), ([127, 0, 0, 1], 0).into(), 1).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let toml = setup.toml(&dir, &fake.base_url());
-    let config_path = dir.path().join("tollgate.toml");
-    std::fs::write(&config_path, &toml).unwrap();
+    let (dir, config_path) = write_config(&setup, &fake.base_url());
     let config = Config::load(&config_path, &setup.env).unwrap();
     let clock: SharedClock = match &setup.clock {
         Some(clock) => clock.clone(),

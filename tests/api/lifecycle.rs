@@ -1,0 +1,145 @@
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use tollgate::fake_upstream::{self, FakeConfig};
+use tollgate::ids::TenantId;
+
+use crate::support::{TestSetup, chat_body, write_config};
+
+/// The gateway binary as a child process, killed on drop if still running.
+struct Gateway(Child);
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> std::net::SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+fn cli(
+    config: &std::path::Path,
+    env: &std::collections::HashMap<String, String>,
+    args: &[&str],
+) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .envs(env)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[actix_web::test]
+async fn sigterm_lets_in_flight_requests_finish_and_flushes_the_ledger() {
+    let fake = fake_upstream::start(FakeConfig::default(), ([127, 0, 0, 1], 0).into(), 1).unwrap();
+    let addr = free_port();
+    let setup = TestSetup::new()
+        .route("slow", &["primary/usage-10-0-10+delay-1500ms"])
+        .tier("free", &["slow"], 1000, 100)
+        .listen(addr);
+    let env = setup.env_vars().clone();
+    let (dir, config) = write_config(&setup, &fake.base_url());
+
+    cli(
+        &config,
+        &env,
+        &["tenant", "create", "--id", "lifecycle", "--tier", "free"],
+    );
+    let issued: serde_json::Value =
+        serde_json::from_str(&cli(&config, &env, &["key", "issue", "lifecycle"])).unwrap();
+    let key = issued["key"].as_str().unwrap().to_owned();
+
+    let child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .arg("--config")
+        .arg(&config)
+        .arg("serve")
+        .envs(&env)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut gateway = Gateway(child);
+    let client = awc::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .finish();
+    let base = format!("http://{addr}");
+    let mut ready = false;
+    for _ in 0..100 {
+        if client
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+        {
+            ready = true;
+            break;
+        }
+        actix_rt::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ready, "the gateway did not become ready");
+
+    let request = client
+        .post(format!("{base}/v1/chat/completions"))
+        .insert_header(("authorization", format!("Bearer {key}")))
+        .send_json(&chat_body("slow"));
+    let in_flight = actix_rt::spawn(async move {
+        let mut response = request.await.unwrap();
+        (response.status().as_u16(), response.body().await.unwrap())
+    });
+    // Wait until the upstream holds the request, then ask the gateway to stop.
+    for _ in 0..100 {
+        if fake.stats.requests() == 1 {
+            break;
+        }
+        actix_rt::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(fake.stats.requests(), 1);
+    let pid = gateway.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+
+    let (status, body) = in_flight.await.unwrap();
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let exit = actix_web::rt::task::spawn_blocking(move || {
+        let status = gateway.0.wait().unwrap();
+        drop(gateway);
+        status
+    })
+    .await
+    .unwrap();
+    assert_eq!(exit.code(), Some(0));
+
+    let db_url = format!(
+        "sqlite://{}?mode=rwc",
+        dir.path().join("tollgate.db").display()
+    );
+    let db = tollgate::storage::connect(&db_url, 1).await.unwrap();
+    let rows = tollgate::ledger::repo::tenant_rows(&db, &TenantId::new("lifecycle"))
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0].status.as_str(), rows[0].charged_nanos),
+        ("ok", 100_000)
+    );
+}
