@@ -12,5 +12,11 @@ need() { # need <command> <debian package>
   fi
 }
 need cc gcc
+need python3 python3
+# The official OpenAI SDK is part of the contract: any OpenAI client must work unchanged.
+if ! python3 -c "import openai" >/dev/null 2>&1; then
+  echo "installing the openai Python package"
+  python3 -m pip install --quiet openai || python3 -m pip install --quiet --break-system-packages openai
+fi
 
 cargo test --workspace --all-targets

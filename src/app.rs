@@ -87,6 +87,7 @@ impl Application {
             estimator,
             clock,
             metrics,
+            active_drains: std::sync::atomic::AtomicUsize::new(0),
         });
         let data = web::Data::from(gateway.clone());
         let mut server = HttpServer::new(move || {

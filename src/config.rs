@@ -101,6 +101,9 @@ pub struct ServerConfig {
     /// Tenant actors are spread over this many arbiters (threads).
     #[serde(default = "default_tenant_arbiters")]
     pub tenant_arbiters: usize,
+    /// Streams read on after their caller left, at most this many at once (beyond: cancel).
+    #[serde(default = "default_max_concurrent_drains")]
+    pub max_concurrent_drains: usize,
 }
 
 fn default_listen() -> SocketAddr {
@@ -118,6 +121,9 @@ fn default_request_timeout_ms() -> u64 {
 fn default_tenant_arbiters() -> usize {
     2
 }
+fn default_max_concurrent_drains() -> usize {
+    256
+}
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -128,6 +134,7 @@ impl Default for ServerConfig {
             shutdown_grace_ms: default_shutdown_grace_ms(),
             request_timeout_ms: default_request_timeout_ms(),
             tenant_arbiters: default_tenant_arbiters(),
+            max_concurrent_drains: default_max_concurrent_drains(),
         }
     }
 }
@@ -270,6 +277,25 @@ struct RawProvider {
     breaker_failures: u32,
     #[serde(default = "default_breaker_cooldown_ms")]
     breaker_cooldown_ms: u64,
+    /// A stream whose first chunk takes longer fails over; later chunks may be this far apart.
+    #[serde(default = "default_first_token_timeout_ms")]
+    first_token_timeout_ms: u64,
+    #[serde(default)]
+    on_client_disconnect: OnClientDisconnect,
+    /// How long a stream whose caller left may still be read for the provider's usage.
+    #[serde(default = "default_drain_timeout_ms")]
+    drain_timeout_ms: u64,
+}
+
+/// What a stream does when its caller disconnects.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum OnClientDisconnect {
+    /// Keep reading the upstream (bounded) to bill its own reported usage.
+    #[default]
+    Drain,
+    /// Stop the upstream at once; usage is estimated from what was streamed.
+    Cancel,
 }
 
 fn default_provider_timeout_ms() -> u64 {
@@ -283,6 +309,12 @@ fn default_breaker_failures() -> u32 {
 }
 fn default_breaker_cooldown_ms() -> u64 {
     10_000
+}
+fn default_first_token_timeout_ms() -> u64 {
+    20_000
+}
+fn default_drain_timeout_ms() -> u64 {
+    60_000
 }
 
 #[derive(Debug, Deserialize)]
@@ -359,6 +391,9 @@ pub struct Provider {
     pub max_concurrency: u32,
     pub breaker_failures: u32,
     pub breaker_cooldown_ms: u64,
+    pub first_token_timeout_ms: u64,
+    pub on_client_disconnect: OnClientDisconnect,
+    pub drain_timeout_ms: u64,
 }
 
 impl Provider {
@@ -556,6 +591,9 @@ fn validate_providers(
                 max_concurrency: p.max_concurrency,
                 breaker_failures: p.breaker_failures.max(1),
                 breaker_cooldown_ms: p.breaker_cooldown_ms,
+                first_token_timeout_ms: p.first_token_timeout_ms.max(1),
+                on_client_disconnect: p.on_client_disconnect,
+                drain_timeout_ms: p.drain_timeout_ms,
             },
         );
     }

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 
 use metrics_exporter_prometheus::PrometheusHandle;
 
@@ -24,4 +25,6 @@ pub struct Gateway {
     pub estimator: Estimator,
     pub clock: SharedClock,
     pub metrics: PrometheusHandle,
+    /// Streams being read on after their caller left.
+    pub active_drains: AtomicUsize,
 }

@@ -9,7 +9,7 @@ use super::headers;
 use crate::clock::{elapsed_ms, monotonic};
 use crate::error::ApiError;
 use crate::ids::RequestId;
-use crate::pipeline::chat::rate_headers;
+use crate::pipeline::chat::{OutcomeBody, rate_headers};
 use crate::pipeline::{RequestContext, handle_chat};
 use crate::state::Gateway;
 use crate::telemetry::metrics::{Metric, counter_add, observe_ms};
@@ -38,7 +38,7 @@ pub async fn chat_completions(
             trace_id: trace.as_ref().map(|(id, _)| id.clone()),
             traceparent: trace.map(|(_, value)| value),
         };
-        handle_chat(&gw, &client, &ctx, &body).await
+        handle_chat(&gw.clone().into_inner(), &client, &ctx, &body).await
     }
     .instrument(span)
     .await;
@@ -47,29 +47,45 @@ pub async fn chat_completions(
     let echoed_value = HeaderValue::from_str(&echoed).ok();
     match result {
         Ok(outcome) => {
-            let route_labels = [("status", "ok")];
-            counter_add(Metric::RequestsTotal, &route_labels, 1);
+            counter_add(Metric::RequestsTotal, &[("status", "ok")], 1);
             observe_ms(Metric::RequestDurationSeconds, &[], latency_ms);
-            tracing::info!(request_id = %request_id, tenant = %auth.tenant.id, provider = %outcome.provider, model = %outcome.model, cost = %outcome.cost, latency_ms, "Request served.");
             let mut response = HttpResponse::Ok();
-            response.content_type("application/json");
             if let Some(value) = echoed_value {
                 response.insert_header((HeaderName::from_static(headers::REQUEST_ID), value));
             }
             response
                 .insert_header((headers::PROVIDER, outcome.provider.as_str()))
-                .insert_header((headers::MODEL, outcome.model.as_str()))
-                .insert_header((headers::COST, outcome.cost.to_string()));
-            if let Some(remaining) = outcome.remaining {
-                response.insert_header((headers::BUDGET_REMAINING, remaining.to_string()));
-            }
+                .insert_header((headers::MODEL, outcome.model.as_str()));
             if let Some(max_tokens) = outcome.clamped_max_tokens {
                 response.insert_header((headers::MAX_TOKENS_CLAMPED, max_tokens.to_string()));
             }
             for header in rate_headers(&outcome.rate) {
                 response.insert_header(header);
             }
-            Ok(response.body(outcome.body))
+            match outcome.body {
+                OutcomeBody::Complete {
+                    body,
+                    cost,
+                    remaining,
+                } => {
+                    tracing::info!(request_id = %request_id, tenant = %auth.tenant.id, provider = %outcome.provider, model = %outcome.model, cost = %cost, latency_ms, "Request served.");
+                    response.content_type("application/json");
+                    response.insert_header((headers::COST, cost.to_string()));
+                    if let Some(remaining) = remaining {
+                        response.insert_header((headers::BUDGET_REMAINING, remaining.to_string()));
+                    }
+                    Ok(response.body(body))
+                }
+                OutcomeBody::Stream(receiver) => {
+                    response
+                        .content_type("text/event-stream")
+                        .insert_header(("cache-control", "no-cache"));
+                    let body = futures_util::stream::unfold(receiver, |mut receiver| async move {
+                        receiver.recv().await.map(|item| (item, receiver))
+                    });
+                    Ok(response.streaming(body))
+                }
+            }
         }
         Err(mut error) => {
             counter_add(

@@ -8,6 +8,7 @@ mod args;
 mod scenario;
 mod server;
 mod stats;
+mod stream;
 
 use std::io;
 use std::net::SocketAddr;
@@ -15,6 +16,7 @@ use std::net::SocketAddr;
 pub use args::FakeArgs;
 pub use server::{RunningFake, serve, start};
 pub use stats::{CapturedRequest, FakeStats};
+pub use stream::chunk_text;
 
 /// Instance-wide behaviour, applied on top of whatever the request's `model` string asks for.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

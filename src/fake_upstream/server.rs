@@ -185,6 +185,17 @@ async fn chat(req: HttpRequest, body: web::Bytes, state: web::Data<AppState>) ->
             }
             response
         }
+        None if request.get("stream").and_then(Value::as_bool) == Some(true) => {
+            super::stream::response(
+                super::stream::StreamPlan::parse(&model),
+                &request,
+                &model,
+                &format!("chatcmpl-fake-{}", ordinals.request),
+                unix_now_secs(),
+                scenario::usage(scenario.usage, &request),
+                Arc::clone(&state.stats),
+            )
+        }
         None => success(&request, &model, &scenario, ordinals.request, delay_ms),
     };
     response.headers_mut().insert(

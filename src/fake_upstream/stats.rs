@@ -2,6 +2,7 @@
 //! tests and the demo through `RunningFake::stats` while the server keeps running.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use serde_json::Value;
@@ -34,6 +35,9 @@ impl CapturedRequest {
 #[derive(Debug, Default)]
 pub struct FakeStats {
     inner: Mutex<Inner>,
+    streams_started: AtomicU64,
+    streams_cancelled: AtomicU64,
+    streams_completed: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -53,6 +57,33 @@ pub(super) struct Ordinals {
 }
 
 impl FakeStats {
+    /// Streaming answers begun.
+    pub fn streams_started(&self) -> u64 {
+        self.streams_started.load(Ordering::SeqCst)
+    }
+
+    /// Streaming answers dropped by the client before their end.
+    pub fn streams_cancelled(&self) -> u64 {
+        self.streams_cancelled.load(Ordering::SeqCst)
+    }
+
+    /// Streaming answers sent to their end (`[DONE]`, or a scripted fault's end).
+    pub fn streams_completed(&self) -> u64 {
+        self.streams_completed.load(Ordering::SeqCst)
+    }
+
+    pub(super) fn stream_completed(&self) {
+        self.streams_completed.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub(super) fn stream_started(&self) {
+        self.streams_started.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub(super) fn stream_cancelled(&self) {
+        self.streams_cancelled.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// Chat requests received, failures and unparsable bodies included.
     pub fn requests(&self) -> u64 {
         self.lock().requests

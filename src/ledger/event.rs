@@ -20,6 +20,10 @@ pub enum AttemptStatus {
     LocalError,
     /// A reservation that expired unsettled, committed at its reserved amount.
     Orphaned,
+    /// A stream the upstream cut (or garbled) after it began: billed for what was streamed.
+    Partial,
+    /// A stream whose caller disconnected before its end.
+    ClientCancelled,
 }
 
 impl AttemptStatus {
@@ -31,6 +35,8 @@ impl AttemptStatus {
             AttemptStatus::ClientError => "client_error",
             AttemptStatus::LocalError => "local_error",
             AttemptStatus::Orphaned => "orphaned",
+            AttemptStatus::Partial => "partial",
+            AttemptStatus::ClientCancelled => "client_cancelled",
         }
     }
 }

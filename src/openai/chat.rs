@@ -88,6 +88,15 @@ impl ChatRequest {
     pub fn stream(&self) -> bool {
         self.stream
     }
+
+    /// The caller asked for the usage-only chunk at the end of a stream.
+    pub fn include_usage(&self) -> bool {
+        self.body
+            .get("stream_options")
+            .and_then(|o| o.get("include_usage"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    }
 }
 
 fn positive_u32(value: &Value, field: &str) -> Result<u32, ApiError> {

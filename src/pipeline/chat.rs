@@ -3,6 +3,8 @@
 //! attempt is recorded; the reservation is settled with the real cost or
 //! released (its guard releases it if this future is dropped).
 
+use std::sync::Arc;
+
 use actix_web::http::StatusCode;
 use actix_web::http::header::{HeaderName, HeaderValue};
 use bytes::Bytes;
@@ -11,49 +13,50 @@ use super::context::RequestContext;
 use crate::clock::{elapsed_ms, monotonic};
 use crate::config::{Route, Target};
 use crate::error::{ApiError, ErrorCode};
-use crate::ids::EventId;
-use crate::ledger::{AttemptStatus, UsageEvent, UsageKind};
+use crate::ledger::{AttemptStatus, UsageKind};
 use crate::money::Nanos;
 use crate::openai::chat::ChatRequest;
 use crate::pricing::{self, Usage};
-use crate::provider::actor::Verdict;
+use crate::provider::actor::{Permit, Verdict};
 use crate::provider::adapters::openai::{self, ResponseUsage};
-use crate::provider::call::{self, CallHeaders, UpstreamReply};
+use crate::provider::call::{self, CallHeaders, Opened, UpstreamBody, UpstreamReply};
 use crate::provider::classify::{Class, classify_error, classify_status};
 use crate::state::Gateway;
 use crate::telemetry::metrics::{Metric, counter_add, observe_ms};
-use crate::tenant::handle::committed;
 use crate::tenant::{QuotaError, RateDecision, ReservationGuard, ReservationMeta, ReserveRequest};
+
+use super::record::{self, AttemptRow};
+use super::stream::{ClientBody, Relay};
 
 /// Extra time past the request deadline before an unsettled reservation counts as orphaned.
 const RESERVATION_MARGIN_MS: u64 = 30_000;
 
-/// A served call.
-#[derive(Debug)]
+/// A served call: its whole body, or a stream that is being relayed.
 pub struct ChatOutcome {
-    pub body: Bytes,
     pub provider: String,
     pub model: String,
-    pub cost: Nanos,
-    pub remaining: Option<Nanos>,
     pub rate: RateDecision,
     /// `Some(n)` when `clamp` mode lowered `max_tokens` to `n`.
     pub clamped_max_tokens: Option<u32>,
+    pub body: OutcomeBody,
+}
+
+pub enum OutcomeBody {
+    Complete {
+        body: Bytes,
+        cost: Nanos,
+        remaining: Option<Nanos>,
+    },
+    Stream(ClientBody),
 }
 
 pub async fn handle_chat(
-    gw: &Gateway,
+    gw: &Arc<Gateway>,
     client: &awc::Client,
     ctx: &RequestContext,
     body: &[u8],
 ) -> Result<ChatOutcome, ApiError> {
     let request = ChatRequest::parse(body)?;
-    if request.stream() {
-        return Err(ApiError::invalid_request(
-            "stream",
-            "streaming is not supported by this gateway yet; send `stream: false`",
-        ));
-    }
     let route = resolve_route(gw, ctx, request.model())?;
     let tier = gw.config.tiers.get(&ctx.tenant.tier).ok_or_else(|| {
         ApiError::internal(format!("tiers.{} is not configured", ctx.tenant.tier))
@@ -204,7 +207,7 @@ fn with_rate_headers(mut error: ApiError, rate: &RateDecision) -> ApiError {
 }
 
 struct Dispatch<'a> {
-    gw: &'a Gateway,
+    gw: &'a Arc<Gateway>,
     client: &'a awc::Client,
     ctx: &'a RequestContext,
     route: &'a Route,
@@ -213,20 +216,9 @@ struct Dispatch<'a> {
     rate: RateDecision,
 }
 
-/// One finished attempt, as the ledger sees it.
-struct Attempt<'t> {
-    target: &'t Target,
-    number: u32,
-    status: AttemptStatus,
-    upstream_status: Option<u16>,
-    usage: Usage,
-    usage_kind: UsageKind,
-    charged: Nanos,
-    latency_ms: u64,
-    error: Option<String>,
-}
-
 impl Dispatch<'_> {
+    /// Tries the route's targets in order, per DESIGN's table: retryable
+    /// failures move on, a refused request or a local misconfiguration ends here.
     #[expect(
         clippy::too_many_lines,
         reason = "one failover loop; its arms mirror DESIGN's table"
@@ -234,7 +226,6 @@ impl Dispatch<'_> {
     async fn run(&self, reservation: ReservationGuard) -> Result<ChatOutcome, ApiError> {
         let max_tokens = reservation.granted().max_tokens;
         let reserved = reservation.granted().amount;
-        let clamped = reservation.granted().clamped.then_some(max_tokens);
         let mut attempt_number = 0u32;
         let mut missing_envs = Vec::new();
         let mut last_failure: Option<String> = None;
@@ -264,45 +255,37 @@ impl Dispatch<'_> {
                 traceparent: self.ctx.traceparent.as_deref(),
             };
             let started = monotonic();
-            let result = call::post_chat(self.client, provider, body, &headers).await;
+            let result = if self.request.stream() {
+                call::open_stream(self.client, provider, body, &headers).await
+            } else {
+                call::post_chat(self.client, provider, body, &headers)
+                    .await
+                    .map(Opened::Complete)
+            };
             let latency_ms = elapsed_ms(started);
             let class = match &result {
-                Ok(reply) => classify_status(reply.status),
+                Ok(Opened::Complete(reply)) => classify_status(reply.status),
+                Ok(Opened::Stream { .. }) => Class::Success,
                 Err(error) => classify_error(error),
             };
-            let outcome_label = match class {
-                Class::Success => "ok",
-                Class::Retryable => "retryable",
-                Class::GiveBack => "rejected",
-                Class::Local => "local_error",
-            };
-            let labels = [
-                ("provider", target.provider.as_str()),
-                ("model", target.model.as_str()),
-                ("outcome", outcome_label),
-            ];
-            observe_ms(Metric::UpstreamDurationSeconds, &labels, latency_ms);
-            counter_add(Metric::UpstreamAttemptsTotal, &labels[..1], 1);
+            observe_attempt(target, class, latency_ms);
 
-            let mut attempt = Attempt {
-                target,
-                number: attempt_number,
-                status: AttemptStatus::UpstreamError,
-                upstream_status: result.as_ref().ok().map(|r| r.status.as_u16()),
-                usage: Usage::default(),
-                usage_kind: UsageKind::None,
-                charged: Nanos::ZERO,
+            let mut row = AttemptRow::new(
+                target.provider.as_str(),
+                &target.model,
+                attempt_number,
                 latency_ms,
-                error: None,
+            );
+            if let Ok(Opened::Complete(reply)) = &result {
+                row.upstream_status = Some(reply.status.as_u16());
+            }
+            let success_status = if index == 0 {
+                AttemptStatus::Ok
+            } else {
+                AttemptStatus::FallbackOk
             };
             match (class, result) {
-                (Class::Success, Ok(reply)) => {
-                    permit.finish(Verdict::Healthy);
-                    attempt.status = if index == 0 {
-                        AttemptStatus::Ok
-                    } else {
-                        AttemptStatus::FallbackOk
-                    };
+                (Class::Success, Ok(opened)) => {
                     if index > 0 {
                         counter_add(
                             Metric::FallbacksTotal,
@@ -310,15 +293,52 @@ impl Dispatch<'_> {
                             1,
                         );
                     }
-                    return Ok(self
-                        .settle(reservation, attempt, reply, reserved, clamped)
-                        .await);
+                    row.status = success_status;
+                    let body = match opened {
+                        Opened::Complete(reply) => {
+                            permit.finish(Verdict::Healthy);
+                            self.settle(reservation, row, reply, target).await
+                        }
+                        Opened::Stream {
+                            first,
+                            body,
+                            ttft_ms,
+                        } => {
+                            let stream = StreamStart {
+                                permit,
+                                first,
+                                body,
+                                ttft_ms,
+                                started,
+                            };
+                            self.relay(
+                                reservation,
+                                stream,
+                                target,
+                                provider,
+                                success_status,
+                                attempt_number,
+                            )
+                        }
+                    };
+                    return Ok(ChatOutcome {
+                        provider: target.provider.to_string(),
+                        model: target.model.clone(),
+                        rate: self.rate,
+                        clamped_max_tokens: reservation_clamp(
+                            max_tokens,
+                            self.request,
+                            self.ctx,
+                            self.gw,
+                        ),
+                        body,
+                    });
                 }
-                (Class::GiveBack, Ok(reply)) => {
+                (Class::GiveBack, Ok(Opened::Complete(reply))) => {
                     permit.finish(Verdict::Healthy);
-                    attempt.status = AttemptStatus::ClientError;
-                    attempt.error = Some(snippet(&reply.body));
-                    self.record(&attempt, reserved);
+                    row.status = AttemptStatus::ClientError;
+                    row.error = Some(snippet(&reply.body));
+                    record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row);
                     reservation.release();
                     let status = StatusCode::from_u16(reply.status.as_u16())
                         .unwrap_or(StatusCode::BAD_REQUEST);
@@ -326,9 +346,9 @@ impl Dispatch<'_> {
                 }
                 (Class::Local, Err(error)) => {
                     permit.finish(Verdict::Abandoned);
-                    attempt.status = AttemptStatus::LocalError;
-                    attempt.error = Some(error.to_string());
-                    self.record(&attempt, reserved);
+                    row.status = AttemptStatus::LocalError;
+                    row.error = Some(error.to_string());
+                    record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row);
                     reservation.release();
                     return Err(ApiError::new(
                         ErrorCode::ProviderMisconfigured,
@@ -338,14 +358,17 @@ impl Dispatch<'_> {
                 (_, result) => {
                     permit.finish(Verdict::Failed);
                     let message = match result {
-                        Ok(reply) => {
+                        Ok(Opened::Complete(reply)) => {
                             format!("{} answered {}", target.provider, reply.status.as_u16())
+                        }
+                        Ok(Opened::Stream { .. }) => {
+                            format!("{}: unexpected stream", target.provider)
                         }
                         Err(error) => format!("{}: {error}", target.provider),
                     };
                     tracing::warn!(provider = %target.provider, request_id = %self.ctx.request_id, error = %message, "Upstream attempt failed; failing over.");
-                    attempt.error = Some(message.clone());
-                    self.record(&attempt, reserved);
+                    row.error = Some(message.clone());
+                    record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row);
                     last_failure = Some(message);
                 }
             }
@@ -393,11 +416,10 @@ impl Dispatch<'_> {
     async fn settle(
         &self,
         reservation: ReservationGuard,
-        mut attempt: Attempt<'_>,
+        mut row: AttemptRow,
         reply: UpstreamReply,
-        reserved: Nanos,
-        clamped_max_tokens: Option<u32>,
-    ) -> ChatOutcome {
+        target: &Target,
+    ) -> OutcomeBody {
         let (usage, usage_kind) = match openai::parse_usage(&reply.body) {
             ResponseUsage::Reported(usage) => (usage, UsageKind::Reported),
             ResponseUsage::Missing { completion_text } => (
@@ -409,91 +431,90 @@ impl Dispatch<'_> {
                 UsageKind::Estimated,
             ),
         };
-        let cost = pricing::charge(&attempt.target.price, &usage);
-        if cost > reserved {
-            counter_add(
-                Metric::ReservationOverrunNanosTotal,
-                &[],
-                cost.get() - reserved.get(),
-            );
-        }
-        attempt.usage = usage;
-        attempt.usage_kind = usage_kind;
-        let remaining = match reservation.settle(cost).await {
-            Ok(reply) if committed(&reply) => {
-                attempt.charged = cost;
-                reply.remaining
-            }
-            Ok(reply) => {
-                // The reservation had expired and was committed as orphaned: that row carries the charge.
-                attempt.error = Some("settled after the reservation expired".to_owned());
-                reply.remaining
-            }
-            Err(_) => {
-                // The actor is gone; the ledger is the truth and the next actor loads from it.
-                attempt.charged = cost;
-                None
-            }
-        };
-        self.record(&attempt, reserved);
-        self.meter(&usage, attempt.charged);
-        ChatOutcome {
+        let cost = pricing::charge(&target.price, &usage);
+        let reserved = reservation.granted().amount;
+        row.usage = usage;
+        row.usage_kind = usage_kind;
+        let remaining = record::settle(reservation, cost, &mut row).await;
+        record::meter(self.route.name.as_str(), &usage, row.charged);
+        record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row);
+        OutcomeBody::Complete {
             body: reply.body,
-            provider: attempt.target.provider.to_string(),
-            model: attempt.target.model.clone(),
             cost,
             remaining,
-            rate: self.rate,
-            clamped_max_tokens,
         }
     }
 
-    fn meter(&self, usage: &Usage, charged: Nanos) {
-        let uncached = usage
-            .prompt_tokens
-            .saturating_sub(usage.cached_tokens + usage.cache_write_tokens);
-        for (kind, n) in [
-            ("prompt", uncached),
-            ("cached", usage.cached_tokens),
-            ("cache_write", usage.cache_write_tokens),
-            ("completion", usage.completion_tokens),
-        ] {
-            counter_add(Metric::TokensTotal, &[("type", kind)], n);
-        }
-        counter_add(
-            Metric::CostNanosTotal,
-            &[("route", self.route.name.as_str())],
-            charged.get(),
-        );
-    }
-
-    fn record(&self, attempt: &Attempt<'_>, reserved: Nanos) {
-        let ctx = self.ctx;
-        self.gw.ledger.record(UsageEvent {
-            event_id: EventId::generate(),
-            request_id: ctx.request_id.clone(),
-            client_request_id: ctx.client_request_id.clone(),
-            trace_id: ctx.trace_id.clone(),
-            tenant: ctx.tenant.id.clone(),
-            key: ctx.key.id.clone(),
-            feature: ctx.feature.clone(),
+    fn relay(
+        &self,
+        reservation: ReservationGuard,
+        stream: StreamStart,
+        target: &Target,
+        provider: &crate::config::Provider,
+        success_status: AttemptStatus,
+        attempt: u32,
+    ) -> OutcomeBody {
+        let relay = Relay {
+            gw: self.gw.clone(),
+            ctx: self.ctx.clone(),
             route: self.route.name.to_string(),
-            provider: attempt.target.provider.to_string(),
-            model: attempt.target.model.clone(),
-            attempt: attempt.number,
-            status: attempt.status,
-            upstream_status: attempt.upstream_status,
-            usage: attempt.usage,
-            usage_kind: attempt.usage_kind,
-            reserved,
-            charged: attempt.charged,
-            price_version: self.gw.config.price_version.clone(),
-            latency_ms: attempt.latency_ms,
-            ttft_ms: None,
-            error: attempt.error.clone(),
-            created_at_ms: self.gw.clock.now_ms(),
-        });
+            target: target.clone(),
+            provider: provider.clone(),
+            success_status,
+            attempt,
+            input_tokens: self.input_tokens,
+            include_usage: self.request.include_usage(),
+            reservation,
+            permit: stream.permit,
+            started: stream.started,
+            ttft_ms: stream.ttft_ms,
+        };
+        OutcomeBody::Stream(relay.spawn(stream.first, stream.body))
     }
+}
+
+/// A stream whose first chunk arrived: from here on there is no failover.
+struct StreamStart {
+    permit: Permit,
+    first: Bytes,
+    body: UpstreamBody,
+    ttft_ms: u64,
+    started: std::time::Instant,
+}
+
+fn observe_attempt(target: &Target, class: Class, latency_ms: u64) {
+    let outcome = match class {
+        Class::Success => "ok",
+        Class::Retryable => "retryable",
+        Class::GiveBack => "rejected",
+        Class::Local => "local_error",
+    };
+    let labels = [
+        ("provider", target.provider.as_str()),
+        ("model", target.model.as_str()),
+        ("outcome", outcome),
+    ];
+    observe_ms(Metric::UpstreamDurationSeconds, &labels, latency_ms);
+    counter_add(Metric::UpstreamAttemptsTotal, &labels[..1], 1);
+}
+
+/// The lowered `max_tokens` when `clamp` mode changed what the caller would have sent.
+fn reservation_clamp(
+    granted_max_tokens: u32,
+    request: &ChatRequest,
+    ctx: &RequestContext,
+    gw: &Gateway,
+) -> Option<u32> {
+    let wanted = request
+        .max_tokens()
+        .or(ctx.tenant.default_max_tokens)
+        .or_else(|| {
+            gw.config
+                .tiers
+                .get(&ctx.tenant.tier)
+                .map(|tier| tier.default_max_tokens)
+        })?;
+    (granted_max_tokens < wanted).then_some(granted_max_tokens)
 }
 
 /// The start of an upstream error body, for the ledger (never the prompt).

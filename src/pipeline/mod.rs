@@ -3,6 +3,9 @@
 
 pub mod chat;
 pub mod context;
+pub mod record;
+pub mod sse;
+pub mod stream;
 
 pub use chat::{ChatOutcome, handle_chat};
 pub use context::RequestContext;

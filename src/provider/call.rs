@@ -2,9 +2,14 @@
 
 use std::time::Duration;
 
+use std::pin::Pin;
+
 use actix_web::http::StatusCode;
-use awc::error::SendRequestError;
+use awc::error::{PayloadError, SendRequestError};
 use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+
+use crate::clock::{elapsed_ms, monotonic};
 
 use crate::config::Provider;
 
@@ -22,6 +27,21 @@ pub enum CallError {
     Connect(String),
     #[error("reading the response failed: {0}")]
     Body(String),
+    #[error("no first chunk within {0} ms")]
+    FirstTokenTimeout(u64),
+}
+
+/// An upstream response body still arriving.
+pub type UpstreamBody = Pin<Box<dyn Stream<Item = Result<Bytes, PayloadError>>>>;
+
+/// A streaming call after its first chunk, or the complete (error) reply.
+pub enum Opened {
+    Complete(UpstreamReply),
+    Stream {
+        first: Bytes,
+        body: UpstreamBody,
+        ttft_ms: u64,
+    },
 }
 
 #[derive(Debug)]
@@ -43,6 +63,55 @@ pub async fn post_chat(
     body: Bytes,
     headers: &CallHeaders<'_>,
 ) -> Result<UpstreamReply, CallError> {
+    let request = build_request(client, provider, headers)?;
+    let response = request
+        .send_body(body)
+        .await
+        .map_err(|e| send_error(provider, e))?;
+    read_reply(response).await
+}
+
+/// Sends a streaming request and waits for its first chunk (bounded by the
+/// provider's first-token timeout), so a slow start can still fail over.
+pub async fn open_stream(
+    client: &awc::Client,
+    provider: &Provider,
+    body: Bytes,
+    headers: &CallHeaders<'_>,
+) -> Result<Opened, CallError> {
+    let started = monotonic();
+    let request = build_request(client, provider, headers)?;
+    let first_token = Duration::from_millis(provider.first_token_timeout_ms);
+    let sent = actix_rt::time::timeout(first_token, request.send_body(body))
+        .await
+        .map_err(|_| CallError::FirstTokenTimeout(provider.first_token_timeout_ms))?;
+    let response = sent.map_err(|e| send_error(provider, e))?;
+    if !response.status().is_success() {
+        return read_reply(response).await.map(Opened::Complete);
+    }
+    let mut body: UpstreamBody = Box::pin(response);
+    let left = first_token.saturating_sub(monotonic().saturating_duration_since(started));
+    match actix_rt::time::timeout(left, body.next()).await {
+        Err(_) => Err(CallError::FirstTokenTimeout(
+            provider.first_token_timeout_ms,
+        )),
+        Ok(None) => Err(CallError::Body(
+            "the stream ended before its first chunk".to_owned(),
+        )),
+        Ok(Some(Err(e))) => Err(CallError::Body(e.to_string())),
+        Ok(Some(Ok(first))) => Ok(Opened::Stream {
+            first,
+            body,
+            ttft_ms: elapsed_ms(started),
+        }),
+    }
+}
+
+fn build_request(
+    client: &awc::Client,
+    provider: &Provider,
+    headers: &CallHeaders<'_>,
+) -> Result<awc::ClientRequest, CallError> {
     let mut request = client
         .post(provider.chat_url.as_str())
         .timeout(Duration::from_millis(provider.timeout_ms))
@@ -60,10 +129,13 @@ pub async fn post_chat(
     if let Some(traceparent) = headers.traceparent {
         request = request.insert_header(("traceparent", traceparent));
     }
-    let mut response = request
-        .send_body(body)
-        .await
-        .map_err(|e| send_error(provider, e))?;
+    Ok(request)
+}
+
+async fn read_reply<S>(mut response: awc::ClientResponse<S>) -> Result<UpstreamReply, CallError>
+where
+    S: Stream<Item = Result<Bytes, PayloadError>> + Unpin,
+{
     let status = response.status();
     let retry_after_s = response
         .headers()

@@ -35,7 +35,10 @@ pub fn classify_status(status: StatusCode) -> Class {
 pub fn classify_error(error: &CallError) -> Class {
     match error {
         CallError::Local(_) => Class::Local,
-        CallError::Timeout | CallError::Connect(_) | CallError::Body(_) => Class::Retryable,
+        CallError::Timeout
+        | CallError::Connect(_)
+        | CallError::Body(_)
+        | CallError::FirstTokenTimeout(_) => Class::Retryable,
     }
 }
 

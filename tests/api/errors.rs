@@ -37,19 +37,6 @@ async fn bad_bodies_get_400_naming_the_field() {
 }
 
 #[actix_web::test]
-async fn streaming_is_refused_clearly_until_supported() {
-    let app = spawn_app(setup()).await;
-    let (_tenant, key) = app.tenant_with_key("free", json!({})).await;
-    let mut body = chat_body("fast");
-    body["stream"] = json!(true);
-
-    let reply = app.chat(&key, &body).await;
-
-    assert_eq!(reply.status, 400);
-    assert_eq!(reply.body["error"]["param"], "stream");
-}
-
-#[actix_web::test]
 async fn an_unknown_model_gets_404_model_not_found() {
     let app = spawn_app(setup()).await;
     let (_tenant, key) = app.tenant_with_key("free", json!({})).await;

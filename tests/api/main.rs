@@ -1,5 +1,5 @@
 //! The one integration test binary: real HTTP against the in-project fake upstream.
-#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
+#![expect(clippy::unwrap_used, clippy::panic, reason = "test helpers fail loudly")]
 
 mod support;
 
@@ -12,3 +12,5 @@ mod failover;
 mod ledger;
 mod lifecycle;
 mod rate_limit;
+mod sdk;
+mod streaming;

@@ -19,6 +19,15 @@ pub fn build_body(request: &ChatRequest, model: &str, max_tokens: u32) -> Bytes 
         request.max_tokens_field().to_owned(),
         Value::from(max_tokens),
     );
+    if request.stream() {
+        // Exact billing needs the provider's usage; the relay strips it if the caller did not ask.
+        let mut options = match body.remove("stream_options") {
+            Some(Value::Object(options)) => options,
+            _ => Map::new(),
+        };
+        options.insert("include_usage".to_owned(), Value::Bool(true));
+        body.insert("stream_options".to_owned(), Value::Object(options));
+    }
     // serde_json cannot fail to write a Map of Values.
     Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
 }

@@ -146,7 +146,7 @@ timeout_ms = 5000
             listen = self.listen,
         );
         for provider in &self.extra_providers {
-            text.push_str(provider);
+            text.push_str(&provider.replace("FAKE", fake_url));
             text.push('\n');
         }
         let mut priced = BTreeMap::new();

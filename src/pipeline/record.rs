@@ -1,0 +1,122 @@
+//! What every attempt leaves behind: the settlement of its reservation, its
+//! ledger row and its metrics. Shared by complete and streamed calls.
+
+use crate::ids::EventId;
+use crate::ledger::{AttemptStatus, UsageEvent, UsageKind};
+use crate::money::Nanos;
+use crate::pricing::Usage;
+use crate::state::Gateway;
+use crate::telemetry::metrics::{Metric, counter_add};
+use crate::tenant::ReservationGuard;
+use crate::tenant::handle::committed;
+
+use super::context::RequestContext;
+
+/// One finished attempt, as the ledger sees it.
+#[derive(Debug, Clone)]
+pub struct AttemptRow {
+    pub provider: String,
+    pub model: String,
+    pub number: u32,
+    pub status: AttemptStatus,
+    pub upstream_status: Option<u16>,
+    pub usage: Usage,
+    pub usage_kind: UsageKind,
+    pub charged: Nanos,
+    pub latency_ms: u64,
+    pub ttft_ms: Option<u64>,
+    pub error: Option<String>,
+}
+
+impl AttemptRow {
+    pub fn new(provider: &str, model: &str, number: u32, latency_ms: u64) -> AttemptRow {
+        AttemptRow {
+            provider: provider.to_owned(),
+            model: model.to_owned(),
+            number,
+            status: AttemptStatus::UpstreamError,
+            upstream_status: None,
+            usage: Usage::default(),
+            usage_kind: UsageKind::None,
+            charged: Nanos::ZERO,
+            latency_ms,
+            ttft_ms: None,
+            error: None,
+        }
+    }
+}
+
+pub fn record(gw: &Gateway, ctx: &RequestContext, route: &str, reserved: Nanos, row: AttemptRow) {
+    gw.ledger.record(UsageEvent {
+        event_id: EventId::generate(),
+        request_id: ctx.request_id.clone(),
+        client_request_id: ctx.client_request_id.clone(),
+        trace_id: ctx.trace_id.clone(),
+        tenant: ctx.tenant.id.clone(),
+        key: ctx.key.id.clone(),
+        feature: ctx.feature.clone(),
+        route: route.to_owned(),
+        provider: row.provider,
+        model: row.model,
+        attempt: row.number,
+        status: row.status,
+        upstream_status: row.upstream_status,
+        usage: row.usage,
+        usage_kind: row.usage_kind,
+        reserved,
+        charged: row.charged,
+        price_version: gw.config.price_version.clone(),
+        latency_ms: row.latency_ms,
+        ttft_ms: row.ttft_ms,
+        error: row.error,
+        created_at_ms: gw.clock.now_ms(),
+    });
+}
+
+/// Commits `cost` against the reservation and fills the row's charge: the
+/// full cost, or nothing if the reservation had already expired (then its
+/// `orphaned` row carries the charge). Returns the budget left.
+pub async fn settle(
+    reservation: ReservationGuard,
+    cost: Nanos,
+    row: &mut AttemptRow,
+) -> Option<Nanos> {
+    let reserved = reservation.granted().amount;
+    if cost > reserved {
+        counter_add(
+            Metric::ReservationOverrunNanosTotal,
+            &[],
+            cost.get() - reserved.get(),
+        );
+    }
+    match reservation.settle(cost).await {
+        Ok(reply) if committed(&reply) => {
+            row.charged = cost;
+            reply.remaining
+        }
+        Ok(reply) => {
+            row.error = Some("settled after the reservation expired".to_owned());
+            reply.remaining
+        }
+        Err(_) => {
+            // The actor is gone; the ledger is the truth and the next actor loads from it.
+            row.charged = cost;
+            None
+        }
+    }
+}
+
+pub fn meter(route: &str, usage: &Usage, charged: Nanos) {
+    let uncached = usage
+        .prompt_tokens
+        .saturating_sub(usage.cached_tokens + usage.cache_write_tokens);
+    for (kind, n) in [
+        ("prompt", uncached),
+        ("cached", usage.cached_tokens),
+        ("cache_write", usage.cache_write_tokens),
+        ("completion", usage.completion_tokens),
+    ] {
+        counter_add(Metric::TokensTotal, &[("type", kind)], n);
+    }
+    counter_add(Metric::CostNanosTotal, &[("route", route)], charged.get());
+}

@@ -1,0 +1,201 @@
+//! Server-sent events from an OpenAI-compatible upstream: split the byte
+//! stream into events, and read what billing needs from each (content
+//! deltas, usage, the `[DONE]` mark) without changing the event's bytes.
+
+use bytes::{Bytes, BytesMut};
+use serde::Deserialize;
+
+use crate::pricing::Usage;
+
+/// Splits arbitrary byte chunks into complete events (text up to a blank line).
+#[derive(Debug, Default)]
+pub struct SseSplitter {
+    buffer: BytesMut,
+}
+
+impl SseSplitter {
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.buffer.extend_from_slice(bytes);
+    }
+
+    /// The next complete event, without its terminating blank line.
+    pub fn next_event(&mut self) -> Option<Bytes> {
+        let (end, delimiter) = find_delimiter(&self.buffer)?;
+        let event = self.buffer.split_to(end).freeze();
+        let _ = self.buffer.split_to(delimiter);
+        Some(event)
+    }
+
+    /// Bytes of an event not yet terminated.
+    pub fn pending(&self) -> usize {
+        self.buffer.len()
+    }
+}
+
+fn find_delimiter(buffer: &[u8]) -> Option<(usize, usize)> {
+    for i in 0..buffer.len() {
+        if buffer[i..].starts_with(b"\n\n") {
+            return Some((i, 2));
+        }
+        if buffer[i..].starts_with(b"\r\n\r\n") {
+            return Some((i, 4));
+        }
+    }
+    None
+}
+
+/// What one event means for the relay.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Inspected {
+    /// `data: [DONE]`.
+    Done,
+    Chunk {
+        /// Text of the content deltas (for estimating a broken stream's output).
+        content: String,
+        usage: Option<Usage>,
+        /// No choices, only usage: the chunk `stream_options.include_usage` adds.
+        usage_only: bool,
+    },
+    /// The upstream reported an error inside the stream.
+    Error(String),
+    /// Comments, `event:` lines without data, keep-alives: forwarded as they are.
+    Other,
+    /// A data line that is not JSON: the stream is broken.
+    Malformed,
+}
+
+#[derive(Deserialize)]
+struct RawChunk {
+    choices: Option<Vec<RawChoice>>,
+    usage: Option<RawUsage>,
+    error: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+struct RawChoice {
+    delta: Option<RawDelta>,
+}
+
+#[derive(Deserialize)]
+struct RawDelta {
+    content: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+    prompt_tokens_details: Option<RawPromptDetails>,
+    prompt_cache_hit_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct RawPromptDetails {
+    cached_tokens: Option<u64>,
+}
+
+pub fn inspect(event: &[u8]) -> Inspected {
+    let mut data = Vec::new();
+    for line in event.split(|b| *b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if let Some(rest) = line.strip_prefix(b"data:") {
+            if !data.is_empty() {
+                data.push(b'\n');
+            }
+            data.extend_from_slice(rest.strip_prefix(b" ").unwrap_or(rest));
+        }
+    }
+    if data.is_empty() {
+        return Inspected::Other;
+    }
+    if data.trim_ascii() == b"[DONE]" {
+        return Inspected::Done;
+    }
+    let Ok(chunk) = serde_json::from_slice::<RawChunk>(&data) else {
+        return Inspected::Malformed;
+    };
+    if let Some(error) = chunk.error {
+        return Inspected::Error(error.to_string());
+    }
+    let choices = chunk.choices.unwrap_or_default();
+    let content = choices
+        .iter()
+        .filter_map(|c| c.delta.as_ref()?.content.as_deref())
+        .collect::<String>();
+    let usage = chunk.usage.map(|raw| Usage {
+        prompt_tokens: raw.prompt_tokens,
+        cached_tokens: raw
+            .prompt_cache_hit_tokens
+            .or_else(|| raw.prompt_tokens_details.and_then(|d| d.cached_tokens))
+            .unwrap_or(0),
+        cache_write_tokens: 0,
+        completion_tokens: raw.completion_tokens,
+    });
+    Inspected::Chunk {
+        usage_only: choices.is_empty() && usage.is_some(),
+        content,
+        usage,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_events_across_arbitrary_chunk_boundaries() {
+        let mut splitter = SseSplitter::default();
+        splitter.push(b"data: {\"a\":1}\n");
+        assert_eq!(splitter.next_event(), None);
+        splitter.push(b"\ndata: [DO");
+        assert_eq!(
+            splitter.next_event().unwrap(),
+            Bytes::from_static(b"data: {\"a\":1}")
+        );
+        splitter.push(b"NE]\r\n\r\n");
+        assert_eq!(
+            splitter.next_event().unwrap(),
+            Bytes::from_static(b"data: [DONE]")
+        );
+        assert_eq!(splitter.pending(), 0);
+    }
+
+    #[test]
+    fn reads_content_usage_and_done() {
+        let content = br#"data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}"#;
+        assert_eq!(
+            inspect(content),
+            Inspected::Chunk {
+                content: "Hi".into(),
+                usage: None,
+                usage_only: false
+            }
+        );
+        let usage = br#"data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":4}}}"#;
+        let Inspected::Chunk {
+            usage: Some(usage),
+            usage_only: true,
+            ..
+        } = inspect(usage)
+        else {
+            panic!("usage chunk not recognised")
+        };
+        assert_eq!(
+            (
+                usage.prompt_tokens,
+                usage.cached_tokens,
+                usage.completion_tokens
+            ),
+            (9, 4, 3)
+        );
+        assert_eq!(inspect(b"data: [DONE]"), Inspected::Done);
+        assert_eq!(inspect(b": keep-alive"), Inspected::Other);
+        assert_eq!(inspect(b"data: {\"id\": oops"), Inspected::Malformed);
+        assert!(matches!(
+            inspect(br#"data: {"error":{"message":"x"}}"#),
+            Inspected::Error(_)
+        ));
+    }
+}

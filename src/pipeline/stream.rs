@@ -1,0 +1,234 @@
+//! The stream relay: upstream SSE → client SSE, event by event as it
+//! arrives. It runs in a task that outlives the handler, so the bill is
+//! settled even when the caller leaves: the relay then drains the upstream
+//! (bounded in time and in concurrent drains) for its reported usage, or
+//! cancels it and estimates. A broken upstream ends the caller's stream with
+//! an error event and is billed for what was streamed (`partial`).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+
+use super::context::RequestContext;
+use super::record::{self, AttemptRow};
+use super::sse::{Inspected, SseSplitter, inspect};
+use crate::clock::{elapsed_ms, monotonic};
+use crate::config::{OnClientDisconnect, Provider, Target};
+use crate::ledger::{AttemptStatus, UsageKind};
+use crate::pricing::{self, Usage};
+use crate::provider::actor::{Permit, Verdict};
+use crate::provider::call::UpstreamBody;
+use crate::state::Gateway;
+use crate::tenant::ReservationGuard;
+
+/// Events buffered towards a slow caller before the relay waits for it.
+const CLIENT_BUFFER_EVENTS: usize = 64;
+
+/// The caller's side of a relayed stream.
+pub type ClientBody = mpsc::Receiver<Result<Bytes, std::io::Error>>;
+
+pub struct Relay {
+    pub gw: Arc<Gateway>,
+    pub ctx: RequestContext,
+    pub route: String,
+    pub target: Target,
+    pub provider: Provider,
+    /// `ok` or `fallback_ok`, if the stream completes.
+    pub success_status: AttemptStatus,
+    pub attempt: u32,
+    pub input_tokens: u64,
+    /// The caller asked for the usage chunk (`stream_options.include_usage`).
+    pub include_usage: bool,
+    pub reservation: ReservationGuard,
+    pub permit: Permit,
+    pub started: std::time::Instant,
+    pub ttft_ms: u64,
+}
+
+/// How the upstream side ended.
+enum End {
+    Done,
+    Broken(String),
+}
+
+impl Relay {
+    /// Starts relaying; the returned body yields the upstream's events.
+    pub fn spawn(self, first: Bytes, upstream: UpstreamBody) -> ClientBody {
+        let (tx, rx) = mpsc::channel(CLIENT_BUFFER_EVENTS);
+        actix_rt::spawn(self.run(first, upstream, tx));
+        rx
+    }
+
+    async fn run(
+        self,
+        first: Bytes,
+        mut upstream: UpstreamBody,
+        tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
+    ) {
+        let mut splitter = SseSplitter::default();
+        splitter.push(&first);
+        let mut content = String::new();
+        let mut usage: Option<Usage> = None;
+        let mut client_gone = false;
+        let mut draining = false;
+        let idle = Duration::from_millis(self.provider.first_token_timeout_ms);
+        let drain_deadline = Duration::from_millis(self.provider.drain_timeout_ms);
+        let mut gone_at = None;
+
+        let end = 'relay: loop {
+            while let Some(event) = splitter.next_event() {
+                let forward = match inspect(&event) {
+                    Inspected::Done => {
+                        if !client_gone {
+                            let _ = tx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
+                        }
+                        break 'relay End::Done;
+                    }
+                    Inspected::Chunk {
+                        content: text,
+                        usage: reported,
+                        usage_only,
+                    } => {
+                        content.push_str(&text);
+                        if reported.is_some() {
+                            usage = reported;
+                        }
+                        !usage_only || self.include_usage
+                    }
+                    Inspected::Error(error) => {
+                        break 'relay End::Broken(format!("upstream error event: {error}"));
+                    }
+                    Inspected::Malformed => {
+                        break 'relay End::Broken("malformed SSE line".to_owned());
+                    }
+                    Inspected::Other => true,
+                };
+                if forward && !client_gone {
+                    let mut bytes = Vec::with_capacity(event.len() + 2);
+                    bytes.extend_from_slice(&event);
+                    bytes.extend_from_slice(b"\n\n");
+                    if tx.send(Ok(Bytes::from(bytes))).await.is_err() {
+                        client_gone = true;
+                    }
+                }
+            }
+            if client_gone && !draining {
+                gone_at.get_or_insert_with(monotonic);
+                if !self.start_drain() {
+                    break 'relay End::Broken("client disconnected; upstream cancelled".to_owned());
+                }
+                draining = true;
+            }
+            let wait = if let Some(at) = gone_at {
+                drain_deadline.saturating_sub(monotonic().saturating_duration_since(at))
+            } else {
+                idle
+            };
+            let next = tokio::select! {
+                next = actix_rt::time::timeout(wait, upstream.next()) => next,
+                () = tx.closed(), if !client_gone => {
+                    client_gone = true;
+                    continue 'relay;
+                }
+            };
+            match next {
+                Ok(Some(Ok(bytes))) => splitter.push(&bytes),
+                Ok(Some(Err(error))) => {
+                    break 'relay End::Broken(format!("upstream stream failed: {error}"));
+                }
+                Ok(None) => {
+                    break 'relay End::Broken("the upstream ended without [DONE]".to_owned());
+                }
+                Err(_) if gone_at.is_some() => {
+                    break 'relay End::Broken("drain timed out".to_owned());
+                }
+                Err(_) => {
+                    break 'relay End::Broken(format!("no chunk for {} ms", idle.as_millis()));
+                }
+            }
+        };
+        if draining {
+            self.gw.active_drains.fetch_sub(1, Ordering::SeqCst);
+        }
+        // Dropping the upstream body closes that connection: it never returns to the pool half-read.
+        drop(upstream);
+        if let (End::Broken(reason), false) = (&end, client_gone) {
+            let error = serde_json::json!({"error": {
+                "message": format!("the upstream stream broke: {reason}"),
+                "type": "server_error",
+                "code": "stream_interrupted",
+                "param": null,
+            }});
+            let _ = tx.send(Ok(Bytes::from(format!("data: {error}\n\n")))).await;
+        }
+        drop(tx);
+        self.settle(end, client_gone, usage, &content).await;
+    }
+
+    /// Whether this relay may keep reading after its caller left.
+    fn start_drain(&self) -> bool {
+        if self.provider.on_client_disconnect == OnClientDisconnect::Cancel {
+            return false;
+        }
+        let active = self.gw.active_drains.fetch_add(1, Ordering::SeqCst);
+        if active >= self.gw.config.server.max_concurrent_drains {
+            self.gw.active_drains.fetch_sub(1, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    async fn settle(self, end: End, client_gone: bool, reported: Option<Usage>, content: &str) {
+        let (status, verdict, error) = match (&end, client_gone) {
+            (_, true) => (
+                AttemptStatus::ClientCancelled,
+                Verdict::Abandoned,
+                match &end {
+                    End::Done => None,
+                    End::Broken(reason) => Some(reason.clone()),
+                },
+            ),
+            (End::Done, false) => (self.success_status, Verdict::Healthy, None),
+            (End::Broken(reason), false) => (
+                AttemptStatus::Partial,
+                Verdict::Failed,
+                Some(reason.clone()),
+            ),
+        };
+        // The provider's own usage counts only if it covers the whole stream.
+        let (usage, usage_kind) = match (reported, &end) {
+            (Some(usage), End::Done) => (usage, UsageKind::Reported),
+            _ => (
+                Usage {
+                    prompt_tokens: self.input_tokens,
+                    completion_tokens: self.gw.estimator.count_completion(content),
+                    ..Usage::default()
+                },
+                UsageKind::Estimated,
+            ),
+        };
+        self.permit.finish(verdict);
+        let cost = pricing::charge(&self.target.price, &usage);
+        let mut row = AttemptRow::new(
+            self.target.provider.as_str(),
+            &self.target.model,
+            self.attempt,
+            elapsed_ms(self.started),
+        );
+        row.status = status;
+        row.upstream_status = Some(200);
+        row.usage = usage;
+        row.usage_kind = usage_kind;
+        row.ttft_ms = Some(self.ttft_ms);
+        row.error = error;
+        let reserved = self.reservation.granted().amount;
+        record::settle(self.reservation, cost, &mut row).await;
+        record::meter(&self.route, &usage, row.charged);
+        tracing::info!(request_id = %self.ctx.request_id, tenant = %self.ctx.tenant.id, provider = %row.provider, status = status.as_str(), cost = %cost, "Stream ended.");
+        record::record(&self.gw, &self.ctx, &self.route, reserved, row);
+    }
+}

@@ -1,0 +1,333 @@
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+use crate::support::{TestApp, TestSetup, spawn_app};
+
+fn setup() -> TestSetup {
+    TestSetup::new()
+        .provider(
+            "[providers.slowstart]\nkind = \"openai\"\nbase_url = \"FAKE\"\nfirst_token_timeout_ms = 300",
+        )
+        .provider(
+            "[providers.canceller]\nkind = \"openai\"\nbase_url = \"FAKE\"\non_client_disconnect = \"cancel\"",
+        )
+        .route("paced", &["primary/usage-100-20-30+chunks-5+chunk-delay-200ms"])
+        .route("quick", &["primary/usage-100-20-30+chunks-3"])
+        .route("slowfirst", &["slowstart/ttft-3000ms", "secondary/usage-10-0-5+chunks-2"])
+        .route("cut", &["primary/chunks-8+cut-after-3"])
+        .route("garbled", &["primary/chunks-8+malformed-after-2"])
+        .route("drain", &["primary/usage-100-0-40+chunks-6+chunk-delay-150ms"])
+        .route("cancel", &["canceller/usage-100-0-40+chunks-20+chunk-delay-150ms"])
+        .tier("free", &["paced", "quick", "slowfirst", "cut", "garbled", "drain", "cancel"], 1000, 100)
+}
+
+fn stream_body(model: &str, include_usage: bool) -> Value {
+    let mut body = json!({"model": model, "stream": true, "messages": [{"role": "user", "content": "Tell me a story"}]});
+    if include_usage {
+        body["stream_options"] = json!({"include_usage": true});
+    }
+    body
+}
+
+/// The `data:` payloads of an SSE body, in order.
+fn events(raw: &str) -> Vec<String> {
+    raw.split("\n\n")
+        .filter_map(|event| event.strip_prefix("data: "))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A chunk without the fields that differ between two calls (id, created).
+fn normalized(event: &str) -> Value {
+    let mut value: Value = serde_json::from_str(event).unwrap_or(Value::String(event.to_owned()));
+    if let Some(object) = value.as_object_mut() {
+        object.remove("id");
+        object.remove("created");
+    }
+    value
+}
+
+fn open(app: &TestApp, key: &str, body: &Value) -> awc::SendClientRequest {
+    app.client
+        .post(format!("{}/v1/chat/completions", app.base_url))
+        .insert_header(("authorization", format!("Bearer {key}")))
+        .send_json(body)
+}
+
+async fn read_all<S>(response: &mut awc::ClientResponse<S>) -> String
+where
+    S: futures_util::Stream<Item = Result<Bytes, awc::error::PayloadError>> + Unpin,
+{
+    let mut raw = Vec::new();
+    while let Some(chunk) = response.next().await {
+        match chunk {
+            Ok(bytes) => raw.extend_from_slice(&bytes),
+            Err(_) => break,
+        }
+    }
+    String::from_utf8(raw).unwrap()
+}
+
+async fn wait_until(mut check: impl FnMut() -> bool, what: &str) {
+    for _ in 0..100 {
+        if check() {
+            return;
+        }
+        actix_rt::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[actix_web::test]
+async fn chunks_arrive_in_order_identical_to_the_upstreams_and_unbuffered() {
+    let app = spawn_app(setup()).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    let mut response = open(&app, &key, &stream_body("paced", false))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers().get("content-type").unwrap(),
+        "text/event-stream"
+    );
+    assert_eq!(
+        response.headers().get("x-tollgate-provider").unwrap(),
+        "primary"
+    );
+    let first = response.next().await.unwrap().unwrap();
+    // The caller holds a chunk while the upstream has not finished sending.
+    assert_eq!(app.fake.stats.streams_completed(), 0);
+    let mut raw = String::from_utf8(first.to_vec()).unwrap();
+    raw.push_str(&read_all(&mut response).await);
+
+    // What the upstream itself sent for the same request, minus the usage chunk it was asked for.
+    let direct = awc::Client::new()
+        .post(format!("{}/v1/chat/completions", app.fake.base_url()))
+        .send_json(&app.fake.stats.captured()[0].body)
+        .await
+        .unwrap()
+        .body()
+        .await
+        .unwrap();
+    let upstream: Vec<Value> = events(std::str::from_utf8(&direct).unwrap())
+        .iter()
+        .map(|e| normalized(e))
+        .filter(|e| e.get("usage").is_none())
+        .collect();
+    let relayed: Vec<Value> = events(&raw).iter().map(|e| normalized(e)).collect();
+    assert_eq!(relayed, upstream);
+    assert_eq!(relayed.last().unwrap(), &Value::String("[DONE]".into()));
+
+    let rows = app.ledger_rows(&tenant).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0].status.as_str(), rows[0].usage_kind.as_str()),
+        ("ok", "reported")
+    );
+    assert!(rows[0].ttft_ms.is_some());
+}
+
+#[actix_web::test]
+async fn the_usage_chunk_is_stripped_unless_asked_and_the_exact_cost_is_charged_either_way() {
+    let app = spawn_app(setup()).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    let mut plain = open(&app, &key, &stream_body("quick", false))
+        .await
+        .unwrap();
+    let plain = read_all(&mut plain).await;
+    let mut with_usage = open(&app, &key, &stream_body("quick", true)).await.unwrap();
+    let with_usage = read_all(&mut with_usage).await;
+
+    assert!(!plain.contains("\"usage\""), "{plain}");
+    let usage_events: Vec<Value> = events(&with_usage)
+        .iter()
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .filter(|e| e.get("usage").is_some())
+        .collect();
+    assert_eq!(usage_events.len(), 1, "{with_usage}");
+    assert_eq!(usage_events[0]["usage"]["completion_tokens"], 30);
+    assert_eq!(usage_events[0]["choices"], json!([]));
+    // Both upstream requests asked for usage, whatever the caller said.
+    for captured in app.fake.stats.captured() {
+        assert_eq!(captured.body["stream_options"]["include_usage"], true);
+        assert_eq!(captured.body["max_tokens"], 100);
+    }
+    // 80 uncached at 2/M + 20 cached at 0.04/M + 30 out at 8/M = 0.0004008
+    let rows = app.ledger_rows(&tenant).await;
+    assert_eq!(
+        rows.iter().map(|r| r.charged_nanos).collect::<Vec<_>>(),
+        vec![400_800, 400_800]
+    );
+    assert!(rows.iter().all(|r| r.usage_kind == "reported"));
+    assert_eq!(app.budget(&tenant).await["reserved"], "0");
+}
+
+#[actix_web::test]
+async fn a_first_token_timeout_fails_over_before_anything_reaches_the_caller() {
+    let app = spawn_app(setup()).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    let mut response = open(&app, &key, &stream_body("slowfirst", false))
+        .await
+        .unwrap();
+
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers().get("x-tollgate-provider").unwrap(),
+        "secondary"
+    );
+    let raw = read_all(&mut response).await;
+    assert!(raw.ends_with("data: [DONE]\n\n"), "{raw}");
+    let rows = app.ledger_rows(&tenant).await;
+    let statuses: Vec<&str> = rows.iter().map(|r| r.status.as_str()).collect();
+    assert_eq!(statuses, vec!["upstream_error", "fallback_ok"]);
+    assert!(
+        rows[0].error.as_deref().unwrap().contains("first chunk"),
+        "{:?}",
+        rows[0].error
+    );
+}
+
+#[actix_web::test]
+async fn a_stream_cut_after_n_chunks_ends_with_an_error_event_and_bills_what_was_streamed() {
+    let app = spawn_app(setup()).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    let mut response = open(&app, &key, &stream_body("cut", false)).await.unwrap();
+    let raw = read_all(&mut response).await;
+
+    let events = events(&raw);
+    let last: Value =
+        serde_json::from_str(events.last().unwrap_or_else(|| panic!("{raw:?}"))).unwrap();
+    assert_eq!(last["error"]["code"], "stream_interrupted", "{raw}");
+    assert!(!events.iter().any(|e| e == "[DONE]"), "{raw}");
+    let streamed: String = (0..3).map(tollgate::fake_upstream::chunk_text).collect();
+    let rows = app.ledger_rows(&tenant).await;
+    assert_eq!(rows.len(), 1);
+    let row = &rows[0];
+    assert_eq!(
+        (row.status.as_str(), row.usage_kind.as_str()),
+        ("partial", "estimated")
+    );
+    let estimator = app.gateway.estimator;
+    assert_eq!(
+        row.completion_tokens,
+        i64::try_from(estimator.count_completion(&streamed)).unwrap()
+    );
+    assert!(row.charged_nanos > 0);
+    assert_eq!(app.budget(&tenant).await["reserved"], "0");
+}
+
+#[actix_web::test]
+async fn a_malformed_line_ends_the_stream_as_partial() {
+    let app = spawn_app(setup()).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    let mut response = open(&app, &key, &stream_body("garbled", false))
+        .await
+        .unwrap();
+    let raw = read_all(&mut response).await;
+
+    assert!(raw.contains("stream_interrupted"), "{raw}");
+    assert!(
+        !raw.contains("oops"),
+        "the broken line is not relayed: {raw}"
+    );
+    assert_eq!(app.ledger_rows(&tenant).await[0].status, "partial");
+}
+
+#[actix_web::test]
+async fn a_caller_leaving_mid_stream_with_drain_is_billed_the_upstreams_reported_usage() {
+    let app = spawn_app(setup()).await;
+    let (tenant, key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "1"}))
+        .await;
+
+    let mut response = open(&app, &key, &stream_body("drain", false))
+        .await
+        .unwrap();
+    response.next().await.unwrap().unwrap();
+    response.next().await.unwrap().unwrap();
+    drop(response);
+
+    wait_until(
+        || app.fake.stats.streams_completed() == 1,
+        "the drained stream to end",
+    )
+    .await;
+    let mut rows = Vec::new();
+    for _ in 0..50 {
+        rows = app.ledger_rows(&tenant).await;
+        if !rows.is_empty() {
+            break;
+        }
+        actix_rt::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(rows.len(), 1);
+    let row = &rows[0];
+    assert_eq!(
+        (row.status.as_str(), row.usage_kind.as_str()),
+        ("client_cancelled", "reported")
+    );
+    assert_eq!(row.completion_tokens, 40);
+    assert_eq!(app.fake.stats.streams_cancelled(), 0);
+    let budget = app.budget(&tenant).await;
+    assert_eq!(budget["reserved"], "0");
+    assert_eq!(
+        tollgate::money::Nanos::parse_decimal(budget["committed"].as_str().unwrap())
+            .unwrap()
+            .to_db(),
+        row.charged_nanos
+    );
+}
+
+#[actix_web::test]
+async fn a_caller_leaving_mid_stream_with_cancel_stops_the_upstream_and_estimates() {
+    let app = spawn_app(setup()).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    let mut response = open(&app, &key, &stream_body("cancel", false))
+        .await
+        .unwrap();
+    response.next().await.unwrap().unwrap();
+    response.next().await.unwrap().unwrap();
+    drop(response);
+
+    wait_until(
+        || app.fake.stats.streams_cancelled() == 1,
+        "the upstream to see the cancellation",
+    )
+    .await;
+    let mut rows = Vec::new();
+    for _ in 0..50 {
+        rows = app.ledger_rows(&tenant).await;
+        if !rows.is_empty() {
+            break;
+        }
+        actix_rt::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(rows.len(), 1);
+    let row = &rows[0];
+    assert_eq!(
+        (row.status.as_str(), row.usage_kind.as_str()),
+        ("client_cancelled", "estimated")
+    );
+    assert!(
+        row.completion_tokens < 40,
+        "only what was streamed: {}",
+        row.completion_tokens
+    );
+    assert_eq!(app.fake.stats.streams_completed(), 0);
+    assert_eq!(app.budget(&tenant).await["reserved"], "0");
+    assert_eq!(
+        app.gateway
+            .active_drains
+            .load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+}
