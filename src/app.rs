@@ -19,6 +19,7 @@ use crate::provider::ProviderHandle;
 use crate::state::Gateway;
 use crate::storage::{self, StorageError};
 use crate::telemetry;
+use crate::telemetry::metrics::TenantLabels;
 use crate::tenant::TenantRegistry;
 use crate::tokenize::Estimator;
 
@@ -73,7 +74,17 @@ impl Application {
             config.ledger.flush_interval_ms,
             config.ledger.max_backlog_events,
         );
-        let tenants = TenantRegistry::new(config.clone(), clock.clone(), ledger.clone(), db);
+        let tenant_labels = Arc::new(TenantLabels::new(
+            config.telemetry.tenant_labels.clone(),
+            config.telemetry.tenant_label_limit,
+        ));
+        let tenants = TenantRegistry::new(
+            config.clone(),
+            clock.clone(),
+            ledger.clone(),
+            db,
+            tenant_labels.clone(),
+        );
         let providers = start_providers(&config, &clock);
         let estimator = Estimator::new(&config.tokenizer);
         estimator.warm_up();
@@ -88,6 +99,7 @@ impl Application {
             clock,
             metrics,
             active_drains: std::sync::atomic::AtomicUsize::new(0),
+            tenant_labels,
         });
         let data = web::Data::from(gateway.clone());
         let mut server = HttpServer::new(move || {

@@ -73,6 +73,8 @@ struct RawConfig {
     #[serde(default)]
     tokenizer: TokenizerConfig,
     #[serde(default)]
+    telemetry: TelemetryConfig,
+    #[serde(default)]
     providers: BTreeMap<String, RawProvider>,
     #[serde(default)]
     routes: BTreeMap<String, RawRoute>,
@@ -252,6 +254,45 @@ impl Default for TokenizerConfig {
         TokenizerConfig {
             encoding: default_encoding(),
             safety_percent: default_safety_percent(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// Tenants that always get their own metric label.
+    #[serde(default)]
+    pub tenant_labels: Vec<String>,
+    /// Beyond those, the first this many tenants seen get one; the rest share `other`.
+    #[serde(default = "default_tenant_label_limit")]
+    pub tenant_label_limit: usize,
+    /// Adds a `feature` label to the cost counter (one series per tenant × feature).
+    #[serde(default)]
+    pub feature_labels: bool,
+    /// Tenants whose prompts may be logged (at debug level); everyone else's never are.
+    #[serde(default)]
+    pub log_prompts_for: Vec<String>,
+    /// JSON log lines (default) or human-readable ones.
+    #[serde(default = "default_json_logs")]
+    pub json_logs: bool,
+}
+
+fn default_tenant_label_limit() -> usize {
+    100
+}
+fn default_json_logs() -> bool {
+    true
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig {
+            tenant_labels: Vec::new(),
+            tenant_label_limit: default_tenant_label_limit(),
+            feature_labels: false,
+            log_prompts_for: Vec::new(),
+            json_logs: default_json_logs(),
         }
     }
 }
@@ -439,6 +480,7 @@ pub struct Config {
     pub billing: BillingConfig,
     pub ledger: LedgerConfig,
     pub tokenizer: TokenizerConfig,
+    pub telemetry: TelemetryConfig,
     pub providers: HashMap<ProviderName, Provider>,
     pub routes: HashMap<RouteName, Route>,
     pub tiers: HashMap<String, Tier>,
@@ -541,6 +583,7 @@ fn validate(raw: RawConfig, env: &dyn EnvSource) -> Result<Config, ConfigError> 
         billing: raw.billing,
         ledger: raw.ledger,
         tokenizer: raw.tokenizer,
+        telemetry: raw.telemetry,
         providers,
         routes,
         tiers,

@@ -13,6 +13,7 @@ use crate::directory::Directory;
 use crate::ids::ProviderName;
 use crate::ledger::LedgerHandle;
 use crate::provider::ProviderHandle;
+use crate::telemetry::metrics::TenantLabels;
 use crate::tenant::TenantRegistry;
 use crate::tokenize::Estimator;
 
@@ -27,4 +28,5 @@ pub struct Gateway {
     pub metrics: PrometheusHandle,
     /// Streams being read on after their caller left.
     pub active_drains: AtomicUsize,
+    pub tenant_labels: Arc<TenantLabels>,
 }

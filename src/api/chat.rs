@@ -10,7 +10,7 @@ use crate::clock::{elapsed_ms, monotonic};
 use crate::error::ApiError;
 use crate::ids::RequestId;
 use crate::pipeline::chat::{OutcomeBody, rate_headers};
-use crate::pipeline::{RequestContext, handle_chat};
+use crate::pipeline::{RequestContext, RequestMeter, handle_chat};
 use crate::state::Gateway;
 use crate::telemetry::metrics::{Metric, counter_add, observe_ms};
 
@@ -22,6 +22,7 @@ pub async fn chat_completions(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let started = monotonic();
+    let meter = RequestMeter::default();
     let request_id = RequestId::generate();
     let client_request_id = headers::client_request_id(&req);
     let echoed = headers::echoed_request_id(client_request_id.as_deref(), &request_id);
@@ -38,7 +39,7 @@ pub async fn chat_completions(
             trace_id: trace.as_ref().map(|(id, _)| id.clone()),
             traceparent: trace.map(|(_, value)| value),
         };
-        handle_chat(&gw.clone().into_inner(), &client, &ctx, &body).await
+        handle_chat(&gw.clone().into_inner(), &client, &ctx, &meter, &body).await
     }
     .instrument(span)
     .await;
@@ -47,8 +48,7 @@ pub async fn chat_completions(
     let echoed_value = HeaderValue::from_str(&echoed).ok();
     match result {
         Ok(outcome) => {
-            counter_add(Metric::RequestsTotal, &[("status", "ok")], 1);
-            observe_ms(Metric::RequestDurationSeconds, &[], latency_ms);
+            observe_request(&meter, "ok", latency_ms);
             let mut response = HttpResponse::Ok();
             if let Some(value) = echoed_value {
                 response.insert_header((HeaderName::from_static(headers::REQUEST_ID), value));
@@ -88,16 +88,31 @@ pub async fn chat_completions(
             }
         }
         Err(mut error) => {
-            counter_add(
-                Metric::RequestsTotal,
-                &[("status", error.code().as_str())],
-                1,
-            );
-            observe_ms(Metric::RequestDurationSeconds, &[], latency_ms);
+            observe_request(&meter, error.code().as_str(), latency_ms);
             if let Some(value) = echoed_value {
                 error = error.with_header(HeaderName::from_static(headers::REQUEST_ID), value);
             }
             Err(error)
         }
     }
+}
+
+fn observe_request(meter: &RequestMeter, status: &str, latency_ms: u64) {
+    let route = meter.route_label();
+    counter_add(
+        Metric::RequestsTotal,
+        &[("route", route.as_str()), ("status", status)],
+        1,
+    );
+    observe_ms(
+        Metric::RequestDurationSeconds,
+        &[("route", route.as_str())],
+        latency_ms,
+    );
+    let overhead_ms = latency_ms.saturating_sub(meter.upstream_ms.get());
+    observe_ms(
+        Metric::GatewayOverheadSeconds,
+        &[("route", route.as_str())],
+        overhead_ms,
+    );
 }

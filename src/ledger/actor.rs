@@ -14,7 +14,7 @@ use super::batch::Batch;
 use super::event::UsageEvent;
 use super::repo;
 use crate::clock::SharedClock;
-use crate::telemetry::metrics::{Metric, as_gauge, counter_add, gauge_set};
+use crate::telemetry::metrics::{Metric, as_gauge, counter_add, gauge_set, observe, observe_ms};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
@@ -65,11 +65,13 @@ impl LedgerActor {
             Ok(()) => {
                 let n = events.len();
                 self.backlog.fetch_sub(n, Ordering::SeqCst);
-                counter_add(
-                    Metric::LedgerEventsFlushed,
-                    &[],
-                    u64::try_from(n).unwrap_or(u64::MAX),
-                );
+                let rows = u64::try_from(n).unwrap_or(u64::MAX);
+                counter_add(Metric::LedgerEventsFlushed, &[], rows);
+                observe(Metric::LedgerBatchRows, &[], as_gauge(n));
+                let now = self.clock.now_ms();
+                if let Some(oldest) = events.iter().map(|e| e.created_at_ms).min() {
+                    observe_ms(Metric::LedgerLagSeconds, &[], now.saturating_sub(oldest));
+                }
             }
             Err(error) => {
                 tracing::warn!(error = %error, events = events.len(), "Ledger write failed; keeping the batch for the next flush.");

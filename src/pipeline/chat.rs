@@ -9,7 +9,7 @@ use actix_web::http::StatusCode;
 use actix_web::http::header::{HeaderName, HeaderValue};
 use bytes::Bytes;
 
-use super::context::RequestContext;
+use super::context::{RequestContext, RequestMeter};
 use crate::clock::{elapsed_ms, monotonic};
 use crate::config::{Route, Target};
 use crate::error::{ApiError, ErrorCode};
@@ -54,10 +54,12 @@ pub async fn handle_chat(
     gw: &Arc<Gateway>,
     client: &awc::Client,
     ctx: &RequestContext,
+    meter: &RequestMeter,
     body: &[u8],
 ) -> Result<ChatOutcome, ApiError> {
     let request = ChatRequest::parse(body)?;
     let route = resolve_route(gw, ctx, request.model())?;
+    *meter.route.borrow_mut() = Some(route.name.to_string());
     let tier = gw.config.tiers.get(&ctx.tenant.tier).ok_or_else(|| {
         ApiError::internal(format!("tiers.{} is not configured", ctx.tenant.tier))
     })?;
@@ -70,7 +72,7 @@ pub async fn handle_chat(
     if !rate.allowed {
         counter_add(
             Metric::RejectionsTotal,
-            &[("reason", "rate_limit_requests")],
+            &[("kind", "rate_limit_requests")],
             1,
         );
         let error = ApiError::new(
@@ -116,6 +118,7 @@ pub async fn handle_chat(
         .map_err(|e| budget_error(&e, &rate))?;
 
     let dispatch = Dispatch {
+        meter,
         gw,
         client,
         ctx,
@@ -174,7 +177,7 @@ fn quota_error(error: &QuotaError) -> ApiError {
 
 fn budget_error(error: &QuotaError, rate: &RateDecision) -> ApiError {
     if matches!(error, QuotaError::Refused(_)) {
-        counter_add(Metric::RejectionsTotal, &[("reason", "budget")], 1);
+        counter_add(Metric::RejectionsTotal, &[("kind", "budget")], 1);
     }
     with_rate_headers(quota_error(error), rate)
 }
@@ -207,6 +210,7 @@ fn with_rate_headers(mut error: ApiError, rate: &RateDecision) -> ApiError {
 }
 
 struct Dispatch<'a> {
+    meter: &'a RequestMeter,
     gw: &'a Arc<Gateway>,
     client: &'a awc::Client,
     ctx: &'a RequestContext,
@@ -230,6 +234,7 @@ impl Dispatch<'_> {
         let mut missing_envs = Vec::new();
         let mut last_failure: Option<String> = None;
         let mut skipped = Vec::new();
+        let mut last_failed_provider: Option<String> = None;
 
         for (index, target) in self.route.targets.iter().enumerate() {
             let Some(provider) = self.gw.config.providers.get(&target.provider) else {
@@ -263,6 +268,7 @@ impl Dispatch<'_> {
                     .map(Opened::Complete)
             };
             let latency_ms = elapsed_ms(started);
+            self.meter.add_upstream_ms(latency_ms);
             let class = match &result {
                 Ok(Opened::Complete(reply)) => classify_status(reply.status),
                 Ok(Opened::Stream { .. }) => Class::Success,
@@ -286,12 +292,13 @@ impl Dispatch<'_> {
             };
             match (class, result) {
                 (Class::Success, Ok(opened)) => {
-                    if index > 0 {
-                        counter_add(
-                            Metric::FallbacksTotal,
-                            &[("route", self.route.name.as_str())],
-                            1,
-                        );
+                    if let Some(failed) = &last_failed_provider {
+                        let labels = [
+                            ("route", self.route.name.as_str()),
+                            ("from", failed.as_str()),
+                            ("to", target.provider.as_str()),
+                        ];
+                        counter_add(Metric::FallbacksTotal, &labels, 1);
                     }
                     row.status = success_status;
                     let body = match opened {
@@ -304,6 +311,11 @@ impl Dispatch<'_> {
                             body,
                             ttft_ms,
                         } => {
+                            let labels = [
+                                ("provider", target.provider.as_str()),
+                                ("model", target.model.as_str()),
+                            ];
+                            observe_ms(Metric::UpstreamTtftSeconds, &labels, ttft_ms);
                             let stream = StreamStart {
                                 permit,
                                 first,
@@ -370,6 +382,7 @@ impl Dispatch<'_> {
                     row.error = Some(message.clone());
                     record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row);
                     last_failure = Some(message);
+                    last_failed_provider = Some(target.provider.to_string());
                 }
             }
         }
@@ -436,7 +449,7 @@ impl Dispatch<'_> {
         row.usage = usage;
         row.usage_kind = usage_kind;
         let remaining = record::settle(reservation, cost, &mut row).await;
-        record::meter(self.route.name.as_str(), &usage, row.charged);
+        record::meter(self.gw, self.ctx, &usage, row.charged);
         record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row);
         OutcomeBody::Complete {
             body: reply.body,
@@ -495,7 +508,8 @@ fn observe_attempt(target: &Target, class: Class, latency_ms: u64) {
         ("outcome", outcome),
     ];
     observe_ms(Metric::UpstreamDurationSeconds, &labels, latency_ms);
-    counter_add(Metric::UpstreamAttemptsTotal, &labels[..1], 1);
+    let attempt_labels = [("provider", target.provider.as_str()), ("outcome", outcome)];
+    counter_add(Metric::UpstreamAttemptsTotal, &attempt_labels, 1);
 }
 
 /// The lowered `max_tokens` when `clamp` mode changed what the caller would have sent.

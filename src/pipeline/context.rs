@@ -1,5 +1,6 @@
 //! Who is asking and how the request is labelled.
 
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
 use crate::directory::{KeyRecord, TenantRecord};
@@ -19,4 +20,27 @@ pub struct RequestContext {
     pub trace_id: Option<String>,
     /// Forwarded upstream unchanged.
     pub traceparent: Option<String>,
+}
+
+/// What the handler needs to label and time the request once it is over.
+#[derive(Debug, Default)]
+pub struct RequestMeter {
+    /// The resolved route (`none` until a route is known).
+    pub route: RefCell<Option<String>>,
+    /// Time spent waiting on upstreams (to the full body, or a stream's first chunk).
+    pub upstream_ms: Cell<u64>,
+}
+
+impl RequestMeter {
+    pub fn route_label(&self) -> String {
+        self.route
+            .borrow()
+            .clone()
+            .unwrap_or_else(|| "none".to_owned())
+    }
+
+    pub fn add_upstream_ms(&self, ms: u64) {
+        self.upstream_ms
+            .set(self.upstream_ms.get().saturating_add(ms));
+    }
 }

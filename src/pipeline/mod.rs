@@ -8,4 +8,4 @@ pub mod sse;
 pub mod stream;
 
 pub use chat::{ChatOutcome, handle_chat};
-pub use context::RequestContext;
+pub use context::{RequestContext, RequestMeter};

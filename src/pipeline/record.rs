@@ -6,7 +6,7 @@ use crate::ledger::{AttemptStatus, UsageEvent, UsageKind};
 use crate::money::Nanos;
 use crate::pricing::Usage;
 use crate::state::Gateway;
-use crate::telemetry::metrics::{Metric, counter_add};
+use crate::telemetry::metrics::{Metric, counter_add, observe, ratio};
 use crate::tenant::ReservationGuard;
 use crate::tenant::handle::committed;
 
@@ -82,6 +82,11 @@ pub async fn settle(
     row: &mut AttemptRow,
 ) -> Option<Nanos> {
     let reserved = reservation.granted().amount;
+    observe(
+        Metric::ReservationChargeRatio,
+        &[],
+        ratio(cost.get(), reserved.get()),
+    );
     if cost > reserved {
         counter_add(
             Metric::ReservationOverrunNanosTotal,
@@ -106,7 +111,10 @@ pub async fn settle(
     }
 }
 
-pub fn meter(route: &str, usage: &Usage, charged: Nanos) {
+/// Token and cost counters of one call; the tenant label is bounded, the
+/// feature label only present when `telemetry.feature_labels` is on.
+pub fn meter(gw: &Gateway, ctx: &RequestContext, usage: &Usage, charged: Nanos) {
+    let tenant = gw.tenant_labels.label(ctx.tenant.id.as_str());
     let uncached = usage
         .prompt_tokens
         .saturating_sub(usage.cached_tokens + usage.cache_write_tokens);
@@ -116,7 +124,23 @@ pub fn meter(route: &str, usage: &Usage, charged: Nanos) {
         ("cache_write", usage.cache_write_tokens),
         ("completion", usage.completion_tokens),
     ] {
-        counter_add(Metric::TokensTotal, &[("type", kind)], n);
+        counter_add(
+            Metric::TokensTotal,
+            &[("tenant", tenant.as_str()), ("type", kind)],
+            n,
+        );
     }
-    counter_add(Metric::CostNanosTotal, &[("route", route)], charged.get());
+    if gw.config.telemetry.feature_labels {
+        let labels = [
+            ("tenant", tenant.as_str()),
+            ("feature", ctx.feature.as_str()),
+        ];
+        counter_add(Metric::CostNanosTotal, &labels, charged.get());
+    } else {
+        counter_add(
+            Metric::CostNanosTotal,
+            &[("tenant", tenant.as_str())],
+            charged.get(),
+        );
+    }
 }

@@ -23,6 +23,7 @@ use crate::pricing::{self, Usage};
 use crate::provider::actor::{Permit, Verdict};
 use crate::provider::call::UpstreamBody;
 use crate::state::Gateway;
+use crate::telemetry::metrics::{Metric, counter_add};
 use crate::tenant::ReservationGuard;
 
 /// Events buffered towards a slow caller before the relay waits for it.
@@ -227,7 +228,14 @@ impl Relay {
         row.error = error;
         let reserved = self.reservation.granted().amount;
         record::settle(self.reservation, cost, &mut row).await;
-        record::meter(&self.route, &usage, row.charged);
+        record::meter(&self.gw, &self.ctx, &usage, row.charged);
+        if status != self.success_status {
+            let labels = [
+                ("provider", self.target.provider.as_str()),
+                ("reason", status.as_str()),
+            ];
+            counter_add(Metric::StreamInterruptionsTotal, &labels, 1);
+        }
         tracing::info!(request_id = %self.ctx.request_id, tenant = %self.ctx.tenant.id, provider = %row.provider, status = status.as_str(), cost = %cost, "Stream ended.");
         record::record(&self.gw, &self.ctx, &self.route, reserved, row);
     }

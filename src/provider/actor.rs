@@ -61,12 +61,12 @@ impl ProviderActor {
             &[("provider", name)],
             as_gauge(self.in_flight as usize),
         );
-        let open = matches!(self.breaker.state(), BreakerState::Open { .. });
-        gauge_set(
-            Metric::BreakerOpen,
-            &[("provider", name)],
-            if open { 1.0 } else { 0.0 },
-        );
+        let state = match self.breaker.state() {
+            BreakerState::Closed => 0.0,
+            BreakerState::HalfOpen { .. } => 1.0,
+            BreakerState::Open { .. } => 2.0,
+        };
+        gauge_set(Metric::BreakerState, &[("provider", name)], state);
     }
 }
 

@@ -12,99 +12,187 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 pub enum Metric {
     RequestsTotal,
     RequestDurationSeconds,
+    GatewayOverheadSeconds,
     UpstreamDurationSeconds,
+    UpstreamTtftSeconds,
     UpstreamAttemptsTotal,
     FallbacksTotal,
     TokensTotal,
     CostNanosTotal,
-    RejectionsTotal,
+    BudgetUtilizationRatio,
+    ReservedNanos,
+    ReservationChargeRatio,
     ReservationOverrunNanosTotal,
     ReservationsOrphanedTotal,
+    RejectionsTotal,
+    StreamInterruptionsTotal,
     LedgerEventsFlushed,
     LedgerWriteErrors,
     LedgerBacklogEvents,
+    LedgerBatchRows,
+    LedgerLagSeconds,
     ProviderInFlight,
-    BreakerOpen,
+    BreakerState,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 15] = [
+    pub const ALL: [Metric; 23] = [
         Metric::RequestsTotal,
         Metric::RequestDurationSeconds,
+        Metric::GatewayOverheadSeconds,
         Metric::UpstreamDurationSeconds,
+        Metric::UpstreamTtftSeconds,
         Metric::UpstreamAttemptsTotal,
         Metric::FallbacksTotal,
         Metric::TokensTotal,
         Metric::CostNanosTotal,
-        Metric::RejectionsTotal,
+        Metric::BudgetUtilizationRatio,
+        Metric::ReservedNanos,
+        Metric::ReservationChargeRatio,
         Metric::ReservationOverrunNanosTotal,
         Metric::ReservationsOrphanedTotal,
+        Metric::RejectionsTotal,
+        Metric::StreamInterruptionsTotal,
         Metric::LedgerEventsFlushed,
         Metric::LedgerWriteErrors,
         Metric::LedgerBacklogEvents,
+        Metric::LedgerBatchRows,
+        Metric::LedgerLagSeconds,
         Metric::ProviderInFlight,
-        Metric::BreakerOpen,
+        Metric::BreakerState,
     ];
 
     pub const fn as_str(self) -> &'static str {
         match self {
             Metric::RequestsTotal => "tollgate_requests_total",
             Metric::RequestDurationSeconds => "tollgate_request_duration_seconds",
+            Metric::GatewayOverheadSeconds => "tollgate_gateway_overhead_seconds",
             Metric::UpstreamDurationSeconds => "tollgate_upstream_duration_seconds",
+            Metric::UpstreamTtftSeconds => "tollgate_upstream_ttft_seconds",
             Metric::UpstreamAttemptsTotal => "tollgate_upstream_attempts_total",
             Metric::FallbacksTotal => "tollgate_fallbacks_total",
             Metric::TokensTotal => "tollgate_tokens_total",
             Metric::CostNanosTotal => "tollgate_cost_nanos_total",
-            Metric::RejectionsTotal => "tollgate_rejections_total",
+            Metric::BudgetUtilizationRatio => "tollgate_budget_utilization_ratio",
+            Metric::ReservedNanos => "tollgate_reserved_nanos",
+            Metric::ReservationChargeRatio => "tollgate_reservation_charge_ratio",
             Metric::ReservationOverrunNanosTotal => "tollgate_reservation_overrun_nanos_total",
             Metric::ReservationsOrphanedTotal => "tollgate_reservations_orphaned_total",
+            Metric::RejectionsTotal => "tollgate_rejections_total",
+            Metric::StreamInterruptionsTotal => "tollgate_stream_interruptions_total",
             Metric::LedgerEventsFlushed => "tollgate_ledger_events_flushed_total",
             Metric::LedgerWriteErrors => "tollgate_ledger_write_errors_total",
             Metric::LedgerBacklogEvents => "tollgate_ledger_backlog_events",
+            Metric::LedgerBatchRows => "tollgate_ledger_batch_rows",
+            Metric::LedgerLagSeconds => "tollgate_ledger_lag_seconds",
             Metric::ProviderInFlight => "tollgate_provider_in_flight",
-            Metric::BreakerOpen => "tollgate_breaker_open",
+            Metric::BreakerState => "tollgate_breaker_state",
         }
     }
 
     const fn help(self) -> &'static str {
         match self {
-            Metric::RequestsTotal => "Chat requests by route and final status.",
-            Metric::RequestDurationSeconds => "Time from request to response, by route.",
+            Metric::RequestsTotal => {
+                "Chat requests by route and final status (`ok` or the error code)."
+            }
+            Metric::RequestDurationSeconds => "Time from request to response headers, by route.",
+            Metric::GatewayOverheadSeconds => {
+                "Time spent in the gateway itself (request time minus upstream time), by route."
+            }
             Metric::UpstreamDurationSeconds => {
-                "Upstream call latency by provider, model and outcome."
+                "Upstream call latency (to the full body, or to the first chunk of a stream) by provider, model and outcome."
+            }
+            Metric::UpstreamTtftSeconds => {
+                "Time to the first streamed chunk, by provider and model."
             }
             Metric::UpstreamAttemptsTotal => "Upstream attempts by provider and outcome.",
-            Metric::FallbacksTotal => "Requests served by a later target, by route.",
-            Metric::TokensTotal => {
-                "Tokens metered, by type (prompt, cached, cache_write, completion)."
+            Metric::FallbacksTotal => {
+                "Requests served by a later target, by route, failed provider and serving provider."
             }
-            Metric::CostNanosTotal => "Charged cost in nano-units of the billing currency.",
-            Metric::RejectionsTotal => "Requests refused before the upstream, by reason.",
+            Metric::TokensTotal => {
+                "Tokens metered, by tenant and type (prompt, cached, cache_write, completion)."
+            }
+            Metric::CostNanosTotal => {
+                "Charged cost in nano-units of the billing currency, by tenant (and feature when enabled)."
+            }
+            Metric::BudgetUtilizationRatio => {
+                "Committed spend over the monthly budget, by tenant (tenants with a budget)."
+            }
+            Metric::ReservedNanos => "Budget held by outstanding reservations, by tenant.",
+            Metric::ReservationChargeRatio => {
+                "Charged cost over reserved worst case per call (above 1: overrun)."
+            }
             Metric::ReservationOverrunNanosTotal => "Charged cost above its reservation.",
             Metric::ReservationsOrphanedTotal => {
                 "Reservations that expired unsettled and were committed."
             }
+            Metric::RejectionsTotal => "Requests refused before the upstream, by kind.",
+            Metric::StreamInterruptionsTotal => {
+                "Streams that did not end normally, by provider and reason (partial, client_cancelled)."
+            }
             Metric::LedgerEventsFlushed => "Ledger events written to the database.",
             Metric::LedgerWriteErrors => "Failed ledger batch writes (kept and retried).",
             Metric::LedgerBacklogEvents => "Ledger events recorded and not yet in the database.",
+            Metric::LedgerBatchRows => "Rows per ledger database write.",
+            Metric::LedgerLagSeconds => {
+                "Age of the oldest event of a ledger batch when it was written."
+            }
             Metric::ProviderInFlight => "Upstream calls in flight, by provider.",
-            Metric::BreakerOpen => "1 while the provider's circuit breaker refuses calls.",
+            Metric::BreakerState => {
+                "Circuit breaker state by provider: 0 closed, 1 half-open, 2 open."
+            }
         }
     }
+
+    /// Histograms are named by their unit; `_total` are counters; the rest gauges.
+    pub fn kind(self) -> MetricKind {
+        match self {
+            Metric::RequestDurationSeconds
+            | Metric::GatewayOverheadSeconds
+            | Metric::UpstreamDurationSeconds
+            | Metric::UpstreamTtftSeconds
+            | Metric::ReservationChargeRatio
+            | Metric::LedgerBatchRows
+            | Metric::LedgerLagSeconds => MetricKind::Histogram,
+            m if m.as_str().ends_with("_total") => MetricKind::Counter,
+            _ => MetricKind::Gauge,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    Counter,
+    Gauge,
+    Histogram,
 }
 
 pub fn describe_all() {
     for metric in Metric::ALL {
         let name = metric.as_str();
         let help = metric.help();
-        if name.ends_with("_seconds") {
-            describe_histogram!(name, Unit::Seconds, help);
-        } else if name.ends_with("_total") {
-            describe_counter!(name, help);
-        } else {
-            describe_gauge!(name, help);
+        match metric.kind() {
+            MetricKind::Histogram if name.ends_with("_seconds") => {
+                describe_histogram!(name, Unit::Seconds, help);
+            }
+            MetricKind::Histogram => describe_histogram!(name, help),
+            MetricKind::Counter => describe_counter!(name, help),
+            MetricKind::Gauge => describe_gauge!(name, help),
         }
     }
+}
+
+/// Unlabeled counters start at 0 so `rate()` and `increase()` see their first event.
+fn zero_unlabeled() {
+    for metric in [
+        Metric::ReservationOverrunNanosTotal,
+        Metric::ReservationsOrphanedTotal,
+        Metric::LedgerEventsFlushed,
+        Metric::LedgerWriteErrors,
+    ] {
+        counter_add(metric, &[], 0);
+    }
+    gauge_set(Metric::LedgerBacklogEvents, &[], 0.0);
 }
 
 fn labels(pairs: &[(&'static str, &str)]) -> Vec<Label> {
@@ -139,12 +227,43 @@ pub fn observe_ms(metric: Metric, pairs: &[(&'static str, &str)], ms: u64) {
 }
 
 #[expect(
+    clippy::disallowed_macros,
+    reason = "this module is the one user of the raw macros"
+)]
+pub fn observe(metric: Metric, pairs: &[(&'static str, &str)], value: f64) {
+    metrics::histogram!(metric.as_str(), labels(pairs)).record(value);
+}
+
+#[expect(
     clippy::cast_precision_loss,
     clippy::float_arithmetic,
     reason = "Prometheus histograms take seconds as f64; precision past 2^53 ms is irrelevant"
 )]
 fn ms_to_seconds(ms: u64) -> f64 {
     ms as f64 / 1000.0
+}
+
+/// `part / whole` as a gauge or histogram value (0 when `whole` is 0).
+#[expect(
+    clippy::cast_precision_loss,
+    clippy::float_arithmetic,
+    reason = "ratios are reported as f64; money stays integer everywhere else"
+)]
+pub fn ratio(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
+    }
+}
+
+/// An amount as a gauge value.
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "gauges are f64; nano amounts past 2^53 lose only precision"
+)]
+pub fn as_gauge_u64(n: u64) -> f64 {
+    n as f64
 }
 
 /// A count as a gauge value.
@@ -156,6 +275,52 @@ pub fn as_gauge(n: usize) -> f64 {
     n as f64
 }
 
+/// Bounds the `tenant` label: tenants named in `always` keep their own label;
+/// beyond them the first `limit` tenants seen do; every other tenant is
+/// `other`. So the number of series cannot grow with the number of tenants.
+#[derive(Debug)]
+pub struct TenantLabels {
+    always: Vec<String>,
+    limit: usize,
+    seen: std::sync::RwLock<std::collections::HashSet<String>>,
+}
+
+pub const OTHER_TENANTS: &str = "other";
+
+impl TenantLabels {
+    pub fn new(always: Vec<String>, limit: usize) -> TenantLabels {
+        TenantLabels {
+            always,
+            limit,
+            seen: std::sync::RwLock::default(),
+        }
+    }
+
+    pub fn label(&self, tenant: &str) -> String {
+        if self.always.iter().any(|t| t == tenant) {
+            return tenant.to_owned();
+        }
+        let known = self
+            .seen
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if known.contains(tenant) {
+            return tenant.to_owned();
+        }
+        drop(known);
+        let mut seen = self
+            .seen
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if seen.len() < self.limit {
+            seen.insert(tenant.to_owned());
+            tenant.to_owned()
+        } else {
+            OTHER_TENANTS.to_owned()
+        }
+    }
+}
+
 /// Installs the process-wide recorder once; later calls get the same handle,
 /// so tests that build several apps in one binary share it.
 pub fn install() -> PrometheusHandle {
@@ -164,12 +329,24 @@ pub fn install() -> PrometheusHandle {
         .get_or_init(|| {
             let builder = PrometheusBuilder::new()
                 .set_buckets_for_metric(
-                    Matcher::Suffix("_seconds".to_owned()),
-                    &[
-                        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-                        5.0, 10.0, 30.0, 60.0,
-                    ],
+                    Matcher::Full(Metric::ReservationChargeRatio.as_str().to_owned()),
+                    &[0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.5, 2.0],
                 )
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(Metric::LedgerBatchRows.as_str().to_owned()),
+                        &[1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0],
+                    )
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Suffix("_seconds".to_owned()),
+                        &[
+                            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                            2.5, 5.0, 10.0, 30.0, 60.0,
+                        ],
+                    )
+                })
                 .unwrap_or_else(|_| PrometheusBuilder::new());
             let recorder = builder.build_recorder();
             let handle = recorder.handle();
@@ -177,7 +354,36 @@ pub fn install() -> PrometheusHandle {
                 tracing::warn!("A metrics recorder was already installed; /metrics may be empty.");
             }
             describe_all();
+            zero_unlabeled();
             handle
         })
         .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tenant_labels_are_bounded() {
+        let labels = TenantLabels::new(vec!["vip".into()], 2);
+        assert_eq!(labels.label("a"), "a");
+        assert_eq!(labels.label("b"), "b");
+        assert_eq!(labels.label("c"), OTHER_TENANTS);
+        assert_eq!(labels.label("a"), "a");
+        assert_eq!(labels.label("vip"), "vip");
+    }
+
+    #[test]
+    fn every_metric_is_named_for_its_kind() {
+        for metric in Metric::ALL {
+            let name = metric.as_str();
+            assert!(name.starts_with("tollgate_"), "{name}");
+            assert_eq!(
+                metric.kind() == MetricKind::Counter,
+                name.ends_with("_total"),
+                "{name}"
+            );
+        }
+    }
 }

@@ -21,7 +21,7 @@ use crate::ledger::{AttemptStatus, LedgerHandle, UsageEvent, UsageKind, repo};
 use crate::money::Nanos;
 use crate::period;
 use crate::pricing::Usage;
-use crate::telemetry::metrics::{Metric, counter_add};
+use crate::telemetry::metrics::{Metric, as_gauge_u64, counter_add, gauge_set, ratio};
 
 /// How often expired reservations are swept.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
@@ -31,6 +31,8 @@ const MAILBOX_CAPACITY: usize = 4096;
 
 pub struct TenantActor {
     tenant: TenantId,
+    /// The tenant's metric label (bounded by `TenantLabels`).
+    label: String,
     book: QuotaBook,
     meta: HashMap<ReservationId, ReservationMeta>,
     clock: SharedClock,
@@ -42,8 +44,13 @@ pub struct TenantActor {
 }
 
 impl TenantActor {
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the actor's dependencies, passed once at start"
+    )]
     pub(super) fn new(
         tenant: TenantId,
+        label: String,
         limits: Limits,
         clock: SharedClock,
         ledger: LedgerHandle,
@@ -54,6 +61,7 @@ impl TenantActor {
         let now = clock.now_ms();
         TenantActor {
             tenant,
+            label,
             book: QuotaBook::new(limits, Nanos::ZERO, now),
             meta: HashMap::new(),
             clock,
@@ -65,6 +73,24 @@ impl TenantActor {
         }
     }
 
+    /// Budget gauges after every change of committed or reserved money.
+    fn publish(&mut self, now: u64) {
+        let status = self.book.status(now);
+        let labels = [("tenant", self.label.as_str())];
+        gauge_set(
+            Metric::ReservedNanos,
+            &labels,
+            as_gauge_u64(status.reserved.get()),
+        );
+        if let Some(budget) = status.budget {
+            gauge_set(
+                Metric::BudgetUtilizationRatio,
+                &labels,
+                ratio(status.committed.get(), budget.get()),
+            );
+        }
+    }
+
     fn touch(&mut self) -> u64 {
         let now = self.clock.now_ms();
         self.last_active_ms = now;
@@ -73,9 +99,14 @@ impl TenantActor {
 
     fn sweep(&mut self, ctx: &mut Context<Self>) {
         let now = self.clock.now_ms();
-        for (id, amount) in self.book.expire(now) {
+        let expired = self.book.expire(now);
+        let any = !expired.is_empty();
+        for (id, amount) in expired {
             let meta = self.meta.remove(&id);
             self.record_orphan(meta, amount, now);
+        }
+        if any {
+            self.publish(now);
         }
         let idle = now.saturating_sub(self.last_active_ms) >= IDLE_STOP_MS;
         if idle && self.book.outstanding() == 0 {
@@ -136,6 +167,7 @@ impl Actor for TenantActor {
             Ok(committed) => {
                 let now = act.clock.now_ms();
                 act.book = QuotaBook::new(act.book.limits(), committed, now);
+                act.publish(now);
             }
             Err(error) => {
                 tracing::error!(tenant = %act.tenant, error = %error, "Cannot load the tenant's committed spend; refusing its requests.");
@@ -168,6 +200,7 @@ impl Handler<Reserve> for TenantActor {
         let now = self.touch();
         let granted = self.book.reserve(msg.request, now)?;
         self.meta.insert(granted.id, msg.meta);
+        self.publish(now);
         Ok(granted)
     }
 }
@@ -179,6 +212,7 @@ impl Handler<Settle> for TenantActor {
         let now = self.touch();
         self.meta.remove(&msg.id);
         let settled = self.book.settle(msg.id, msg.charged, now);
+        self.publish(now);
         MessageResult(SettleReply {
             settled,
             remaining: self.book.remaining(),
@@ -190,9 +224,10 @@ impl Handler<Release> for TenantActor {
     type Result = ();
 
     fn handle(&mut self, msg: Release, _ctx: &mut Context<Self>) {
-        self.touch();
+        let now = self.touch();
         self.meta.remove(&msg.id);
         self.book.release(msg.id);
+        self.publish(now);
     }
 }
 
@@ -210,5 +245,7 @@ impl Handler<UpdateLimits> for TenantActor {
 
     fn handle(&mut self, msg: UpdateLimits, _ctx: &mut Context<Self>) {
         self.book.set_limits(msg.0);
+        let now = self.clock.now_ms();
+        self.publish(now);
     }
 }

@@ -18,6 +18,7 @@ use crate::config::Config;
 use crate::directory::TenantRecord;
 use crate::ids::TenantId;
 use crate::ledger::LedgerHandle;
+use crate::telemetry::metrics::TenantLabels;
 
 pub struct RegistryInner {
     actors: Mutex<HashMap<TenantId, Addr<TenantActor>>>,
@@ -26,6 +27,7 @@ pub struct RegistryInner {
     ledger: LedgerHandle,
     db: DatabaseConnection,
     config: Arc<Config>,
+    labels: Arc<TenantLabels>,
 }
 
 impl RegistryInner {
@@ -54,6 +56,7 @@ impl TenantRegistry {
         clock: SharedClock,
         ledger: LedgerHandle,
         db: DatabaseConnection,
+        labels: Arc<TenantLabels>,
     ) -> TenantRegistry {
         let arbiters = (0..config.server.tenant_arbiters.max(1))
             .map(|_| Arbiter::new().handle())
@@ -66,6 +69,7 @@ impl TenantRegistry {
                 ledger,
                 db,
                 config,
+                labels,
             }),
         }
     }
@@ -124,8 +128,18 @@ impl TenantRegistry {
         let (clock, ledger, db) = (inner.clock.clone(), inner.ledger.clone(), inner.db.clone());
         let price_version = inner.config.price_version.clone();
         let registry = Arc::downgrade(&self.inner);
+        let label = inner.labels.label(tenant.as_str());
         TenantActor::start_in_arbiter(arbiter, move |_ctx| {
-            TenantActor::new(tenant, limits, clock, ledger, db, price_version, registry)
+            TenantActor::new(
+                tenant,
+                label,
+                limits,
+                clock,
+                ledger,
+                db,
+                price_version,
+                registry,
+            )
         })
     }
 

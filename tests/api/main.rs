@@ -1,5 +1,9 @@
 //! The one integration test binary: real HTTP against the in-project fake upstream.
-#![expect(clippy::unwrap_used, clippy::panic, reason = "test helpers fail loudly")]
+#![expect(
+    clippy::unwrap_used,
+    clippy::panic,
+    reason = "test helpers fail loudly"
+)]
 
 mod support;
 

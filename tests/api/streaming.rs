@@ -122,7 +122,7 @@ async fn chunks_arrive_in_order_identical_to_the_upstreams_and_unbuffered() {
     assert_eq!(relayed, upstream);
     assert_eq!(relayed.last().unwrap(), &Value::String("[DONE]".into()));
 
-    let rows = app.ledger_rows(&tenant).await;
+    let rows = app.ledger_rows_eventually(&tenant, 1).await;
     assert_eq!(rows.len(), 1);
     assert_eq!(
         (rows[0].status.as_str(), rows[0].usage_kind.as_str()),
@@ -158,7 +158,7 @@ async fn the_usage_chunk_is_stripped_unless_asked_and_the_exact_cost_is_charged_
         assert_eq!(captured.body["max_tokens"], 100);
     }
     // 80 uncached at 2/M + 20 cached at 0.04/M + 30 out at 8/M = 0.0004008
-    let rows = app.ledger_rows(&tenant).await;
+    let rows = app.ledger_rows_eventually(&tenant, 2).await;
     assert_eq!(
         rows.iter().map(|r| r.charged_nanos).collect::<Vec<_>>(),
         vec![400_800, 400_800]
@@ -183,7 +183,7 @@ async fn a_first_token_timeout_fails_over_before_anything_reaches_the_caller() {
     );
     let raw = read_all(&mut response).await;
     assert!(raw.ends_with("data: [DONE]\n\n"), "{raw}");
-    let rows = app.ledger_rows(&tenant).await;
+    let rows = app.ledger_rows_eventually(&tenant, 2).await;
     let statuses: Vec<&str> = rows.iter().map(|r| r.status.as_str()).collect();
     assert_eq!(statuses, vec!["upstream_error", "fallback_ok"]);
     assert!(
@@ -207,7 +207,7 @@ async fn a_stream_cut_after_n_chunks_ends_with_an_error_event_and_bills_what_was
     assert_eq!(last["error"]["code"], "stream_interrupted", "{raw}");
     assert!(!events.iter().any(|e| e == "[DONE]"), "{raw}");
     let streamed: String = (0..3).map(tollgate::fake_upstream::chunk_text).collect();
-    let rows = app.ledger_rows(&tenant).await;
+    let rows = app.ledger_rows_eventually(&tenant, 1).await;
     assert_eq!(rows.len(), 1);
     let row = &rows[0];
     assert_eq!(
@@ -238,7 +238,10 @@ async fn a_malformed_line_ends_the_stream_as_partial() {
         !raw.contains("oops"),
         "the broken line is not relayed: {raw}"
     );
-    assert_eq!(app.ledger_rows(&tenant).await[0].status, "partial");
+    assert_eq!(
+        app.ledger_rows_eventually(&tenant, 1).await[0].status,
+        "partial"
+    );
 }
 
 #[actix_web::test]
@@ -260,14 +263,7 @@ async fn a_caller_leaving_mid_stream_with_drain_is_billed_the_upstreams_reported
         "the drained stream to end",
     )
     .await;
-    let mut rows = Vec::new();
-    for _ in 0..50 {
-        rows = app.ledger_rows(&tenant).await;
-        if !rows.is_empty() {
-            break;
-        }
-        actix_rt::time::sleep(Duration::from_millis(20)).await;
-    }
+    let rows = app.ledger_rows_eventually(&tenant, 1).await;
     assert_eq!(rows.len(), 1);
     let row = &rows[0];
     assert_eq!(
@@ -303,14 +299,7 @@ async fn a_caller_leaving_mid_stream_with_cancel_stops_the_upstream_and_estimate
         "the upstream to see the cancellation",
     )
     .await;
-    let mut rows = Vec::new();
-    for _ in 0..50 {
-        rows = app.ledger_rows(&tenant).await;
-        if !rows.is_empty() {
-            break;
-        }
-        actix_rt::time::sleep(Duration::from_millis(20)).await;
-    }
+    let rows = app.ledger_rows_eventually(&tenant, 1).await;
     assert_eq!(rows.len(), 1);
     let row = &rows[0];
     assert_eq!(

@@ -365,6 +365,23 @@ impl TestApp {
             .unwrap()
     }
 
+    /// The tenant's rows once there are `n` of them: a stream's row is written
+    /// by its relay task after the caller's body has ended.
+    pub async fn ledger_rows_eventually(
+        &self,
+        tenant: &str,
+        n: usize,
+    ) -> Vec<entity::usage::Model> {
+        for _ in 0..100 {
+            let rows = self.ledger_rows(tenant).await;
+            if rows.len() >= n {
+                return rows;
+            }
+            actix_rt::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        self.ledger_rows(tenant).await
+    }
+
     pub async fn budget(&self, tenant: &str) -> Value {
         let reply = self
             .admin("GET", &format!("/tenants/{tenant}/budget"), None)
