@@ -27,16 +27,18 @@ pub async fn chat_completions(
     let client_request_id = headers::client_request_id(&req);
     let echoed = headers::echoed_request_id(client_request_id.as_deref(), &request_id);
     let span = tracing::info_span!("chat", request_id = %request_id, tenant = %auth.tenant.id);
+    let trace = headers::traceparent(&req);
+    let trace_id = trace.as_ref().map(|(id, _)| id.clone());
+    meter.trace_id.borrow_mut().clone_from(&trace_id);
     let result = async {
         let body = read_body(&req, payload, gw.config.server.body_limit_bytes).await?;
-        let trace = headers::traceparent(&req);
         let ctx = RequestContext {
             tenant: auth.tenant.clone(),
             key: auth.key.clone(),
             feature: headers::feature(&req)?,
             request_id: request_id.clone(),
             client_request_id,
-            trace_id: trace.as_ref().map(|(id, _)| id.clone()),
+            trace_id,
             traceparent: trace.map(|(_, value)| value),
         };
         handle_chat(&gw.clone().into_inner(), &client, &ctx, &meter, &body).await
@@ -45,6 +47,7 @@ pub async fn chat_completions(
     .await;
 
     let latency_ms = elapsed_ms(started);
+    access_log(&request_id, &auth, &meter, &result, latency_ms);
     let echoed_value = HeaderValue::from_str(&echoed).ok();
     match result {
         Ok(outcome) => {
@@ -68,7 +71,6 @@ pub async fn chat_completions(
                     cost,
                     remaining,
                 } => {
-                    tracing::info!(request_id = %request_id, tenant = %auth.tenant.id, provider = %outcome.provider, model = %outcome.model, cost = %cost, latency_ms, "Request served.");
                     response.content_type("application/json");
                     response.insert_header((headers::COST, cost.to_string()));
                     if let Some(remaining) = remaining {
@@ -115,4 +117,29 @@ fn observe_request(meter: &RequestMeter, status: &str, latency_ms: u64) {
         &[("route", route.as_str())],
         overhead_ms,
     );
+}
+
+/// One line per request: who, which route and provider, the outcome, the latency.
+/// Never the key, never the prompt.
+fn access_log(
+    request_id: &RequestId,
+    auth: &TenantAuth,
+    meter: &RequestMeter,
+    result: &Result<crate::pipeline::ChatOutcome, ApiError>,
+    latency_ms: u64,
+) {
+    let route = meter.route_label();
+    let trace_id = meter.trace_id.borrow().clone().unwrap_or_default();
+    match result {
+        Ok(outcome) => {
+            let cost = match &outcome.body {
+                OutcomeBody::Complete { cost, .. } => cost.to_string(),
+                OutcomeBody::Stream(_) => "stream".to_owned(),
+            };
+            tracing::info!(request_id = %request_id, trace_id, tenant = %auth.tenant.id, key = %auth.key.id, route, provider = %outcome.provider, model = %outcome.model, status = "ok", cost, latency_ms, "Request served.");
+        }
+        Err(error) => {
+            tracing::info!(request_id = %request_id, trace_id, tenant = %auth.tenant.id, key = %auth.key.id, route, status = error.code().as_str(), latency_ms, "Request refused.");
+        }
+    }
 }

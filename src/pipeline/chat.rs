@@ -58,6 +58,16 @@ pub async fn handle_chat(
     body: &[u8],
 ) -> Result<ChatOutcome, ApiError> {
     let request = ChatRequest::parse(body)?;
+    if gw
+        .config
+        .telemetry
+        .log_prompts_for
+        .iter()
+        .any(|t| t == ctx.tenant.id.as_str())
+    {
+        // Opt-in per tenant: prompt text is never logged otherwise.
+        tracing::debug!(request_id = %ctx.request_id, tenant = %ctx.tenant.id, prompt = %String::from_utf8_lossy(body), "Prompt (logging opted in).");
+    }
     let route = resolve_route(gw, ctx, request.model())?;
     *meter.route.borrow_mut() = Some(route.name.to_string());
     let tier = gw.config.tiers.get(&ctx.tenant.tier).ok_or_else(|| {

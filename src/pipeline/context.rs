@@ -29,6 +29,7 @@ pub struct RequestMeter {
     pub route: RefCell<Option<String>>,
     /// Time spent waiting on upstreams (to the full body, or a stream's first chunk).
     pub upstream_ms: Cell<u64>,
+    pub trace_id: RefCell<Option<String>>,
 }
 
 impl RequestMeter {

@@ -44,6 +44,165 @@ fn cli(
     String::from_utf8(output.stdout).unwrap()
 }
 
+/// Starts `tollgate serve` on `addr` and waits until it is ready.
+async fn serve(
+    config: &std::path::Path,
+    env: &std::collections::HashMap<String, String>,
+    addr: std::net::SocketAddr,
+    stderr: Stdio,
+) -> Gateway {
+    let child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .arg("--config")
+        .arg(config)
+        .arg("serve")
+        .envs(env)
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let gateway = Gateway(child);
+    let client = awc::Client::default();
+    for _ in 0..100 {
+        if client
+            .get(format!("http://{addr}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+        {
+            return gateway;
+        }
+        actix_rt::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the gateway did not become ready");
+}
+
+fn stop(gateway: Gateway) -> std::process::ExitStatus {
+    let pid = gateway.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let mut gateway = gateway;
+    gateway.0.wait().unwrap()
+}
+
+#[actix_web::test]
+async fn logs_never_carry_keys_secrets_or_prompts_unless_a_tenant_opted_in() {
+    let fake = fake_upstream::start(FakeConfig::default(), ([127, 0, 0, 1], 0).into(), 1).unwrap();
+    let addr = free_port();
+    let setup = TestSetup::new()
+        .route("fast", &["primary/ok"])
+        .tier("free", &["fast"], 1000, 100)
+        .raw("[telemetry]\nlog_prompts_for = [\"optin\"]")
+        .listen(addr)
+        .env("TOLLGATE_KEY_PEPPER", "PEPPER-CANARY-7f3a")
+        .env("TOLLGATE_ADMIN_TOKEN", "ADMIN-CANARY-91bc")
+        .env(crate::support::PRIMARY_KEY_ENV, "sk-PROVIDER-CANARY-55de")
+        .env("TOLLGATE_LOG", "debug");
+    let env = setup.env_vars().clone();
+    let (dir, config) = write_config(&setup, &fake.base_url());
+    let mut keys = Vec::new();
+    for tenant in ["canary", "optin"] {
+        cli(
+            &config,
+            &env,
+            &["tenant", "create", "--id", tenant, "--tier", "free"],
+        );
+        let issued: serde_json::Value =
+            serde_json::from_str(&cli(&config, &env, &["key", "issue", tenant])).unwrap();
+        keys.push(issued["key"].as_str().unwrap().to_owned());
+    }
+    let log_path = dir.path().join("gateway.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let gateway = serve(&config, &env, addr, Stdio::from(log)).await;
+
+    let client = awc::Client::default();
+    let chat = |key: &str, prompt: &str| {
+        client
+            .post(format!("http://{addr}/v1/chat/completions"))
+            .insert_header(("authorization", format!("Bearer {key}")))
+            .send_json(&serde_json::json!({"model": "fast", "messages": [{"role": "user", "content": prompt}]}))
+    };
+    assert_eq!(
+        chat(&keys[0], "PROMPT-CANARY-secret-plan")
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        chat(&keys[1], "PROMPT-OPTIN-visible")
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        chat(
+            "tg_aaaaaaaaaaaa_BADKEYCANARYbadkeycanarybadkeycanary12",
+            "x"
+        )
+        .await
+        .unwrap()
+        .status(),
+        401
+    );
+    let admin = client
+        .get(format!("http://{addr}/admin/v1/tenants"))
+        .insert_header(("authorization", "Bearer ADMIN-CANARY-91bc"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(admin.status(), 200);
+    assert_eq!(stop(gateway).code(), Some(0));
+
+    let logs = std::fs::read_to_string(&log_path).unwrap();
+    assert!(logs.contains("Request served."), "{logs}");
+    let secrets = [
+        keys[0].split('_').next_back().unwrap(),
+        keys[1].split('_').next_back().unwrap(),
+    ];
+    for canary in [
+        "PEPPER-CANARY",
+        "ADMIN-CANARY",
+        "PROVIDER-CANARY",
+        "PROMPT-CANARY",
+        "BADKEYCANARY",
+        secrets[0],
+        secrets[1],
+    ] {
+        assert!(
+            !logs.contains(canary),
+            "{canary} leaked into the logs:\n{logs}"
+        );
+    }
+    assert!(
+        logs.contains("PROMPT-OPTIN-visible"),
+        "the opted-in tenant's prompt is logged"
+    );
+    let served: Vec<serde_json::Value> = logs
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|line| line["message"] == "Request served.")
+        .collect();
+    assert_eq!(served.len(), 2);
+    for line in &served {
+        for field in [
+            "request_id",
+            "tenant",
+            "route",
+            "provider",
+            "status",
+            "latency_ms",
+        ] {
+            assert!(line.get(field).is_some(), "{field} missing in {line}");
+        }
+    }
+}
+
 #[actix_web::test]
 async fn sigterm_lets_in_flight_requests_finish_and_flushes_the_ledger() {
     let fake = fake_upstream::start(FakeConfig::default(), ([127, 0, 0, 1], 0).into(), 1).unwrap();

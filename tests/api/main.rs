@@ -15,6 +15,7 @@ mod errors;
 mod failover;
 mod ledger;
 mod lifecycle;
+mod metrics;
 mod rate_limit;
 mod sdk;
 mod streaming;

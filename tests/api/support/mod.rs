@@ -36,6 +36,7 @@ pub struct TestSetup {
     clock: Option<Arc<ManualClock>>,
     body_limit_bytes: usize,
     listen: String,
+    raw: Vec<String>,
 }
 
 impl TestSetup {
@@ -53,6 +54,7 @@ impl TestSetup {
             clock: None,
             body_limit_bytes: 1024 * 1024,
             listen: "127.0.0.1:0".to_owned(),
+            raw: Vec::new(),
         }
     }
 
@@ -88,6 +90,12 @@ impl TestSetup {
     /// Raw TOML for one more `[providers.x]` table.
     pub fn provider(mut self, toml: &str) -> Self {
         self.extra_providers.push(toml.to_owned());
+        self
+    }
+
+    /// Raw TOML tables appended to the configuration (e.g. `[telemetry]`).
+    pub fn raw(mut self, toml: &str) -> Self {
+        self.raw.push(toml.to_owned());
         self
     }
 
@@ -168,6 +176,10 @@ timeout_ms = 5000
         }
         for tier in &self.tiers {
             text.push_str(tier);
+        }
+        for raw in &self.raw {
+            text.push_str(raw);
+            text.push('\n');
         }
         for (target, (input, cached, output)) in priced {
             let (provider, model) = target.split_once('/').unwrap();

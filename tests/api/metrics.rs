@@ -1,0 +1,112 @@
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use crate::support::{TestApp, TestSetup, chat_body, spawn_app};
+
+/// The value of one series in a Prometheus text scrape, by name and labels.
+fn series(scrape: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    scrape
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| {
+            let (head, value) = line.rsplit_once(' ')?;
+            let (series_name, rest) = head.split_once('{').unwrap_or((head, "}"));
+            if series_name != name {
+                return None;
+            }
+            let found: BTreeMap<&str, &str> = rest
+                .trim_end_matches('}')
+                .split(',')
+                .filter_map(|pair| pair.split_once('='))
+                .map(|(k, v)| (k, v.trim_matches('"')))
+                .collect();
+            let wanted: BTreeMap<&str, &str> = labels.iter().copied().collect();
+            (found == wanted).then(|| value.parse().ok()).flatten()
+        })
+}
+
+async fn scrape(app: &TestApp) -> String {
+    app.get("/metrics", "").await.raw
+}
+
+#[actix_web::test]
+async fn three_calls_with_known_usage_move_the_token_and_cost_counters_by_exactly_that() {
+    let app = spawn_app(
+        TestSetup::new()
+            .route("fast", &["primary/usage-100-20-30"])
+            .route("shaky", &["primary/status-503", "secondary/usage-10-0-5"])
+            .tier("free", &["fast", "shaky"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let t = tenant.as_str();
+
+    for _ in 0..3 {
+        assert_eq!(app.chat(&key, &chat_body("fast")).await.status, 200);
+    }
+    assert_eq!(app.chat(&key, &chat_body("shaky")).await.status, 200);
+    assert_eq!(app.chat(&key, &chat_body("nope")).await.status, 404);
+
+    let text = scrape(&app).await;
+    let tokens = |kind| {
+        series(
+            &text,
+            "tollgate_tokens_total",
+            &[("tenant", t), ("type", kind)],
+        )
+    };
+    // 3 × (80 uncached + 20 cached + 30 out), plus the fallback call's 10 in and 5 out.
+    assert_eq!(tokens("prompt"), Some(250.0));
+    assert_eq!(tokens("cached"), Some(60.0));
+    assert_eq!(tokens("completion"), Some(95.0));
+    // 3 × 0.0004008 + 0.00006
+    assert_eq!(
+        series(&text, "tollgate_cost_nanos_total", &[("tenant", t)]),
+        Some(1_262_400.0)
+    );
+    let fallback = [("route", "shaky"), ("from", "primary"), ("to", "secondary")];
+    assert!(series(&text, "tollgate_fallbacks_total", &fallback).is_some_and(|n| n >= 1.0));
+    assert!(
+        series(
+            &text,
+            "tollgate_requests_total",
+            &[("route", "none"), ("status", "model_not_found")]
+        )
+        .is_some()
+    );
+    assert!(
+        text.contains("tollgate_gateway_overhead_seconds_bucket{route=\"fast\""),
+        "{text}"
+    );
+    let budgetless = series(&text, "tollgate_reserved_nanos", &[("tenant", t)]);
+    assert_eq!(
+        budgetless,
+        Some(0.0),
+        "nothing stays reserved after the calls"
+    );
+}
+
+#[actix_web::test]
+async fn budget_utilization_follows_committed_spend() {
+    let app = spawn_app(
+        TestSetup::new()
+            .route("fast", &["primary/usage-0-0-500000"])
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "8"}))
+        .await;
+
+    assert_eq!(app.chat(&key, &chat_body("fast")).await.status, 200);
+
+    let text = scrape(&app).await;
+    // 4 committed of 8.
+    let utilization = series(
+        &text,
+        "tollgate_budget_utilization_ratio",
+        &[("tenant", tenant.as_str())],
+    );
+    assert_eq!(utilization, Some(0.5));
+}
