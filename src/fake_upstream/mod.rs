@@ -4,6 +4,7 @@
 //! random errors, forced status), the request capture/counters, and the server lifecycle both
 //! embedded (`start`) and standalone (`serve`).
 
+pub mod anthropic;
 mod args;
 mod scenario;
 mod server;

@@ -1,3 +1,4 @@
 //! Request and response mapping per provider kind.
 
+pub mod anthropic;
 pub mod openai;
