@@ -12,11 +12,12 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::admin::spend::{SpendQuery, SpendReport};
 use crate::admin::tenants::{NewTenant, TenantPatch, TenantView};
-use crate::admin::{keys, spend, tenants};
+use crate::admin::{keys, report, spend, tenants};
 use crate::app::{Application, BuildOptions};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{ADMIN_TOKEN_ENV, Config, EnvSource, KEY_PEPPER_ENV, ProcessEnv, Secret};
 use crate::fake_upstream::{self, FakeArgs, FakeConfig};
+use crate::period::Date;
 use crate::storage;
 use crate::telemetry;
 
@@ -54,6 +55,14 @@ enum Command {
     Key(KeyCommand),
     /// Spend report from the ledger.
     Spend(SpendArgs),
+    /// The daily report: a day against the day before, top spenders, budget progress.
+    Report {
+        /// YYYY-MM-DD; yesterday (UTC) by default.
+        #[arg(long)]
+        date: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the OpenAI-compatible fake upstream (tests, demos, load).
     FakeUpstream(FakeArgs),
 }
@@ -185,6 +194,9 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Command::Tenant(command) => tenant(load(config_path, &ProcessEnv)?, command).await,
         Command::Key(command) => key(load(config_path, &ProcessEnv)?, command).await,
         Command::Spend(args) => spend_report(load(config_path, &ProcessEnv)?, args).await,
+        Command::Report { date, json } => {
+            daily_report(load(config_path, &ProcessEnv)?, date.as_deref(), json).await
+        }
         Command::FakeUpstream(args) => Ok(fake_upstream::serve(&args).await?),
     }
 }
@@ -276,39 +288,110 @@ async fn spend_report(config: Arc<Config>, args: SpendArgs) -> Result<()> {
     }
 }
 
+async fn daily_report(config: Arc<Config>, date: Option<&str>, json: bool) -> Result<()> {
+    let db = storage::connect_and_migrate(&config.storage.database_url, 1).await?;
+    let date = match date {
+        Some(text) => {
+            Date::parse(text).with_context(|| format!("`{text}` is not a YYYY-MM-DD date"))?
+        }
+        None => Date::from_unix_ms(SystemClock.now_ms().saturating_sub(86_400_000)),
+    };
+    let report = report::daily(&db, &config.billing.currency, date).await?;
+    if json {
+        return json_out(&report);
+    }
+    let change = report
+        .change_ratio
+        .map_or_else(|| "n/a".to_owned(), |c| format!("{}%", percent(c, true)));
+    let mut lines = vec![
+        format!("Daily report {} ({})", report.date, report.currency),
+        format!(
+            "total {}  (day before {}, change {change}), {} requests",
+            report.total, report.previous_day_total, report.requests
+        ),
+    ];
+    for (title, rows) in [
+        ("top tenants", &report.top_tenants),
+        ("top features", &report.top_features),
+        ("top models", &report.top_models),
+    ] {
+        lines.push(format!("{title}:"));
+        lines.extend(rows.iter().map(|r| {
+            format!(
+                "  {:<32} {:>16}  {} requests",
+                r.key,
+                r.cost.to_string(),
+                r.requests
+            )
+        }));
+    }
+    lines.push("budgets:".to_owned());
+    for b in &report.budgets {
+        lines.push(format!(
+            "  {:<32} {:>12} of {:<12} {:>6}%  runs out {}",
+            b.tenant,
+            b.month_to_date.to_string(),
+            b.budget.to_string(),
+            percent(b.utilization, false),
+            b.projected_exhaustion.as_deref().unwrap_or("-")
+        ));
+    }
+    out(&lines.join("\n"));
+    Ok(())
+}
+
+/// A ratio as a percentage with one decimal, for display only.
+#[expect(
+    clippy::float_arithmetic,
+    reason = "display of a ratio; no money is computed here"
+)]
+fn percent(ratio: f64, signed: bool) -> String {
+    if signed {
+        format!("{:+.1}", ratio * 100.0)
+    } else {
+        format!("{:.1}", ratio * 100.0)
+    }
+}
+
 /// A readable table of a spend report.
 pub fn spend_table(report: &SpendReport) -> String {
     let mut lines = vec![format!(
-        "{:<28} {:>9} {:>9} {:>12} {:>12} {:>12} {:>16}",
+        "{:<28} {:>9} {:>9} {:>12} {:>12} {:>12} {:>9} {:>7} {:>16}",
         report.group_by,
         "requests",
         "attempts",
         "prompt",
         "cached",
         "completion",
+        "fallback",
+        "errors",
         format!("cost ({})", report.currency)
     )];
     for row in &report.rows {
         lines.push(format!(
-            "{:<28} {:>9} {:>9} {:>12} {:>12} {:>12} {:>16}",
+            "{:<28} {:>9} {:>9} {:>12} {:>12} {:>12} {:>8}% {:>6}% {:>16}",
             row.key,
             row.requests,
             row.attempts,
             row.prompt_tokens,
             row.cached_tokens,
             row.completion_tokens,
+            percent(row.fallback_rate, false),
+            percent(row.error_rate, false),
             row.cost.to_string()
         ));
     }
     let t = &report.total;
     lines.push(format!(
-        "{:<28} {:>9} {:>9} {:>12} {:>12} {:>12} {:>16}",
+        "{:<28} {:>9} {:>9} {:>12} {:>12} {:>12} {:>9} {:>7} {:>16}",
         "total",
         t.requests,
         t.attempts,
         t.prompt_tokens,
         t.cached_tokens,
         t.completion_tokens,
+        "",
+        "",
         t.cost.to_string()
     ));
     lines.join("\n")

@@ -3,6 +3,7 @@
 //! callers that serve traffic also refresh their in-memory view.
 
 pub mod keys;
+pub mod report;
 pub mod spend;
 pub mod tenants;
 

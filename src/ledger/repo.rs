@@ -13,6 +13,7 @@ use super::event::UsageEvent;
 use crate::ids::TenantId;
 use crate::money::Nanos;
 use crate::storage::StorageError;
+use crate::telemetry::metrics::ratio;
 
 /// Inserts a batch; events already present (same event id) are skipped, so a
 /// replayed batch never duplicates a row.
@@ -104,9 +105,12 @@ struct RawSpendRow {
     cached_tokens: Option<i64>,
     completion_tokens: Option<i64>,
     charged_nanos: Option<i64>,
+    fallbacks: Option<i64>,
+    failed_attempts: Option<i64>,
+    cache_hits: Option<i64>,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct SpendRow {
     pub key: String,
     pub requests: u64,
@@ -115,6 +119,14 @@ pub struct SpendRow {
     pub cached_tokens: u64,
     pub completion_tokens: u64,
     pub cost: Nanos,
+    /// Requests served by a later target.
+    pub fallbacks: u64,
+    /// Attempts that did not serve the request (upstream, client, local errors, partial streams).
+    pub failed_attempts: u64,
+    pub cache_hits: u64,
+    pub fallback_rate: f64,
+    pub error_rate: f64,
+    pub cache_hit_rate: f64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -140,7 +152,13 @@ pub async fn spend(
         .column_as(sum("prompt_tokens"), "prompt_tokens")
         .column_as(sum("cached_tokens"), "cached_tokens")
         .column_as(sum("completion_tokens"), "completion_tokens")
-        .column_as(sum("charged_nanos"), "charged_nanos");
+        .column_as(sum("charged_nanos"), "charged_nanos")
+        .column_as(count_status(&["fallback_ok"]), "fallbacks")
+        .column_as(
+            count_status(&["upstream_error", "client_error", "local_error", "partial"]),
+            "failed_attempts",
+        )
+        .column_as(count_status(&["cache_hit"]), "cache_hits");
     if let Some(tenant) = &filter.tenant {
         query = query.filter(usage::Column::TenantId.eq(tenant.as_str()));
     }
@@ -160,16 +178,41 @@ pub async fn spend(
     let count = |v: Option<i64>| u64::try_from(v.unwrap_or(0)).unwrap_or(0);
     Ok(rows
         .into_iter()
-        .map(|r| SpendRow {
-            key: r.key,
-            requests: count(Some(r.requests)),
-            attempts: count(Some(r.attempts)),
-            prompt_tokens: count(r.prompt_tokens),
-            cached_tokens: count(r.cached_tokens),
-            completion_tokens: count(r.completion_tokens),
-            cost: Nanos::from_db(r.charged_nanos.unwrap_or(0)),
+        .map(|r| {
+            let requests = count(Some(r.requests));
+            let attempts = count(Some(r.attempts));
+            let fallbacks = count(r.fallbacks);
+            let failed_attempts = count(r.failed_attempts);
+            let cache_hits = count(r.cache_hits);
+            SpendRow {
+                key: r.key,
+                requests,
+                attempts,
+                prompt_tokens: count(r.prompt_tokens),
+                cached_tokens: count(r.cached_tokens),
+                completion_tokens: count(r.completion_tokens),
+                cost: Nanos::from_db(r.charged_nanos.unwrap_or(0)),
+                fallbacks,
+                failed_attempts,
+                cache_hits,
+                fallback_rate: ratio(fallbacks, requests),
+                error_rate: ratio(failed_attempts, attempts),
+                cache_hit_rate: ratio(cache_hits, requests),
+            }
         })
         .collect())
+}
+
+/// `SUM(CASE WHEN status IN (…) THEN 1 ELSE 0 END)`: the statuses are our own constants.
+fn count_status(statuses: &[&str]) -> sea_orm::sea_query::SimpleExpr {
+    let list = statuses
+        .iter()
+        .map(|s| format!("'{s}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Expr::cust(format!(
+        "CAST(SUM(CASE WHEN status IN ({list}) THEN 1 ELSE 0 END) AS BIGINT)"
+    ))
 }
 
 /// Every row of a tenant, oldest first (tests and reconciliation).

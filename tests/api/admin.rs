@@ -197,3 +197,98 @@ async fn spend_reports_equal_the_ledger_grouped_each_way() {
     assert_eq!(bad.status, 400);
     assert_eq!(bad.body["error"]["param"], "group_by");
 }
+
+#[actix_web::test]
+async fn the_daily_report_totals_the_day_ranks_spenders_and_projects_budgets() {
+    let app = spawn_app(
+        TestSetup::new()
+            .route("fast", &["primary/usage-0-0-125000"])
+            .route(
+                "shaky",
+                &["primary/status-503", "secondary/usage-0-0-125000"],
+            )
+            .tier("free", &["fast", "shaky"], 1000, 100),
+    )
+    .await;
+    // Each call costs 125000 × 8 / 1M = 1.
+    let (big, big_key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "100"}))
+        .await;
+    let (small, small_key) = app.tenant_with_key("free", json!({})).await;
+    for _ in 0..3 {
+        assert_eq!(
+            app.chat_with(
+                &big_key,
+                &chat_body("fast"),
+                &[("x-tollgate-feature", "agent")]
+            )
+            .await
+            .status,
+            200
+        );
+    }
+    assert_eq!(app.chat(&small_key, &chat_body("shaky")).await.status, 200);
+    app.gateway.ledger.flush().await.unwrap();
+    let today = tollgate::period::Date::from_unix_ms(crate::support::now_ms());
+
+    let reply = app
+        .admin(
+            "GET",
+            &format!("/reports/daily?date={}", today.day_key()),
+            None,
+        )
+        .await;
+
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    let report = &reply.body;
+    assert!(
+        tollgate::money::Nanos::parse_decimal(report["total"].as_str().unwrap())
+            .unwrap()
+            .get()
+            >= 4_000_000_000
+    );
+    let tenants: Vec<(&str, &str)> = report["top_tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["key"].as_str().unwrap(), r["cost"].as_str().unwrap()))
+        .collect();
+    let big_row = tenants.iter().position(|(k, _)| *k == big).unwrap();
+    let small_row = tenants.iter().position(|(k, _)| *k == small);
+    assert_eq!(tenants[big_row].1, "3");
+    assert!(
+        small_row.is_none_or(|s| s > big_row),
+        "ranked by cost: {tenants:?}"
+    );
+    let progress = report["budgets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["tenant"] == big.as_str())
+        .unwrap();
+    assert_eq!(progress["month_to_date"], "3");
+    assert!(progress["projected_exhaustion"].as_str().is_some());
+
+    let by_route = app
+        .admin(
+            "GET",
+            &format!("/tenants/{small}/spend?group_by=route"),
+            None,
+        )
+        .await;
+    let shaky = &by_route.body["rows"][0];
+    assert_eq!(shaky["key"], "shaky");
+    assert_eq!(
+        (
+            shaky["fallbacks"].as_u64(),
+            shaky["failed_attempts"].as_u64()
+        ),
+        (Some(1), Some(1))
+    );
+    assert_eq!(shaky["fallback_rate"], 1.0);
+    assert_eq!(shaky["error_rate"], 0.5);
+    let bad = app
+        .admin("GET", "/reports/daily?date=yesterday", None)
+        .await;
+    assert_eq!(bad.status, 400);
+}

@@ -19,7 +19,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/tenants/{id}/keys", web::get().to(keys::list_keys))
         .route("/keys/{id}", web::delete().to(keys::revoke_key))
         .route("/tenants/{id}/spend", web::get().to(spend::tenant_spend))
-        .route("/spend", web::get().to(spend::all_spend));
+        .route("/spend", web::get().to(spend::all_spend))
+        .route("/reports/daily", web::get().to(spend::daily_report));
 }
 
 fn now_ms(gw: &crate::state::Gateway) -> i64 {

@@ -3,9 +3,11 @@
 use actix_web::{HttpResponse, web};
 use serde::Deserialize;
 
+use crate::admin::report;
 use crate::admin::spend::{self, SpendQuery};
 use crate::api::extract::AdminAuth;
 use crate::error::ApiError;
+use crate::period::Date;
 use crate::state::Gateway;
 
 #[derive(Debug, Deserialize)]
@@ -48,5 +50,27 @@ pub async fn all_spend(
         to: params.to,
     };
     let report = spend::report(gw.directory.db(), &gw.config.billing.currency, query).await?;
+    Ok(HttpResponse::Ok().json(report))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportParams {
+    /// `YYYY-MM-DD`; yesterday (UTC) when absent.
+    date: Option<String>,
+}
+
+pub async fn daily_report(
+    _admin: AdminAuth,
+    gw: web::Data<Gateway>,
+    params: web::Query<ReportParams>,
+) -> Result<HttpResponse, ApiError> {
+    let date = match params.into_inner().date {
+        Some(text) => Date::parse(&text).ok_or_else(|| {
+            ApiError::invalid_request("date", format!("`{text}` is not a YYYY-MM-DD date"))
+        })?,
+        None => Date::from_unix_ms(gw.clock.now_ms().saturating_sub(86_400_000)),
+    };
+    let report = report::daily(gw.directory.db(), &gw.config.billing.currency, date).await?;
     Ok(HttpResponse::Ok().json(report))
 }
