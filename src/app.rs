@@ -100,6 +100,7 @@ impl Application {
             metrics,
             active_drains: std::sync::atomic::AtomicUsize::new(0),
             tenant_labels,
+            cache: crate::cache::ResponseCache::new(&config.cache),
         });
         let data = web::Data::from(gateway.clone());
         let mut server = HttpServer::new(move || {

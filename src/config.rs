@@ -75,6 +75,8 @@ struct RawConfig {
     #[serde(default)]
     telemetry: TelemetryConfig,
     #[serde(default)]
+    cache: CacheConfig,
+    #[serde(default)]
     providers: BTreeMap<String, RawProvider>,
     #[serde(default)]
     routes: BTreeMap<String, RawRoute>,
@@ -137,6 +139,33 @@ impl Default for ServerConfig {
             request_timeout_ms: default_request_timeout_ms(),
             tenant_arbiters: default_tenant_arbiters(),
             max_concurrent_drains: default_max_concurrent_drains(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheConfig {
+    /// Cached responses kept at most (oldest evicted first).
+    #[serde(default = "default_cache_max_entries")]
+    pub max_entries: usize,
+    /// Total bytes of cached bodies kept at most.
+    #[serde(default = "default_cache_max_bytes")]
+    pub max_bytes: usize,
+}
+
+fn default_cache_max_entries() -> usize {
+    10_000
+}
+fn default_cache_max_bytes() -> usize {
+    64 * 1024 * 1024
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            max_entries: default_cache_max_entries(),
+            max_bytes: default_cache_max_bytes(),
         }
     }
 }
@@ -362,6 +391,10 @@ fn default_drain_timeout_ms() -> u64 {
 #[serde(deny_unknown_fields)]
 struct RawRoute {
     targets: Vec<String>,
+    /// Identical non-streaming requests of one tenant are answered from the
+    /// exact response cache for this long; 0 (default) turns caching off.
+    #[serde(default)]
+    cache_ttl_ms: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -462,6 +495,7 @@ pub struct Route {
     /// The highest per-token input price over every target (cache-write where higher).
     pub worst_input_price: PricePerMTok,
     pub worst_output_price: PricePerMTok,
+    pub cache_ttl_ms: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -481,6 +515,7 @@ pub struct Config {
     pub ledger: LedgerConfig,
     pub tokenizer: TokenizerConfig,
     pub telemetry: TelemetryConfig,
+    pub cache: CacheConfig,
     pub providers: HashMap<ProviderName, Provider>,
     pub routes: HashMap<RouteName, Route>,
     pub tiers: HashMap<String, Tier>,
@@ -584,6 +619,7 @@ fn validate(raw: RawConfig, env: &dyn EnvSource) -> Result<Config, ConfigError> 
         ledger: raw.ledger,
         tokenizer: raw.tokenizer,
         telemetry: raw.telemetry,
+        cache: raw.cache,
         providers,
         routes,
         tiers,
@@ -723,6 +759,7 @@ fn validate_routes(
                 targets,
                 worst_input_price,
                 worst_output_price,
+                cache_ttl_ms: r.cache_ttl_ms,
             },
         );
     }

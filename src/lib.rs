@@ -5,6 +5,7 @@ pub mod admin;
 pub mod api;
 pub mod app;
 pub mod auth;
+pub mod cache;
 pub mod cli;
 pub mod clock;
 pub mod config;

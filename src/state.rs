@@ -7,6 +7,7 @@ use std::sync::atomic::AtomicUsize;
 
 use metrics_exporter_prometheus::PrometheusHandle;
 
+use crate::cache::ResponseCache;
 use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::directory::Directory;
@@ -29,4 +30,5 @@ pub struct Gateway {
     /// Streams being read on after their caller left.
     pub active_drains: AtomicUsize,
     pub tenant_labels: Arc<TenantLabels>,
+    pub cache: ResponseCache,
 }

@@ -59,6 +59,9 @@ pub async fn chat_completions(
             response
                 .insert_header((headers::PROVIDER, outcome.provider.as_str()))
                 .insert_header((headers::MODEL, outcome.model.as_str()));
+            if let Some(cache) = outcome.cache {
+                response.insert_header((headers::CACHE, cache));
+            }
             if let Some(max_tokens) = outcome.clamped_max_tokens {
                 response.insert_header((headers::MAX_TOKENS_CLAMPED, max_tokens.to_string()));
             }

@@ -12,6 +12,7 @@ pub const MODEL: &str = "x-tollgate-model";
 pub const COST: &str = "x-tollgate-cost";
 pub const BUDGET_REMAINING: &str = "x-tollgate-budget-remaining";
 pub const MAX_TOKENS_CLAMPED: &str = "x-tollgate-max-tokens-clamped";
+pub const CACHE: &str = "x-tollgate-cache";
 
 const MAX_LABEL_LEN: usize = 128;
 

@@ -24,6 +24,8 @@ pub enum AttemptStatus {
     Partial,
     /// A stream whose caller disconnected before its end.
     ClientCancelled,
+    /// Answered from the response cache: no upstream call, no charge.
+    CacheHit,
 }
 
 impl AttemptStatus {
@@ -37,6 +39,7 @@ impl AttemptStatus {
             AttemptStatus::Orphaned => "orphaned",
             AttemptStatus::Partial => "partial",
             AttemptStatus::ClientCancelled => "client_cancelled",
+            AttemptStatus::CacheHit => "cache_hit",
         }
     }
 }

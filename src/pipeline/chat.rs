@@ -27,6 +27,7 @@ use crate::tenant::{QuotaError, RateDecision, ReservationGuard, ReservationMeta,
 
 use super::record::{self, AttemptRow};
 use super::stream::{ClientBody, Relay};
+use crate::cache::{CacheKey, CachedResponse};
 
 /// Extra time past the request deadline before an unsettled reservation counts as orphaned.
 const RESERVATION_MARGIN_MS: u64 = 30_000;
@@ -38,6 +39,8 @@ pub struct ChatOutcome {
     pub rate: RateDecision,
     /// `Some(n)` when `clamp` mode lowered `max_tokens` to `n`.
     pub clamped_max_tokens: Option<u32>,
+    /// `hit` or `miss` on a route with caching on.
+    pub cache: Option<&'static str>,
     pub body: OutcomeBody,
 }
 
@@ -100,6 +103,17 @@ pub async fn handle_chat(
         .with_retry_after(1));
     }
 
+    let cache_key = (route.cache_ttl_ms > 0 && !request.stream())
+        .then(|| CacheKey::new(ctx.tenant.id.as_str(), route.name.as_str(), body));
+    if let Some(key) = &cache_key {
+        let labels = |result| [("route", route.name.as_str()), ("result", result)];
+        if let Some(hit) = gw.cache.get(key, gw.clock.now_ms()) {
+            counter_add(Metric::CacheRequestsTotal, &labels("hit"), 1);
+            return Ok(serve_from_cache(gw, ctx, route, rate, hit));
+        }
+        counter_add(Metric::CacheRequestsTotal, &labels("miss"), 1);
+    }
+
     let input_tokens = gw.estimator.estimate_chat_input(request.body());
     let max_tokens = request
         .max_tokens()
@@ -136,8 +150,36 @@ pub async fn handle_chat(
         request: &request,
         input_tokens,
         rate,
+        cache_key,
     };
     dispatch.run(reservation).await
+}
+
+/// A cache hit: no upstream call, no reservation, no charge; still a ledger row.
+fn serve_from_cache(
+    gw: &Gateway,
+    ctx: &RequestContext,
+    route: &Route,
+    rate: RateDecision,
+    hit: CachedResponse,
+) -> ChatOutcome {
+    let mut row = AttemptRow::new(&hit.provider, &hit.model, 0, 0);
+    row.status = AttemptStatus::CacheHit;
+    row.usage = hit.usage;
+    row.usage_kind = UsageKind::Reported;
+    record::record(gw, ctx, route.name.as_str(), Nanos::ZERO, row);
+    ChatOutcome {
+        provider: hit.provider,
+        model: hit.model,
+        rate,
+        clamped_max_tokens: None,
+        cache: Some("hit"),
+        body: OutcomeBody::Complete {
+            body: hit.body,
+            cost: Nanos::ZERO,
+            remaining: None,
+        },
+    }
 }
 
 fn resolve_route<'a>(
@@ -220,6 +262,7 @@ fn with_rate_headers(mut error: ApiError, rate: &RateDecision) -> ApiError {
 }
 
 struct Dispatch<'a> {
+    cache_key: Option<CacheKey>,
     meter: &'a RequestMeter,
     gw: &'a Arc<Gateway>,
     client: &'a awc::Client,
@@ -344,6 +387,7 @@ impl Dispatch<'_> {
                         }
                     };
                     return Ok(ChatOutcome {
+                        cache: self.cache_key.map(|_| "miss"),
                         provider: target.provider.to_string(),
                         model: target.model.clone(),
                         rate: self.rate,
@@ -460,6 +504,20 @@ impl Dispatch<'_> {
         row.usage_kind = usage_kind;
         let remaining = record::settle(reservation, cost, &mut row).await;
         record::meter(self.gw, self.ctx, &usage, row.charged);
+        if let Some(key) = self.cache_key {
+            let cached = CachedResponse {
+                body: reply.body.clone(),
+                provider: row.provider.clone(),
+                model: row.model.clone(),
+                usage,
+            };
+            let expires = self
+                .gw
+                .clock
+                .now_ms()
+                .saturating_add(self.route.cache_ttl_ms);
+            self.gw.cache.put(key, cached, expires);
+        }
         record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row);
         OutcomeBody::Complete {
             body: reply.body,

@@ -26,6 +26,7 @@ pub enum Metric {
     ReservationsOrphanedTotal,
     RejectionsTotal,
     StreamInterruptionsTotal,
+    CacheRequestsTotal,
     LedgerEventsFlushed,
     LedgerWriteErrors,
     LedgerBacklogEvents,
@@ -36,7 +37,7 @@ pub enum Metric {
 }
 
 impl Metric {
-    pub const ALL: [Metric; 23] = [
+    pub const ALL: [Metric; 24] = [
         Metric::RequestsTotal,
         Metric::RequestDurationSeconds,
         Metric::GatewayOverheadSeconds,
@@ -53,6 +54,7 @@ impl Metric {
         Metric::ReservationsOrphanedTotal,
         Metric::RejectionsTotal,
         Metric::StreamInterruptionsTotal,
+        Metric::CacheRequestsTotal,
         Metric::LedgerEventsFlushed,
         Metric::LedgerWriteErrors,
         Metric::LedgerBacklogEvents,
@@ -80,6 +82,7 @@ impl Metric {
             Metric::ReservationsOrphanedTotal => "tollgate_reservations_orphaned_total",
             Metric::RejectionsTotal => "tollgate_rejections_total",
             Metric::StreamInterruptionsTotal => "tollgate_stream_interruptions_total",
+            Metric::CacheRequestsTotal => "tollgate_cache_requests_total",
             Metric::LedgerEventsFlushed => "tollgate_ledger_events_flushed_total",
             Metric::LedgerWriteErrors => "tollgate_ledger_write_errors_total",
             Metric::LedgerBacklogEvents => "tollgate_ledger_backlog_events",
@@ -130,6 +133,7 @@ impl Metric {
             Metric::StreamInterruptionsTotal => {
                 "Streams that did not end normally, by provider and reason (partial, client_cancelled)."
             }
+            Metric::CacheRequestsTotal => "Response cache lookups by route and result (hit, miss).",
             Metric::LedgerEventsFlushed => "Ledger events written to the database.",
             Metric::LedgerWriteErrors => "Failed ledger batch writes (kept and retried).",
             Metric::LedgerBacklogEvents => "Ledger events recorded and not yet in the database.",

@@ -10,6 +10,7 @@ mod support;
 mod admin;
 mod auth;
 mod budget;
+mod cache;
 mod chat;
 mod errors;
 mod failover;

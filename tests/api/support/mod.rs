@@ -37,6 +37,7 @@ pub struct TestSetup {
     body_limit_bytes: usize,
     listen: String,
     raw: Vec<String>,
+    cache_ttl_ms: BTreeMap<String, u64>,
 }
 
 impl TestSetup {
@@ -55,6 +56,7 @@ impl TestSetup {
             body_limit_bytes: 1024 * 1024,
             listen: "127.0.0.1:0".to_owned(),
             raw: Vec::new(),
+            cache_ttl_ms: BTreeMap::new(),
         }
     }
 
@@ -90,6 +92,12 @@ impl TestSetup {
     /// Raw TOML for one more `[providers.x]` table.
     pub fn provider(mut self, toml: &str) -> Self {
         self.extra_providers.push(toml.to_owned());
+        self
+    }
+
+    /// Turns the exact response cache on for a route.
+    pub fn cached_route(mut self, route: &str, ttl_ms: u64) -> Self {
+        self.cache_ttl_ms.insert(route.to_owned(), ttl_ms);
         self
     }
 
@@ -165,6 +173,9 @@ timeout_ms = 5000
                 .collect::<Vec<_>>()
                 .join(", ");
             let _ = writeln!(text, "[routes.{name}]\ntargets = [{list}]");
+            if let Some(ttl) = self.cache_ttl_ms.get(name) {
+                let _ = writeln!(text, "cache_ttl_ms = {ttl}");
+            }
             for target in targets {
                 let price = self
                     .prices
