@@ -331,6 +331,8 @@ impl Default for TelemetryConfig {
 pub enum ProviderKind {
     /// Any OpenAI-compatible API: DeepSeek, DashScope, vLLM, OpenAI.
     Openai,
+    /// Anthropic's Messages API (`{base_url}/v1/messages`).
+    Anthropic,
 }
 
 #[derive(Debug, Deserialize)]
@@ -355,6 +357,8 @@ struct RawProvider {
     /// How long a stream whose caller left may still be read for the provider's usage.
     #[serde(default = "default_drain_timeout_ms")]
     drain_timeout_ms: u64,
+    /// `anthropic-version` header for `kind = "anthropic"`.
+    anthropic_version: Option<String>,
 }
 
 /// What a stream does when its caller disconnects.
@@ -468,6 +472,7 @@ pub struct Provider {
     pub first_token_timeout_ms: u64,
     pub on_client_disconnect: OnClientDisconnect,
     pub drain_timeout_ms: u64,
+    pub anthropic_version: String,
 }
 
 impl Provider {
@@ -663,7 +668,11 @@ fn validate_providers(
                 name: ProviderName::new(name.as_str()),
                 kind: p.kind,
                 base_url: p.base_url.clone(),
-                chat_url: format!("{base}/chat/completions"),
+                chat_url: match p.kind {
+                    ProviderKind::Openai => format!("{base}/chat/completions"),
+                    ProviderKind::Anthropic if base.ends_with("/v1") => format!("{base}/messages"),
+                    ProviderKind::Anthropic => format!("{base}/v1/messages"),
+                },
                 api_key_env: p.api_key_env.clone(),
                 api_key,
                 timeout_ms: p.timeout_ms,
@@ -673,6 +682,7 @@ fn validate_providers(
                 first_token_timeout_ms: p.first_token_timeout_ms.max(1),
                 on_client_disconnect: p.on_client_disconnect,
                 drain_timeout_ms: p.drain_timeout_ms,
+                anthropic_version: p.anthropic_version.clone().unwrap_or_default(),
             },
         );
     }

@@ -18,7 +18,9 @@ use crate::money::Nanos;
 use crate::openai::chat::ChatRequest;
 use crate::pricing::{self, Usage};
 use crate::provider::actor::{Permit, Verdict};
+use crate::provider::adapters::Adapter;
 use crate::provider::adapters::openai::{self, ResponseUsage};
+use crate::provider::call::CallError;
 use crate::provider::call::{self, CallHeaders, Opened, UpstreamBody, UpstreamReply};
 use crate::provider::classify::{Class, classify_error, classify_status};
 use crate::state::Gateway;
@@ -307,8 +309,17 @@ impl Dispatch<'_> {
                     continue;
                 }
             };
+            let adapter = Adapter::for_provider(provider);
+            let body = match adapter.build_body(self.request, &target.model, max_tokens) {
+                Ok(body) => body,
+                Err(error) => {
+                    // The request cannot be expressed for this provider: the caller's to fix.
+                    permit.finish(Verdict::Abandoned);
+                    reservation.release();
+                    return Err(error);
+                }
+            };
             attempt_number += 1;
-            let body = openai::build_body(self.request, &target.model, max_tokens);
             let headers = CallHeaders {
                 traceparent: self.ctx.traceparent.as_deref(),
             };
@@ -321,6 +332,7 @@ impl Dispatch<'_> {
                     .map(Opened::Complete)
             };
             let latency_ms = elapsed_ms(started);
+            let result = read_complete(adapter, result, &target.model);
             self.meter.add_upstream_ms(latency_ms);
             let class = match &result {
                 Ok(Opened::Complete(reply)) => classify_status(reply.status),
@@ -487,7 +499,10 @@ impl Dispatch<'_> {
         reply: UpstreamReply,
         target: &Target,
     ) -> OutcomeBody {
-        let (usage, usage_kind) = match openai::parse_usage(&reply.body) {
+        let reported = reply
+            .usage
+            .unwrap_or_else(|| openai::parse_usage(&reply.body));
+        let (usage, usage_kind) = match reported {
             ResponseUsage::Reported(usage) => (usage, UsageKind::Reported),
             ResponseUsage::Missing { completion_text } => (
                 Usage {
@@ -544,7 +559,8 @@ impl Dispatch<'_> {
             success_status,
             attempt,
             input_tokens: self.input_tokens,
-            include_usage: self.request.include_usage(),
+            translator: Adapter::for_provider(provider)
+                .translator(&target.model, self.request.include_usage()),
             reservation,
             permit: stream.permit,
             started: stream.started,
@@ -597,6 +613,30 @@ fn reservation_clamp(
                 .map(|tier| tier.default_max_tokens)
         })?;
     (granted_max_tokens < wanted).then_some(granted_max_tokens)
+}
+
+/// A complete answer in OpenAI's shape: a success mapped with its usage (a
+/// malformed one counts as a failed attempt), a refusal's body as OpenAI's envelope.
+fn read_complete(
+    adapter: Adapter,
+    result: Result<Opened, CallError>,
+    model: &str,
+) -> Result<Opened, CallError> {
+    match result {
+        Ok(Opened::Complete(mut reply)) if reply.status.is_success() => {
+            let (body, usage) = adapter
+                .read_success(reply.body, model)
+                .map_err(CallError::Body)?;
+            reply.body = body;
+            reply.usage = Some(usage);
+            Ok(Opened::Complete(reply))
+        }
+        Ok(Opened::Complete(mut reply)) => {
+            reply.body = adapter.error_body(reply.body);
+            Ok(Opened::Complete(reply))
+        }
+        other => other,
+    }
 }
 
 /// The start of an upstream error body, for the ledger (never the prompt).

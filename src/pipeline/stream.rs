@@ -15,12 +15,13 @@ use tokio::sync::mpsc;
 
 use super::context::RequestContext;
 use super::record::{self, AttemptRow};
-use super::sse::{Inspected, SseSplitter, inspect};
+use super::sse::SseSplitter;
 use crate::clock::{elapsed_ms, monotonic};
 use crate::config::{OnClientDisconnect, Provider, Target};
 use crate::ledger::{AttemptStatus, UsageKind};
 use crate::pricing::{self, Usage};
 use crate::provider::actor::{Permit, Verdict};
+use crate::provider::adapters::{Translated, Translator};
 use crate::provider::call::UpstreamBody;
 use crate::state::Gateway;
 use crate::telemetry::metrics::{Metric, counter_add};
@@ -42,8 +43,8 @@ pub struct Relay {
     pub success_status: AttemptStatus,
     pub attempt: u32,
     pub input_tokens: u64,
-    /// The caller asked for the usage chunk (`stream_options.include_usage`).
-    pub include_usage: bool,
+    /// Upstream events → the caller's OpenAI chunks (usage chunk only if asked for).
+    pub translator: Translator,
     pub reservation: ReservationGuard,
     pub permit: Permit,
     pub started: std::time::Instant,
@@ -65,7 +66,7 @@ impl Relay {
     }
 
     async fn run(
-        self,
+        mut self,
         first: Bytes,
         mut upstream: UpstreamBody,
         tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
@@ -82,39 +83,27 @@ impl Relay {
 
         let end = 'relay: loop {
             while let Some(event) = splitter.next_event() {
-                let forward = match inspect(&event) {
-                    Inspected::Done => {
-                        if !client_gone {
-                            let _ = tx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
-                        }
-                        break 'relay End::Done;
-                    }
-                    Inspected::Chunk {
-                        content: text,
-                        usage: reported,
-                        usage_only,
-                    } => {
-                        content.push_str(&text);
-                        if reported.is_some() {
-                            usage = reported;
-                        }
-                        !usage_only || self.include_usage
-                    }
-                    Inspected::Error(error) => {
-                        break 'relay End::Broken(format!("upstream error event: {error}"));
-                    }
-                    Inspected::Malformed => {
-                        break 'relay End::Broken("malformed SSE line".to_owned());
-                    }
-                    Inspected::Other => true,
+                let (relayed, done) = match self.translator.on_event(&event) {
+                    Translated::Events(relayed) => (relayed, false),
+                    Translated::Done(relayed) => (relayed, true),
+                    Translated::Broken(reason) => break 'relay End::Broken(reason),
                 };
-                if forward && !client_gone {
-                    let mut bytes = Vec::with_capacity(event.len() + 2);
-                    bytes.extend_from_slice(&event);
-                    bytes.extend_from_slice(b"\n\n");
-                    if tx.send(Ok(Bytes::from(bytes))).await.is_err() {
+                for item in relayed {
+                    content.push_str(&item.content);
+                    if item.usage.is_some() {
+                        usage = item.usage;
+                    }
+                    if let (Some(bytes), false) = (item.bytes, client_gone)
+                        && tx.send(Ok(bytes)).await.is_err()
+                    {
                         client_gone = true;
                     }
+                }
+                if done {
+                    if !client_gone {
+                        let _ = tx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
+                    }
+                    break 'relay End::Done;
                 }
             }
             if client_gone && !draining {

@@ -11,7 +11,9 @@ use futures_util::{Stream, StreamExt};
 
 use crate::clock::{elapsed_ms, monotonic};
 
-use crate::config::Provider;
+use crate::config::{Provider, ProviderKind};
+use crate::provider::adapters::anthropic;
+use crate::provider::adapters::openai::ResponseUsage;
 
 /// The largest upstream response body accepted (a long completion with logprobs fits).
 const MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
@@ -49,6 +51,8 @@ pub struct UpstreamReply {
     pub status: StatusCode,
     pub body: Bytes,
     pub retry_after_s: Option<u64>,
+    /// Set once the adapter has read a successful body.
+    pub usage: Option<ResponseUsage>,
 }
 
 /// Headers the gateway adds to an upstream call besides auth.
@@ -124,7 +128,18 @@ fn build_request(
                 provider.api_key_env.as_deref().unwrap_or("api_key_env")
             )));
         }
-        request = request.insert_header(("authorization", format!("Bearer {}", key.expose())));
+        request = match provider.kind {
+            ProviderKind::Openai => {
+                request.insert_header(("authorization", format!("Bearer {}", key.expose())))
+            }
+            ProviderKind::Anthropic => {
+                let mut request = request;
+                for header in anthropic::headers(key.expose(), &provider.anthropic_version) {
+                    request = request.insert_header(header);
+                }
+                request
+            }
+        };
     }
     if let Some(traceparent) = headers.traceparent {
         request = request.insert_header(("traceparent", traceparent));
@@ -151,6 +166,7 @@ where
         status,
         body,
         retry_after_s,
+        usage: None,
     })
 }
 

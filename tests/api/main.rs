@@ -8,6 +8,7 @@
 mod support;
 
 mod admin;
+mod anthropic;
 mod auth;
 mod budget;
 mod cache;

@@ -1,4 +1,229 @@
-//! Request and response mapping per provider kind.
+//! Request and response mapping per provider kind, behind one facade the
+//! pipeline uses: build the upstream body, read a complete answer (as an
+//! OpenAI body plus its usage), turn an error body into OpenAI's envelope, and
+//! translate a stream event by event.
 
 pub mod anthropic;
 pub mod openai;
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use crate::config::{Provider, ProviderKind};
+use crate::error::ApiError;
+use crate::openai::chat::ChatRequest;
+use crate::pipeline::sse::{Inspected, inspect};
+use crate::pricing::Usage;
+
+use self::openai::ResponseUsage;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Adapter {
+    OpenAi,
+    Anthropic,
+}
+
+impl Adapter {
+    pub fn for_provider(provider: &Provider) -> Adapter {
+        match provider.kind {
+            ProviderKind::Openai => Adapter::OpenAi,
+            ProviderKind::Anthropic => Adapter::Anthropic,
+        }
+    }
+
+    /// The upstream body; a request the provider's API cannot express is the caller's 400.
+    pub fn build_body(
+        self,
+        request: &ChatRequest,
+        model: &str,
+        max_tokens: u32,
+    ) -> Result<Bytes, ApiError> {
+        match self {
+            Adapter::OpenAi => Ok(openai::build_body(request, model, max_tokens)),
+            Adapter::Anthropic => {
+                anthropic::build_body(request, model, max_tokens, request.stream()).map_err(|e| {
+                    let param = e.field().unwrap_or("body").to_owned();
+                    ApiError::invalid_request(param, e.to_string())
+                })
+            }
+        }
+    }
+
+    /// A successful complete answer as OpenAI's body, with its usage.
+    pub fn read_success(self, body: Bytes, model: &str) -> Result<(Bytes, ResponseUsage), String> {
+        match self {
+            Adapter::OpenAi => {
+                let usage = openai::parse_usage(&body);
+                Ok((body, usage))
+            }
+            Adapter::Anthropic => anthropic::map_response(&body, model)
+                .map(|(body, usage)| (body, ResponseUsage::Reported(usage)))
+                .map_err(|e| e.to_string()),
+        }
+    }
+
+    /// An upstream 4xx body in OpenAI's envelope (OpenAI-compatible bodies pass unchanged).
+    pub fn error_body(self, body: Bytes) -> Bytes {
+        match self {
+            Adapter::OpenAi => body,
+            Adapter::Anthropic => {
+                let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                let message = parsed["error"]["message"].as_str().map_or_else(
+                    || String::from_utf8_lossy(&body).into_owned(),
+                    str::to_owned,
+                );
+                let kind = parsed["error"]["type"]
+                    .as_str()
+                    .unwrap_or("invalid_request_error");
+                let envelope = serde_json::json!({"error": {
+                    "message": message,
+                    "type": "invalid_request_error",
+                    "code": kind,
+                    "param": null,
+                }});
+                Bytes::from(envelope.to_string())
+            }
+        }
+    }
+
+    pub fn translator(self, model: &str, include_usage: bool) -> Translator {
+        match self {
+            Adapter::OpenAi => Translator::OpenAi { include_usage },
+            Adapter::Anthropic => Translator::Anthropic {
+                mapper: Box::new(anthropic::StreamMapper::new(model)),
+                include_usage,
+            },
+        }
+    }
+}
+
+/// One OpenAI event for the caller, with what billing needs from it.
+#[derive(Debug)]
+pub struct Relayed {
+    /// The complete event (`data: …\n\n`), or `None` if it is not for the caller.
+    pub bytes: Option<Bytes>,
+    pub content: String,
+    pub usage: Option<Usage>,
+}
+
+/// What one upstream event means.
+#[derive(Debug)]
+pub enum Translated {
+    Events(Vec<Relayed>),
+    /// The stream finished; these events precede `[DONE]`.
+    Done(Vec<Relayed>),
+    Broken(String),
+}
+
+/// Turns upstream stream events into OpenAI chunks (unchanged for OpenAI-compatible upstreams).
+pub enum Translator {
+    OpenAi {
+        include_usage: bool,
+    },
+    Anthropic {
+        mapper: Box<anthropic::StreamMapper>,
+        include_usage: bool,
+    },
+}
+
+fn framed(data: &str) -> Bytes {
+    Bytes::from(format!("data: {data}\n\n"))
+}
+
+impl Translator {
+    /// `event` is one complete SSE event without its terminating blank line.
+    pub fn on_event(&mut self, event: &[u8]) -> Translated {
+        match self {
+            Translator::OpenAi { include_usage } => match inspect(event) {
+                Inspected::Done => Translated::Done(Vec::new()),
+                Inspected::Chunk {
+                    content,
+                    usage,
+                    usage_only,
+                } => {
+                    let forward = !usage_only || *include_usage;
+                    let bytes = forward.then(|| {
+                        let mut bytes = Vec::with_capacity(event.len() + 2);
+                        bytes.extend_from_slice(event);
+                        bytes.extend_from_slice(b"\n\n");
+                        Bytes::from(bytes)
+                    });
+                    Translated::Events(vec![Relayed {
+                        bytes,
+                        content,
+                        usage,
+                    }])
+                }
+                Inspected::Error(error) => {
+                    Translated::Broken(format!("upstream error event: {error}"))
+                }
+                Inspected::Malformed => Translated::Broken("malformed SSE line".to_owned()),
+                Inspected::Other => {
+                    let mut bytes = event.to_vec();
+                    bytes.extend_from_slice(b"\n\n");
+                    Translated::Events(vec![Relayed {
+                        bytes: Some(Bytes::from(bytes)),
+                        content: String::new(),
+                        usage: None,
+                    }])
+                }
+            },
+            Translator::Anthropic {
+                mapper,
+                include_usage,
+            } => {
+                let (name, data) = event_fields(event);
+                if data.is_empty() {
+                    return Translated::Events(Vec::new());
+                }
+                let chunks = match mapper.on_event(&name, &data) {
+                    Ok(chunks) => chunks,
+                    Err(error) => return Translated::Broken(error.to_string()),
+                };
+                let mut relayed: Vec<Relayed> = chunks
+                    .iter()
+                    .map(|chunk| {
+                        let content = match inspect(&framed(chunk)) {
+                            Inspected::Chunk { content, .. } => content,
+                            _ => String::new(),
+                        };
+                        Relayed {
+                            bytes: Some(framed(chunk)),
+                            content,
+                            usage: None,
+                        }
+                    })
+                    .collect();
+                if let Some(last) = relayed.last_mut() {
+                    last.usage = mapper.usage();
+                }
+                if mapper.is_finished() {
+                    let usage = mapper.usage();
+                    let usage_chunk = mapper.usage_chunk().filter(|_| *include_usage);
+                    relayed.push(Relayed {
+                        bytes: usage_chunk.map(|c| framed(&c)),
+                        content: String::new(),
+                        usage,
+                    });
+                    return Translated::Done(relayed);
+                }
+                Translated::Events(relayed)
+            }
+        }
+    }
+}
+
+/// The `event:` name and the joined `data:` lines of one SSE event.
+fn event_fields(event: &[u8]) -> (String, String) {
+    let text = String::from_utf8_lossy(event);
+    let mut name = String::new();
+    let mut data = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("event:") {
+            rest.trim().clone_into(&mut name);
+        } else if let Some(rest) = line.strip_prefix("data:") {
+            data.push(rest.strip_prefix(' ').unwrap_or(rest));
+        }
+    }
+    (name, data.join("\n"))
+}

@@ -65,6 +65,7 @@ struct Message {
 }
 
 /// What a successful response says about its cost.
+#[derive(Debug, Clone)]
 pub enum ResponseUsage {
     Reported(Usage),
     /// No usage block: the completion texts, to be counted.

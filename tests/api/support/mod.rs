@@ -31,6 +31,7 @@ pub struct TestSetup {
     routes: BTreeMap<String, Vec<String>>,
     tiers: Vec<String>,
     prices: BTreeMap<String, (String, String, String)>,
+    cache_write_prices: BTreeMap<String, String>,
     extra_providers: Vec<String>,
     env: HashMap<String, String>,
     clock: Option<Arc<ManualClock>>,
@@ -50,6 +51,7 @@ impl TestSetup {
             routes: BTreeMap::new(),
             tiers: Vec::new(),
             prices: BTreeMap::new(),
+            cache_write_prices: BTreeMap::new(),
             extra_providers: Vec::new(),
             env,
             clock: None,
@@ -86,6 +88,12 @@ impl TestSetup {
             target.to_owned(),
             (input.into(), cached.into(), output.into()),
         );
+        self
+    }
+
+    pub fn cache_write_price(mut self, target: &str, price: &str) -> Self {
+        self.cache_write_prices
+            .insert(target.to_owned(), price.to_owned());
         self
     }
 
@@ -131,7 +139,7 @@ impl TestSetup {
         self
     }
 
-    fn toml(&self, dir: &TempDir, fake_url: &str) -> String {
+    fn toml(&self, dir: &TempDir, fake_url: &str, anthropic_url: &str) -> String {
         let db = dir.path().join("tollgate.db");
         let mut text = format!(
             r#"
@@ -162,7 +170,11 @@ timeout_ms = 5000
             listen = self.listen,
         );
         for provider in &self.extra_providers {
-            text.push_str(&provider.replace("FAKE", fake_url));
+            text.push_str(
+                &provider
+                    .replace("@ANTHROPIC@", anthropic_url)
+                    .replace("FAKE", fake_url),
+            );
             text.push('\n');
         }
         let mut priced = BTreeMap::new();
@@ -198,6 +210,9 @@ timeout_ms = 5000
                 text,
                 "[[prices]]\nprovider = \"{provider}\"\nmodel = \"{model}\"\ninput = \"{input}\"\ncached_input = \"{cached}\"\noutput = \"{output}\""
             );
+            if let Some(write) = self.cache_write_prices.get(&target) {
+                let _ = writeln!(text, "cache_write = \"{write}\"");
+            }
         }
         text
     }
@@ -207,6 +222,7 @@ pub struct TestApp {
     pub base_url: String,
     pub gateway: Arc<Gateway>,
     pub fake: RunningFake,
+    pub anthropic: tollgate::fake_upstream::anthropic::RunningAnthropicFake,
     pub config_path: std::path::PathBuf,
     pub client: awc::Client,
     pub dir: TempDir,
@@ -225,9 +241,17 @@ pub fn unique_tenant(prefix: &str) -> String {
 
 /// Writes the configuration a gateway process would read, next to a fresh database.
 pub fn write_config(setup: &TestSetup, fake_url: &str) -> (TempDir, std::path::PathBuf) {
+    write_config_with(setup, fake_url, "http://127.0.0.1:9")
+}
+
+fn write_config_with(
+    setup: &TestSetup,
+    fake_url: &str,
+    anthropic_url: &str,
+) -> (TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tollgate.toml");
-    std::fs::write(&path, setup.toml(&dir, fake_url)).unwrap();
+    std::fs::write(&path, setup.toml(&dir, fake_url, anthropic_url)).unwrap();
     (dir, path)
 }
 
@@ -237,7 +261,8 @@ pub async fn spawn_app(setup: TestSetup) -> TestApp {
 
 pub async fn spawn_app_with_logs(setup: TestSetup, logs: Option<&LogCapture>) -> TestApp {
     let fake = fake_upstream::start(FakeConfig::default(), ([127, 0, 0, 1], 0).into(), 1).unwrap();
-    let (dir, config_path) = write_config(&setup, &fake.base_url());
+    let anthropic = tollgate::fake_upstream::anthropic::start(([127, 0, 0, 1], 0).into()).unwrap();
+    let (dir, config_path) = write_config_with(&setup, &fake.base_url(), &anthropic.base_url());
     let config = Config::load(&config_path, &setup.env).unwrap();
     let clock: SharedClock = match &setup.clock {
         Some(clock) => clock.clone(),
@@ -261,6 +286,7 @@ pub async fn spawn_app_with_logs(setup: TestSetup, logs: Option<&LogCapture>) ->
         base_url,
         gateway,
         fake,
+        anthropic,
         config_path,
         client: awc::Client::builder()
             .timeout(std::time::Duration::from_secs(30))
