@@ -13,6 +13,7 @@ need() { # need <command> <debian package>
 }
 need cc gcc
 need python3 python3
+need promtool prometheus
 # The official OpenAI SDK is part of the contract: any OpenAI client must work unchanged.
 if ! python3 -c "import openai" >/dev/null 2>&1; then
   echo "installing the openai Python package"
