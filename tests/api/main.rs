@@ -13,6 +13,7 @@ mod auth;
 mod budget;
 mod cache;
 mod chat;
+mod dashboards;
 mod errors;
 mod failover;
 mod ledger;
