@@ -1,0 +1,127 @@
+//! The configuration files the harness writes: the gateway's (every governance feature on)
+//! and the reference nginx's.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::scenarios::MAX_TOKENS;
+
+pub const TIER: &str = "bench";
+pub const TENANT: &str = "bench";
+pub const UPSTREAM_MODEL: &str = "bench-model";
+/// Far more than any run sends, so strict budget reservation runs on every call without ever
+/// refusing one.
+pub const BUDGET: &str = "1000000000";
+/// Requests per minute, so the limiter runs on every call without ever refusing one.
+const RPM: u32 = 10_000_000;
+
+/// One upstream the gateway routes to: a fake upstream with a fixed delay.
+pub struct Upstream {
+    pub provider: String,
+    pub route: String,
+    pub port: u16,
+}
+
+/// The gateway's TOML: key auth, rate limit, strict budgets with the real tokenizer, the
+/// ledger on the default SQLite and metrics all stay on; only the limits are set high.
+pub fn gateway_toml(listen_port: u16, dir: &Path, upstreams: &[Upstream]) -> String {
+    let mut toml = format!(
+        r#"# Written by benches/load (cargo bench --bench load).
+[server]
+listen = "127.0.0.1:{listen_port}"
+shutdown_grace_ms = 5000
+
+[storage]
+database_url = "sqlite://{db}?mode=rwc"
+
+[billing]
+currency = "USD"
+
+[tokenizer]
+encoding = "o200k_base"
+"#,
+        db = dir.join("tollgate.db").display(),
+    );
+    let routes: Vec<String> = upstreams.iter().map(|u| format!("{:?}", u.route)).collect();
+    for upstream in upstreams {
+        let _ = write!(
+            toml,
+            r#"
+[providers.{provider}]
+kind = "openai"
+base_url = "http://127.0.0.1:{port}"
+
+[routes.{route}]
+targets = ["{provider}/{UPSTREAM_MODEL}"]
+
+[[prices]]
+provider = "{provider}"
+model = "{UPSTREAM_MODEL}"
+input = "0.5"
+cached_input = "0.05"
+output = "1.5"
+"#,
+            provider = upstream.provider,
+            port = upstream.port,
+            route = upstream.route,
+        );
+    }
+    let _ = write!(
+        toml,
+        r"
+[tiers.{TIER}]
+routes = [{routes}]
+rpm = {RPM}
+default_max_tokens = {MAX_TOKENS}
+",
+        routes = routes.join(", "),
+    );
+    toml
+}
+
+/// A plain reverse proxy with upstream keep-alive, as one would deploy it: no access log,
+/// bodies buffered in memory.
+pub fn nginx_conf(listen_port: u16, upstream_port: u16, workers: u32, dir: &Path) -> String {
+    let dir = dir.display();
+    format!(
+        r#"# Written by benches/load (cargo bench --bench load).
+daemon off;
+master_process on;
+worker_processes {workers};
+pid {dir}/nginx.pid;
+error_log {dir}/nginx-error.log warn;
+
+events {{
+    worker_connections 4096;
+}}
+
+http {{
+    access_log off;
+    client_body_temp_path {dir}/nginx-client-body;
+    proxy_temp_path {dir}/nginx-proxy;
+    fastcgi_temp_path {dir}/nginx-fastcgi;
+    uwsgi_temp_path {dir}/nginx-uwsgi;
+    scgi_temp_path {dir}/nginx-scgi;
+    client_max_body_size 16m;
+    client_body_buffer_size 1m;
+    keepalive_requests 100000000;
+    keepalive_timeout 120s;
+
+    upstream fake {{
+        server 127.0.0.1:{upstream_port};
+        keepalive 256;
+        keepalive_requests 100000000;
+    }}
+
+    server {{
+        listen 127.0.0.1:{listen_port};
+        location / {{
+            proxy_pass http://fake;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }}
+    }}
+}}
+"#
+    )
+}

@@ -1,0 +1,307 @@
+//! The load harness of issue 8: `cargo bench --bench load` (add `-- --quick` for a smoke run).
+//!
+//! It starts the fake upstreams, the gateway (this build's release binary, every governance
+//! feature on) and a reference nginx as child processes on loopback, measures a direct-to-upstream
+//! baseline and the gateway under open-loop and closed-loop load, prints the tables, writes
+//! `target/load/results.json` and regenerates `BENCHMARKS.md`. Every child is stopped by PID when
+//! the harness ends, fails or panics. Under `cargo test` (no `--bench` flag) only self-checks run.
+#![expect(clippy::print_stdout, reason = "a benchmark harness reports on stdout")]
+
+mod clock;
+mod config;
+mod generator;
+mod http;
+mod machine;
+mod plan;
+mod procs;
+mod report;
+mod scenarios;
+mod selfcheck;
+mod stack;
+mod stats;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::http::{Conn, Template};
+use crate::machine::Machine;
+use crate::plan::{Runner, Timing};
+use crate::procs::rss_kib;
+use crate::report::{GatewayAfter, Results, ScenarioInfo};
+use crate::stack::{Nginx, Stack};
+
+const USAGE: &str = "usage: cargo bench --bench load [-- [--quick] [--runs N] [--seconds S] \
+                     [--wait-quiet S] [--nginx-workers N] [--skip-nginx]]";
+const DEFAULT_NGINX_WORKERS: u32 = 2;
+
+#[derive(Debug, Clone, Copy)]
+struct Options {
+    timing: Timing,
+    /// nginx worker processes; `None` skips the nginx row.
+    nginx: Option<u32>,
+}
+
+fn parse_options(args: &[String]) -> Result<Options> {
+    let mut quick = false;
+    let mut runs = None;
+    let mut seconds = None;
+    let mut nginx = Some(DEFAULT_NGINX_WORKERS);
+    let mut wait_quiet = None;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            // cargo adds `--bench`; libtest-style filters are not used here.
+            "--bench" => {}
+            "--quick" => quick = true,
+            "--skip-nginx" => nginx = None,
+            "--nginx-workers" => {
+                nginx = Some(
+                    args.next()
+                        .and_then(|v| v.parse().ok())
+                        .filter(|v| (1..=64).contains(v))
+                        .with_context(|| format!("--nginx-workers needs 1 to 64\n{USAGE}"))?,
+                );
+            }
+            "--runs" | "--seconds" | "--wait-quiet" => {
+                let value: u64 = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|v| (0..=600).contains(v))
+                    .with_context(|| {
+                        format!("{arg} needs a whole number from 0 to 600\n{USAGE}")
+                    })?;
+                match arg.as_str() {
+                    "--runs" => runs = Some(u32::try_from(value.max(1))?),
+                    "--seconds" => seconds = Some(value.max(1)),
+                    _ => wait_quiet = Some(value),
+                }
+            }
+            "--help" | "-h" => bail!("{USAGE}"),
+            other => bail!("unknown argument {other:?}\n{USAGE}"),
+        }
+    }
+    let timing = if quick {
+        Timing {
+            quick,
+            runs: runs.unwrap_or(1),
+            warmup_ms: 250,
+            measure_ms: seconds.unwrap_or(1) * 1000,
+            wait_quiet_s: wait_quiet.unwrap_or(0),
+        }
+    } else {
+        Timing {
+            quick,
+            runs: runs.unwrap_or(3),
+            warmup_ms: 300,
+            measure_ms: seconds.unwrap_or(3) * 1000,
+            wait_quiet_s: wait_quiet.unwrap_or(90),
+        }
+    };
+    Ok(Options { timing, nginx })
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if !args.iter().any(|arg| arg == "--bench") {
+        // `cargo test --all-targets` runs bench binaries without `--bench`.
+        return match selfcheck::run() {
+            Ok(()) => {
+                println!(
+                    "load harness self-checks passed (run it with `{}`)",
+                    report::COMMAND
+                );
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("load harness self-check failed: {error:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let options = match parse_options(&args) {
+        Ok(options) => options,
+        Err(error) => {
+            eprintln!("{error:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(options)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("load harness failed: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `target/` of this build: the gateway binary lives in `target/release/`.
+fn target_dir() -> PathBuf {
+    Path::new(stack::TOLLGATE)
+        .parent()
+        .and_then(Path::parent)
+        .map_or_else(
+            || Path::new(env!("CARGO_MANIFEST_DIR")).join("target"),
+            Path::to_owned,
+        )
+}
+
+async fn run(options: Options) -> Result<()> {
+    let started = clock::now();
+    let machine = Machine::probe();
+    println!(
+        "Tollgate load harness: {} CPUs ({}), load average {}; gateway {}",
+        machine.cpus,
+        machine.cpu_model,
+        machine.load_at_start,
+        stack::TOLLGATE
+    );
+    let neighbours = procs::busy_neighbours();
+    if !neighbours.is_empty() {
+        println!(
+            "warning: compilers are running ({}); the numbers will be noisy",
+            neighbours.join(", ")
+        );
+    }
+    let scenarios = scenarios::all()?;
+    let mut stack = Stack::start(options.nginx).await?;
+    let outcome = measure(&mut stack, &scenarios, options, machine, started).await;
+    if outcome.is_err() {
+        eprintln!("logs of the children:\n{}", stack.log_tails());
+    }
+    let results = outcome?;
+    drop(stack);
+
+    let name = if options.timing.quick {
+        "results-quick.json"
+    } else {
+        "results.json"
+    };
+    let json_path = target_dir().join("load").join(name);
+    report::write_json(&json_path, &results)?;
+    println!("\nwrote {}", json_path.display());
+    if options.timing.quick {
+        println!("(--quick: BENCHMARKS.md left as it is)");
+    } else {
+        let doc_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("BENCHMARKS.md");
+        std::fs::write(&doc_path, report::markdown(&results))
+            .with_context(|| format!("writing {}", doc_path.display()))?;
+        println!("wrote {}", doc_path.display());
+    }
+    println!(
+        "done in {} s",
+        clock::now().saturating_duration_since(started).as_secs()
+    );
+    Ok(())
+}
+
+async fn measure(
+    stack: &mut Stack,
+    scenarios: &[scenarios::Scenario],
+    options: Options,
+    machine: Machine,
+    started: std::time::Instant,
+) -> Result<Results> {
+    let nginx = match &stack.nginx {
+        Nginx::Running { version, .. } => version.clone(),
+        Nginx::Skipped(reason) => format!("nginx row skipped: {reason}"),
+    };
+    println!("reference: {nginx}");
+    for s in scenarios {
+        println!(
+            "scenario {:<8} {} ({} body bytes, {} prompt tokens)",
+            s.name,
+            s.description,
+            s.body_bytes(),
+            s.prompt_tokens
+        );
+    }
+    let mut runner = Runner::new(stack, scenarios, options.timing);
+    let first_gateway_answer = runner.sanity_check().await?;
+    println!("gateway answers with {first_gateway_answer}\n");
+
+    let mut cells = Vec::new();
+    for plan in plan::cells(options.timing.quick) {
+        cells.push(runner.run_cell(&plan).await?);
+    }
+    let waited_for_quiet_s = runner.waited.as_secs();
+    let gateway_after = gateway_after(stack).await;
+    let targets = report::checks(&cells, &nginx);
+    let noisy_runs = cells
+        .iter()
+        .flat_map(|cell| &cell.runs)
+        .filter(|run| run.noisy())
+        .count();
+
+    println!();
+    println!("{}", report::open_tables(&cells));
+    println!("{}", report::closed_table(&cells));
+    println!("{}", report::targets_table(&targets));
+    if noisy_runs > 0 {
+        println!("warning: {noisy_runs} runs shared the machine with other busy processes");
+    }
+    Ok(Results {
+        command: report::COMMAND.to_owned(),
+        machine,
+        timing: options.timing,
+        generator: report::GENERATOR,
+        scenarios: scenarios
+            .iter()
+            .map(|s| ScenarioInfo {
+                name: s.name,
+                description: s.description.clone(),
+                body_bytes: s.body_bytes(),
+                prompt_tokens: s.prompt_tokens,
+            })
+            .collect(),
+        nginx,
+        first_gateway_answer,
+        cells,
+        targets,
+        not_measured: report::NOT_MEASURED.to_vec(),
+        gateway_after,
+        noisy_runs,
+        waited_for_quiet_s,
+        elapsed_s: clock::now().saturating_duration_since(started).as_secs(),
+    })
+}
+
+/// Memory, ledger size and the governance counters once the load is over.
+async fn gateway_after(stack: &Stack) -> GatewayAfter {
+    const WANTED: [&str; 6] = [
+        "tollgate_requests_total",
+        "tollgate_rejections_total",
+        "tollgate_ledger_events_flushed_total",
+        "tollgate_ledger_write_errors_total",
+        "tollgate_ledger_backlog_events",
+        "tollgate_cost_nanos_total",
+    ];
+    // Let the ledger's last batch land first.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let template = Template::get(stack.gateway_addr, "/metrics");
+    let mut conn = Conn::new(stack.gateway_addr, &template);
+    let metrics = match conn.exchange(0).await {
+        Ok(response) => String::from_utf8_lossy(&conn.body(&response))
+            .lines()
+            .filter(|line| WANTED.iter().any(|name| line.starts_with(name)))
+            .map(str::to_owned)
+            .collect(),
+        Err(error) => vec![format!("# /metrics failed: {error}")],
+    };
+    GatewayAfter {
+        rss_kib: rss_kib(stack.gateway.pid()),
+        database_bytes: stack.database_bytes(),
+        metrics,
+    }
+}

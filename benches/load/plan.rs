@@ -1,0 +1,518 @@
+//! What is measured, in which order, and the records each run leaves. Every (scenario, delay,
+//! load shape) cell runs each target several times, alternating direct and gateway runs so a
+//! slow drift of the machine cannot favour one side; the table quotes per-run medians.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use serde::Serialize;
+
+use crate::config::UPSTREAM_MODEL;
+use crate::generator::{self, ClosedLoop, OpenLoop, Outcome, Target};
+use crate::http::{Conn, Template};
+use crate::procs::{
+    CpuSample, busy_neighbours, clock_ticks_per_second, cpu_ticks, cpu_ticks_with_children,
+};
+use crate::scenarios::Scenario;
+use crate::stack::{Nginx, Stack};
+use crate::stats::{self, Percentiles};
+
+pub const OPEN_RATES: [u64; 3] = [200, 1_000, 2_000];
+pub const CLOSED_CONNS: usize = 64;
+const OPEN_MAX_CONNS: usize = 1_000;
+const GRACE: Duration = Duration::from_secs(5);
+/// Between runs, the machine is watched this long for other processes' CPU use.
+const QUIET_SAMPLE: Duration = Duration::from_millis(200);
+/// How long the harness's own processes may take to go idle between runs.
+const SETTLE_LIMIT: Duration = Duration::from_secs(10);
+/// Other processes using this share of the machine (or more) make a run noisy.
+pub const NOISY_PERCENT: u64 = 10;
+const CHAT_PATH: &str = "/v1/chat/completions";
+
+/// How long and how often.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Timing {
+    pub quick: bool,
+    pub runs: u32,
+    pub warmup_ms: u64,
+    pub measure_ms: u64,
+    /// Seconds the whole run may spend waiting for other busy processes (compilers, tests) to finish
+    /// before starting a measurement.
+    pub wait_quiet_s: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Direct,
+    Gateway,
+    Nginx,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Direct => "direct",
+            Kind::Gateway => "gateway",
+            Kind::Nginx => "nginx",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase", tag = "kind")]
+pub enum Shape {
+    /// Constant arrival rate, requests per second.
+    Open { rate: u64 },
+    /// This many connections, each sending back to back.
+    Closed { conns: usize },
+}
+
+#[derive(Debug, Clone)]
+pub struct CellPlan {
+    pub shape: Shape,
+    pub scenario: &'static str,
+    pub delay_ms: u64,
+    pub kinds: Vec<Kind>,
+}
+
+/// The cells of a run. `--quick` keeps one of each kind of cell, so every path is exercised.
+pub fn cells(quick: bool) -> Vec<CellPlan> {
+    let cell = |shape, scenario, delay_ms, kinds: &[Kind]| CellPlan {
+        shape,
+        scenario,
+        delay_ms,
+        kinds: kinds.to_vec(),
+    };
+    let both = [Kind::Direct, Kind::Gateway];
+    let all = [Kind::Direct, Kind::Gateway, Kind::Nginx];
+    let closed = Shape::Closed {
+        conns: CLOSED_CONNS,
+    };
+    let mut cells = Vec::new();
+    if quick {
+        for scenario in ["short", "8kb", "system3k"] {
+            cells.push(cell(Shape::Open { rate: 1_000 }, scenario, 0, &both));
+        }
+        cells.push(cell(Shape::Open { rate: 1_000 }, "short", 50, &both));
+        cells.push(cell(closed, "short", 0, &all));
+        cells.push(cell(closed, "8kb", 0, &all));
+        return cells;
+    }
+    for delay_ms in [0, 50] {
+        for scenario in ["short", "8kb", "system3k"] {
+            for rate in OPEN_RATES {
+                cells.push(cell(Shape::Open { rate }, scenario, delay_ms, &both));
+            }
+        }
+    }
+    for scenario in ["short", "8kb", "system3k"] {
+        cells.push(cell(closed, scenario, 0, &all));
+    }
+    cells.push(cell(closed, "short", 50, &both));
+    cells
+}
+
+/// CPU time per successful request, in microseconds, of each process involved.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Cpu {
+    pub generator: Option<u64>,
+    pub upstream: Option<u64>,
+    pub gateway: Option<u64>,
+    pub nginx: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Run {
+    pub target: Kind,
+    /// 1-based.
+    pub number: u32,
+    pub ok: u64,
+    pub errors: u64,
+    pub unfinished: u64,
+    pub statuses: BTreeMap<u16, u64>,
+    pub first_error: Option<String>,
+    /// Open-loop: from each request's intended start; closed-loop: from its send.
+    pub latency_us: Option<Percentiles>,
+    /// Open-loop: how late the generator started requests (its own scheduling error).
+    pub lag_us: Option<Percentiles>,
+    pub rps: u64,
+    pub cpu_us_per_request: Cpu,
+    /// Compilers seen running before or after the run (noise from outside the harness).
+    pub neighbours: Vec<String>,
+    /// Share of the machine's CPU capacity other processes used during the run.
+    pub foreign_cpu_percent: Option<u64>,
+}
+
+impl Run {
+    pub fn noisy(&self) -> bool {
+        !self.neighbours.is_empty()
+            || self
+                .foreign_cpu_percent
+                .is_some_and(|percent| percent >= NOISY_PERCENT)
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct Summary {
+    pub target: Kind,
+    pub runs: usize,
+    /// Per-percentile medians over the runs.
+    pub latency_us: Option<Percentiles>,
+    pub rps: Option<u64>,
+    pub errors: u64,
+    pub unfinished: u64,
+    pub cpu_us_per_request: Cpu,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Cell {
+    pub shape: Shape,
+    pub scenario: &'static str,
+    pub delay_ms: u64,
+    pub summary: Vec<Summary>,
+    pub runs: Vec<Run>,
+}
+
+impl Cell {
+    pub fn summary(&self, kind: Kind) -> Option<&Summary> {
+        self.summary.iter().find(|summary| summary.target == kind)
+    }
+}
+
+pub struct Runner<'a> {
+    pub stack: &'a mut Stack,
+    pub scenarios: &'a [Scenario],
+    pub timing: Timing,
+    ticks_per_second: u64,
+    quiet_left: Duration,
+    /// Time spent waiting for other busy processes to finish.
+    pub waited: Duration,
+}
+
+impl<'a> Runner<'a> {
+    pub fn new(stack: &'a mut Stack, scenarios: &'a [Scenario], timing: Timing) -> Self {
+        Self {
+            stack,
+            scenarios,
+            timing,
+            ticks_per_second: clock_ticks_per_second(),
+            quiet_left: Duration::from_secs(timing.wait_quiet_s),
+            waited: Duration::ZERO,
+        }
+    }
+
+    /// One request through the gateway, checked for the governance headers.
+    pub async fn sanity_check(&self) -> Result<String> {
+        let scenario = self.scenarios.first().context("no scenarios")?;
+        let target = self.target(scenario, 0, Kind::Gateway)?;
+        let mut conn = Conn::new(target.addr, &target.template);
+        let response = conn
+            .exchange(0)
+            .await
+            .context("the first gateway request")?;
+        let head = conn.head(&response);
+        if response.status != 200 {
+            bail!(
+                "the gateway answered the first request with HTTP {}: {}",
+                response.status,
+                String::from_utf8_lossy(&conn.body(&response))
+            );
+        }
+        let wanted = [
+            "x-tollgate-cost",
+            "x-tollgate-budget-remaining",
+            "x-ratelimit-remaining-requests",
+        ];
+        let found: Vec<&str> = head
+            .lines()
+            .filter(|line| {
+                let lower = line.to_ascii_lowercase();
+                wanted.iter().any(|name| lower.starts_with(name))
+            })
+            .collect();
+        if found.len() < wanted.len() {
+            bail!("the gateway's answer lacks governance headers ({wanted:?}):\n{head}");
+        }
+        Ok(found.join("; "))
+    }
+
+    pub async fn run_cell(&mut self, plan: &CellPlan) -> Result<Cell> {
+        let scenario = self
+            .scenarios
+            .iter()
+            .find(|scenario| scenario.name == plan.scenario)
+            .with_context(|| format!("no scenario {}", plan.scenario))?
+            .clone();
+        let mut runs = Vec::new();
+        for run in 1..=self.timing.runs {
+            // Alternate which side goes first.
+            let mut kinds = plan.kinds.clone();
+            if run % 2 == 0 {
+                kinds.reverse();
+            }
+            for kind in kinds {
+                if kind == Kind::Nginx && matches!(self.stack.nginx, Nginx::Skipped(_)) {
+                    continue;
+                }
+                let target = self.target(&scenario, plan.delay_ms, kind)?;
+                let record = self.run_one(plan, kind, run, &target).await?;
+                crate::report::progress(plan, &record);
+                runs.push(record);
+            }
+        }
+        let summary = plan
+            .kinds
+            .iter()
+            .filter_map(|kind| summarize(*kind, &runs))
+            .collect();
+        Ok(Cell {
+            shape: plan.shape,
+            scenario: plan.scenario,
+            delay_ms: plan.delay_ms,
+            summary,
+            runs,
+        })
+    }
+
+    fn target(&self, scenario: &Scenario, delay_ms: u64, kind: Kind) -> Result<Target> {
+        let fake = self.stack.fake(delay_ms)?;
+        Ok(match kind {
+            Kind::Direct => Target {
+                addr: fake.addr,
+                template: Template::post(
+                    fake.addr,
+                    CHAT_PATH,
+                    &[],
+                    &scenario.upstream_body(UPSTREAM_MODEL)?,
+                ),
+            },
+            Kind::Gateway => {
+                let auth = format!("Bearer {}", self.stack.key);
+                let headers = [
+                    ("Authorization", auth.as_str()),
+                    ("X-Tollgate-Feature", "load"),
+                ];
+                let addr = self.stack.gateway_addr;
+                Target {
+                    addr,
+                    template: Template::post(
+                        addr,
+                        CHAT_PATH,
+                        &headers,
+                        &scenario.gateway_body(&fake.route)?,
+                    ),
+                }
+            }
+            Kind::Nginx => {
+                let Nginx::Running { addr, .. } = &self.stack.nginx else {
+                    bail!("nginx is not running");
+                };
+                if delay_ms != 0 {
+                    bail!("nginx proxies the 0 ms fake upstream only");
+                }
+                Target {
+                    addr: *addr,
+                    template: Template::post(
+                        *addr,
+                        CHAT_PATH,
+                        &[],
+                        &scenario.upstream_body(UPSTREAM_MODEL)?,
+                    ),
+                }
+            }
+        })
+    }
+
+    async fn run_one(
+        &mut self,
+        plan: &CellPlan,
+        kind: Kind,
+        run: u32,
+        target: &Target,
+    ) -> Result<Run> {
+        self.stack.check_running()?;
+        self.wait_for_quiet().await;
+        let mut neighbours = busy_neighbours();
+        let pids = self.stack.pids();
+        let machine_before = CpuSample::take(&pids);
+        let before = self.cpu_snapshot(plan.delay_ms, kind)?;
+        let warmup = Duration::from_millis(self.timing.warmup_ms);
+        let measure = Duration::from_millis(self.timing.measure_ms);
+        let mut outcome = match plan.shape {
+            Shape::Open { rate } => {
+                let open = OpenLoop {
+                    rate,
+                    warmup,
+                    measure,
+                    max_conns: OPEN_MAX_CONNS,
+                    grace: GRACE,
+                };
+                generator::open_loop(target, open)
+                    .await
+                    .context("running the open-loop generator")?
+            }
+            Shape::Closed { conns } => {
+                let closed = ClosedLoop {
+                    conns,
+                    warmup,
+                    measure,
+                    grace: GRACE,
+                };
+                generator::closed_loop(target, closed).await
+            }
+        };
+        let after = self.cpu_snapshot(plan.delay_ms, kind)?;
+        let foreign = machine_before
+            .zip(CpuSample::take(&pids))
+            .and_then(|(before, after)| after.foreign_percent_since(&before));
+        for name in busy_neighbours() {
+            if !neighbours.contains(&name) {
+                neighbours.push(name);
+            }
+        }
+        let cpu = self.per_request(&before, &after, outcome.ok_total);
+        let mut record = record(kind, run, &mut outcome, cpu, neighbours);
+        record.foreign_cpu_percent = foreign;
+        Ok(record)
+    }
+
+    /// Watches the machine for a moment between runs and, while other processes (a compiler,
+    /// a test run) take CPU, waits within the run's budget for them to finish.
+    /// The gateway may still be working off a backlog left by an overloaded run: that settles
+    /// first (within `SETTLE_LIMIT`, not counted against the budget).
+    async fn wait_for_quiet(&mut self) {
+        let mut announced = false;
+        let settle_until = crate::clock::now() + SETTLE_LIMIT;
+        loop {
+            let pids = self.stack.pids();
+            let before = CpuSample::take(&pids);
+            tokio::time::sleep(QUIET_SAMPLE).await;
+            let after = CpuSample::take(&pids);
+            let (foreign, ours) = before
+                .zip(after)
+                .map(|(before, after)| {
+                    (
+                        after.foreign_percent_since(&before).unwrap_or(0),
+                        after.our_percent_since(&before).unwrap_or(0),
+                    )
+                })
+                .unwrap_or_default();
+            if ours >= NOISY_PERCENT && crate::clock::now() < settle_until {
+                continue;
+            }
+            let compilers = busy_neighbours();
+            if (foreign < NOISY_PERCENT && compilers.is_empty()) || self.quiet_left.is_zero() {
+                return;
+            }
+            if !announced {
+                println!(
+                    "waiting: other processes use {foreign}% of the CPUs{} ({} s of waiting left)",
+                    if compilers.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", {}", compilers.join(", "))
+                    },
+                    self.quiet_left.as_secs()
+                );
+                announced = true;
+            }
+            let step = Duration::from_secs(1).min(self.quiet_left);
+            tokio::time::sleep(step).await;
+            self.quiet_left -= step;
+            self.waited += step;
+        }
+    }
+
+    fn cpu_snapshot(&self, delay_ms: u64, kind: Kind) -> Result<[Option<u64>; 4]> {
+        let upstream = self.stack.fake(delay_ms)?.process.pid();
+        let nginx = match (&self.stack.nginx, kind) {
+            (Nginx::Running { process, .. }, Kind::Nginx) => cpu_ticks_with_children(process.pid()),
+            _ => None,
+        };
+        let gateway = (kind == Kind::Gateway)
+            .then(|| cpu_ticks(self.stack.gateway.pid()))
+            .flatten();
+        Ok([
+            cpu_ticks(std::process::id()),
+            cpu_ticks(upstream),
+            gateway,
+            nginx,
+        ])
+    }
+
+    fn per_request(
+        &self,
+        before: &[Option<u64>; 4],
+        after: &[Option<u64>; 4],
+        requests: u64,
+    ) -> Cpu {
+        let each = |i: usize| -> Option<u64> {
+            let ticks = after
+                .get(i)
+                .copied()??
+                .checked_sub(before.get(i).copied()??)?;
+            (ticks * 1_000_000 / self.ticks_per_second).checked_div(requests)
+        };
+        Cpu {
+            generator: each(0),
+            upstream: each(1),
+            gateway: each(2),
+            nginx: each(3),
+        }
+    }
+}
+
+fn record(kind: Kind, run: u32, outcome: &mut Outcome, cpu: Cpu, neighbours: Vec<String>) -> Run {
+    Run {
+        target: kind,
+        number: run,
+        ok: outcome.ok,
+        errors: outcome.errors,
+        unfinished: outcome.unfinished,
+        statuses: std::mem::take(&mut outcome.statuses),
+        first_error: outcome.first_error.take(),
+        latency_us: stats::percentiles(&mut outcome.latencies_us),
+        lag_us: stats::percentiles(&mut outcome.lags_us),
+        rps: outcome.rps(),
+        cpu_us_per_request: cpu,
+        neighbours,
+        foreign_cpu_percent: None,
+    }
+}
+
+fn summarize(kind: Kind, runs: &[Run]) -> Option<Summary> {
+    let mine: Vec<&Run> = runs.iter().filter(|run| run.target == kind).collect();
+    if mine.is_empty() {
+        return None;
+    }
+    let latencies: Vec<Percentiles> = mine.iter().filter_map(|run| run.latency_us).collect();
+    let rps: Vec<u64> = mine
+        .iter()
+        .filter(|run| run.ok > 0)
+        .map(|run| run.rps)
+        .collect();
+    let cpu = |field: fn(&Cpu) -> Option<u64>| {
+        stats::median(
+            &mine
+                .iter()
+                .filter_map(|run| field(&run.cpu_us_per_request))
+                .collect::<Vec<_>>(),
+        )
+    };
+    Some(Summary {
+        target: kind,
+        runs: mine.len(),
+        latency_us: stats::median_percentiles(&latencies),
+        rps: stats::median(&rps),
+        errors: mine.iter().map(|run| run.errors).sum(),
+        unfinished: mine.iter().map(|run| run.unfinished).sum(),
+        cpu_us_per_request: Cpu {
+            generator: cpu(|c| c.generator),
+            upstream: cpu(|c| c.upstream),
+            gateway: cpu(|c| c.gateway),
+            nginx: cpu(|c| c.nginx),
+        },
+    })
+}

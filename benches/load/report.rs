@@ -1,0 +1,524 @@
+//! The results as progress lines, Markdown tables (stdout and BENCHMARKS.md) and JSON.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{Context as _, Result};
+use serde::Serialize;
+
+use crate::machine::Machine;
+use crate::plan::{Cell, CellPlan, Kind, OPEN_RATES, Run, Shape, Summary, Timing};
+use crate::stats::{self, Percentiles, grouped, ms, ratio, signed_ms};
+
+pub const COMMAND: &str = "cargo bench --bench load";
+
+#[derive(Debug, Serialize)]
+pub struct ScenarioInfo {
+    pub name: &'static str,
+    pub description: String,
+    pub body_bytes: usize,
+    pub prompt_tokens: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Check {
+    pub target: String,
+    pub measured: String,
+    /// `None`: not measured by this version of the harness.
+    pub met: Option<bool>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct GatewayAfter {
+    pub rss_kib: Option<u64>,
+    pub database_bytes: u64,
+    /// Selected lines of `/metrics` after the last run.
+    pub metrics: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Results {
+    pub command: String,
+    pub machine: Machine,
+    pub timing: Timing,
+    pub generator: &'static str,
+    pub scenarios: Vec<ScenarioInfo>,
+    pub nginx: String,
+    pub first_gateway_answer: String,
+    pub cells: Vec<Cell>,
+    pub targets: Vec<Check>,
+    pub not_measured: Vec<&'static str>,
+    pub gateway_after: GatewayAfter,
+    pub noisy_runs: usize,
+    pub waited_for_quiet_s: u64,
+    pub elapsed_s: u64,
+}
+
+pub const GENERATOR: &str = "built into the harness: raw HTTP/1.1 over tokio TcpStream keep-alive connections on one runtime thread, plus one pacing thread for open-loop";
+
+pub const NOT_MEASURED: [&str; 3] = [
+    "streaming: added time to first token and per-chunk relay (target p99 ≤ 1 ms)",
+    "Redis mode: shared limits and budgets (target p99 added ≤ 2 ms at 1,000 req/s)",
+    "1,000 requests in flight with a 2 s upstream delay: memory and file descriptors (target ≤ 150 MB resident, flat over 10 minutes)",
+];
+
+pub fn progress(plan: &CellPlan, run: &Run) {
+    let mut line = format!(
+        "{:<14} {:<8} {:>2} ms  {:<7} run {}: ",
+        shape_label(plan.shape),
+        plan.scenario,
+        plan.delay_ms,
+        run.target.name(),
+        run.number
+    );
+    if matches!(plan.shape, Shape::Closed { .. }) {
+        let _ = write!(line, "{:>7} req/s  ", grouped(run.rps));
+    } else {
+        let _ = write!(line, "ok {:>6}  ", run.ok);
+    }
+    match &run.latency_us {
+        Some(p) => {
+            let _ = write!(
+                line,
+                "p50 {} p95 {} p99 {} p99.9 {} ms",
+                ms(p.p50),
+                ms(p.p95),
+                ms(p.p99),
+                ms(p.p999)
+            );
+        }
+        None => line.push_str("no successful request"),
+    }
+    if let Some(lag) = &run.lag_us {
+        let _ = write!(line, "  (send lag p99 {} ms)", ms(lag.p99));
+    }
+    if run.errors > 0 || run.unfinished > 0 {
+        let _ = write!(
+            line,
+            "  ERRORS {} unfinished {}: {}",
+            run.errors,
+            run.unfinished,
+            run.first_error.as_deref().unwrap_or("")
+        );
+    }
+    if run.noisy() {
+        let _ = write!(
+            line,
+            "  [noisy: others used {}% of the CPUs{}{}]",
+            run.foreign_cpu_percent
+                .map_or_else(|| "?".to_owned(), |p| p.to_string()),
+            if run.neighbours.is_empty() { "" } else { "; " },
+            run.neighbours.join(", ")
+        );
+    }
+    println!("{line}");
+}
+
+fn shape_label(shape: Shape) -> String {
+    match shape {
+        Shape::Open { rate } => format!("open {}/s", grouped(rate)),
+        Shape::Closed { conns } => format!("closed {conns} conn"),
+    }
+}
+
+fn four(p: &Percentiles) -> String {
+    format!(
+        "{} / {} / {} / {}",
+        ms(p.p50),
+        ms(p.p95),
+        ms(p.p99),
+        ms(p.p999)
+    )
+}
+
+fn added(gateway: &Percentiles, direct: &Percentiles) -> [i64; 4] {
+    [
+        stats::difference(gateway.p50, direct.p50),
+        stats::difference(gateway.p95, direct.p95),
+        stats::difference(gateway.p99, direct.p99),
+        stats::difference(gateway.p999, direct.p999),
+    ]
+}
+
+fn latency(summary: Option<&Summary>) -> Option<&Percentiles> {
+    summary.and_then(|s| s.latency_us.as_ref())
+}
+
+fn problems(summary: Option<&Summary>) -> String {
+    match summary {
+        Some(s) if s.errors > 0 || s.unfinished > 0 => {
+            format!("{} errors, {} unfinished", s.errors, s.unfinished)
+        }
+        Some(_) => "0".to_owned(),
+        None => "—".to_owned(),
+    }
+}
+
+/// Open-loop tables, one per upstream delay.
+pub fn open_tables(cells: &[Cell]) -> String {
+    let mut out = String::new();
+    let mut delays: Vec<u64> = cells
+        .iter()
+        .filter(|c| matches!(c.shape, Shape::Open { .. }))
+        .map(|c| c.delay_ms)
+        .collect();
+    delays.dedup();
+    for delay in delays {
+        let _ = writeln!(
+            out,
+            "Open loop, upstream delay {delay} ms. Latency in ms from each request's intended start (p50 / p95 / p99 / p99.9), medians of the runs; added = gateway − direct.\n"
+        );
+        out.push_str("| scenario | rate (req/s) | direct | gateway | added p50 | added p95 | added p99 | added p99.9 | gateway errors |\n");
+        out.push_str("|---|---:|---|---|---:|---:|---:|---:|---|\n");
+        for cell in cells.iter().filter(|c| c.delay_ms == delay) {
+            let Shape::Open { rate } = cell.shape else {
+                continue;
+            };
+            let direct = latency(cell.summary(Kind::Direct));
+            let gateway = latency(cell.summary(Kind::Gateway));
+            let show = |p: Option<&Percentiles>| p.map_or_else(|| "—".to_owned(), four);
+            let diffs = match (gateway, direct) {
+                (Some(g), Some(d)) => added(g, d).map(signed_ms),
+                _ => std::array::from_fn(|_| "—".to_owned()),
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                cell.scenario,
+                grouped(rate),
+                show(direct),
+                show(gateway),
+                diffs[0],
+                diffs[1],
+                diffs[2],
+                diffs[3],
+                problems(cell.summary(Kind::Gateway))
+            );
+        }
+        out.push('\n');
+    }
+    out
+}
+
+pub fn closed_table(cells: &[Cell]) -> String {
+    let mut out = String::from(
+        "Closed loop: requests/s, medians of the runs; latency p50 / p99 in ms from each send; CPU time per request in µs (gateway / fake upstream / generator, or nginx / fake upstream / generator).\n\n",
+    );
+    out.push_str("| scenario | delay | direct req/s | gateway req/s | nginx req/s | gateway ÷ nginx | gateway ÷ direct | gateway p50 / p99 | nginx p50 / p99 | gateway CPU µs/req | nginx CPU µs/req | errors |\n");
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---|---|---|---|---|\n");
+    for cell in cells {
+        let Shape::Closed { .. } = cell.shape else {
+            continue;
+        };
+        let rps = |kind| cell.summary(kind).and_then(|s| s.rps);
+        let show = |value: Option<u64>| value.map_or_else(|| "—".to_owned(), grouped);
+        let divide = |a: Option<u64>, b: Option<u64>| {
+            a.zip(b)
+                .and_then(|(a, b)| ratio(a, b))
+                .unwrap_or_else(|| "—".to_owned())
+        };
+        let two = |kind| {
+            latency(cell.summary(kind)).map_or_else(
+                || "—".to_owned(),
+                |p| format!("{} / {}", ms(p.p50), ms(p.p99)),
+            )
+        };
+        let cpu = |kind, own: fn(&crate::plan::Cpu) -> Option<u64>| {
+            cell.summary(kind).map_or_else(
+                || "—".to_owned(),
+                |s| {
+                    let c = &s.cpu_us_per_request;
+                    let show = |v: Option<u64>| v.map_or_else(|| "?".to_owned(), |v| v.to_string());
+                    format!(
+                        "{} / {} / {}",
+                        show(own(c)),
+                        show(c.upstream),
+                        show(c.generator)
+                    )
+                },
+            )
+        };
+        let errors: Vec<String> = [Kind::Direct, Kind::Gateway, Kind::Nginx]
+            .into_iter()
+            .filter_map(|kind| {
+                let s = cell.summary(kind)?;
+                (s.errors > 0 || s.unfinished > 0)
+                    .then(|| format!("{}: {}", kind.name(), problems(Some(s))))
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "| {} | {} ms | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            cell.scenario,
+            cell.delay_ms,
+            show(rps(Kind::Direct)),
+            show(rps(Kind::Gateway)),
+            show(rps(Kind::Nginx)),
+            divide(rps(Kind::Gateway), rps(Kind::Nginx)),
+            divide(rps(Kind::Gateway), rps(Kind::Direct)),
+            two(Kind::Gateway),
+            two(Kind::Nginx),
+            cpu(Kind::Gateway, |c| c.gateway),
+            cpu(Kind::Nginx, |c| c.nginx),
+            if errors.is_empty() {
+                "0".to_owned()
+            } else {
+                errors.join("; ")
+            }
+        );
+    }
+    out
+}
+
+/// Issue 8's targets against what this run measured.
+pub fn checks(cells: &[Cell], nginx: &str) -> Vec<Check> {
+    let mut checks = Vec::new();
+    for cell in cells {
+        if cell.shape != (Shape::Open { rate: 1_000 }) {
+            continue;
+        }
+        let (Some(g), Some(d)) = (
+            latency(cell.summary(Kind::Gateway)),
+            latency(cell.summary(Kind::Direct)),
+        ) else {
+            continue;
+        };
+        let [p50, _, p99, _] = added(g, d);
+        let clean = cell
+            .summary(Kind::Gateway)
+            .is_some_and(|s| s.errors == 0 && s.unfinished == 0);
+        let label = format!("{}, {} ms upstream", cell.scenario, cell.delay_ms);
+        checks.push(Check {
+            target: format!("added p50 ≤ 0.3 ms at 1,000 req/s ({label})"),
+            measured: format!(
+                "{} ms (direct {}, gateway {})",
+                signed_ms(p50),
+                ms(d.p50),
+                ms(g.p50)
+            ),
+            met: Some(clean && p50 <= 300),
+        });
+        checks.push(Check {
+            target: format!("added p99 ≤ 1 ms at 1,000 req/s ({label})"),
+            measured: format!(
+                "{} ms (direct {}, gateway {})",
+                signed_ms(p99),
+                ms(d.p99),
+                ms(g.p99)
+            ),
+            met: Some(clean && p99 <= 1_000),
+        });
+    }
+    for (scenario, share, label) in [("short", 2, "½"), ("8kb", 4, "¼")] {
+        let target = format!("max throughput, {scenario} prompt: ≥ {label} of nginx");
+        let cell = cells.iter().find(|c| {
+            matches!(c.shape, Shape::Closed { .. }) && c.delay_ms == 0 && c.scenario == scenario
+        });
+        let gateway = cell
+            .and_then(|c| c.summary(Kind::Gateway))
+            .and_then(|s| s.rps);
+        let reference = cell
+            .and_then(|c| c.summary(Kind::Nginx))
+            .and_then(|s| s.rps);
+        checks.push(match (gateway, reference) {
+            (Some(g), Some(n)) => Check {
+                target,
+                measured: format!(
+                    "gateway {} req/s = {} × nginx {} req/s",
+                    grouped(g),
+                    ratio(g, n).unwrap_or_default(),
+                    grouped(n)
+                ),
+                met: Some(g * share >= n),
+            },
+            _ => Check {
+                target,
+                measured: format!("not measured ({nginx})"),
+                met: None,
+            },
+        });
+    }
+    for item in NOT_MEASURED {
+        checks.push(Check {
+            target: item.to_owned(),
+            measured: "not measured yet (later work of issue 8)".to_owned(),
+            met: None,
+        });
+    }
+    checks
+}
+
+pub fn targets_table(checks: &[Check]) -> String {
+    let mut out = String::from("| target | measured (medians) | met |\n|---|---|---|\n");
+    for check in checks {
+        let met = match check.met {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "—",
+        };
+        let _ = writeln!(out, "| {} | {} | {} |", check.target, check.measured, met);
+    }
+    out
+}
+
+pub fn write_json(path: &Path, results: &Results) -> Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
+    }
+    let text = serde_json::to_string_pretty(results).context("serializing the results")?;
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// The whole of BENCHMARKS.md.
+pub fn markdown(results: &Results) -> String {
+    let mut doc = machine_section(results);
+    doc.push_str(&method_section(results));
+    doc.push_str(&results_section(results));
+    doc
+}
+
+fn machine_section(results: &Results) -> String {
+    let m = &results.machine;
+    let mut doc = String::new();
+    let _ = writeln!(
+        doc,
+        "# Benchmarks\n\n\
+         Generated by `{COMMAND}` (the load harness of issue 8, `benches/load/`) on {date}; \
+         do not edit by hand. The raw numbers, every run included, are in `target/load/results.json`.\n",
+        date = m.date
+    );
+    let _ = writeln!(
+        doc,
+        "## Machine\n\n\
+         - CPUs: {cpus} (`nproc`), {model}\n\
+         - memory: {mem}; {os}, Linux {kernel}\n\
+         - {rustc}; gateway built from {source} with the release profile\n\
+         - reference: {nginx}\n\
+         - load average when the run started: {load}\n\n\
+         The load generator, the fake upstream, the gateway and nginx all share these {cpus} cores, \
+         so every figure includes their contention.\n",
+        cpus = m.cpus,
+        model = m.cpu_model,
+        mem = m.memory,
+        os = m.os,
+        kernel = m.kernel,
+        rustc = m.rustc,
+        source = m.source,
+        nginx = results.nginx,
+        load = m.load_at_start,
+    );
+    if results.noisy_runs > 0 {
+        let _ = writeln!(
+            doc,
+            "**Warning:** {} runs shared the machine with other busy processes (≥ 10% of the CPUs, or a compiler; see `foreign_cpu_percent` and `neighbours` in the JSON); their figures are noisier.\n",
+            results.noisy_runs
+        );
+    }
+    doc
+}
+
+fn method_section(results: &Results) -> String {
+    let t = &results.timing;
+    let mut doc = String::new();
+    doc.push_str("## Commands\n\n```sh\n");
+    let _ = writeln!(
+        doc,
+        "{COMMAND}              # the full run; rewrites this file and target/load/results.json"
+    );
+    let _ = writeln!(
+        doc,
+        "{COMMAND} -- --quick   # a smoke run (fewer cells, one 1 s run each); writes target/load/results-quick.json only"
+    );
+    doc.push_str("```\n\nOptions after `--`: `--runs N` (default 3), `--seconds S` (measured seconds per run, default 3), \
+        `--wait-quiet S` (seconds the run may wait in total, before its measurements, for other busy processes on the machine to finish; default 90), `--nginx-workers N` (default 2), `--skip-nginx`.\n\n");
+    let _ = writeln!(
+        doc,
+        "This run took {} s, {} s of it waiting for other busy processes to finish.\n",
+        results.elapsed_s, results.waited_for_quiet_s
+    );
+    let _ = writeln!(
+        doc,
+        "## Method\n\n\
+         - **System under test.** The harness starts `tollgate fake-upstream` twice (`--latency-ms 0` and `--latency-ms 50`), \
+         writes a configuration with one keyless `openai` provider per fake, a route per provider and a price for its model, \
+         creates a tenant (budget {budget}, strict mode) and a key with the `tollgate` CLI, and starts `tollgate serve` \
+         (two workers, one per core). Every governance feature is on: key authentication, the requests/min limiter \
+         (10,000,000 rpm, so it never refuses), strict budget reservation with the o200k_base tokenizer, settlement, \
+         the ledger on SQLite (the default storage) and Prometheus metrics; logs are JSON lines at `info` to a file. \
+         The gateway gets the route name as `model` and no `max_tokens` (the tier's default, {max}, is sent upstream).\n\
+         - **Baseline.** The same load sent straight to the same fake upstream (with `max_tokens` {max} in the body, \
+         as the gateway forwards it), in the same run, alternating with the gateway run by run. \
+         *Added latency* is gateway minus direct, per percentile, at the same rate.\n\
+         - **Reference.** nginx (Debian's package) started by the harness with `proxy_pass` to the 0 ms fake, \
+         upstream keep-alive, two workers, no access log.\n\
+         - **Open loop** ({rates} req/s): request *i* is due at *start + i / rate*, whether or not earlier ones were answered, \
+         and its latency counts from that due time, so a stall shows up in full (no coordinated omission). \
+         A pacing thread wakes for each due time (`std::thread::sleep`, aimed 50 µs early to absorb Linux's timer slack; a request sent early counts from its actual send; how late requests were sent is recorded per run as `lag_us`); \
+         up to 1,000 keep-alive connections are opened as needed.\n\
+         - **Closed loop**: 64 keep-alive connections, each sending its next request as soon as the previous one is answered; \
+         the figure is successful responses per second.\n\
+         - **Runs.** Each cell runs each side {runs} time(s), {warm} ms warm-up + {measure} ms measured per run; \
+         the table quotes the median over runs of each percentile (and of req/s). Only 200 answers count as successes; \
+         every other answer or I/O error is reported as an error.\n\
+         - **Scenarios.** Every request carries its own number in the user message, so no two prompts are equal and no \
+         cache keyed on the whole prompt can skip the tokenizer; only the system prompt repeats.\n",
+        budget = crate::config::BUDGET,
+        max = crate::scenarios::MAX_TOKENS,
+        rates = OPEN_RATES.map(grouped).join(", "),
+        runs = t.runs,
+        warm = t.warmup_ms,
+        measure = t.measure_ms,
+    );
+    doc.push_str("| scenario | what | body bytes | prompt tokens (o200k) |\n|---|---|---:|---:|\n");
+    for s in &results.scenarios {
+        let _ = writeln!(
+            doc,
+            "| {} | {} | {} | {} |",
+            s.name,
+            s.description,
+            grouped(u64::try_from(s.body_bytes).unwrap_or(0)),
+            grouped(u64::try_from(s.prompt_tokens).unwrap_or(0))
+        );
+    }
+    let _ = writeln!(
+        doc,
+        "\n**Load generator.** {GENERATOR}. It is written for this harness rather than taken from elsewhere \
+         (nothing is downloaded): wrk/oha-style tools are not installed here, `awc` would spend more client CPU per \
+         request (a full HTTP client with header maps and a connection pool) on cores the gateway needs, \
+         and an open-loop schedule needs due-time bookkeeping that closed-loop tools lack. \
+         The request bytes are built once per connection and only the request number is patched in; the response is parsed just far enough \
+         to find its status and end. It shares the two cores with everything else: its own CPU time per request is in the closed-loop table.\n"
+    );
+    doc
+}
+
+fn results_section(results: &Results) -> String {
+    let mut doc = String::new();
+    doc.push_str("## Results\n\n");
+    doc.push_str(&open_tables(&results.cells));
+    doc.push_str(&closed_table(&results.cells));
+    doc.push_str("\n## Targets of issue 8\n\n");
+    doc.push_str(&targets_table(&results.targets));
+    let g = &results.gateway_after;
+    let _ = writeln!(
+        doc,
+        "\n## The gateway after the run\n\n\
+         Resident memory {rss}; SQLite ledger {db} MiB. Selected metrics (every request went through auth, the limiter, \
+         the reservation and the ledger):\n\n```\n{metrics}\n```\n",
+        rss = g
+            .rss_kib
+            .map_or_else(|| "unknown".to_owned(), |kib| format!("{} MiB", kib / 1024)),
+        db = g.database_bytes / (1024 * 1024),
+        metrics = g.metrics.join("\n"),
+    );
+    doc.push_str("## Not measured yet\n\n");
+    for item in NOT_MEASURED {
+        let _ = writeln!(doc, "- {item}");
+    }
+    doc.push_str(
+        "\nThe token-per-minute limit is not in the table either: the gateway has no such setting yet \
+         (only requests/min), so there is nothing to switch on.\n",
+    );
+    doc
+}

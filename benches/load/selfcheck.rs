@@ -1,0 +1,73 @@
+//! What runs when the bench binary is started without `--bench`, i.e. by
+//! `cargo test --all-targets`: checks of the pure parts (HTTP parsing, percentiles,
+//! configuration text), never a load run.
+
+use anyhow::{Result, ensure};
+
+use crate::http::{Parsed, dechunk, parse, write_counter};
+use crate::stats::{self, median, percentiles};
+
+pub fn run() -> Result<()> {
+    http_parsing()?;
+    statistics()?;
+    configuration()?;
+    Ok(())
+}
+
+fn http_parsing() -> Result<()> {
+    let full = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello";
+    let Ok(Parsed::Complete(response)) = parse(full) else {
+        anyhow::bail!("a complete Content-Length response was not recognized");
+    };
+    ensure!(response.status == 200 && response.len == full.len() && !response.close);
+    ensure!(parse(&full[..full.len() - 1]) == Ok(Parsed::Partial));
+    ensure!(parse(b"HTTP/1.1 200 OK\r\nContent-Le") == Ok(Parsed::Partial));
+
+    let chunked = b"HTTP/1.1 402 Payment Required\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n6;x=y\r\n world\r\n0\r\n\r\n";
+    let Ok(Parsed::Complete(response)) = parse(chunked) else {
+        anyhow::bail!("a complete chunked response was not recognized");
+    };
+    ensure!(response.status == 402 && response.close && response.chunked);
+    ensure!(response.len == chunked.len());
+    ensure!(parse(&chunked[..chunked.len() - 2]) == Ok(Parsed::Partial));
+    ensure!(dechunk(&chunked[response.head_len..]) == b"hello world");
+
+    ensure!(matches!(
+        parse(b"HTTP/1.0 200 OK\r\n\r\nbody"),
+        Ok(Parsed::UntilClose { status: 200, .. })
+    ));
+    ensure!(parse(b"SSH-2.0-x\r\n\r\n").is_err());
+
+    let mut digits = *b"0000000000";
+    write_counter(&mut digits, 42);
+    ensure!(&digits == b"0000000042");
+    Ok(())
+}
+
+fn statistics() -> Result<()> {
+    let mut samples: Vec<u64> = (1..=1000).rev().collect();
+    let p = percentiles(&mut samples).ok_or_else(|| anyhow::anyhow!("no percentiles"))?;
+    ensure!((p.p50, p.p95, p.p99, p.p999, p.max) == (500, 950, 990, 999, 1000));
+    ensure!(percentiles(&mut []).is_none());
+    let one = percentiles(&mut [7]).ok_or_else(|| anyhow::anyhow!("no percentiles"))?;
+    ensure!(one.p50 == 7 && one.p999 == 7);
+    ensure!(median(&[3, 1, 2]) == Some(2) && median(&[4, 1]) == Some(2) && median(&[]).is_none());
+    ensure!(stats::ms(1234) == "1.234" && stats::signed_ms(-50) == "-0.050");
+    ensure!(stats::ratio(1, 3).as_deref() == Some("0.33") && stats::ratio(1, 0).is_none());
+    ensure!(stats::grouped(48_213) == "48,213" && stats::grouped(999) == "999");
+    Ok(())
+}
+
+fn configuration() -> Result<()> {
+    let upstreams = [crate::config::Upstream {
+        provider: "fake0".to_owned(),
+        route: "fast".to_owned(),
+        port: 9,
+    }];
+    let toml = crate::config::gateway_toml(8, std::path::Path::new("/tmp/x"), &upstreams);
+    ensure!(toml.contains("database_url = \"sqlite:///tmp/x/tollgate.db?mode=rwc\""));
+    ensure!(toml.contains("targets = [\"fake0/bench-model\"]"));
+    ensure!(toml.contains("routes = [\"fast\"]"));
+    ensure!(!toml.contains("api_key_env"));
+    Ok(())
+}
