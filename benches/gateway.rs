@@ -50,6 +50,7 @@ fn reserve(c: &mut Criterion) {
         budget: Some(Nanos::parse_decimal("1000000").unwrap_or_default()),
         mode: BudgetMode::Strict,
         clamp_floor_tokens: 64,
+        feature_budgets: std::collections::BTreeMap::new(),
     };
     let mut book = QuotaBook::new(limits, Nanos::ZERO, 1_796_040_000_000);
     let request = ReserveRequest {
@@ -58,12 +59,15 @@ fn reserve(c: &mut Criterion) {
         output_price: PricePerMTok::parse_decimal("8").unwrap_or_default(),
         max_tokens: 1024,
         expires_at_ms: 1_796_040_200_000,
+        key: tollgate::ids::KeyId::new("bench"),
+        key_budget: None,
+        feature: "bench".to_owned(),
     };
     c.bench_function("quota_book/rate+reserve+settle", |b| {
         b.iter(|| {
             let now = 1_796_040_000_000;
             let _ = book.check_rate(now);
-            if let Ok(granted) = book.reserve(black_box(request), now) {
+            if let Ok(granted) = book.reserve(black_box(request.clone()), now) {
                 book.settle(granted.id, Nanos::new(1000), now);
             }
         });

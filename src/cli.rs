@@ -113,6 +113,9 @@ enum KeyCommand {
         tenant: String,
         #[arg(long)]
         name: Option<String>,
+        /// The key's own monthly budget inside its tenant's.
+        #[arg(long)]
+        budget: Option<String>,
     },
     List {
         tenant: String,
@@ -257,9 +260,17 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
 async fn key(config: Arc<Config>, command: KeyCommand) -> Result<()> {
     let db = storage::connect_and_migrate(&config.storage.database_url, 1).await?;
     match command {
-        KeyCommand::Issue { tenant, name } => {
+        KeyCommand::Issue {
+            tenant,
+            name,
+            budget,
+        } => {
             let pepper = config.require_pepper()?;
-            let (_, view) = keys::issue(&db, pepper, &tenant, name, now_ms()).await?;
+            let new = keys::NewKey {
+                name,
+                monthly_budget: budget,
+            };
+            let (_, view) = keys::issue(&db, pepper, &tenant, new, now_ms()).await?;
             json_out(&view)
         }
         KeyCommand::List { tenant } => json_out(&keys::list(&db, &tenant).await?),
@@ -471,7 +482,10 @@ async fn demo(path: Option<&Path>, listen: Option<std::net::SocketAddr>) -> Resu
         db,
         gw.directory.pepper(),
         "demo",
-        Some("demo".to_owned()),
+        keys::NewKey {
+            name: Some("demo".to_owned()),
+            monthly_budget: None,
+        },
         now_ms(),
     )
     .await?;

@@ -14,6 +14,8 @@ pub struct Model {
     pub secret_hash: String,
     pub created_at_ms: i64,
     pub revoked_at_ms: Option<i64>,
+    /// The key's own monthly cap inside its tenant's; `None`: only the tenant's applies.
+    pub monthly_budget_nanos: Option<i64>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -5,6 +5,7 @@ pub use sea_orm_migration::prelude::*;
 mod m20261130_000001_create_tenants;
 mod m20261130_000002_create_api_keys;
 mod m20261130_000003_create_usage;
+mod m20261130_000004_budget_scopes;
 
 pub struct Migrator;
 
@@ -15,6 +16,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000001_create_tenants::Migration),
             Box::new(m20261130_000002_create_api_keys::Migration),
             Box::new(m20261130_000003_create_usage::Migration),
+            Box::new(m20261130_000004_budget_scopes::Migration),
         ]
     }
 }

@@ -3,11 +3,12 @@
 use sea_orm::{DatabaseConnection, Set};
 use serde::Serialize;
 
-use super::{AdminError, tenants};
+use super::{AdminError, invalid, tenants};
 use crate::auth;
 use crate::config::Secret;
 use crate::directory::{KeyRecord, repo};
 use crate::ids::{KeyId, TenantId};
+use crate::money::Nanos;
 
 /// A key as listed (never its secret).
 #[derive(Debug, Serialize)]
@@ -17,6 +18,20 @@ pub struct KeyView {
     pub name: Option<String>,
     pub created_at_ms: i64,
     pub revoked_at_ms: Option<i64>,
+    pub monthly_budget: Option<Nanos>,
+}
+
+impl From<entity::api_key::Model> for KeyView {
+    fn from(k: entity::api_key::Model) -> KeyView {
+        KeyView {
+            id: k.id,
+            tenant_id: k.tenant_id,
+            name: k.name,
+            created_at_ms: k.created_at_ms,
+            revoked_at_ms: k.revoked_at_ms,
+            monthly_budget: k.monthly_budget_nanos.map(Nanos::from_db),
+        }
+    }
 }
 
 /// The one time a key's secret is shown.
@@ -27,28 +42,45 @@ pub struct IssuedKeyView {
     pub key: String,
 }
 
+/// What a new key may carry besides its tenant.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewKey {
+    pub name: Option<String>,
+    /// The key's own monthly budget inside its tenant's (decimal in the billing currency).
+    pub monthly_budget: Option<String>,
+}
+
+fn parse_budget(text: Option<&str>) -> Result<Option<Nanos>, AdminError> {
+    text.map(|t| Nanos::parse_decimal(t).map_err(|e| invalid("monthly_budget", e.to_string())))
+        .transpose()
+}
+
 pub async fn issue(
     db: &DatabaseConnection,
     pepper: &Secret,
     tenant: &str,
-    name: Option<String>,
+    new: NewKey,
     now_ms: i64,
 ) -> Result<(KeyRecord, IssuedKeyView), AdminError> {
     let tenant = tenants::get(db, tenant).await?;
+    let budget = parse_budget(new.monthly_budget.as_deref())?;
     let issued = auth::issue_key(pepper);
     let model = entity::api_key::ActiveModel {
         id: Set(issued.key_id.to_string()),
         tenant_id: Set(tenant.id.to_string()),
-        name: Set(name),
+        name: Set(new.name),
         secret_hash: Set(issued.secret_hash.clone()),
         created_at_ms: Set(now_ms),
         revoked_at_ms: Set(None),
+        monthly_budget_nanos: Set(budget.map(Nanos::to_db)),
     };
     repo::insert_key(db, model).await?;
     let record = KeyRecord {
         id: issued.key_id.clone(),
         tenant: tenant.id.clone(),
         secret_hash: issued.secret_hash,
+        monthly_budget: budget,
     };
     let view = IssuedKeyView {
         id: issued.key_id.to_string(),
@@ -58,19 +90,25 @@ pub async fn issue(
     Ok((record, view))
 }
 
+/// Sets (`Some`) or clears (`None`) a key's own budget; replicas pick it up with its tenant.
+pub async fn set_budget(
+    db: &DatabaseConnection,
+    key_id: &str,
+    budget: Option<&str>,
+    now_ms: i64,
+) -> Result<KeyView, AdminError> {
+    let budget = parse_budget(budget)?;
+    let row = repo::set_key_budget(db, &KeyId::new(key_id), budget)
+        .await?
+        .ok_or_else(|| AdminError::NotFound(format!("no key `{key_id}`")))?;
+    repo::touch_tenant(db, &TenantId::new(row.tenant_id.as_str()), now_ms).await?;
+    Ok(KeyView::from(row))
+}
+
 pub async fn list(db: &DatabaseConnection, tenant: &str) -> Result<Vec<KeyView>, AdminError> {
     let tenant = tenants::get(db, tenant).await?;
     let rows = repo::tenant_keys(db, &TenantId::new(tenant.id.as_str())).await?;
-    Ok(rows
-        .into_iter()
-        .map(|k| KeyView {
-            id: k.id,
-            tenant_id: k.tenant_id,
-            name: k.name,
-            created_at_ms: k.created_at_ms,
-            revoked_at_ms: k.revoked_at_ms,
-        })
-        .collect())
+    Ok(rows.into_iter().map(KeyView::from).collect())
 }
 
 pub async fn revoke(

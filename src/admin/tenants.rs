@@ -61,6 +61,7 @@ pub struct TenantView {
     pub budget_mode: BudgetMode,
     pub default_max_tokens: Option<u32>,
     pub allowed_routes: Option<Vec<String>>,
+    pub feature_budgets: std::collections::BTreeMap<String, Nanos>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
@@ -79,6 +80,7 @@ impl From<&TenantRecord> for TenantView {
                 .allowed_routes
                 .as_ref()
                 .map(|routes| routes.iter().map(ToString::to_string).collect()),
+            feature_budgets: t.feature_budgets.clone(),
             created_at_ms: t.created_at_ms,
             updated_at_ms: t.updated_at_ms,
         }
@@ -230,4 +232,33 @@ pub async fn update(
     }
     model.updated_at_ms = Set(updated_at);
     Ok(repo::update_tenant(db, model).await?)
+}
+
+/// Sets (`Some`) or removes (`None`) the monthly budget of one feature of a tenant.
+pub async fn set_feature_budget(
+    db: &DatabaseConnection,
+    id: &str,
+    feature: &str,
+    budget: Option<&str>,
+    now_ms: i64,
+) -> Result<TenantRecord, AdminError> {
+    let tenant = get(db, id).await?;
+    let valid = !feature.is_empty()
+        && feature.len() <= 64
+        && feature
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':' | b'/'));
+    if !valid {
+        return Err(invalid(
+            "feature",
+            "use at most 64 letters, digits, `-`, `_`, `.`, `:` or `/`",
+        ));
+    }
+    let budget = budget
+        .map(|text| {
+            Nanos::parse_decimal(text).map_err(|e| invalid("monthly_budget", e.to_string()))
+        })
+        .transpose()?;
+    repo::set_feature_budget(db, &tenant.id, feature, budget, now_ms).await?;
+    get(db, id).await
 }

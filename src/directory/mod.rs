@@ -24,6 +24,8 @@ pub struct KeyRecord {
     pub id: KeyId,
     pub tenant: TenantId,
     pub secret_hash: String,
+    /// The key's own monthly budget inside its tenant's.
+    pub monthly_budget: Option<crate::money::Nanos>,
 }
 
 /// Why a presented key was refused; all become 401.
@@ -170,6 +172,12 @@ impl Directory {
             }
         }
         let mut records = Vec::with_capacity(changed.len());
+        if !changed.is_empty() {
+            // A changed tenant may have changed key budgets: its keys are re-read on next use.
+            let tenants: std::collections::HashSet<&TenantId> =
+                changed.iter().map(|t| &t.id).collect();
+            write(&self.keys).retain(|_, key| !tenants.contains(&key.tenant));
+        }
         for tenant in changed {
             next.tenants_updated_after_ms = next.tenants_updated_after_ms.max(tenant.updated_at_ms);
             records.push(self.put_tenant(tenant));

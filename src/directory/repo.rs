@@ -2,13 +2,14 @@
 
 use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder,
+    ActiveModelTrait, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder, Set,
 };
 
-use entity::{api_key, tenant};
+use entity::{api_key, feature_budget, tenant};
 
 use super::{KeyRecord, TenantRecord};
 use crate::ids::{KeyId, TenantId};
+use crate::money::Nanos;
 use crate::storage::StorageError;
 
 /// Replicas' clocks differ a little; looking back this far catches a change
@@ -20,7 +21,119 @@ pub async fn all_tenants(db: &DatabaseConnection) -> Result<Vec<TenantRecord>, S
         .order_by_asc(tenant::Column::Id)
         .all(db)
         .await?;
-    Ok(rows.into_iter().map(TenantRecord::from_model).collect())
+    with_feature_budgets(db, rows).await
+}
+
+/// Tenant records with their feature budgets.
+async fn with_feature_budgets(
+    db: &DatabaseConnection,
+    rows: Vec<tenant::Model>,
+) -> Result<Vec<TenantRecord>, StorageError> {
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<String> = rows.iter().map(|t| t.id.clone()).collect();
+    let budgets = feature_budget::Entity::find()
+        .filter(feature_budget::Column::TenantId.is_in(ids))
+        .all(db)
+        .await?;
+    let mut records: Vec<TenantRecord> = rows.into_iter().map(TenantRecord::from_model).collect();
+    for budget in budgets {
+        if let Some(record) = records
+            .iter_mut()
+            .find(|r| r.id.as_str() == budget.tenant_id)
+        {
+            record
+                .feature_budgets
+                .insert(budget.feature, Nanos::from_db(budget.monthly_budget_nanos));
+        }
+    }
+    Ok(records)
+}
+
+async fn record_with_budgets(
+    db: &DatabaseConnection,
+    row: tenant::Model,
+) -> Result<TenantRecord, StorageError> {
+    let plain = TenantRecord::from_model(row.clone());
+    Ok(with_feature_budgets(db, vec![row])
+        .await?
+        .pop()
+        .unwrap_or(plain))
+}
+
+async fn one_with_feature_budgets(
+    db: &DatabaseConnection,
+    row: Option<tenant::Model>,
+) -> Result<Option<TenantRecord>, StorageError> {
+    match row {
+        Some(row) => Ok(Some(record_with_budgets(db, row).await?)),
+        None => Ok(None),
+    }
+}
+
+/// Sets (`Some`) or removes (`None`) a feature's budget, and marks the tenant changed.
+pub async fn set_feature_budget(
+    db: &DatabaseConnection,
+    tenant_id: &TenantId,
+    feature: &str,
+    budget: Option<Nanos>,
+    now_ms: i64,
+) -> Result<(), StorageError> {
+    feature_budget::Entity::delete_many()
+        .filter(feature_budget::Column::TenantId.eq(tenant_id.as_str()))
+        .filter(feature_budget::Column::Feature.eq(feature))
+        .exec(db)
+        .await?;
+    if let Some(budget) = budget {
+        feature_budget::ActiveModel {
+            tenant_id: Set(tenant_id.to_string()),
+            feature: Set(feature.to_owned()),
+            monthly_budget_nanos: Set(budget.to_db()),
+            updated_at_ms: Set(now_ms),
+        }
+        .insert(db)
+        .await?;
+    }
+    touch_tenant(db, tenant_id, now_ms).await
+}
+
+/// Advances a tenant's `updated_at_ms` so replicas polling for changes pick it up.
+pub async fn touch_tenant(
+    db: &DatabaseConnection,
+    tenant_id: &TenantId,
+    now_ms: i64,
+) -> Result<(), StorageError> {
+    let Some(current) = tenant::Entity::find_by_id(tenant_id.as_str().to_owned())
+        .one(db)
+        .await?
+    else {
+        return Ok(());
+    };
+    let updated_at = now_ms.max(current.updated_at_ms + 1);
+    tenant::Entity::update_many()
+        .col_expr(tenant::Column::UpdatedAtMs, Expr::value(updated_at))
+        .filter(tenant::Column::Id.eq(tenant_id.as_str()))
+        .exec(db)
+        .await?;
+    Ok(())
+}
+
+/// Sets or clears a key's own monthly budget; `None` when there is no such key.
+pub async fn set_key_budget(
+    db: &DatabaseConnection,
+    key_id: &KeyId,
+    budget: Option<Nanos>,
+) -> Result<Option<api_key::Model>, StorageError> {
+    let Some(row) = api_key::Entity::find_by_id(key_id.as_str().to_owned())
+        .one(db)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let mut model: api_key::ActiveModel = row.into();
+    model.monthly_budget_nanos = Set(budget.map(Nanos::to_db));
+    Ok(Some(model.update(db).await?))
 }
 
 pub async fn get_tenant(
@@ -30,7 +143,7 @@ pub async fn get_tenant(
     let row = tenant::Entity::find_by_id(id.as_str().to_owned())
         .one(db)
         .await?;
-    Ok(row.map(TenantRecord::from_model))
+    one_with_feature_budgets(db, row).await
 }
 
 pub async fn insert_tenant(
@@ -38,7 +151,7 @@ pub async fn insert_tenant(
     model: tenant::ActiveModel,
 ) -> Result<TenantRecord, StorageError> {
     let row = model.insert(db).await?;
-    Ok(TenantRecord::from_model(row))
+    record_with_budgets(db, row).await
 }
 
 pub async fn update_tenant(
@@ -46,7 +159,7 @@ pub async fn update_tenant(
     model: tenant::ActiveModel,
 ) -> Result<TenantRecord, StorageError> {
     let row = model.update(db).await?;
-    Ok(TenantRecord::from_model(row))
+    record_with_budgets(db, row).await
 }
 
 pub async fn tenant_model(
@@ -66,7 +179,7 @@ pub async fn tenants_updated_after(
         .filter(tenant::Column::UpdatedAtMs.gte(after_ms.saturating_sub(SYNC_LOOKBACK_MS)))
         .all(db)
         .await?;
-    Ok(rows.into_iter().map(TenantRecord::from_model).collect())
+    with_feature_budgets(db, rows).await
 }
 
 fn key_record(row: api_key::Model) -> KeyRecord {
@@ -74,6 +187,7 @@ fn key_record(row: api_key::Model) -> KeyRecord {
         id: KeyId::new(row.id),
         tenant: TenantId::new(row.tenant_id),
         secret_hash: row.secret_hash,
+        monthly_budget: row.monthly_budget_nanos.map(Nanos::from_db),
     }
 }
 

@@ -1,5 +1,6 @@
 //! A tenant as the gateway sees it: its tier, limits and budget.
 
+use std::collections::BTreeMap;
 use std::str::FromStr;
 
 use serde::Serialize;
@@ -55,6 +56,8 @@ pub struct TenantRecord {
     pub default_max_tokens: Option<u32>,
     /// Narrows the tier's routes; `None`: all of them.
     pub allowed_routes: Option<Vec<RouteName>>,
+    /// Monthly budgets of single features (`X-Tollgate-Feature`) inside the tenant's.
+    pub feature_budgets: BTreeMap<String, Nanos>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
@@ -77,6 +80,7 @@ impl TenantRecord {
                     .map(RouteName::new)
                     .collect()
             }),
+            feature_budgets: BTreeMap::new(),
             created_at_ms: model.created_at_ms,
             updated_at_ms: model.updated_at_ms,
         }

@@ -1,5 +1,7 @@
 //! sea-orm reads and writes of the usage ledger.
 
+use std::collections::HashMap;
+
 use sea_orm::sea_query::{Expr, OnConflict};
 use sea_orm::{
     ColumnTrait, DatabaseConnection, EntityTrait, FromQueryResult, QueryFilter, QueryOrder,
@@ -10,7 +12,7 @@ use serde::Serialize;
 use entity::usage;
 
 use super::event::UsageEvent;
-use crate::ids::TenantId;
+use crate::ids::{KeyId, TenantId};
 use crate::money::Nanos;
 use crate::storage::StorageError;
 use crate::telemetry::metrics::ratio;
@@ -57,6 +59,43 @@ pub async fn committed_in_period(
     Ok(Nanos::from_db(row.and_then(|r| r.total).unwrap_or(0)))
 }
 
+#[derive(Debug, FromQueryResult)]
+struct ScopeSum {
+    scope: String,
+    total: Option<i64>,
+}
+
+/// The tenant's committed spend in a period per key and per feature (budget scopes).
+pub async fn committed_by_scope(
+    db: &DatabaseConnection,
+    tenant: &TenantId,
+    period: &str,
+) -> Result<(HashMap<KeyId, Nanos>, HashMap<String, Nanos>), StorageError> {
+    let mut by = Vec::with_capacity(2);
+    for column in [usage::Column::KeyId, usage::Column::Feature] {
+        let rows = usage::Entity::find()
+            .select_only()
+            .column_as(column, "scope")
+            .column_as(Expr::cust("CAST(SUM(charged_nanos) AS BIGINT)"), "total")
+            .filter(usage::Column::TenantId.eq(tenant.as_str()))
+            .filter(usage::Column::Period.eq(period))
+            .group_by(column)
+            .into_model::<ScopeSum>()
+            .all(db)
+            .await?;
+        by.push(
+            rows.into_iter()
+                .map(|r| (r.scope, Nanos::from_db(r.total.unwrap_or(0)))),
+        );
+    }
+    let features = by.pop().map(Iterator::collect).unwrap_or_default();
+    let keys = by
+        .pop()
+        .map(|rows| rows.map(|(k, v)| (KeyId::new(k), v)).collect())
+        .unwrap_or_default();
+    Ok((keys, features))
+}
+
 /// What a spend report groups by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GroupBy {
@@ -67,6 +106,7 @@ pub enum GroupBy {
     Route,
     Day,
     Status,
+    Key,
 }
 
 impl GroupBy {
@@ -79,6 +119,7 @@ impl GroupBy {
             "route" => GroupBy::Route,
             "day" => GroupBy::Day,
             "status" => GroupBy::Status,
+            "key" => GroupBy::Key,
             _ => return None,
         })
     }
@@ -92,6 +133,7 @@ impl GroupBy {
             GroupBy::Route => usage::Column::Route,
             GroupBy::Day => usage::Column::Day,
             GroupBy::Status => usage::Column::Status,
+            GroupBy::Key => usage::Column::KeyId,
         }
     }
 }

@@ -130,6 +130,9 @@ pub async fn handle_chat(
                 output_price: route.worst_output_price,
                 max_tokens,
                 expires_at_ms: now + gw.config.server.request_timeout_ms + RESERVATION_MARGIN_MS,
+                key: ctx.key.id.clone(),
+                key_budget: ctx.key.monthly_budget,
+                feature: ctx.feature.clone(),
             },
             ReservationMeta {
                 request_id: ctx.request_id.clone(),

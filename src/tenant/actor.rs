@@ -21,7 +21,9 @@ use crate::ledger::{AttemptStatus, LedgerHandle, UsageEvent, UsageKind, repo};
 use crate::money::Nanos;
 use crate::period;
 use crate::pricing::Usage;
-use crate::telemetry::metrics::{Metric, as_gauge_u64, counter_add, gauge_set, ratio};
+use crate::telemetry::metrics::{
+    Metric, OTHER_TENANTS, as_gauge_u64, counter_add, gauge_set, ratio,
+};
 
 /// How often expired reservations are swept.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
@@ -75,6 +77,10 @@ impl TenantActor {
 
     /// Budget gauges after every change of committed or reserved money.
     fn publish(&mut self, now: u64) {
+        // Tenants folded into `other` share one series: a per-tenant level there would flap.
+        if self.label == OTHER_TENANTS {
+            return;
+        }
         let status = self.book.status(now);
         let labels = [("tenant", self.label.as_str())];
         gauge_set(
@@ -158,15 +164,20 @@ impl Actor for TenantActor {
         let period = period::month_key(self.clock.now_ms());
         let load = async move {
             ledger.flush().await.map_err(|e| e.to_string())?;
-            repo::committed_in_period(&db, &tenant, &period)
+            let committed = repo::committed_in_period(&db, &tenant, &period)
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string())?;
+            let scopes = repo::committed_by_scope(&db, &tenant, &period)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>((committed, scopes))
         };
         // `wait` holds every message until the committed spend is known.
         ctx.wait(load.into_actor(self).map(|result, act, ctx| match result {
-            Ok(committed) => {
+            Ok((committed, (keys, features))) => {
                 let now = act.clock.now_ms();
                 act.book = QuotaBook::new(act.book.limits(), committed, now);
+                act.book.set_scope_committed(keys, features);
                 act.publish(now);
             }
             Err(error) => {

@@ -1,15 +1,17 @@
 //! QuotaBook: one tenant's quota state and every decision on it, as plain
 //! data. Time is a parameter, so tests drive it without a runtime. The
-//! invariant: in `strict` mode, committed + reserved never passes the budget
-//! through a reservation (a real cost above its reservation is still
-//! committed: the ledger is the truth).
+//! invariant: in `strict` mode, committed + reserved never passes a budget
+//! through a reservation, in any scope (tenant, key, feature), all or nothing
+//! (a real cost above its reservation is still committed: the ledger is the
+//! truth).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
 
 use serde::Serialize;
 
 use crate::directory::BudgetMode;
-use crate::ids::ReservationId;
+use crate::ids::{KeyId, ReservationId};
 use crate::money::{CostAccumulator, Nanos, PricePerMTok};
 use crate::period;
 
@@ -17,13 +19,46 @@ use crate::period;
 /// gives exactly `rpm` requests per minute in integers.
 const UNITS_PER_REQUEST: u64 = 60_000;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     pub rpm: u32,
     pub burst: u32,
     pub budget: Option<Nanos>,
     pub mode: BudgetMode,
     pub clamp_floor_tokens: u32,
+    /// Monthly budgets of single features inside the tenant's.
+    pub feature_budgets: BTreeMap<String, Nanos>,
+}
+
+/// Where a budget applies inside one tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Scope {
+    Tenant,
+    Key(KeyId),
+    Feature(String),
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scope::Tenant => f.write_str("tenant"),
+            Scope::Key(key) => write!(f, "key `{key}`"),
+            Scope::Feature(feature) => write!(f, "feature `{feature}`"),
+        }
+    }
+}
+
+/// Money of one scope in the current period.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Totals {
+    committed: Nanos,
+    reserved: Nanos,
+}
+
+impl Totals {
+    fn remaining(self, budget: Nanos) -> Nanos {
+        budget.saturating_sub(self.committed.saturating_add(self.reserved))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,14 +73,18 @@ pub struct RateDecision {
 }
 
 /// What a request asks to hold: its input at the worst input price plus
-/// `max_tokens` at the worst output price.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `max_tokens` at the worst output price, and the scopes it is charged to.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReserveRequest {
     pub input_tokens: u64,
     pub input_price: PricePerMTok,
     pub output_price: PricePerMTok,
     pub max_tokens: u32,
     pub expires_at_ms: u64,
+    pub key: KeyId,
+    /// The key's own monthly budget, if it has one.
+    pub key_budget: Option<Nanos>,
+    pub feature: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,9 +100,11 @@ pub struct Granted {
     pub over_budget: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("budget exceeded: remaining {remaining}, this request needs up to {needed}")]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("budget exceeded ({scope}): remaining {remaining}, this request needs up to {needed}")]
 pub struct Refused {
+    /// The scope whose budget refused.
+    pub scope: Scope,
     pub remaining: Nanos,
     pub needed: Nanos,
 }
@@ -87,10 +128,12 @@ pub enum Settled {
     AlreadyClosed,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Held {
     amount: Nanos,
     expires_at_ms: u64,
+    key: KeyId,
+    feature: String,
 }
 
 #[derive(Debug)]
@@ -101,6 +144,8 @@ pub struct QuotaBook {
     period: String,
     committed: Nanos,
     reserved: Nanos,
+    keys: HashMap<KeyId, Totals>,
+    features: HashMap<String, Totals>,
     held: HashMap<ReservationId, Held>,
     next_id: u64,
 }
@@ -108,19 +153,35 @@ pub struct QuotaBook {
 impl QuotaBook {
     pub fn new(limits: Limits, committed: Nanos, now_ms: u64) -> QuotaBook {
         QuotaBook {
-            limits,
             bucket_units: bucket_capacity(&limits),
+            limits,
             bucket_at_ms: now_ms,
             period: period::month_key(now_ms),
             committed,
             reserved: Nanos::ZERO,
+            keys: HashMap::new(),
+            features: HashMap::new(),
             held: HashMap::new(),
             next_id: 1,
         }
     }
 
+    /// The period's committed spend per key and per feature, from the ledger.
+    pub fn set_scope_committed(
+        &mut self,
+        keys: HashMap<KeyId, Nanos>,
+        features: HashMap<String, Nanos>,
+    ) {
+        for (key, committed) in keys {
+            self.keys.entry(key).or_default().committed = committed;
+        }
+        for (feature, committed) in features {
+            self.features.entry(feature).or_default().committed = committed;
+        }
+    }
+
     pub fn limits(&self) -> Limits {
-        self.limits
+        self.limits.clone()
     }
 
     pub fn set_limits(&mut self, limits: Limits) {
@@ -162,53 +223,87 @@ impl QuotaBook {
         self.bucket_at_ms = self.bucket_at_ms.max(now_ms);
     }
 
-    /// Holds the worst case of a request against the budget, all or nothing.
+    /// The scope with the least budget left for this request, among those with a budget.
+    fn tightest(&self, request: &ReserveRequest) -> Option<(Scope, Nanos)> {
+        let tenant = Totals {
+            committed: self.committed,
+            reserved: self.reserved,
+        };
+        let mut scopes = Vec::with_capacity(3);
+        if let Some(budget) = self.limits.budget {
+            scopes.push((Scope::Tenant, tenant.remaining(budget)));
+        }
+        if let Some(budget) = request.key_budget {
+            let totals = self.keys.get(&request.key).copied().unwrap_or_default();
+            scopes.push((Scope::Key(request.key.clone()), totals.remaining(budget)));
+        }
+        if let Some(budget) = self.limits.feature_budgets.get(&request.feature) {
+            let totals = self
+                .features
+                .get(&request.feature)
+                .copied()
+                .unwrap_or_default();
+            scopes.push((
+                Scope::Feature(request.feature.clone()),
+                totals.remaining(*budget),
+            ));
+        }
+        scopes.into_iter().min_by_key(|(_, remaining)| *remaining)
+    }
+
+    /// Holds the worst case of a request against every budget that applies,
+    /// all or nothing.
     pub fn reserve(&mut self, request: ReserveRequest, now_ms: u64) -> Result<Granted, Refused> {
         self.roll_period(now_ms);
         let mut max_tokens = request.max_tokens;
         let mut amount = worst_case(&request, max_tokens);
         let mut clamped = false;
         let mut over_budget = false;
-        if let Some(budget) = self.limits.budget {
-            let spent = self.committed.saturating_add(self.reserved);
-            let remaining = budget.saturating_sub(spent);
-            if amount > remaining {
-                match self.limits.mode {
-                    BudgetMode::Strict => {
+        if let Some((scope, remaining)) = self.tightest(&request)
+            && amount > remaining
+        {
+            match self.limits.mode {
+                BudgetMode::Strict => {
+                    return Err(Refused {
+                        scope,
+                        remaining,
+                        needed: amount,
+                    });
+                }
+                BudgetMode::Clamp => {
+                    let affordable = affordable_tokens(&request, remaining);
+                    if affordable < u64::from(self.limits.clamp_floor_tokens) || affordable == 0 {
                         return Err(Refused {
+                            scope,
                             remaining,
                             needed: amount,
                         });
                     }
-                    BudgetMode::Clamp => {
-                        let affordable = affordable_tokens(&request, remaining);
-                        if affordable < u64::from(self.limits.clamp_floor_tokens) || affordable == 0
-                        {
-                            return Err(Refused {
-                                remaining,
-                                needed: amount,
-                            });
-                        }
-                        max_tokens = u32::try_from(affordable)
-                            .unwrap_or(u32::MAX)
-                            .min(max_tokens);
-                        amount = worst_case(&request, max_tokens);
-                        clamped = true;
-                    }
-                    BudgetMode::Alert => over_budget = true,
+                    max_tokens = u32::try_from(affordable)
+                        .unwrap_or(u32::MAX)
+                        .min(max_tokens);
+                    amount = worst_case(&request, max_tokens);
+                    clamped = true;
                 }
+                BudgetMode::Alert => over_budget = true,
             }
         }
         let id = ReservationId(self.next_id);
         self.next_id += 1;
+        self.reserved = self.reserved.saturating_add(amount);
+        let key = self.keys.entry(request.key.clone()).or_default();
+        key.reserved = key.reserved.saturating_add(amount);
+        let feature = self.features.entry(request.feature.clone()).or_default();
+        feature.reserved = feature.reserved.saturating_add(amount);
         self.held.insert(
             id,
             Held {
                 amount,
                 expires_at_ms: request.expires_at_ms,
+                key: request.key,
+                feature: request.feature,
             },
         );
-        self.reserved = self.reserved.saturating_add(amount);
         Ok(Granted {
             id,
             amount,
@@ -219,14 +314,29 @@ impl QuotaBook {
         })
     }
 
+    /// Takes a reservation out of every scope, then commits `charged` to them.
+    fn close(&mut self, held: &Held, charged: Nanos) {
+        self.reserved = self.reserved.saturating_sub(held.amount);
+        self.committed = self.committed.saturating_add(charged);
+        for totals in [
+            self.keys.get_mut(&held.key),
+            self.features.get_mut(&held.feature),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            totals.reserved = totals.reserved.saturating_sub(held.amount);
+            totals.committed = totals.committed.saturating_add(charged);
+        }
+    }
+
     /// Commits the real cost and releases the rest. Settling twice changes nothing.
     pub fn settle(&mut self, id: ReservationId, charged: Nanos, now_ms: u64) -> Settled {
         self.roll_period(now_ms);
         let Some(held) = self.held.remove(&id) else {
             return Settled::AlreadyClosed;
         };
-        self.reserved = self.reserved.saturating_sub(held.amount);
-        self.committed = self.committed.saturating_add(charged);
+        self.close(&held, charged);
         Settled::Committed {
             reserved: held.amount,
         }
@@ -236,7 +346,7 @@ impl QuotaBook {
     pub fn release(&mut self, id: ReservationId) -> bool {
         match self.held.remove(&id) {
             Some(held) => {
-                self.reserved = self.reserved.saturating_sub(held.amount);
+                self.close(&held, Nanos::ZERO);
                 true
             }
             None => false,
@@ -248,18 +358,21 @@ impl QuotaBook {
     /// releasing them is the one move that could overspend.
     pub fn expire(&mut self, now_ms: u64) -> Vec<(ReservationId, Nanos)> {
         self.roll_period(now_ms);
-        let expired: Vec<(ReservationId, Nanos)> = self
+        let expired: Vec<ReservationId> = self
             .held
             .iter()
             .filter(|(_, held)| held.expires_at_ms <= now_ms)
-            .map(|(id, held)| (*id, held.amount))
+            .map(|(id, _)| *id)
             .collect();
-        for (id, amount) in &expired {
-            self.held.remove(id);
-            self.reserved = self.reserved.saturating_sub(*amount);
-            self.committed = self.committed.saturating_add(*amount);
+        let mut committed = Vec::with_capacity(expired.len());
+        for id in expired {
+            if let Some(held) = self.held.remove(&id) {
+                self.close(&held, held.amount);
+                committed.push((id, held.amount));
+            }
         }
-        expired
+        committed.sort_unstable();
+        committed
     }
 
     pub fn status(&mut self, now_ms: u64) -> BudgetStatus {
@@ -285,6 +398,9 @@ impl QuotaBook {
         if current != self.period {
             self.period = current;
             self.committed = Nanos::ZERO;
+            for totals in self.keys.values_mut().chain(self.features.values_mut()) {
+                totals.committed = Nanos::ZERO;
+            }
         }
     }
 }
@@ -328,6 +444,7 @@ mod tests {
             budget: budget.map(|b| Nanos::parse_decimal(b).unwrap()),
             mode,
             clamp_floor_tokens: 10,
+            feature_budgets: BTreeMap::new(),
         }
     }
 
@@ -338,7 +455,85 @@ mod tests {
             output_price: PricePerMTok::parse_decimal("8").unwrap(),
             max_tokens,
             expires_at_ms: NOW + 1000,
+            key: KeyId::new("k1"),
+            key_budget: None,
+            feature: "chat".to_owned(),
         }
+    }
+
+    #[test]
+    fn a_feature_budget_refuses_its_feature_while_others_pass() {
+        let mut limits = limits(Some("100"), BudgetMode::Strict);
+        limits
+            .feature_budgets
+            .insert("search".into(), Nanos::parse_decimal("0.5").unwrap());
+        let mut book = QuotaBook::new(limits, Nanos::ZERO, NOW);
+        let search = ReserveRequest {
+            feature: "search".into(),
+            ..request(100_000)
+        };
+        // 0.002 + 0.8 > 0.5
+        let refused = book.reserve(search.clone(), NOW).unwrap_err();
+        assert_eq!(refused.scope, Scope::Feature("search".into()));
+        assert_eq!(refused.remaining.to_string(), "0.5");
+        assert!(
+            refused
+                .to_string()
+                .starts_with("budget exceeded (feature `search`)")
+        );
+        assert!(
+            book.reserve(request(100_000), NOW).is_ok(),
+            "other features still pass"
+        );
+        // All or nothing: the refusal reserved nothing anywhere.
+        assert_eq!(book.status(NOW).reserved.to_string(), "0.802");
+    }
+
+    #[test]
+    fn a_key_budget_is_charged_across_reservations_and_settles() {
+        let mut book = QuotaBook::new(limits(Some("100"), BudgetMode::Strict), Nanos::ZERO, NOW);
+        let keyed = ReserveRequest {
+            key_budget: Some(Nanos::parse_decimal("1").unwrap()),
+            ..request(100_000)
+        };
+        let first = book.reserve(keyed.clone(), NOW).unwrap();
+        // 0.802 held; a second worst case of 0.802 does not fit in the key's 1.
+        let refused = book.reserve(keyed.clone(), NOW).unwrap_err();
+        assert_eq!(refused.scope, Scope::Key(KeyId::new("k1")));
+        book.settle(first.id, Nanos::parse_decimal("0.1").unwrap(), NOW);
+        assert!(
+            book.reserve(keyed.clone(), NOW).is_ok(),
+            "0.1 committed leaves room"
+        );
+        let other_key = ReserveRequest {
+            key: KeyId::new("k2"),
+            ..keyed
+        };
+        assert!(
+            book.reserve(other_key, NOW).is_ok(),
+            "another key has its own budget"
+        );
+    }
+
+    #[test]
+    fn scope_committed_loaded_from_the_ledger_counts_and_rolls_over() {
+        let mut limits = limits(None, BudgetMode::Strict);
+        limits
+            .feature_budgets
+            .insert("chat".into(), Nanos::parse_decimal("1").unwrap());
+        let mut book = QuotaBook::new(limits, Nanos::ZERO, NOW);
+        book.set_scope_committed(
+            HashMap::new(),
+            HashMap::from([("chat".to_owned(), Nanos::parse_decimal("0.9").unwrap())]),
+        );
+        assert_eq!(
+            book.reserve(request(100_000), NOW).unwrap_err().scope,
+            Scope::Feature("chat".into())
+        );
+        let december = period::Date::parse("2026-12-01").unwrap().start_unix_ms();
+        let mut next_month = request(100_000);
+        next_month.expires_at_ms = december + 1000;
+        assert!(book.reserve(next_month, december).is_ok());
     }
 
     #[test]

@@ -53,6 +53,6 @@ pub struct Release {
 #[rtype(result = "BudgetStatus")]
 pub struct GetStatus;
 
-#[derive(Message, Clone, Copy)]
+#[derive(Message, Clone)]
 #[rtype(result = "()")]
 pub struct UpdateLimits(pub Limits);

@@ -94,6 +94,7 @@ impl TenantRegistry {
             budget: tenant.monthly_budget,
             mode: tenant.budget_mode,
             clamp_floor_tokens: config.billing.clamp_floor_tokens,
+            feature_budgets: tenant.feature_budgets.clone(),
         })
     }
 

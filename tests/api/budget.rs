@@ -199,3 +199,113 @@ async fn a_reservation_that_expires_unsettled_is_committed_as_orphaned_never_twi
     assert_eq!(budget["committed"], reserved.as_str());
     assert_eq!(budget["reserved"], "0");
 }
+
+#[actix_web::test]
+async fn a_feature_budget_refuses_its_features_requests_while_other_features_pass() {
+    let app = spawn_app(
+        TestSetup::new()
+            .route("fast", &["primary/usage-0-0-125000"])
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "100"}))
+        .await;
+    let set = app
+        .admin(
+            "PUT",
+            &format!("/tenants/{tenant}/features/search/budget"),
+            Some(json!({"monthly_budget": "1"})),
+        )
+        .await;
+    assert_eq!(set.status, 200, "{}", set.raw);
+    assert_eq!(set.body["feature_budgets"]["search"], "1");
+    let search = [("x-tollgate-feature", "search")];
+    let chat = [("x-tollgate-feature", "chat")];
+
+    // Each call costs exactly 1 (125000 × 8 / 1M); the worst case of 100 output tokens is tiny.
+    assert_eq!(
+        app.chat_with(&key, &chat_body("fast"), &search)
+            .await
+            .status,
+        200
+    );
+    let refused = app.chat_with(&key, &chat_body("fast"), &search).await;
+    assert_eq!(refused.status, 402, "{}", refused.raw);
+    assert!(
+        refused.error_message().contains("feature `search`"),
+        "{}",
+        refused.raw
+    );
+    for _ in 0..3 {
+        assert_eq!(
+            app.chat_with(&key, &chat_body("fast"), &chat).await.status,
+            200
+        );
+    }
+
+    let cleared = app
+        .admin(
+            "DELETE",
+            &format!("/tenants/{tenant}/features/search/budget"),
+            None,
+        )
+        .await;
+    assert_eq!(cleared.status, 200);
+    assert_eq!(
+        app.chat_with(&key, &chat_body("fast"), &search)
+            .await
+            .status,
+        200
+    );
+}
+
+#[actix_web::test]
+async fn a_key_budget_caps_that_key_only() {
+    let app = spawn_app(
+        TestSetup::new()
+            .route("fast", &["primary/usage-0-0-125000"])
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "100"}))
+        .await;
+    let capped = app
+        .admin(
+            "POST",
+            &format!("/tenants/{tenant}/keys"),
+            Some(json!({"name": "ci", "monthly_budget": "1"})),
+        )
+        .await;
+    assert_eq!(capped.status, 201, "{}", capped.raw);
+    let capped_key = capped.body["key"].as_str().unwrap().to_owned();
+    let capped_id = capped.body["id"].as_str().unwrap().to_owned();
+
+    assert_eq!(app.chat(&capped_key, &chat_body("fast")).await.status, 200);
+    let refused = app.chat(&capped_key, &chat_body("fast")).await;
+    assert_eq!(refused.status, 402, "{}", refused.raw);
+    assert!(
+        refused
+            .error_message()
+            .contains(&format!("key `{capped_id}`")),
+        "{}",
+        refused.raw
+    );
+    assert_eq!(
+        app.chat(&key, &chat_body("fast")).await.status,
+        200,
+        "the tenant's other key is not capped"
+    );
+
+    let raised = app
+        .admin(
+            "PATCH",
+            &format!("/keys/{capped_id}"),
+            Some(json!({"monthly_budget": "10"})),
+        )
+        .await;
+    assert_eq!(raised.status, 200, "{}", raised.raw);
+    assert_eq!(raised.body["monthly_budget"], "10");
+    assert_eq!(app.chat(&capped_key, &chat_body("fast")).await.status, 200);
+}

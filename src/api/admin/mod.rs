@@ -18,6 +18,15 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/tenants/{id}/keys", web::post().to(keys::issue_key))
         .route("/tenants/{id}/keys", web::get().to(keys::list_keys))
         .route("/keys/{id}", web::delete().to(keys::revoke_key))
+        .route("/keys/{id}", web::patch().to(keys::update_key))
+        .route(
+            "/tenants/{id}/features/{feature}/budget",
+            web::put().to(tenants::set_feature_budget),
+        )
+        .route(
+            "/tenants/{id}/features/{feature}/budget",
+            web::delete().to(tenants::delete_feature_budget),
+        )
         .route("/tenants/{id}/spend", web::get().to(spend::tenant_spend))
         .route("/spend", web::get().to(spend::all_spend))
         .route("/reports/daily", web::get().to(spend::daily_report));

@@ -79,3 +79,42 @@ pub async fn budget_status(
         .map_err(|e| ApiError::internal(e.to_string()))?;
     Ok(HttpResponse::Ok().json(status))
 }
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeatureBudget {
+    monthly_budget: String,
+}
+
+pub async fn set_feature_budget(
+    _admin: AdminAuth,
+    gw: web::Data<Gateway>,
+    path: web::Path<(String, String)>,
+    body: web::Json<FeatureBudget>,
+) -> Result<HttpResponse, ApiError> {
+    let (id, feature) = path.into_inner();
+    let budget = Some(body.into_inner().monthly_budget);
+    apply_feature_budget(&gw, &id, &feature, budget.as_deref()).await
+}
+
+pub async fn delete_feature_budget(
+    _admin: AdminAuth,
+    gw: web::Data<Gateway>,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (id, feature) = path.into_inner();
+    apply_feature_budget(&gw, &id, &feature, None).await
+}
+
+async fn apply_feature_budget(
+    gw: &Gateway,
+    id: &str,
+    feature: &str,
+    budget: Option<&str>,
+) -> Result<HttpResponse, ApiError> {
+    let record =
+        tenants::set_feature_budget(gw.directory.db(), id, feature, budget, now_ms(gw)).await?;
+    let record = gw.directory.put_tenant(record);
+    gw.tenants.update(&record);
+    Ok(HttpResponse::Ok().json(TenantView::from(record.as_ref())))
+}

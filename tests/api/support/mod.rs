@@ -378,6 +378,7 @@ impl TestApp {
         let url = format!("{}/admin/v1{path}", self.base_url);
         let request = match method {
             "POST" => self.client.post(url),
+            "PUT" => self.client.put(url),
             "PATCH" => self.client.patch(url),
             "DELETE" => self.client.delete(url),
             _ => self.client.get(url),
