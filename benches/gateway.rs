@@ -51,6 +51,7 @@ fn reserve(c: &mut Criterion) {
         mode: BudgetMode::Strict,
         clamp_floor_tokens: 64,
         feature_budgets: std::collections::BTreeMap::new(),
+        tokens: tollgate::tenant::TokenLimits::default(),
     };
     let mut book = QuotaBook::new(limits, Nanos::ZERO, 1_796_040_000_000);
     let request = ReserveRequest {
@@ -68,7 +69,7 @@ fn reserve(c: &mut Criterion) {
             let now = 1_796_040_000_000;
             let _ = book.check_rate(now);
             if let Ok(granted) = book.reserve(black_box(request.clone()), now) {
-                book.settle(granted.id, Nanos::new(1000), now);
+                book.settle(granted.id, Nanos::new(1000), 1200, now);
             }
         });
     });

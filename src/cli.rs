@@ -225,6 +225,9 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
                 budget_mode: mode,
                 default_max_tokens,
                 allowed_routes: None,
+                tpm_limit: None,
+                daily_token_limit: None,
+                monthly_token_limit: None,
             };
             let record = tenants::create(&db, &config, new, now_ms()).await?;
             json_out(&TenantView::from(&record))
@@ -473,6 +476,9 @@ async fn demo(path: Option<&Path>, listen: Option<std::net::SocketAddr>) -> Resu
                 budget_mode: None,
                 default_max_tokens: None,
                 allowed_routes: None,
+                tpm_limit: None,
+                daily_token_limit: None,
+                monthly_token_limit: None,
             };
             tenants::create(db, &config, new, now_ms()).await?
         }

@@ -406,6 +406,10 @@ struct RawRoute {
 struct RawTier {
     routes: Vec<String>,
     rpm: u32,
+    /// Tokens per minute (input estimate + max_tokens at admission, corrected after).
+    tpm: Option<u64>,
+    daily_tokens: Option<u64>,
+    monthly_tokens: Option<u64>,
     /// Requests that may arrive at once on a full bucket; defaults to `rpm`.
     burst: Option<u32>,
     default_max_tokens: u32,
@@ -508,6 +512,9 @@ pub struct Tier {
     pub name: String,
     pub routes: Vec<RouteName>,
     pub rpm: u32,
+    pub tpm: Option<u64>,
+    pub daily_tokens: Option<u64>,
+    pub monthly_tokens: Option<u64>,
     pub burst: u32,
     pub default_max_tokens: u32,
 }
@@ -809,6 +816,9 @@ fn validate_tiers(
                     .map(|r| RouteName::new(r.as_str()))
                     .collect(),
                 rpm: t.rpm,
+                tpm: t.tpm.filter(|v| *v > 0),
+                daily_tokens: t.daily_tokens,
+                monthly_tokens: t.monthly_tokens,
                 burst: t.burst.unwrap_or(t.rpm).max(1),
                 default_max_tokens: t.default_max_tokens,
             },

@@ -19,6 +19,8 @@ pub enum ErrorCode {
     NotFound,
     Conflict,
     RateLimited,
+    /// Tokens per minute, or the daily or monthly token limit.
+    TokenLimited,
     BudgetExceeded,
     /// The upstream refused the request itself (a 4xx other than 429); passed back as is.
     UpstreamRejected,
@@ -40,7 +42,7 @@ impl ErrorCode {
             ErrorCode::RouteNotAllowed => StatusCode::FORBIDDEN,
             ErrorCode::ModelNotFound | ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::Conflict => StatusCode::CONFLICT,
-            ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+            ErrorCode::RateLimited | ErrorCode::TokenLimited => StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::BudgetExceeded => StatusCode::PAYMENT_REQUIRED,
             ErrorCode::ProviderMisconfigured | ErrorCode::Internal => {
                 StatusCode::INTERNAL_SERVER_ERROR
@@ -64,7 +66,7 @@ impl ErrorCode {
             | ErrorCode::Conflict
             | ErrorCode::UpstreamRejected => "invalid_request_error",
             ErrorCode::RouteNotAllowed => "permission_error",
-            ErrorCode::RateLimited => "rate_limit_error",
+            ErrorCode::RateLimited | ErrorCode::TokenLimited => "rate_limit_error",
             ErrorCode::BudgetExceeded => "insufficient_quota",
             ErrorCode::ProviderMisconfigured
             | ErrorCode::ProviderUnavailable
@@ -87,6 +89,7 @@ impl ErrorCode {
             ErrorCode::NotFound => "not_found",
             ErrorCode::Conflict => "conflict",
             ErrorCode::RateLimited => "rate_limit_exceeded",
+            ErrorCode::TokenLimited => "token_limit_exceeded",
             ErrorCode::BudgetExceeded => "budget_exceeded",
             ErrorCode::UpstreamRejected => "upstream_rejected",
             ErrorCode::ProviderMisconfigured => "provider_misconfigured",

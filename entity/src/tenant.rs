@@ -19,6 +19,10 @@ pub struct Model {
     /// Comma-separated route names narrowing the tier's routes; `None`: all of them.
     pub allowed_routes: Option<String>,
     pub created_at_ms: i64,
+    /// Overrides of the tier's tokens per minute, daily and monthly token limits.
+    pub tpm_limit: Option<i64>,
+    pub daily_token_limit: Option<i64>,
+    pub monthly_token_limit: Option<i64>,
     pub updated_at_ms: i64,
 }
 

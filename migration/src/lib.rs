@@ -6,6 +6,7 @@ mod m20261130_000001_create_tenants;
 mod m20261130_000002_create_api_keys;
 mod m20261130_000003_create_usage;
 mod m20261130_000004_budget_scopes;
+mod m20261130_000005_token_limits;
 
 pub struct Migrator;
 
@@ -17,6 +18,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000002_create_api_keys::Migration),
             Box::new(m20261130_000003_create_usage::Migration),
             Box::new(m20261130_000004_budget_scopes::Migration),
+            Box::new(m20261130_000005_token_limits::Migration),
         ]
     }
 }

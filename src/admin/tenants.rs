@@ -21,6 +21,9 @@ pub struct NewTenant {
     pub budget_mode: Option<String>,
     pub default_max_tokens: Option<u32>,
     pub allowed_routes: Option<Vec<String>>,
+    pub tpm_limit: Option<u64>,
+    pub daily_token_limit: Option<u64>,
+    pub monthly_token_limit: Option<u64>,
 }
 
 /// A partial update; `null` clears an optional limit.
@@ -38,6 +41,12 @@ pub struct TenantPatch {
     pub default_max_tokens: Option<Option<u32>>,
     #[serde(default, deserialize_with = "double_option")]
     pub allowed_routes: Option<Option<Vec<String>>>,
+    #[serde(default, deserialize_with = "double_option")]
+    pub tpm_limit: Option<Option<u64>>,
+    #[serde(default, deserialize_with = "double_option")]
+    pub daily_token_limit: Option<Option<u64>>,
+    #[serde(default, deserialize_with = "double_option")]
+    pub monthly_token_limit: Option<Option<u64>>,
 }
 
 #[expect(
@@ -62,6 +71,9 @@ pub struct TenantView {
     pub default_max_tokens: Option<u32>,
     pub allowed_routes: Option<Vec<String>>,
     pub feature_budgets: std::collections::BTreeMap<String, Nanos>,
+    pub tpm_limit: Option<u64>,
+    pub daily_token_limit: Option<u64>,
+    pub monthly_token_limit: Option<u64>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
@@ -81,6 +93,9 @@ impl From<&TenantRecord> for TenantView {
                 .as_ref()
                 .map(|routes| routes.iter().map(ToString::to_string).collect()),
             feature_budgets: t.feature_budgets.clone(),
+            tpm_limit: t.tpm_limit,
+            daily_token_limit: t.daily_token_limit,
+            monthly_token_limit: t.monthly_token_limit,
             created_at_ms: t.created_at_ms,
             updated_at_ms: t.updated_at_ms,
         }
@@ -115,6 +130,13 @@ fn positive(field: &str, value: u32) -> Result<i32, AdminError> {
         .ok()
         .filter(|v| *v > 0)
         .ok_or_else(|| invalid(field, "must be a positive integer"))
+}
+
+fn token_limit(value: u64) -> Result<i64, AdminError> {
+    i64::try_from(value)
+        .ok()
+        .filter(|v| *v > 0)
+        .ok_or_else(|| invalid("token limit", "must be a positive integer"))
 }
 
 fn routes_list(config: &Config, routes: &[String]) -> Result<String, AdminError> {
@@ -175,6 +197,9 @@ pub async fn create(
             .transpose()?),
         created_at_ms: Set(now_ms),
         updated_at_ms: Set(now_ms),
+        tpm_limit: Set(new.tpm_limit.map(token_limit).transpose()?),
+        daily_token_limit: Set(new.daily_token_limit.map(token_limit).transpose()?),
+        monthly_token_limit: Set(new.monthly_token_limit.map(token_limit).transpose()?),
     };
     Ok(repo::insert_tenant(db, model).await?)
 }
@@ -229,6 +254,15 @@ pub async fn update(
             .as_deref()
             .map(|r| routes_list(config, r))
             .transpose()?);
+    }
+    if let Some(limit) = patch.tpm_limit {
+        model.tpm_limit = Set(limit.map(token_limit).transpose()?);
+    }
+    if let Some(limit) = patch.daily_token_limit {
+        model.daily_token_limit = Set(limit.map(token_limit).transpose()?);
+    }
+    if let Some(limit) = patch.monthly_token_limit {
+        model.monthly_token_limit = Set(limit.map(token_limit).transpose()?);
     }
     model.updated_at_ms = Set(updated_at);
     Ok(repo::update_tenant(db, model).await?)

@@ -9,7 +9,7 @@ use super::headers;
 use crate::clock::{elapsed_ms, monotonic};
 use crate::error::ApiError;
 use crate::ids::RequestId;
-use crate::pipeline::chat::{OutcomeBody, rate_headers};
+use crate::pipeline::chat::{OutcomeBody, rate_headers, token_headers};
 use crate::pipeline::{RequestContext, RequestMeter, handle_chat};
 use crate::state::Gateway;
 use crate::telemetry::metrics::{Metric, counter_add, observe_ms};
@@ -66,6 +66,9 @@ pub async fn chat_completions(
                 response.insert_header((headers::MAX_TOKENS_CLAMPED, max_tokens.to_string()));
             }
             for header in rate_headers(&outcome.rate) {
+                response.insert_header(header);
+            }
+            for header in outcome.tokens.iter().flat_map(token_headers) {
                 response.insert_header(header);
             }
             match outcome.body {

@@ -58,6 +58,10 @@ pub struct TenantRecord {
     pub allowed_routes: Option<Vec<RouteName>>,
     /// Monthly budgets of single features (`X-Tollgate-Feature`) inside the tenant's.
     pub feature_budgets: BTreeMap<String, Nanos>,
+    /// Overrides of the tier's token limits.
+    pub tpm_limit: Option<u64>,
+    pub daily_token_limit: Option<u64>,
+    pub monthly_token_limit: Option<u64>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
@@ -81,6 +85,11 @@ impl TenantRecord {
                     .collect()
             }),
             feature_budgets: BTreeMap::new(),
+            tpm_limit: model.tpm_limit.and_then(|v| u64::try_from(v).ok()),
+            daily_token_limit: model.daily_token_limit.and_then(|v| u64::try_from(v).ok()),
+            monthly_token_limit: model
+                .monthly_token_limit
+                .and_then(|v| u64::try_from(v).ok()),
             created_at_ms: model.created_at_ms,
             updated_at_ms: model.updated_at_ms,
         }

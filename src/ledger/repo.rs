@@ -96,6 +96,39 @@ pub async fn committed_by_scope(
     Ok((keys, features))
 }
 
+#[derive(Debug, FromQueryResult)]
+struct TokenSum {
+    total: Option<i64>,
+}
+
+/// Tokens (prompt + completion) a tenant used on a UTC day and in a month.
+pub async fn tokens_used(
+    db: &DatabaseConnection,
+    tenant: &TenantId,
+    day: &str,
+    period: &str,
+) -> Result<(u64, u64), StorageError> {
+    let mut sums = [0u64; 2];
+    for (i, (column, value)) in [(usage::Column::Day, day), (usage::Column::Period, period)]
+        .into_iter()
+        .enumerate()
+    {
+        let row = usage::Entity::find()
+            .select_only()
+            .column_as(
+                Expr::cust("CAST(SUM(prompt_tokens + completion_tokens) AS BIGINT)"),
+                "total",
+            )
+            .filter(usage::Column::TenantId.eq(tenant.as_str()))
+            .filter(column.eq(value))
+            .into_model::<TokenSum>()
+            .one(db)
+            .await?;
+        sums[i] = u64::try_from(row.and_then(|r| r.total).unwrap_or(0)).unwrap_or(0);
+    }
+    Ok((sums[0], sums[1]))
+}
+
 /// What a spend report groups by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GroupBy {

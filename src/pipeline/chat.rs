@@ -25,6 +25,7 @@ use crate::provider::call::{self, CallHeaders, Opened, UpstreamBody, UpstreamRep
 use crate::provider::classify::{Class, classify_error, classify_status};
 use crate::state::Gateway;
 use crate::telemetry::metrics::{Metric, counter_add, observe_ms};
+use crate::tenant::tokens::{TokenLimitKind, TokenWindow};
 use crate::tenant::{QuotaError, RateDecision, ReservationGuard, ReservationMeta, ReserveRequest};
 
 use super::record::{self, AttemptRow};
@@ -43,6 +44,8 @@ pub struct ChatOutcome {
     pub clamped_max_tokens: Option<u32>,
     /// `hit` or `miss` on a route with caching on.
     pub cache: Option<&'static str>,
+    /// The tokens-per-minute window, when the tenant has one.
+    pub tokens: Option<TokenWindow>,
     pub body: OutcomeBody,
 }
 
@@ -179,6 +182,7 @@ fn serve_from_cache(
         rate,
         clamped_max_tokens: None,
         cache: Some("hit"),
+        tokens: None,
         body: OutcomeBody::Complete {
             body: hit.body,
             cost: Nanos::ZERO,
@@ -224,6 +228,11 @@ fn quota_error(error: &QuotaError) -> ApiError {
         QuotaError::Refused(refused) => {
             ApiError::new(ErrorCode::BudgetExceeded, refused.to_string())
         }
+        QuotaError::TokenLimited(refused) => {
+            // A wait past a day (a request larger than a minute's tokens) is not worth retrying.
+            let seconds = refused.retry_after_ms.div_ceil(1000).min(86_400 * 31);
+            ApiError::new(ErrorCode::TokenLimited, refused.to_string()).with_retry_after(seconds)
+        }
         QuotaError::Unavailable => ApiError::new(
             ErrorCode::QuotaUnavailable,
             "the tenant's budget state is unavailable; try again shortly",
@@ -233,8 +242,17 @@ fn quota_error(error: &QuotaError) -> ApiError {
 }
 
 fn budget_error(error: &QuotaError, rate: &RateDecision) -> ApiError {
-    if matches!(error, QuotaError::Refused(_)) {
-        counter_add(Metric::RejectionsTotal, &[("kind", "budget")], 1);
+    match error {
+        QuotaError::Refused(_) => counter_add(Metric::RejectionsTotal, &[("kind", "budget")], 1),
+        QuotaError::TokenLimited(refused) => {
+            let kind = match refused.kind {
+                TokenLimitKind::PerMinute => "rate_limit_tokens",
+                TokenLimitKind::Daily => "daily_tokens",
+                TokenLimitKind::Monthly => "monthly_tokens",
+            };
+            counter_add(Metric::RejectionsTotal, &[("kind", kind)], 1);
+        }
+        QuotaError::Unavailable => {}
     }
     with_rate_headers(quota_error(error), rate)
 }
@@ -242,6 +260,21 @@ fn budget_error(error: &QuotaError, rate: &RateDecision) -> ApiError {
 fn header(name: &'static str, value: &dyn std::fmt::Display) -> Option<(HeaderName, HeaderValue)> {
     let value = HeaderValue::from_str(&value.to_string()).ok()?;
     Some((HeaderName::from_static(name), value))
+}
+
+/// OpenAI's `x-ratelimit-*-tokens` headers.
+pub fn token_headers(window: &TokenWindow) -> Vec<(HeaderName, HeaderValue)> {
+    [
+        header("x-ratelimit-limit-tokens", &window.limit),
+        header("x-ratelimit-remaining-tokens", &window.remaining),
+        header(
+            "x-ratelimit-reset-tokens",
+            &format_args!("{}ms", window.reset_ms),
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 /// OpenAI's `x-ratelimit-*-requests` headers.
@@ -288,6 +321,7 @@ impl Dispatch<'_> {
     async fn run(&self, reservation: ReservationGuard) -> Result<ChatOutcome, ApiError> {
         let max_tokens = reservation.granted().max_tokens;
         let reserved = reservation.granted().amount;
+        let token_window = reservation.granted().tokens;
         let mut attempt_number = 0u32;
         let mut missing_envs = Vec::new();
         let mut last_failure: Option<String> = None;
@@ -403,6 +437,7 @@ impl Dispatch<'_> {
                     };
                     return Ok(ChatOutcome {
                         cache: self.cache_key.map(|_| "miss"),
+                        tokens: token_window,
                         provider: target.provider.to_string(),
                         model: target.model.clone(),
                         rate: self.rate,

@@ -94,7 +94,11 @@ pub async fn settle(
             cost.get() - reserved.get(),
         );
     }
-    match reservation.settle(cost).await {
+    let tokens = row
+        .usage
+        .prompt_tokens
+        .saturating_add(row.usage.completion_tokens);
+    match reservation.settle(cost, tokens).await {
         Ok(reply) if committed(&reply) => {
             row.charged = cost;
             reply.remaining

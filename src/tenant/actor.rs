@@ -10,7 +10,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use sea_orm::DatabaseConnection;
 
-use super::book::{Granted, Limits, QuotaBook, Refused};
+use super::book::{Granted, Limits, QuotaBook, Refusal};
 use super::messages::{
     CheckRate, GetStatus, Release, ReservationMeta, Reserve, Settle, SettleReply, UpdateLimits,
 };
@@ -162,6 +162,7 @@ impl Actor for TenantActor {
         let db = self.db.clone();
         let tenant = self.tenant.clone();
         let period = period::month_key(self.clock.now_ms());
+        let day = period::Date::from_unix_ms(self.clock.now_ms()).day_key();
         let load = async move {
             ledger.flush().await.map_err(|e| e.to_string())?;
             let committed = repo::committed_in_period(&db, &tenant, &period)
@@ -170,14 +171,18 @@ impl Actor for TenantActor {
             let scopes = repo::committed_by_scope(&db, &tenant, &period)
                 .await
                 .map_err(|e| e.to_string())?;
-            Ok::<_, String>((committed, scopes))
+            let tokens = repo::tokens_used(&db, &tenant, &day, &period)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>((committed, scopes, tokens))
         };
         // `wait` holds every message until the committed spend is known.
         ctx.wait(load.into_actor(self).map(|result, act, ctx| match result {
-            Ok((committed, (keys, features))) => {
+            Ok((committed, (keys, features), (today, this_month))) => {
                 let now = act.clock.now_ms();
                 act.book = QuotaBook::new(act.book.limits(), committed, now);
                 act.book.set_scope_committed(keys, features);
+                act.book.set_token_usage(today, this_month, now);
                 act.publish(now);
             }
             Err(error) => {
@@ -205,7 +210,7 @@ impl Handler<CheckRate> for TenantActor {
 }
 
 impl Handler<Reserve> for TenantActor {
-    type Result = Result<Granted, Refused>;
+    type Result = Result<Granted, Refusal>;
 
     fn handle(&mut self, msg: Reserve, _ctx: &mut Context<Self>) -> Self::Result {
         let now = self.touch();
@@ -222,7 +227,7 @@ impl Handler<Settle> for TenantActor {
     fn handle(&mut self, msg: Settle, _ctx: &mut Context<Self>) -> Self::Result {
         let now = self.touch();
         self.meta.remove(&msg.id);
-        let settled = self.book.settle(msg.id, msg.charged, now);
+        let settled = self.book.settle(msg.id, msg.charged, msg.tokens, now);
         self.publish(now);
         MessageResult(SettleReply {
             settled,
@@ -237,7 +242,7 @@ impl Handler<Release> for TenantActor {
     fn handle(&mut self, msg: Release, _ctx: &mut Context<Self>) {
         let now = self.touch();
         self.meta.remove(&msg.id);
-        self.book.release(msg.id);
+        self.book.release(msg.id, now);
         self.publish(now);
     }
 }

@@ -15,6 +15,8 @@ use crate::ids::{KeyId, ReservationId};
 use crate::money::{CostAccumulator, Nanos, PricePerMTok};
 use crate::period;
 
+use super::tokens::{TokenLimits, TokenQuota, TokenRefusal, TokenWindow};
+
 /// A token bucket's units per request: refilling `rpm` units per millisecond
 /// gives exactly `rpm` requests per minute in integers.
 const UNITS_PER_REQUEST: u64 = 60_000;
@@ -28,6 +30,7 @@ pub struct Limits {
     pub clamp_floor_tokens: u32,
     /// Monthly budgets of single features inside the tenant's.
     pub feature_budgets: BTreeMap<String, Nanos>,
+    pub tokens: TokenLimits,
 }
 
 /// Where a budget applies inside one tenant.
@@ -98,6 +101,17 @@ pub struct Granted {
     pub remaining: Option<Nanos>,
     /// `alert` mode let it pass although it does not fit.
     pub over_budget: bool,
+    /// The tokens-per-minute window after this admission, if the tenant has one.
+    pub tokens: Option<TokenWindow>,
+}
+
+/// Why a reservation was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error(transparent)]
+    Budget(#[from] Refused),
+    #[error(transparent)]
+    Tokens(#[from] TokenRefusal),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -134,6 +148,8 @@ struct Held {
     expires_at_ms: u64,
     key: KeyId,
     feature: String,
+    /// Tokens admitted against the token limits (input estimate + max_tokens).
+    tokens: u64,
 }
 
 #[derive(Debug)]
@@ -148,10 +164,12 @@ pub struct QuotaBook {
     features: HashMap<String, Totals>,
     held: HashMap<ReservationId, Held>,
     next_id: u64,
+    tokens: TokenQuota,
 }
 
 impl QuotaBook {
     pub fn new(limits: Limits, committed: Nanos, now_ms: u64) -> QuotaBook {
+        let limits_tokens = limits.tokens;
         QuotaBook {
             bucket_units: bucket_capacity(&limits),
             limits,
@@ -163,7 +181,13 @@ impl QuotaBook {
             features: HashMap::new(),
             held: HashMap::new(),
             next_id: 1,
+            tokens: TokenQuota::new(limits_tokens, 0, 0, now_ms),
         }
+    }
+
+    /// Tokens already used today and this month, from the ledger.
+    pub fn set_token_usage(&mut self, today: u64, this_month: u64, now_ms: u64) {
+        self.tokens = TokenQuota::new(self.limits.tokens, today, this_month, now_ms);
     }
 
     /// The period's committed spend per key and per feature, from the ledger.
@@ -187,6 +211,7 @@ impl QuotaBook {
     pub fn set_limits(&mut self, limits: Limits) {
         let capacity = bucket_capacity(&limits);
         self.bucket_units = self.bucket_units.min(capacity);
+        self.tokens.set_limits(limits.tokens);
         self.limits = limits;
     }
 
@@ -253,7 +278,7 @@ impl QuotaBook {
 
     /// Holds the worst case of a request against every budget that applies,
     /// all or nothing.
-    pub fn reserve(&mut self, request: ReserveRequest, now_ms: u64) -> Result<Granted, Refused> {
+    pub fn reserve(&mut self, request: ReserveRequest, now_ms: u64) -> Result<Granted, Refusal> {
         self.roll_period(now_ms);
         let mut max_tokens = request.max_tokens;
         let mut amount = worst_case(&request, max_tokens);
@@ -268,7 +293,8 @@ impl QuotaBook {
                         scope,
                         remaining,
                         needed: amount,
-                    });
+                    }
+                    .into());
                 }
                 BudgetMode::Clamp => {
                     let affordable = affordable_tokens(&request, remaining);
@@ -277,7 +303,8 @@ impl QuotaBook {
                             scope,
                             remaining,
                             needed: amount,
-                        });
+                        }
+                        .into());
                     }
                     max_tokens = u32::try_from(affordable)
                         .unwrap_or(u32::MAX)
@@ -288,6 +315,9 @@ impl QuotaBook {
                 BudgetMode::Alert => over_budget = true,
             }
         }
+        // Tokens are admitted last: a refusal here leaves the money untouched.
+        let tokens = request.input_tokens.saturating_add(u64::from(max_tokens));
+        let window = self.tokens.admit(tokens, now_ms)?;
         let id = ReservationId(self.next_id);
         self.next_id += 1;
         self.reserved = self.reserved.saturating_add(amount);
@@ -302,6 +332,7 @@ impl QuotaBook {
                 expires_at_ms: request.expires_at_ms,
                 key: request.key,
                 feature: request.feature,
+                tokens,
             },
         );
         Ok(Granted {
@@ -311,6 +342,7 @@ impl QuotaBook {
             clamped,
             remaining: self.remaining(),
             over_budget,
+            tokens: window,
         })
     }
 
@@ -331,22 +363,30 @@ impl QuotaBook {
     }
 
     /// Commits the real cost and releases the rest. Settling twice changes nothing.
-    pub fn settle(&mut self, id: ReservationId, charged: Nanos, now_ms: u64) -> Settled {
+    pub fn settle(
+        &mut self,
+        id: ReservationId,
+        charged: Nanos,
+        used_tokens: u64,
+        now_ms: u64,
+    ) -> Settled {
         self.roll_period(now_ms);
         let Some(held) = self.held.remove(&id) else {
             return Settled::AlreadyClosed;
         };
         self.close(&held, charged);
+        self.tokens.settle(held.tokens, used_tokens, now_ms);
         Settled::Committed {
             reserved: held.amount,
         }
     }
 
     /// Gives a reservation back whole (the request failed before any upstream cost).
-    pub fn release(&mut self, id: ReservationId) -> bool {
+    pub fn release(&mut self, id: ReservationId, now_ms: u64) -> bool {
         match self.held.remove(&id) {
             Some(held) => {
                 self.close(&held, Nanos::ZERO);
+                self.tokens.settle(held.tokens, 0, now_ms);
                 true
             }
             None => false,
@@ -368,6 +408,8 @@ impl QuotaBook {
         for id in expired {
             if let Some(held) = self.held.remove(&id) {
                 self.close(&held, held.amount);
+                // As with money: what the upstream may have used counts.
+                self.tokens.settle(held.tokens, held.tokens, now_ms);
                 committed.push((id, held.amount));
             }
         }
@@ -445,6 +487,14 @@ mod tests {
             mode,
             clamp_floor_tokens: 10,
             feature_budgets: BTreeMap::new(),
+            tokens: TokenLimits::default(),
+        }
+    }
+
+    fn budget_refusal(result: Result<Granted, Refusal>) -> Refused {
+        match result {
+            Err(Refusal::Budget(refused)) => refused,
+            other => panic!("expected a budget refusal, got {other:?}"),
         }
     }
 
@@ -473,7 +523,7 @@ mod tests {
             ..request(100_000)
         };
         // 0.002 + 0.8 > 0.5
-        let refused = book.reserve(search.clone(), NOW).unwrap_err();
+        let refused = budget_refusal(book.reserve(search.clone(), NOW));
         assert_eq!(refused.scope, Scope::Feature("search".into()));
         assert_eq!(refused.remaining.to_string(), "0.5");
         assert!(
@@ -498,9 +548,9 @@ mod tests {
         };
         let first = book.reserve(keyed.clone(), NOW).unwrap();
         // 0.802 held; a second worst case of 0.802 does not fit in the key's 1.
-        let refused = book.reserve(keyed.clone(), NOW).unwrap_err();
+        let refused = budget_refusal(book.reserve(keyed.clone(), NOW));
         assert_eq!(refused.scope, Scope::Key(KeyId::new("k1")));
-        book.settle(first.id, Nanos::parse_decimal("0.1").unwrap(), NOW);
+        book.settle(first.id, Nanos::parse_decimal("0.1").unwrap(), 0, NOW);
         assert!(
             book.reserve(keyed.clone(), NOW).is_ok(),
             "0.1 committed leaves room"
@@ -527,7 +577,7 @@ mod tests {
             HashMap::from([("chat".to_owned(), Nanos::parse_decimal("0.9").unwrap())]),
         );
         assert_eq!(
-            book.reserve(request(100_000), NOW).unwrap_err().scope,
+            budget_refusal(book.reserve(request(100_000), NOW)).scope,
             Scope::Feature("chat".into())
         );
         let december = period::Date::parse("2026-12-01").unwrap().start_unix_ms();
@@ -542,8 +592,8 @@ mod tests {
         // 1000 input at 2/M + 200000 output at 8/M = 0.002 + 1.6
         let first = book.reserve(request(200_000), NOW).unwrap();
         assert_eq!(first.amount.to_string(), "1.602");
-        book.settle(first.id, Nanos::parse_decimal("4").unwrap(), NOW);
-        let refused = book.reserve(request(200_000), NOW).unwrap_err();
+        book.settle(first.id, Nanos::parse_decimal("4").unwrap(), 0, NOW);
+        let refused = budget_refusal(book.reserve(request(200_000), NOW));
         assert_eq!(refused.remaining.to_string(), "1");
         assert_eq!(refused.needed.to_string(), "1.602");
         assert_eq!(book.status(NOW).committed.to_string(), "4");
@@ -555,14 +605,14 @@ mod tests {
         let granted = book.reserve(request(100), NOW).unwrap();
         let charged = Nanos::new(500);
         assert!(matches!(
-            book.settle(granted.id, charged, NOW),
+            book.settle(granted.id, charged, 0, NOW),
             Settled::Committed { .. }
         ));
         assert_eq!(
-            book.settle(granted.id, charged, NOW),
+            book.settle(granted.id, charged, 0, NOW),
             Settled::AlreadyClosed
         );
-        assert!(!book.release(granted.id));
+        assert!(!book.release(granted.id, NOW));
         let status = book.status(NOW);
         assert_eq!((status.committed, status.reserved), (charged, Nanos::ZERO));
     }
@@ -579,7 +629,7 @@ mod tests {
             (granted.amount, Nanos::ZERO)
         );
         assert_eq!(
-            book.settle(granted.id, Nanos::new(1), NOW),
+            book.settle(granted.id, Nanos::new(1), 0, NOW),
             Settled::AlreadyClosed
         );
     }

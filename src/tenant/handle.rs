@@ -6,11 +6,12 @@
 use actix::{Addr, MailboxError};
 
 use super::actor::TenantActor;
-use super::book::{BudgetStatus, Granted, RateDecision, Refused, ReserveRequest, Settled};
+use super::book::{BudgetStatus, Granted, RateDecision, Refusal, Refused, ReserveRequest, Settled};
 use super::messages::{
     CheckRate, GetStatus, Release, ReservationMeta, Reserve, Settle, SettleReply,
 };
 use super::registry::TenantRegistry;
+use super::tokens::TokenRefusal;
 use crate::directory::TenantRecord;
 use crate::money::Nanos;
 
@@ -18,6 +19,8 @@ use crate::money::Nanos;
 pub enum QuotaError {
     #[error(transparent)]
     Refused(#[from] Refused),
+    #[error(transparent)]
+    TokenLimited(#[from] TokenRefusal),
     #[error("the tenant's quota state is unavailable")]
     Unavailable,
 }
@@ -71,7 +74,13 @@ impl TenantHandle {
         request: ReserveRequest,
         meta: ReservationMeta,
     ) -> Result<ReservationGuard, QuotaError> {
-        let granted = self.call(Reserve { request, meta }).await??;
+        let granted =
+            self.call(Reserve { request, meta })
+                .await?
+                .map_err(|refusal| match refusal {
+                    Refusal::Budget(refused) => QuotaError::Refused(refused),
+                    Refusal::Tokens(refused) => QuotaError::TokenLimited(refused),
+                })?;
         Ok(ReservationGuard {
             handle: self.clone(),
             granted,
@@ -98,11 +107,12 @@ impl ReservationGuard {
     }
 
     /// Commits the real cost; the rest of the reservation is released.
-    pub async fn settle(mut self, charged: Nanos) -> Result<SettleReply, QuotaError> {
+    pub async fn settle(mut self, charged: Nanos, tokens: u64) -> Result<SettleReply, QuotaError> {
         self.closed = true;
         let msg = Settle {
             id: self.granted.id,
             charged,
+            tokens,
         };
         // Once the settle is sent the actor applies it even if this future is dropped.
         self.handle

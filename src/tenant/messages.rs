@@ -3,7 +3,7 @@
 
 use actix::Message;
 
-use super::book::{BudgetStatus, Granted, Limits, RateDecision, Refused, ReserveRequest, Settled};
+use super::book::{BudgetStatus, Granted, Limits, RateDecision, Refusal, ReserveRequest, Settled};
 use crate::ids::{KeyId, RequestId, ReservationId};
 use crate::money::Nanos;
 
@@ -24,7 +24,7 @@ pub struct ReservationMeta {
 }
 
 #[derive(Message, Clone)]
-#[rtype(result = "Result<Granted, Refused>")]
+#[rtype(result = "Result<Granted, Refusal>")]
 pub struct Reserve {
     pub request: ReserveRequest,
     pub meta: ReservationMeta,
@@ -35,6 +35,8 @@ pub struct Reserve {
 pub struct Settle {
     pub id: ReservationId,
     pub charged: Nanos,
+    /// Tokens the call really used (prompt + completion), for the token limits.
+    pub tokens: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

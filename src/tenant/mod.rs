@@ -7,8 +7,10 @@ pub mod book;
 pub mod handle;
 pub mod messages;
 pub mod registry;
+pub mod tokens;
 
-pub use book::{BudgetStatus, Granted, Limits, RateDecision, Refused, ReserveRequest};
+pub use book::{BudgetStatus, Granted, Limits, RateDecision, Refusal, Refused, ReserveRequest};
 pub use handle::{QuotaError, ReservationGuard, TenantHandle};
 pub use messages::ReservationMeta;
 pub use registry::TenantRegistry;
+pub use tokens::{TokenLimits, TokenRefusal, TokenWindow};

@@ -13,6 +13,7 @@ use super::actor::TenantActor;
 use super::book::Limits;
 use super::handle::TenantHandle;
 use super::messages::UpdateLimits;
+use super::tokens::TokenLimits;
 use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::directory::TenantRecord;
@@ -95,6 +96,11 @@ impl TenantRegistry {
             mode: tenant.budget_mode,
             clamp_floor_tokens: config.billing.clamp_floor_tokens,
             feature_budgets: tenant.feature_budgets.clone(),
+            tokens: TokenLimits {
+                tpm: tenant.tpm_limit.or(tier.tpm),
+                daily: tenant.daily_token_limit.or(tier.daily_tokens),
+                monthly: tenant.monthly_token_limit.or(tier.monthly_tokens),
+            },
         })
     }
 

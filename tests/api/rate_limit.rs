@@ -63,3 +63,66 @@ async fn the_token_bucket_refills_with_the_injected_clock() {
     assert_eq!(app.chat(&key, &chat_body("fast")).await.status, 200);
     assert_eq!(app.chat(&key, &chat_body("fast")).await.status, 429);
 }
+
+#[actix_web::test]
+async fn tokens_per_minute_are_charged_at_admission_corrected_after_and_refused_with_429() {
+    let app = spawn_app(
+        TestSetup::new()
+            .route("long", &["primary/usage-10-0-900"])
+            .tier("free", &["long"], 1000, 900),
+    )
+    .await;
+    let (_tenant, key) = app
+        .tenant_with_key("free", json!({"tpm_limit": 1000}))
+        .await;
+
+    let first = app.chat(&key, &chat_body("long")).await;
+    assert_eq!(first.status, 200, "{}", first.raw);
+    assert_eq!(first.header("x-ratelimit-limit-tokens"), Some("1000"));
+    let remaining: u64 = first
+        .header("x-ratelimit-remaining-tokens")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(remaining < 100, "about 900 tokens admitted: {remaining}");
+
+    let second = app.chat(&key, &chat_body("long")).await;
+    assert_eq!(second.status, 429, "{}", second.raw);
+    assert_eq!(second.error_code(), "token_limit_exceeded");
+    assert!(
+        second.error_message().contains("tokens per minute"),
+        "{}",
+        second.raw
+    );
+    let retry_after: u64 = second.header("retry-after").unwrap().parse().unwrap();
+    assert!((40..=60).contains(&retry_after), "{retry_after}");
+    assert_eq!(app.fake.stats.requests(), 1);
+}
+
+#[actix_web::test]
+async fn a_daily_token_limit_counts_what_calls_really_used() {
+    let app = spawn_app(
+        TestSetup::new()
+            .route("small", &["primary/usage-10-0-5"])
+            .route("long", &["primary/usage-10-0-900"])
+            .tier("free", &["small", "long"], 1000, 900),
+    )
+    .await;
+    let (_tenant, key) = app
+        .tenant_with_key("free", json!({"daily_token_limit": 1500}))
+        .await;
+
+    // Each `small` call is admitted at about 910 tokens but uses 15: without the correction
+    // at settlement the second one would already pass 1500.
+    for _ in 0..5 {
+        assert_eq!(app.chat(&key, &chat_body("small")).await.status, 200);
+    }
+    assert_eq!(app.chat(&key, &chat_body("long")).await.status, 200);
+    let refused = app.chat(&key, &chat_body("long")).await;
+    assert_eq!(refused.status, 429, "{}", refused.raw);
+    assert!(
+        refused.error_message().contains("daily tokens"),
+        "{}",
+        refused.raw
+    );
+}
