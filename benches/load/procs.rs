@@ -143,10 +143,7 @@ pub fn cpu_ticks(pid: u32) -> Option<u64> {
 /// CPU ticks of a process and its direct children (nginx's master and workers).
 pub fn cpu_ticks_with_children(pid: u32) -> Option<u64> {
     let own = cpu_ticks(pid)?;
-    let children: u64 = processes()
-        .filter(|(_, ppid, _)| *ppid == pid)
-        .filter_map(|(child, _, _)| cpu_ticks(child))
-        .sum();
+    let children: u64 = children_of(pid).into_iter().filter_map(cpu_ticks).sum();
     Some(own + children)
 }
 
@@ -175,6 +172,14 @@ pub fn busy_neighbours() -> Vec<String> {
         .collect();
     names.sort();
     names
+}
+
+/// The direct children of a process.
+pub fn children_of(parent: u32) -> Vec<u32> {
+    processes()
+        .filter(|(_, ppid, _)| *ppid == parent)
+        .map(|(pid, _, _)| pid)
+        .collect()
 }
 
 /// (pid, parent pid, command name) of every process.
@@ -217,6 +222,7 @@ pub struct CpuSample {
 }
 
 impl CpuSample {
+    /// `our_pids`: every process of the harness, grandchildren (nginx's workers) included.
     pub fn take(our_pids: &[u32]) -> Option<Self> {
         let stat = std::fs::read_to_string("/proc/stat").ok()?;
         let fields: Vec<u64> = stat
@@ -229,10 +235,8 @@ impl CpuSample {
         // user nice system idle iowait irq softirq steal (guest time is inside user).
         let total: u64 = fields.iter().take(8).sum();
         let idle = fields.get(3)? + fields.get(4)?;
-        let ours = our_pids
-            .iter()
-            .filter_map(|pid| cpu_ticks_with_children(*pid))
-            .sum();
+        // Each process on its own: the harness's children are in the list too.
+        let ours = our_pids.iter().filter_map(|pid| cpu_ticks(*pid)).sum();
         Some(Self {
             busy: total.saturating_sub(idle),
             total,

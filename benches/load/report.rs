@@ -52,15 +52,23 @@ pub struct Results {
     pub noisy_runs: usize,
     pub waited_for_quiet_s: u64,
     pub elapsed_s: u64,
+    pub priority: String,
 }
 
-pub const GENERATOR: &str = "built into the harness: raw HTTP/1.1 over tokio TcpStream keep-alive connections on one runtime thread, plus one pacing thread for open-loop";
+pub const GENERATOR: &str = "written for this harness: raw HTTP/1.1 over tokio TcpStream keep-alive connections on one runtime thread, plus one pacing thread for open-loop";
 
 pub const NOT_MEASURED: [&str; 3] = [
     "streaming: added time to first token and per-chunk relay (target p99 ≤ 1 ms)",
     "Redis mode: shared limits and budgets (target p99 added ≤ 2 ms at 1,000 req/s)",
     "1,000 requests in flight with a 2 s upstream delay: memory and file descriptors (target ≤ 150 MB resident, flat over 10 minutes)",
 ];
+
+fn capitalized(text: &str) -> String {
+    let mut chars = text.chars();
+    chars.next().map_or_else(String::new, |first| {
+        first.to_uppercase().chain(chars).collect()
+    })
+}
 
 pub fn progress(plan: &CellPlan, run: &Run) {
     let mut line = format!(
@@ -147,7 +155,7 @@ fn latency(summary: Option<&Summary>) -> Option<&Percentiles> {
 fn problems(summary: Option<&Summary>) -> String {
     match summary {
         Some(s) if s.errors > 0 || s.unfinished > 0 => {
-            format!("{} errors, {} unfinished", s.errors, s.unfinished)
+            format!("errors {}, unfinished {}", s.errors, s.unfinished)
         }
         Some(_) => "0".to_owned(),
         None => "—".to_owned(),
@@ -395,6 +403,7 @@ fn machine_section(results: &Results) -> String {
          - memory: {mem}; {os}, Linux {kernel}\n\
          - {rustc}; gateway built from {source} with the release profile\n\
          - reference: {nginx}\n\
+         - the harness ran at {priority}\n\
          - load average when the run started: {load}\n\n\
          The load generator, the fake upstream, the gateway and nginx all share these {cpus} cores, \
          so every figure includes their contention.\n",
@@ -406,6 +415,7 @@ fn machine_section(results: &Results) -> String {
         rustc = m.rustc,
         source = m.source,
         nginx = results.nginx,
+        priority = results.priority,
         load = m.load_at_start,
     );
     if results.noisy_runs > 0 {
@@ -430,8 +440,9 @@ fn method_section(results: &Results) -> String {
         doc,
         "{COMMAND} -- --quick   # a smoke run (fewer cells, one 1 s run each); writes target/load/results-quick.json only"
     );
-    doc.push_str("```\n\nOptions after `--`: `--runs N` (default 3), `--seconds S` (measured seconds per run, default 3), \
-        `--wait-quiet S` (seconds the run may wait in total, before its measurements, for other busy processes on the machine to finish; default 90), `--nginx-workers N` (default 2), `--skip-nginx`.\n\n");
+    doc.push_str("```\n\nOptions after `--`: `--runs N` (default 3), `--seconds S` (measured seconds per run, default 2.5), \
+        `--wait-quiet S` (seconds the run may wait in total, before its measurements, for other busy processes on the machine to finish; default 60), \
+        `--nginx-workers N` (default 2), `--skip-nginx`, `--no-renice`.\n\n");
     let _ = writeln!(
         doc,
         "This run took {} s, {} s of it waiting for other busy processes to finish.\n",
@@ -483,12 +494,13 @@ fn method_section(results: &Results) -> String {
     }
     let _ = writeln!(
         doc,
-        "\n**Load generator.** {GENERATOR}. It is written for this harness rather than taken from elsewhere \
-         (nothing is downloaded): wrk/oha-style tools are not installed here, `awc` would spend more client CPU per \
+        "\n**Load generator.** {generator}. Why not another tool: nothing is downloaded, \
+         wrk/oha-style tools are not installed here, `awc` would spend more client CPU per \
          request (a full HTTP client with header maps and a connection pool) on cores the gateway needs, \
          and an open-loop schedule needs due-time bookkeeping that closed-loop tools lack. \
          The request bytes are built once per connection and only the request number is patched in; the response is parsed just far enough \
-         to find its status and end. It shares the two cores with everything else: its own CPU time per request is in the closed-loop table.\n"
+         to find its status and end. It shares the two cores with everything else: its own CPU time per request is in the closed-loop table.\n",
+        generator = capitalized(GENERATOR),
     );
     doc
 }

@@ -119,6 +119,7 @@ impl Stack {
         pids.extend(self.fakes.iter().map(|fake| fake.process.pid()));
         if let Nginx::Running { process, .. } = &self.nginx {
             pids.push(process.pid());
+            pids.extend(crate::procs::children_of(process.pid()));
         }
         pids
     }
