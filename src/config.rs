@@ -77,6 +77,8 @@ struct RawConfig {
     #[serde(default)]
     cache: CacheConfig,
     #[serde(default)]
+    alerts: AlertsConfig,
+    #[serde(default)]
     providers: BTreeMap<String, RawProvider>,
     #[serde(default)]
     routes: BTreeMap<String, RawRoute>,
@@ -139,6 +141,42 @@ impl Default for ServerConfig {
             request_timeout_ms: default_request_timeout_ms(),
             tenant_arbiters: default_tenant_arbiters(),
             max_concurrent_drains: default_max_concurrent_drains(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertsConfig {
+    /// Receives `{"tenant", "period", "committed", "budget", "threshold"}` as a JSON POST.
+    pub webhook_url: Option<String>,
+    /// Percentages of a tenant's monthly budget; each fires once per period.
+    #[serde(default = "default_alert_thresholds")]
+    pub thresholds_percent: Vec<u32>,
+    #[serde(default = "default_alert_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Delivery attempts per alert (with backoff between them).
+    #[serde(default = "default_alert_attempts")]
+    pub attempts: u32,
+}
+
+fn default_alert_thresholds() -> Vec<u32> {
+    vec![80, 100]
+}
+fn default_alert_timeout_ms() -> u64 {
+    2000
+}
+fn default_alert_attempts() -> u32 {
+    3
+}
+
+impl Default for AlertsConfig {
+    fn default() -> Self {
+        AlertsConfig {
+            webhook_url: None,
+            thresholds_percent: default_alert_thresholds(),
+            timeout_ms: default_alert_timeout_ms(),
+            attempts: default_alert_attempts(),
         }
     }
 }
@@ -528,6 +566,7 @@ pub struct Config {
     pub tokenizer: TokenizerConfig,
     pub telemetry: TelemetryConfig,
     pub cache: CacheConfig,
+    pub alerts: AlertsConfig,
     pub providers: HashMap<ProviderName, Provider>,
     pub routes: HashMap<RouteName, Route>,
     pub tiers: HashMap<String, Tier>,
@@ -632,6 +671,7 @@ fn validate(raw: RawConfig, env: &dyn EnvSource) -> Result<Config, ConfigError> 
         tokenizer: raw.tokenizer,
         telemetry: raw.telemetry,
         cache: raw.cache,
+        alerts: raw.alerts,
         providers,
         routes,
         tiers,

@@ -24,6 +24,7 @@ pub enum Metric {
     ReservationChargeRatio,
     ReservationOverrunNanosTotal,
     ReservationsOrphanedTotal,
+    BudgetAlertsTotal,
     RejectionsTotal,
     StreamInterruptionsTotal,
     CacheRequestsTotal,
@@ -37,7 +38,7 @@ pub enum Metric {
 }
 
 impl Metric {
-    pub const ALL: [Metric; 24] = [
+    pub const ALL: [Metric; 25] = [
         Metric::RequestsTotal,
         Metric::RequestDurationSeconds,
         Metric::GatewayOverheadSeconds,
@@ -52,6 +53,7 @@ impl Metric {
         Metric::ReservationChargeRatio,
         Metric::ReservationOverrunNanosTotal,
         Metric::ReservationsOrphanedTotal,
+        Metric::BudgetAlertsTotal,
         Metric::RejectionsTotal,
         Metric::StreamInterruptionsTotal,
         Metric::CacheRequestsTotal,
@@ -80,6 +82,7 @@ impl Metric {
             Metric::ReservationChargeRatio => "tollgate_reservation_charge_ratio",
             Metric::ReservationOverrunNanosTotal => "tollgate_reservation_overrun_nanos_total",
             Metric::ReservationsOrphanedTotal => "tollgate_reservations_orphaned_total",
+            Metric::BudgetAlertsTotal => "tollgate_budget_alerts_total",
             Metric::RejectionsTotal => "tollgate_rejections_total",
             Metric::StreamInterruptionsTotal => "tollgate_stream_interruptions_total",
             Metric::CacheRequestsTotal => "tollgate_cache_requests_total",
@@ -128,6 +131,9 @@ impl Metric {
             Metric::ReservationOverrunNanosTotal => "Charged cost above its reservation.",
             Metric::ReservationsOrphanedTotal => {
                 "Reservations that expired unsettled and were committed."
+            }
+            Metric::BudgetAlertsTotal => {
+                "Budget thresholds crossed, by threshold percent (once per tenant and period)."
             }
             Metric::RejectionsTotal => "Requests refused before the upstream, by kind.",
             Metric::StreamInterruptionsTotal => {

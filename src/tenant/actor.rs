@@ -4,18 +4,20 @@
 //! spend from the ledger (after flushing it) before answering anything.
 
 use std::collections::HashMap;
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use actix::prelude::*;
 use sea_orm::DatabaseConnection;
 
+use super::alerts::{self, AlertBook, AlertNotice};
 use super::book::{Granted, Limits, QuotaBook, Refusal};
 use super::messages::{
     CheckRate, GetStatus, Release, ReservationMeta, Reserve, Settle, SettleReply, UpdateLimits,
 };
 use super::registry::RegistryInner;
 use crate::clock::SharedClock;
+use crate::config::AlertsConfig;
 use crate::ids::{EventId, ReservationId, TenantId};
 use crate::ledger::{AttemptStatus, LedgerHandle, UsageEvent, UsageKind, repo};
 use crate::money::Nanos;
@@ -31,6 +33,15 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 const IDLE_STOP_MS: u64 = 5 * 60 * 1000;
 const MAILBOX_CAPACITY: usize = 4096;
 
+/// What every tenant actor shares.
+pub struct TenantDeps {
+    pub clock: SharedClock,
+    pub ledger: LedgerHandle,
+    pub db: DatabaseConnection,
+    pub price_version: String,
+    pub alerts_config: Arc<AlertsConfig>,
+}
+
 pub struct TenantActor {
     tenant: TenantId,
     /// The tenant's metric label (bounded by `TenantLabels`).
@@ -43,23 +54,25 @@ pub struct TenantActor {
     price_version: String,
     last_active_ms: u64,
     registry: Weak<RegistryInner>,
+    alerts: AlertBook,
+    alerts_config: Arc<AlertsConfig>,
 }
 
 impl TenantActor {
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "the actor's dependencies, passed once at start"
-    )]
     pub(super) fn new(
         tenant: TenantId,
         label: String,
         limits: Limits,
-        clock: SharedClock,
-        ledger: LedgerHandle,
-        db: DatabaseConnection,
-        price_version: String,
+        deps: TenantDeps,
         registry: Weak<RegistryInner>,
     ) -> TenantActor {
+        let TenantDeps {
+            clock,
+            ledger,
+            db,
+            price_version,
+            alerts_config,
+        } = deps;
         let now = clock.now_ms();
         TenantActor {
             tenant,
@@ -72,6 +85,27 @@ impl TenantActor {
             price_version,
             last_active_ms: now,
             registry,
+            alerts: AlertBook::new(&alerts_config.thresholds_percent),
+            alerts_config,
+        }
+    }
+
+    /// Fires the budget thresholds committed spend has newly crossed.
+    fn check_alerts(&mut self, now: u64) {
+        let status = self.book.status(now);
+        let Some(budget) = status.budget else { return };
+        for threshold in self
+            .alerts
+            .crossed(&status.period, status.committed, Some(budget))
+        {
+            let notice = AlertNotice {
+                tenant: self.tenant.to_string(),
+                period: status.period.clone(),
+                committed: status.committed,
+                budget,
+                threshold,
+            };
+            alerts::fire(&self.alerts_config, notice);
         }
     }
 
@@ -113,6 +147,7 @@ impl TenantActor {
         }
         if any {
             self.publish(now);
+            self.check_alerts(now);
         }
         let idle = now.saturating_sub(self.last_active_ms) >= IDLE_STOP_MS;
         if idle && self.book.outstanding() == 0 {
@@ -183,6 +218,9 @@ impl Actor for TenantActor {
                 act.book = QuotaBook::new(act.book.limits(), committed, now);
                 act.book.set_scope_committed(keys, features);
                 act.book.set_token_usage(today, this_month, now);
+                // Thresholds passed before this actor started were reported by an earlier one.
+                let status = act.book.status(now);
+                let _ = act.alerts.crossed(&status.period, status.committed, status.budget);
                 act.publish(now);
             }
             Err(error) => {
@@ -229,6 +267,7 @@ impl Handler<Settle> for TenantActor {
         self.meta.remove(&msg.id);
         let settled = self.book.settle(msg.id, msg.charged, msg.tokens, now);
         self.publish(now);
+        self.check_alerts(now);
         MessageResult(SettleReply {
             settled,
             remaining: self.book.remaining(),

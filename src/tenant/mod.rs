@@ -3,6 +3,7 @@
 //! remaining budget. Handlers talk to it through `TenantHandle`.
 
 pub mod actor;
+pub mod alerts;
 pub mod book;
 pub mod handle;
 pub mod messages;

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use actix::{Actor, Addr, Arbiter, ArbiterHandle};
 use sea_orm::DatabaseConnection;
 
-use super::actor::TenantActor;
+use super::actor::{TenantActor, TenantDeps};
 use super::book::Limits;
 use super::handle::TenantHandle;
 use super::messages::UpdateLimits;
@@ -132,21 +132,17 @@ impl TenantRegistry {
         let index = usize::try_from(hasher.finish() % n as u64).unwrap_or(0);
         let arbiter = &self.inner.arbiters[index];
         let inner = &self.inner;
-        let (clock, ledger, db) = (inner.clock.clone(), inner.ledger.clone(), inner.db.clone());
-        let price_version = inner.config.price_version.clone();
+        let deps = TenantDeps {
+            clock: inner.clock.clone(),
+            ledger: inner.ledger.clone(),
+            db: inner.db.clone(),
+            price_version: inner.config.price_version.clone(),
+            alerts_config: Arc::new(inner.config.alerts.clone()),
+        };
         let registry = Arc::downgrade(&self.inner);
         let label = inner.labels.label(tenant.as_str());
         TenantActor::start_in_arbiter(arbiter, move |_ctx| {
-            TenantActor::new(
-                tenant,
-                label,
-                limits,
-                clock,
-                ledger,
-                db,
-                price_version,
-                registry,
-            )
+            TenantActor::new(tenant, label, limits, deps, registry)
         })
     }
 

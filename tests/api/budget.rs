@@ -309,3 +309,68 @@ async fn a_key_budget_caps_that_key_only() {
     assert_eq!(raised.body["monthly_budget"], "10");
     assert_eq!(app.chat(&capped_key, &chat_body("fast")).await.status, 200);
 }
+
+#[actix_web::test]
+async fn alert_mode_passes_and_the_webhook_fires_once_at_80_and_once_at_100_percent() {
+    use std::sync::{Arc, Mutex};
+    let received: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let sink = received.clone();
+    let receiver = actix_web::HttpServer::new(move || {
+        let sink = sink.clone();
+        actix_web::App::new().route(
+            "/hook",
+            actix_web::web::post().to(move |body: actix_web::web::Json<serde_json::Value>| {
+                let sink = sink.clone();
+                async move {
+                    sink.lock().unwrap().push(body.into_inner());
+                    actix_web::HttpResponse::Ok().finish()
+                }
+            }),
+        )
+    })
+    .workers(1)
+    .disable_signals()
+    .bind("127.0.0.1:0")
+    .unwrap();
+    let hook = format!("http://{}/hook", receiver.addrs()[0]);
+    actix_rt::spawn(receiver.run());
+    let app = spawn_app(
+        TestSetup::new()
+            .route("fast", &["primary/usage-0-0-125000"])
+            .tier("free", &["fast"], 1000, 100)
+            .raw(&format!("[alerts]\nwebhook_url = \"{hook}\"")),
+    )
+    .await;
+    let (tenant, key) = app
+        .tenant_with_key(
+            "free",
+            json!({"monthly_budget": "5", "budget_mode": "alert"}),
+        )
+        .await;
+
+    // Each call costs 1: 4 reach 80%, 5 reach 100%, alert mode lets the 6th pass at 120%.
+    for _ in 0..6 {
+        assert_eq!(app.chat(&key, &chat_body("fast")).await.status, 200);
+    }
+
+    for _ in 0..100 {
+        if received.lock().unwrap().len() >= 2 {
+            break;
+        }
+        actix_rt::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // Give a duplicate the chance to arrive before counting.
+    actix_rt::time::sleep(std::time::Duration::from_millis(300)).await;
+    let alerts = received.lock().unwrap().clone();
+    let thresholds: Vec<u64> = alerts
+        .iter()
+        .map(|a| a["threshold"].as_u64().unwrap())
+        .collect();
+    assert_eq!(thresholds, vec![80, 100], "{alerts:?}");
+    assert_eq!(alerts[0]["tenant"], tenant.as_str());
+    assert_eq!(alerts[0]["committed"], "4");
+    assert_eq!(alerts[0]["budget"], "5");
+    assert_eq!(alerts[1]["committed"], "5");
+    assert!(alerts[0]["period"].as_str().is_some());
+    assert_eq!(app.budget(&tenant).await["committed"], "6");
+}
