@@ -383,6 +383,11 @@ struct RawProvider {
     timeout_ms: u64,
     #[serde(default = "default_max_concurrency")]
     max_concurrency: u32,
+    /// Calls waiting for a slot beyond `max_concurrency`; past it the next target is tried.
+    #[serde(default = "default_max_queue")]
+    max_queue: usize,
+    #[serde(default = "default_queue_timeout_ms")]
+    queue_timeout_ms: u64,
     #[serde(default = "default_breaker_failures")]
     breaker_failures: u32,
     #[serde(default = "default_breaker_cooldown_ms")]
@@ -415,6 +420,12 @@ fn default_provider_timeout_ms() -> u64 {
 }
 fn default_max_concurrency() -> u32 {
     1024
+}
+fn default_max_queue() -> usize {
+    256
+}
+fn default_queue_timeout_ms() -> u64 {
+    2000
 }
 fn default_breaker_failures() -> u32 {
     5
@@ -509,6 +520,8 @@ pub struct Provider {
     pub api_key: Option<Secret>,
     pub timeout_ms: u64,
     pub max_concurrency: u32,
+    pub max_queue: usize,
+    pub queue_timeout_ms: u64,
     pub breaker_failures: u32,
     pub breaker_cooldown_ms: u64,
     pub first_token_timeout_ms: u64,
@@ -724,6 +737,8 @@ fn validate_providers(
                 api_key,
                 timeout_ms: p.timeout_ms,
                 max_concurrency: p.max_concurrency,
+                max_queue: p.max_queue,
+                queue_timeout_ms: p.queue_timeout_ms,
                 breaker_failures: p.breaker_failures.max(1),
                 breaker_cooldown_ms: p.breaker_cooldown_ms,
                 first_token_timeout_ms: p.first_token_timeout_ms.max(1),

@@ -1,8 +1,14 @@
-//! ProviderActor: admits or skips calls to one upstream (breaker and
-//! concurrency limit) and learns from their classified outcomes. A `Permit`
-//! reports back exactly once: with an outcome, or as abandoned on drop.
+//! ProviderActor: admits, queues or skips calls to one upstream (breaker,
+//! concurrency limit, bounded queue) and learns from their classified
+//! outcomes. A `Permit` reports back exactly once: with an outcome, or as
+//! abandoned on drop — also when it dies unreceived in a timed-out waiter's
+//! channel, so a slot can never leak.
+
+use std::collections::VecDeque;
+use std::time::Duration;
 
 use actix::prelude::*;
+use tokio::sync::oneshot;
 
 use super::breaker::{Breaker, BreakerState};
 use crate::clock::SharedClock;
@@ -17,8 +23,10 @@ const MAILBOX_CAPACITY: usize = 4096;
 pub enum Skip {
     #[error("circuit breaker open")]
     BreakerOpen,
-    #[error("at its concurrency limit")]
-    AtCapacity,
+    #[error("at its concurrency limit with a full queue")]
+    QueueFull,
+    #[error("no slot within the queue timeout")]
+    QueueTimeout,
     #[error("provider actor stopped")]
     Stopped,
 }
@@ -34,8 +42,14 @@ pub enum Verdict {
     Abandoned,
 }
 
+/// A slot now (with whether it is a half-open probe), or a place in the queue.
+enum Admission {
+    Now(bool),
+    Queued(oneshot::Receiver<Permit>),
+}
+
 #[derive(Message)]
-#[rtype(result = "Result<bool, Skip>")]
+#[rtype(result = "Result<Admission, Skip>")]
 struct Admit;
 
 #[derive(Message)]
@@ -50,6 +64,8 @@ pub struct ProviderActor {
     breaker: Breaker,
     in_flight: u32,
     max_concurrency: u32,
+    queue: VecDeque<oneshot::Sender<Permit>>,
+    max_queue: usize,
     clock: SharedClock,
 }
 
@@ -60,6 +76,11 @@ impl ProviderActor {
             Metric::ProviderInFlight,
             &[("provider", name)],
             as_gauge(self.in_flight as usize),
+        );
+        gauge_set(
+            Metric::ProviderQueued,
+            &[("provider", name)],
+            as_gauge(self.queue.len()),
         );
         let state = match self.breaker.state() {
             BreakerState::Closed => 0.0,
@@ -80,11 +101,21 @@ impl Actor for ProviderActor {
 }
 
 impl Handler<Admit> for ProviderActor {
-    type Result = Result<bool, Skip>;
+    type Result = Result<Admission, Skip>;
 
     fn handle(&mut self, _msg: Admit, _ctx: &mut Context<Self>) -> Self::Result {
         if self.in_flight >= self.max_concurrency {
-            return Err(Skip::AtCapacity);
+            // An open breaker refuses at once; otherwise wait for a slot if there is room.
+            if matches!(self.breaker.state(), BreakerState::Open { .. }) {
+                return Err(Skip::BreakerOpen);
+            }
+            if self.queue.len() >= self.max_queue {
+                return Err(Skip::QueueFull);
+            }
+            let (sender, receiver) = oneshot::channel();
+            self.queue.push_back(sender);
+            self.publish();
+            return Ok(Admission::Queued(receiver));
         }
         let probe = self
             .breaker
@@ -92,15 +123,32 @@ impl Handler<Admit> for ProviderActor {
             .ok_or(Skip::BreakerOpen)?;
         self.in_flight += 1;
         self.publish();
-        Ok(probe)
+        Ok(Admission::Now(probe))
     }
 }
 
 impl Handler<Done> for ProviderActor {
     type Result = ();
 
-    fn handle(&mut self, msg: Done, _ctx: &mut Context<Self>) {
+    fn handle(&mut self, msg: Done, ctx: &mut Context<Self>) {
         self.in_flight = self.in_flight.saturating_sub(1);
+        // The freed slot goes to the oldest waiter still waiting.
+        while self.in_flight < self.max_concurrency {
+            let Some(waiter) = self.queue.pop_front() else {
+                break;
+            };
+            let permit = Permit {
+                addr: ctx.address(),
+                probe: false,
+                done: false,
+            };
+            self.in_flight += 1;
+            if let Err(mut unclaimed) = waiter.send(permit) {
+                // The waiter timed out: take the slot back without a second `Done`.
+                unclaimed.done = true;
+                self.in_flight -= 1;
+            }
+        }
         let before = self.breaker.state();
         match msg.verdict {
             Verdict::Healthy => self.breaker.on_success(),
@@ -120,6 +168,7 @@ impl Handler<Done> for ProviderActor {
 #[derive(Clone)]
 pub struct ProviderHandle {
     addr: Addr<ProviderActor>,
+    queue_timeout: Duration,
 }
 
 impl ProviderHandle {
@@ -129,20 +178,33 @@ impl ProviderHandle {
             breaker: Breaker::new(provider.breaker_failures, provider.breaker_cooldown_ms),
             in_flight: 0,
             max_concurrency: provider.max_concurrency,
+            queue: VecDeque::new(),
+            max_queue: provider.max_queue,
             clock,
         };
         ProviderHandle {
             addr: actor.start(),
+            queue_timeout: Duration::from_millis(provider.queue_timeout_ms),
         }
     }
 
+    /// A slot now, after waiting in the queue (at most the queue timeout), or a skip.
     pub async fn admit(&self) -> Result<Permit, Skip> {
-        let probe = self.addr.send(Admit).await.map_err(|_| Skip::Stopped)??;
-        Ok(Permit {
-            addr: self.addr.clone(),
-            probe,
-            done: false,
-        })
+        match self.addr.send(Admit).await.map_err(|_| Skip::Stopped)?? {
+            Admission::Now(probe) => Ok(Permit {
+                addr: self.addr.clone(),
+                probe,
+                done: false,
+            }),
+            // A permit sent just as the timeout fires is dropped with the receiver, freeing its slot.
+            Admission::Queued(receiver) => {
+                match actix_rt::time::timeout(self.queue_timeout, receiver).await {
+                    Ok(Ok(permit)) => Ok(permit),
+                    Ok(Err(_)) => Err(Skip::Stopped),
+                    Err(_) => Err(Skip::QueueTimeout),
+                }
+            }
+        }
     }
 }
 

@@ -34,11 +34,12 @@ pub enum Metric {
     LedgerBatchRows,
     LedgerLagSeconds,
     ProviderInFlight,
+    ProviderQueued,
     BreakerState,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 25] = [
+    pub const ALL: [Metric; 26] = [
         Metric::RequestsTotal,
         Metric::RequestDurationSeconds,
         Metric::GatewayOverheadSeconds,
@@ -63,6 +64,7 @@ impl Metric {
         Metric::LedgerBatchRows,
         Metric::LedgerLagSeconds,
         Metric::ProviderInFlight,
+        Metric::ProviderQueued,
         Metric::BreakerState,
     ];
 
@@ -92,6 +94,7 @@ impl Metric {
             Metric::LedgerBatchRows => "tollgate_ledger_batch_rows",
             Metric::LedgerLagSeconds => "tollgate_ledger_lag_seconds",
             Metric::ProviderInFlight => "tollgate_provider_in_flight",
+            Metric::ProviderQueued => "tollgate_provider_queued",
             Metric::BreakerState => "tollgate_breaker_state",
         }
     }
@@ -148,6 +151,7 @@ impl Metric {
                 "Age of the oldest event of a ledger batch when it was written."
             }
             Metric::ProviderInFlight => "Upstream calls in flight, by provider.",
+            Metric::ProviderQueued => "Calls waiting for a provider slot, by provider.",
             Metric::BreakerState => {
                 "Circuit breaker state by provider: 0 closed, 1 half-open, 2 open."
             }

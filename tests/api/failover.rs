@@ -173,3 +173,56 @@ async fn an_empty_provider_key_gives_500_naming_its_env_var() {
     );
     assert_eq!(app.fake.stats.requests_for_model("never-after-blank"), 0);
 }
+
+#[actix_web::test]
+async fn a_full_provider_queue_fails_fast_to_the_next_target() {
+    let app = spawn_app(
+        TestSetup::new()
+            .provider("[providers.narrow]\nkind = \"openai\"\nbase_url = \"FAKE\"\nmax_concurrency = 1\nmax_queue = 0")
+            .route("fast", &["narrow/delay-800ms", "secondary/usage-10-0-5"])
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    let body = chat_body("fast");
+    let (slow, fast) = tokio::join!(app.chat(&key, &body), async {
+        // The second call arrives while the first holds narrow's only slot.
+        while app.fake.stats.requests_for_model("delay-800ms") == 0 {
+            actix_rt::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        app.chat(&key, &body).await
+    });
+
+    assert_eq!(slow.header("x-tollgate-provider"), Some("narrow"));
+    assert_eq!(fast.header("x-tollgate-provider"), Some("secondary"));
+    assert_eq!(
+        app.fake.stats.requests_for_model("delay-800ms"),
+        1,
+        "the full queue was not waited on"
+    );
+    let rows = app.ledger_rows(&tenant).await;
+    assert_eq!(rows.len(), 2, "a skipped provider is no attempt");
+}
+
+#[actix_web::test]
+async fn a_queued_call_gets_the_slot_when_it_frees() {
+    let app = spawn_app(
+        TestSetup::new()
+            .provider("[providers.narrow]\nkind = \"openai\"\nbase_url = \"FAKE\"\nmax_concurrency = 1\nmax_queue = 4\nqueue_timeout_ms = 5000")
+            .route("fast", &["narrow/delay-300ms", "secondary/never-after-queue"])
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    let (_tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    let body = chat_body("fast");
+    let replies = futures_util::future::join_all((0..3).map(|_| app.chat(&key, &body))).await;
+
+    assert!(
+        replies
+            .iter()
+            .all(|r| r.header("x-tollgate-provider") == Some("narrow"))
+    );
+    assert_eq!(app.fake.stats.requests_for_model("never-after-queue"), 0);
+}
