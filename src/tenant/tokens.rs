@@ -138,7 +138,10 @@ impl TokenQuota {
                 let wait = if estimate > tpm {
                     u64::MAX
                 } else {
-                    to_ms((needed - self.bucket_units + i128::from(tpm) - 1).div_euclid(i128::from(tpm)))
+                    to_ms(
+                        (needed - self.bucket_units + i128::from(tpm) - 1)
+                            .div_euclid(i128::from(tpm)),
+                    )
                 };
                 return Err(refusal(TokenLimitKind::PerMinute, tpm, estimate, wait));
             }
