@@ -1,19 +1,28 @@
 #!/usr/bin/env bash
 # Runs Tollgate's whole test suite (unit, actor and integration tests, the
-# CLI against a real database). Installs what the tests need when it is missing.
+# CLI against a real database), then the integration suite on PostgreSQL.
+# Installs what the tests need when it is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+install() { # install <debian package> <what it provides>
+  echo "installing $1 (provides $2)"
+  if [ "$(id -u)" -ne 0 ]; then sudo=sudo; else sudo=; fi
+  $sudo apt-get update -qq && $sudo apt-get install -y -qq "$1" >/dev/null
+}
 need() { # need <command> <debian package>
-  if ! command -v "$1" >/dev/null 2>&1; then
-    echo "installing $2 (provides $1)"
-    if [ "$(id -u)" -ne 0 ]; then sudo=sudo; else sudo=; fi
-    $sudo apt-get update -qq && $sudo apt-get install -y -qq "$2" >/dev/null
-  fi
+  command -v "$1" >/dev/null 2>&1 || install "$2" "$1"
 }
 need cc gcc
 need python3 python3
 need promtool prometheus
+# The tests start their own PostgreSQL (tests/api/support/postgres.rs) from
+# Debian's server binaries, which live off PATH in /usr/lib/postgresql/*/bin;
+# as root they run it as `nobody` through setpriv.
+if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  install postgresql "initdb, postgres"
+fi
+need setpriv util-linux
 # The official OpenAI SDK is part of the contract: any OpenAI client must work unchanged.
 if ! python3 -c "import openai" >/dev/null 2>&1; then
   echo "installing the openai Python package"
@@ -21,3 +30,6 @@ if ! python3 -c "import openai" >/dev/null 2>&1; then
 fi
 
 cargo test --workspace --all-targets
+# The integration suite again, every gateway on a fresh PostgreSQL database
+# (the production backend) instead of a SQLite file.
+TOLLGATE_TEST_DATABASE=postgres cargo test --test api

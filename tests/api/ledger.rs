@@ -1,4 +1,4 @@
-use sea_orm::{ConnectionTrait, Database, TransactionTrait};
+use sea_orm::{ConnectionTrait, Database, DbBackend, TransactionTrait};
 use serde_json::json;
 
 use crate::support::{TestSetup, chat_body, spawn_app};
@@ -16,18 +16,19 @@ async fn requests_are_served_while_the_database_is_write_locked() {
     assert_eq!(app.chat(&key, &chat_body("fast")).await.status, 200);
     assert_eq!(app.ledger_rows(&tenant).await.len(), 1);
 
-    // Another connection takes SQLite's write lock and holds it.
-    let url = format!(
-        "sqlite://{}?mode=rwc",
-        app.dir.path().join("tollgate.db").display()
-    );
-    let locker = Database::connect(url).await.unwrap();
+    // Another connection takes a write lock and holds it: on SQLite an open
+    // write transaction (the database-wide write lock), on PostgreSQL a lock on
+    // the usage table that blocks inserts and lets reads through.
+    let locker = Database::connect(app.database_url.as_str()).await.unwrap();
     let txn = locker.begin().await.unwrap();
-    txn.execute_unprepared(
-        "INSERT INTO tenants (id, name, tier, budget_mode, created_at_ms, updated_at_ms) VALUES ('lock', 'lock', 'free', 'strict', 0, 0)",
-    )
-    .await
-    .unwrap();
+    let lock = match locker.get_database_backend() {
+        DbBackend::Sqlite => {
+            "INSERT INTO tenants (id, name, tier, budget_mode, created_at_ms, updated_at_ms) VALUES ('lock', 'lock', 'free', 'strict', 0, 0)"
+        }
+        DbBackend::Postgres => "LOCK TABLE usage IN EXCLUSIVE MODE",
+        DbBackend::MySql => panic!("MySQL is not a Tollgate backend"),
+    };
+    txn.execute_unprepared(lock).await.unwrap();
 
     for _ in 0..5 {
         let reply = app.chat(&key, &chat_body("fast")).await;

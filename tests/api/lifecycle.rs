@@ -212,7 +212,7 @@ async fn sigterm_lets_in_flight_requests_finish_and_flushes_the_ledger() {
         .tier("free", &["slow"], 1000, 100)
         .listen(addr);
     let env = setup.env_vars().clone();
-    let (dir, config) = write_config(&setup, &fake.base_url());
+    let (_dir, config) = write_config(&setup, &fake.base_url());
 
     cli(
         &config,
@@ -288,10 +288,8 @@ async fn sigterm_lets_in_flight_requests_finish_and_flushes_the_ledger() {
     .unwrap();
     assert_eq!(exit.code(), Some(0));
 
-    let db_url = format!(
-        "sqlite://{}?mode=rwc",
-        dir.path().join("tollgate.db").display()
-    );
+    // The configured database, SQLite or PostgreSQL (TOLLGATE_TEST_DATABASE).
+    let db_url = crate::support::configured_database_url(&config);
     let db = tollgate::storage::connect(&db_url, 1).await.unwrap();
     let rows = tollgate::ledger::repo::tenant_rows(&db, &TenantId::new("lifecycle"))
         .await

@@ -21,4 +21,5 @@ mod lifecycle;
 mod metrics;
 mod rate_limit;
 mod sdk;
+mod storage;
 mod streaming;

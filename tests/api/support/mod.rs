@@ -1,11 +1,15 @@
-//! spawn_app: a fake upstream, a temp SQLite, a gateway on 127.0.0.1:0 inside
-//! the test's actix System, and typed helpers. Everything is torn down with
-//! the `TestApp` (temp dir) and the test's System (servers, actors).
+//! spawn_app: a fake upstream, a fresh database (a temp SQLite file, or with
+//! `TOLLGATE_TEST_DATABASE=postgres` a new database on the shared real
+//! PostgreSQL of `postgres.rs`), a gateway on 127.0.0.1:0 inside the test's
+//! actix System, and typed helpers. Everything is torn down with the `TestApp`
+//! (temp dir) and the test's System (servers, actors).
 
 mod logs;
+pub mod postgres;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -139,8 +143,7 @@ impl TestSetup {
         self
     }
 
-    fn toml(&self, dir: &TempDir, fake_url: &str, anthropic_url: &str) -> String {
-        let db = dir.path().join("tollgate.db");
+    fn toml(&self, database_url: &str, fake_url: &str, anthropic_url: &str) -> String {
         let mut text = format!(
             r#"
 [server]
@@ -149,7 +152,7 @@ workers = 2
 request_timeout_ms = 20000
 body_limit_bytes = {body_limit}
 [storage]
-database_url = "sqlite://{db}?mode=rwc"
+database_url = "{database_url}"
 sync_interval_ms = 100
 [billing]
 currency = "CNY"
@@ -165,7 +168,6 @@ kind = "openai"
 base_url = "{fake_url}/v1"
 timeout_ms = 5000
 "#,
-            db = db.display(),
             body_limit = self.body_limit_bytes,
             listen = self.listen,
         );
@@ -224,7 +226,14 @@ pub struct TestApp {
     pub fake: RunningFake,
     pub anthropic: tollgate::fake_upstream::anthropic::RunningAnthropicFake,
     pub config_path: std::path::PathBuf,
+    /// The gateway's `storage.database_url` (SQLite or PostgreSQL, see [`Backend`]).
+    pub database_url: String,
     pub client: awc::Client,
+    /// Holds the config (and the SQLite file) for as long as the app runs.
+    #[expect(
+        dead_code,
+        reason = "owned for its Drop; no test reads it since the database became backend-neutral"
+    )]
     pub dir: TempDir,
 }
 
@@ -239,6 +248,42 @@ pub fn unique_tenant(prefix: &str) -> String {
     )
 }
 
+/// Which database the suite runs against: `TOLLGATE_TEST_DATABASE=postgres`
+/// selects PostgreSQL; unset (or `sqlite`) selects SQLite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    pub fn selected() -> Backend {
+        match std::env::var("TOLLGATE_TEST_DATABASE").as_deref() {
+            Err(_) | Ok("" | "sqlite") => Backend::Sqlite,
+            Ok("postgres") => Backend::Postgres,
+            Ok(other) => panic!("TOLLGATE_TEST_DATABASE={other}: expected sqlite or postgres"),
+        }
+    }
+
+    /// A new, empty database: a SQLite file in `dir`, or a new database on the shared PostgreSQL.
+    pub fn fresh_database_url(self, dir: &Path) -> String {
+        match self {
+            Backend::Sqlite => format!("sqlite://{}?mode=rwc", dir.join("tollgate.db").display()),
+            Backend::Postgres => postgres::fresh_database_url(),
+        }
+    }
+}
+
+/// The `storage.database_url` of a configuration written by [`write_config`].
+pub fn configured_database_url(config: &Path) -> String {
+    let text = std::fs::read_to_string(config).unwrap();
+    let value: toml::Value = toml::from_str(&text).unwrap();
+    value["storage"]["database_url"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 /// Writes the configuration a gateway process would read, next to a fresh database.
 pub fn write_config(setup: &TestSetup, fake_url: &str) -> (TempDir, std::path::PathBuf) {
     write_config_with(setup, fake_url, "http://127.0.0.1:9")
@@ -251,7 +296,8 @@ fn write_config_with(
 ) -> (TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tollgate.toml");
-    std::fs::write(&path, setup.toml(&dir, fake_url, anthropic_url)).unwrap();
+    let database_url = Backend::selected().fresh_database_url(dir.path());
+    std::fs::write(&path, setup.toml(&database_url, fake_url, anthropic_url)).unwrap();
     (dir, path)
 }
 
@@ -264,6 +310,7 @@ pub async fn spawn_app_with_logs(setup: TestSetup, logs: Option<&LogCapture>) ->
     let anthropic = tollgate::fake_upstream::anthropic::start(([127, 0, 0, 1], 0).into()).unwrap();
     let (dir, config_path) = write_config_with(&setup, &fake.base_url(), &anthropic.base_url());
     let config = Config::load(&config_path, &setup.env).unwrap();
+    let database_url = config.storage.database_url.clone();
     let clock: SharedClock = match &setup.clock {
         Some(clock) => clock.clone(),
         None => Arc::new(SystemClock),
@@ -288,6 +335,7 @@ pub async fn spawn_app_with_logs(setup: TestSetup, logs: Option<&LogCapture>) ->
         fake,
         anthropic,
         config_path,
+        database_url,
         client: awc::Client::builder()
             .timeout(std::time::Duration::from_secs(30))
             .finish(),

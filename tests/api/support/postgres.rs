@@ -1,0 +1,259 @@
+//! A real PostgreSQL for the test binary: `initdb` + `postgres` in a temp dir on
+//! a free loopback port, started once per process and shared by every test;
+//! each test gets its own fresh database (`CREATE DATABASE t_<pid>_<n>`).
+//!
+//! The server outlives no test process: it runs under a small watchdog shell
+//! whose stdin is a pipe held by this process (in the static below). When the
+//! test binary exits, however it exits, the kernel closes the pipe, the shell
+//! reads end-of-file, stops the postgres it started (by PID) and removes the
+//! temp dir. PostgreSQL refuses to run as root, so as root (CI, this machine)
+//! the server and the shell run as `nobody` through `setpriv`.
+
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex};
+use std::time::Duration;
+
+use sea_orm::{ConnectOptions, ConnectionTrait, Database};
+
+/// The role `initdb` creates; loopback connections are trusted.
+const SUPERUSER: &str = "tollgate";
+const PORT_ATTEMPTS: usize = 5;
+/// 60 s in 50 ms steps: initdb and a first start on 2 busy cores can be slow.
+const READY_POLLS: usize = 1200;
+
+/// Runs postgres (its arguments) in the background, then blocks on stdin. At
+/// end-of-file (the test process has exited or gave up on this attempt) it
+/// stops that postgres with a fast shutdown and removes the temp dir.
+/// SIGINT from a terminal's Ctrl-C must not kill the shell before it cleans up.
+const WATCHDOG: &str = r#"
+"$@" </dev/null >>"$TOLLGATE_PG_LOG" 2>&1 &
+pg=$!
+trap '' INT
+read -r _line
+kill -INT "$pg" 2>/dev/null
+wait "$pg"
+rm -rf "$TOLLGATE_PG_DIR"
+"#;
+
+struct Server {
+    port: u16,
+    /// Never dropped: the pipe closes when the process exits, which stops the server.
+    _watchdog: Mutex<(Child, ChildStdin)>,
+}
+
+static SERVER: LazyLock<Server> = LazyLock::new(start);
+static NEXT_DATABASE: AtomicU64 = AtomicU64::new(1);
+
+/// A new, empty database on the shared server (started on first use).
+pub fn fresh_database_url() -> String {
+    let server = &*SERVER;
+    let name = format!(
+        "t_{}_{}",
+        std::process::id(),
+        NEXT_DATABASE.fetch_add(1, Ordering::SeqCst)
+    );
+    let maintenance = url(server.port, "postgres");
+    let statement = format!("CREATE DATABASE {name}");
+    // Callers may be inside an actix/tokio runtime (which cannot block on
+    // another), or in plain sync code: a short-lived thread with its own runtime serves both.
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let mut options = ConnectOptions::new(maintenance);
+            options.max_connections(1).sqlx_logging(false);
+            let db = Database::connect(options).await.unwrap();
+            db.execute_unprepared(&statement).await.unwrap();
+            db.close().await.unwrap();
+        });
+    })
+    .join()
+    .unwrap();
+    url(server.port, &name)
+}
+
+fn url(port: u16, database: &str) -> String {
+    format!("postgres://{SUPERUSER}@127.0.0.1:{port}/{database}")
+}
+
+fn start() -> Server {
+    let bin = bin_dir();
+    let owner = unprivileged_owner();
+    let mut collisions = Vec::new();
+    for _ in 0..PORT_ATTEMPTS {
+        let dir = new_data_dir(&bin, owner);
+        let port = free_port();
+        match launch(&bin, owner, &dir, port) {
+            Ok(server) => return server,
+            Err(log) => collisions.push(format!("port {port}:\n{log}")),
+        }
+    }
+    panic!(
+        "PostgreSQL could not bind a loopback port in {PORT_ATTEMPTS} attempts:\n{}",
+        collisions.join("\n")
+    );
+}
+
+/// Where `initdb` and `postgres` are: `pg_config --bindir`, then Debian's
+/// `/usr/lib/postgresql/<version>/bin` (newest first), then `PATH`.
+fn bin_dir() -> PathBuf {
+    let mut candidates = Vec::new();
+    if let Ok(output) = Command::new("pg_config").arg("--bindir").output()
+        && output.status.success()
+    {
+        candidates.push(PathBuf::from(
+            String::from_utf8_lossy(&output.stdout).trim(),
+        ));
+    }
+    if let Ok(entries) = std::fs::read_dir("/usr/lib/postgresql") {
+        let mut versions: Vec<(u32, PathBuf)> = entries
+            .filter_map(Result::ok)
+            .filter_map(|e| {
+                let version = e.file_name().to_str()?.parse().ok()?;
+                Some((version, e.path().join("bin")))
+            })
+            .collect();
+        versions.sort_by_key(|(version, _)| std::cmp::Reverse(*version));
+        candidates.extend(versions.into_iter().map(|(_, bin)| bin));
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        candidates.extend(std::env::split_paths(&path));
+    }
+    candidates
+        .into_iter()
+        .find(|dir| dir.join("initdb").is_file() && dir.join("postgres").is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "the PostgreSQL server binaries (initdb, postgres) are not installed: \
+                 install the Debian package `postgresql` (./scripts/test.sh does)"
+            )
+        })
+}
+
+/// `Some((uid, gid))` of `nobody` when this process is root, which postgres refuses.
+fn unprivileged_owner() -> Option<(u32, u32)> {
+    // /proc/self belongs to the process's effective user.
+    if std::fs::metadata("/proc/self").unwrap().uid() != 0 {
+        return None;
+    }
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+    let owner = passwd.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(':').collect();
+        match fields.as_slice() {
+            ["nobody", _, uid, gid, ..] => Some((uid.parse().ok()?, gid.parse().ok()?)),
+            _ => None,
+        }
+    });
+    Some(owner.unwrap_or_else(|| {
+        panic!("tests run as root and PostgreSQL refuses root: no user `nobody` to run it as")
+    }))
+}
+
+/// `program` as the unprivileged owner when we are root (`setpriv`, util-linux).
+fn command(owner: Option<(u32, u32)>, program: &Path) -> Command {
+    match owner {
+        Some((uid, gid)) => {
+            let mut command = Command::new("setpriv");
+            command
+                .arg(format!("--reuid={uid}"))
+                .arg(format!("--regid={gid}"))
+                .arg("--clear-groups")
+                .arg("--")
+                .arg(program);
+            command
+        }
+        None => Command::new(program),
+    }
+}
+
+/// A temp dir (owned by the server's user) holding a fresh cluster in `data/`.
+fn new_data_dir(bin: &Path, owner: Option<(u32, u32)>) -> PathBuf {
+    // Kept: the watchdog removes it once the server has stopped.
+    let dir = tempfile::Builder::new()
+        .prefix("tollgate-pg-")
+        .tempdir()
+        .unwrap()
+        .keep();
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).unwrap();
+    }
+    let output = command(owner, &bin.join("initdb"))
+        .arg("-D")
+        .arg(dir.join("data"))
+        .args(["-U", SUPERUSER, "--auth=trust", "--encoding=UTF8"])
+        // C collation: text sorts by bytes, as on SQLite.
+        .args(["--locale=C", "--no-sync", "--no-instructions"])
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run initdb (setpriv is in util-linux): {e}"));
+    assert!(
+        output.status.success(),
+        "initdb failed:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    dir
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts the server under its watchdog; `Err(log)` when it could not listen
+/// on `port` (someone took it), after which this attempt's dir is gone.
+fn launch(bin: &Path, owner: Option<(u32, u32)>, dir: &Path, port: u16) -> Result<Server, String> {
+    let log = dir.join("postgres.log");
+    let mut child = command(owner, Path::new("sh"))
+        .args(["-c", WATCHDOG, "sh"])
+        .arg(bin.join("postgres"))
+        .arg("-D")
+        .arg(dir.join("data"))
+        .arg("-k")
+        .arg(dir)
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        // Durability is not under test here: no fsync (-F), no full pages, async commit.
+        .args(["-F", "-c", "full_page_writes=off", "-c", "synchronous_commit=off"])
+        .args(["-c", "max_connections=300"])
+        .env("TOLLGATE_PG_LOG", &log)
+        .env("TOLLGATE_PG_DIR", dir)
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start the postgres watchdog: {e}"));
+    let stdin = child.stdin.take().unwrap();
+    for _ in 0..READY_POLLS {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("database system is ready to accept connections") {
+            return Ok(Server {
+                port,
+                _watchdog: Mutex::new((child, stdin)),
+            });
+        }
+        if text.contains("FATAL") || text.contains("PANIC") {
+            // Closing the pipe lets the watchdog reap postgres and remove the dir.
+            drop(stdin);
+            let _ = child.wait();
+            if text.contains("could not bind") || text.contains("could not create any TCP/IP") {
+                return Err(text);
+            }
+            panic!("PostgreSQL did not start:\n{text}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    drop(stdin);
+    let _ = child.wait();
+    panic!("PostgreSQL was not ready after 60 s:\n{text}");
+}
