@@ -388,6 +388,18 @@ struct RawProvider {
     max_queue: usize,
     #[serde(default = "default_queue_timeout_ms")]
     queue_timeout_ms: u64,
+    /// Attempts on this provider before failing over (1 = no retry).
+    #[serde(default = "default_max_attempts")]
+    max_attempts: u32,
+    #[serde(default = "default_retry_base_delay_ms")]
+    retry_base_delay_ms: u64,
+    #[serde(default = "default_retry_max_delay_ms")]
+    retry_max_delay_ms: u64,
+    /// Retries may be at most this share of requests (plus `retry_burst` up front).
+    #[serde(default = "default_retry_budget_percent")]
+    retry_budget_percent: u32,
+    #[serde(default = "default_retry_burst")]
+    retry_burst: u32,
     #[serde(default = "default_breaker_failures")]
     breaker_failures: u32,
     #[serde(default = "default_breaker_cooldown_ms")]
@@ -420,6 +432,21 @@ fn default_provider_timeout_ms() -> u64 {
 }
 fn default_max_concurrency() -> u32 {
     1024
+}
+fn default_max_attempts() -> u32 {
+    2
+}
+fn default_retry_base_delay_ms() -> u64 {
+    100
+}
+fn default_retry_max_delay_ms() -> u64 {
+    2000
+}
+fn default_retry_budget_percent() -> u32 {
+    20
+}
+fn default_retry_burst() -> u32 {
+    10
 }
 fn default_max_queue() -> usize {
     256
@@ -522,6 +549,11 @@ pub struct Provider {
     pub max_concurrency: u32,
     pub max_queue: usize,
     pub queue_timeout_ms: u64,
+    pub max_attempts: u32,
+    pub retry_base_delay_ms: u64,
+    pub retry_max_delay_ms: u64,
+    pub retry_budget_percent: u32,
+    pub retry_burst: u32,
     pub breaker_failures: u32,
     pub breaker_cooldown_ms: u64,
     pub first_token_timeout_ms: u64,
@@ -739,6 +771,11 @@ fn validate_providers(
                 max_concurrency: p.max_concurrency,
                 max_queue: p.max_queue,
                 queue_timeout_ms: p.queue_timeout_ms,
+                max_attempts: p.max_attempts.max(1),
+                retry_base_delay_ms: p.retry_base_delay_ms,
+                retry_max_delay_ms: p.retry_max_delay_ms,
+                retry_budget_percent: p.retry_budget_percent,
+                retry_burst: p.retry_burst,
                 breaker_failures: p.breaker_failures.max(1),
                 breaker_cooldown_ms: p.breaker_cooldown_ms,
                 first_token_timeout_ms: p.first_token_timeout_ms.max(1),

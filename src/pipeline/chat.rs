@@ -4,6 +4,7 @@
 //! released (its guard releases it if this future is dropped).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix_web::http::StatusCode;
 use actix_web::http::header::{HeaderName, HeaderValue};
@@ -23,6 +24,7 @@ use crate::provider::adapters::openai::{self, ResponseUsage};
 use crate::provider::call::CallError;
 use crate::provider::call::{self, CallHeaders, Opened, UpstreamBody, UpstreamReply};
 use crate::provider::classify::{Class, classify_error, classify_status};
+use crate::provider::retry::RetryPolicy;
 use crate::state::Gateway;
 use crate::telemetry::metrics::{Metric, counter_add, observe_ms};
 use crate::tenant::tokens::{TokenLimitKind, TokenWindow};
@@ -327,6 +329,8 @@ impl Dispatch<'_> {
         let mut last_failure: Option<String> = None;
         let mut skipped = Vec::new();
         let mut last_failed_provider: Option<String> = None;
+        let deadline =
+            monotonic() + Duration::from_millis(self.gw.config.server.request_timeout_ms);
 
         for (index, target) in self.route.targets.iter().enumerate() {
             let Some(provider) = self.gw.config.providers.get(&target.provider) else {
@@ -339,154 +343,179 @@ impl Dispatch<'_> {
             let Some(handle) = self.gw.providers.get(&target.provider) else {
                 continue;
             };
-            let permit = match handle.admit().await {
-                Ok(permit) => permit,
-                Err(skip) => {
-                    skipped.push(format!("{}: {skip}", target.provider));
-                    continue;
-                }
-            };
-            let adapter = Adapter::for_provider(provider);
-            let body = match adapter.build_body(self.request, &target.model, max_tokens) {
-                Ok(body) => body,
-                Err(error) => {
-                    // The request cannot be expressed for this provider: the caller's to fix.
-                    permit.finish(Verdict::Abandoned);
-                    reservation.release();
-                    return Err(error);
-                }
-            };
-            attempt_number += 1;
-            let headers = CallHeaders {
-                traceparent: self.ctx.traceparent.as_deref(),
-            };
-            let started = monotonic();
-            let result = if self.request.stream() {
-                call::open_stream(self.client, provider, body, &headers).await
-            } else {
-                call::post_chat(self.client, provider, body, &headers)
-                    .await
-                    .map(Opened::Complete)
-            };
-            let latency_ms = elapsed_ms(started);
-            let result = read_complete(adapter, result, &target.model);
-            self.meter.add_upstream_ms(latency_ms);
-            let class = match &result {
-                Ok(Opened::Complete(reply)) => classify_status(reply.status),
-                Ok(Opened::Stream { .. }) => Class::Success,
-                Err(error) => classify_error(error),
-            };
-            observe_attempt(target, class, latency_ms);
-
-            let mut row = AttemptRow::new(
-                target.provider.as_str(),
-                &target.model,
-                attempt_number,
-                latency_ms,
-            );
-            if let Ok(Opened::Complete(reply)) = &result {
-                row.upstream_status = Some(reply.status.as_u16());
-            }
-            let success_status = if index == 0 {
-                AttemptStatus::Ok
-            } else {
-                AttemptStatus::FallbackOk
-            };
-            match (class, result) {
-                (Class::Success, Ok(opened)) => {
-                    if let Some(failed) = &last_failed_provider {
-                        let labels = [
-                            ("route", self.route.name.as_str()),
-                            ("from", failed.as_str()),
-                            ("to", target.provider.as_str()),
-                        ];
-                        counter_add(Metric::FallbacksTotal, &labels, 1);
+            // Retries stay on this provider while its policy, its retry budget and the
+            // request's deadline allow; then the next target.
+            handle.retry_budget().deposit();
+            let mut tries_here = 0u32;
+            loop {
+                tries_here += 1;
+                let permit = match handle.admit().await {
+                    Ok(permit) => permit,
+                    Err(skip) => {
+                        skipped.push(format!("{}: {skip}", target.provider));
+                        break;
                     }
-                    row.status = success_status;
-                    let body = match opened {
-                        Opened::Complete(reply) => {
-                            permit.finish(Verdict::Healthy);
-                            self.settle(reservation, row, reply, target).await
-                        }
-                        Opened::Stream {
-                            first,
-                            body,
-                            ttft_ms,
-                        } => {
+                };
+                let adapter = Adapter::for_provider(provider);
+                let body = match adapter.build_body(self.request, &target.model, max_tokens) {
+                    Ok(body) => body,
+                    Err(error) => {
+                        // The request cannot be expressed for this provider: the caller's to fix.
+                        permit.finish(Verdict::Abandoned);
+                        reservation.release();
+                        return Err(error);
+                    }
+                };
+                attempt_number += 1;
+                let headers = CallHeaders {
+                    traceparent: self.ctx.traceparent.as_deref(),
+                };
+                let started = monotonic();
+                let result = if self.request.stream() {
+                    call::open_stream(self.client, provider, body, &headers).await
+                } else {
+                    call::post_chat(self.client, provider, body, &headers)
+                        .await
+                        .map(Opened::Complete)
+                };
+                let latency_ms = elapsed_ms(started);
+                let result = read_complete(adapter, result, &target.model);
+                self.meter.add_upstream_ms(latency_ms);
+                let class = match &result {
+                    Ok(Opened::Complete(reply)) => classify_status(reply.status),
+                    Ok(Opened::Stream { .. }) => Class::Success,
+                    Err(error) => classify_error(error),
+                };
+                observe_attempt(target, class, latency_ms);
+
+                let mut row = AttemptRow::new(
+                    target.provider.as_str(),
+                    &target.model,
+                    attempt_number,
+                    latency_ms,
+                );
+                if let Ok(Opened::Complete(reply)) = &result {
+                    row.upstream_status = Some(reply.status.as_u16());
+                }
+                let success_status = if index == 0 {
+                    AttemptStatus::Ok
+                } else {
+                    AttemptStatus::FallbackOk
+                };
+                match (class, result) {
+                    (Class::Success, Ok(opened)) => {
+                        if let Some(failed) = &last_failed_provider {
                             let labels = [
-                                ("provider", target.provider.as_str()),
-                                ("model", target.model.as_str()),
+                                ("route", self.route.name.as_str()),
+                                ("from", failed.as_str()),
+                                ("to", target.provider.as_str()),
                             ];
-                            observe_ms(Metric::UpstreamTtftSeconds, &labels, ttft_ms);
-                            let stream = StreamStart {
-                                permit,
+                            counter_add(Metric::FallbacksTotal, &labels, 1);
+                        }
+                        row.status = success_status;
+                        let body = match opened {
+                            Opened::Complete(reply) => {
+                                permit.finish(Verdict::Healthy);
+                                self.settle(reservation, row, reply, target).await
+                            }
+                            Opened::Stream {
                                 first,
                                 body,
                                 ttft_ms,
-                                started,
-                            };
-                            self.relay(
-                                reservation,
-                                stream,
-                                target,
-                                provider,
-                                success_status,
-                                attempt_number,
-                            )
+                            } => {
+                                let labels = [
+                                    ("provider", target.provider.as_str()),
+                                    ("model", target.model.as_str()),
+                                ];
+                                observe_ms(Metric::UpstreamTtftSeconds, &labels, ttft_ms);
+                                let stream = StreamStart {
+                                    permit,
+                                    first,
+                                    body,
+                                    ttft_ms,
+                                    started,
+                                };
+                                self.relay(
+                                    reservation,
+                                    stream,
+                                    target,
+                                    provider,
+                                    success_status,
+                                    attempt_number,
+                                )
+                            }
+                        };
+                        return Ok(ChatOutcome {
+                            cache: self.cache_key.map(|_| "miss"),
+                            tokens: token_window,
+                            provider: target.provider.to_string(),
+                            model: target.model.clone(),
+                            rate: self.rate,
+                            clamped_max_tokens: reservation_clamp(
+                                max_tokens,
+                                self.request,
+                                self.ctx,
+                                self.gw,
+                            ),
+                            body,
+                        });
+                    }
+                    (Class::GiveBack, Ok(Opened::Complete(reply))) => {
+                        permit.finish(Verdict::Healthy);
+                        row.status = AttemptStatus::ClientError;
+                        row.error = Some(snippet(&reply.body));
+                        record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row);
+                        reservation.release();
+                        let status = StatusCode::from_u16(reply.status.as_u16())
+                            .unwrap_or(StatusCode::BAD_REQUEST);
+                        return Err(ApiError::upstream_rejected(status, reply.body));
+                    }
+                    (Class::Local, Err(error)) => {
+                        permit.finish(Verdict::Abandoned);
+                        row.status = AttemptStatus::LocalError;
+                        row.error = Some(error.to_string());
+                        record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row);
+                        reservation.release();
+                        return Err(ApiError::new(
+                            ErrorCode::ProviderMisconfigured,
+                            error.to_string(),
+                        ));
+                    }
+                    (_, result) => {
+                        permit.finish(Verdict::Failed);
+                        let retry_after_s = match &result {
+                            Ok(Opened::Complete(reply)) => reply.retry_after_s,
+                            _ => None,
+                        };
+                        let message = match result {
+                            Ok(Opened::Complete(reply)) => {
+                                format!("{} answered {}", target.provider, reply.status.as_u16())
+                            }
+                            Ok(Opened::Stream { .. }) => {
+                                format!("{}: unexpected stream", target.provider)
+                            }
+                            Err(error) => format!("{}: {error}", target.provider),
+                        };
+                        tracing::warn!(provider = %target.provider, request_id = %self.ctx.request_id, error = %message, "Upstream attempt failed; failing over.");
+                        row.error = Some(message.clone());
+                        record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row);
+                        last_failure = Some(message);
+                        last_failed_provider = Some(target.provider.to_string());
+                        let policy = handle.retry_policy();
+                        if tries_here < policy.max_attempts {
+                            let delay = policy.delay(
+                                tries_here + 1,
+                                retry_after_s,
+                                RetryPolicy::random_jitter(),
+                            );
+                            let in_time = monotonic() + delay < deadline;
+                            if in_time && handle.retry_budget().withdraw() {
+                                actix_rt::time::sleep(delay).await;
+                                continue;
+                            }
                         }
-                    };
-                    return Ok(ChatOutcome {
-                        cache: self.cache_key.map(|_| "miss"),
-                        tokens: token_window,
-                        provider: target.provider.to_string(),
-                        model: target.model.clone(),
-                        rate: self.rate,
-                        clamped_max_tokens: reservation_clamp(
-                            max_tokens,
-                            self.request,
-                            self.ctx,
-                            self.gw,
-                        ),
-                        body,
-                    });
-                }
-                (Class::GiveBack, Ok(Opened::Complete(reply))) => {
-                    permit.finish(Verdict::Healthy);
-                    row.status = AttemptStatus::ClientError;
-                    row.error = Some(snippet(&reply.body));
-                    record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row);
-                    reservation.release();
-                    let status = StatusCode::from_u16(reply.status.as_u16())
-                        .unwrap_or(StatusCode::BAD_REQUEST);
-                    return Err(ApiError::upstream_rejected(status, reply.body));
-                }
-                (Class::Local, Err(error)) => {
-                    permit.finish(Verdict::Abandoned);
-                    row.status = AttemptStatus::LocalError;
-                    row.error = Some(error.to_string());
-                    record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row);
-                    reservation.release();
-                    return Err(ApiError::new(
-                        ErrorCode::ProviderMisconfigured,
-                        error.to_string(),
-                    ));
-                }
-                (_, result) => {
-                    permit.finish(Verdict::Failed);
-                    let message = match result {
-                        Ok(Opened::Complete(reply)) => {
-                            format!("{} answered {}", target.provider, reply.status.as_u16())
-                        }
-                        Ok(Opened::Stream { .. }) => {
-                            format!("{}: unexpected stream", target.provider)
-                        }
-                        Err(error) => format!("{}: {error}", target.provider),
-                    };
-                    tracing::warn!(provider = %target.provider, request_id = %self.ctx.request_id, error = %message, "Upstream attempt failed; failing over.");
-                    row.error = Some(message.clone());
-                    record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row);
-                    last_failure = Some(message);
-                    last_failed_provider = Some(target.provider.to_string());
+                        break;
+                    }
                 }
             }
         }

@@ -5,12 +5,14 @@
 //! channel, so a slot can never leak.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
 use super::breaker::{Breaker, BreakerState};
+use super::retry::{RetryBudget, RetryPolicy};
 use crate::clock::SharedClock;
 use crate::config::Provider;
 use crate::ids::ProviderName;
@@ -169,6 +171,8 @@ impl Handler<Done> for ProviderActor {
 pub struct ProviderHandle {
     addr: Addr<ProviderActor>,
     queue_timeout: Duration,
+    retry_policy: RetryPolicy,
+    retry_budget: Arc<RetryBudget>,
 }
 
 impl ProviderHandle {
@@ -185,7 +189,25 @@ impl ProviderHandle {
         ProviderHandle {
             addr: actor.start(),
             queue_timeout: Duration::from_millis(provider.queue_timeout_ms),
+            retry_policy: RetryPolicy {
+                max_attempts: provider.max_attempts.max(1),
+                base_delay_ms: provider.retry_base_delay_ms,
+                max_delay_ms: provider.retry_max_delay_ms,
+            },
+            retry_budget: Arc::new(RetryBudget::new(
+                provider.retry_budget_percent,
+                provider.retry_burst,
+            )),
         }
+    }
+
+    pub fn retry_policy(&self) -> RetryPolicy {
+        self.retry_policy
+    }
+
+    /// Shared by every worker's calls to this provider.
+    pub fn retry_budget(&self) -> &RetryBudget {
+        &self.retry_budget
     }
 
     /// A slot now, after waiting in the queue (at most the queue timeout), or a skip.

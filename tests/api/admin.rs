@@ -283,10 +283,15 @@ async fn the_daily_report_totals_the_day_ranks_spenders_and_projects_budgets() {
             shaky["fallbacks"].as_u64(),
             shaky["failed_attempts"].as_u64()
         ),
-        (Some(1), Some(1))
+        (Some(1), Some(2)),
+        "the primary was tried twice (default max_attempts)"
     );
     assert_eq!(shaky["fallback_rate"], 1.0);
-    assert_eq!(shaky["error_rate"], 0.5);
+    assert_eq!(shaky["attempts"], 3);
+    let error_rate = shaky["error_rate"]
+        .as_f64()
+        .map(|rate| format!("{rate:.4}"));
+    assert_eq!(error_rate.as_deref(), Some("0.6667"));
     let bad = app
         .admin("GET", "/reports/daily?date=yesterday", None)
         .await;

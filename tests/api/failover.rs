@@ -3,7 +3,7 @@ use serde_json::json;
 use crate::support::{LogCapture, TestSetup, chat_body, spawn_app, spawn_app_with_logs};
 
 #[actix_web::test]
-async fn primary_503_fails_over_and_both_attempts_are_recorded() {
+async fn primary_503_is_retried_then_fails_over_and_every_attempt_is_recorded() {
     let app = spawn_app(
         TestSetup::new()
             .route("fast", &["primary/status-503", "secondary/usage-10-0-5"])
@@ -21,13 +21,18 @@ async fn primary_503_fails_over_and_both_attempts_are_recorded() {
         .iter()
         .map(|r| (r.status.as_str(), r.attempt, r.charged_nanos))
         .collect();
+    // Two attempts on the primary (the default max_attempts), then the fallback.
     // 10 prompt at 2 per 1M + 5 completion at 8 per 1M = 0.00006
     assert_eq!(
         summary,
-        vec![("upstream_error", 1, 0), ("fallback_ok", 2, 60_000)]
+        vec![
+            ("upstream_error", 1, 0),
+            ("upstream_error", 2, 0),
+            ("fallback_ok", 3, 60_000)
+        ]
     );
     assert_eq!(rows[0].upstream_status, Some(503));
-    assert_eq!(rows[0].request_id, rows[1].request_id);
+    assert!(rows.iter().all(|r| r.request_id == rows[0].request_id));
 }
 
 #[actix_web::test]
@@ -79,7 +84,8 @@ async fn all_targets_failing_gives_502_with_the_last_error() {
     let rows = app.ledger_rows(&tenant).await;
     assert_eq!(
         rows.iter().map(|r| r.status.as_str()).collect::<Vec<_>>(),
-        vec!["upstream_error"; 2]
+        vec!["upstream_error"; 4],
+        "two attempts on each target"
     );
     let budget = app.budget(&tenant).await;
     assert_eq!(
@@ -225,4 +231,78 @@ async fn a_queued_call_gets_the_slot_when_it_frees() {
             .all(|r| r.header("x-tollgate-provider") == Some("narrow"))
     );
     assert_eq!(app.fake.stats.requests_for_model("never-after-queue"), 0);
+}
+
+#[actix_web::test]
+async fn a_flaky_provider_is_retried_before_failing_over_and_every_attempt_is_recorded() {
+    let app = spawn_app(
+        TestSetup::new()
+            .provider("[providers.retrier]\nkind = \"openai\"\nbase_url = \"FAKE\"\nmax_attempts = 3\nretry_base_delay_ms = 10")
+            .route("fast", &["retrier/flaky-2", "secondary/never-after-retries"])
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    let reply = app.chat(&key, &chat_body("fast")).await;
+
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(reply.header("x-tollgate-provider"), Some("retrier"));
+    assert_eq!(app.fake.stats.requests_for_model("never-after-retries"), 0);
+    let rows = app.ledger_rows(&tenant).await;
+    let statuses: Vec<(&str, i32)> = rows
+        .iter()
+        .map(|r| (r.status.as_str(), r.attempt))
+        .collect();
+    assert_eq!(
+        statuses,
+        vec![("upstream_error", 1), ("upstream_error", 2), ("ok", 3)]
+    );
+}
+
+#[actix_web::test]
+async fn the_retry_budget_caps_retries_during_an_outage() {
+    let app = spawn_app(
+        TestSetup::new()
+            .provider("[providers.down]\nkind = \"openai\"\nbase_url = \"FAKE\"\nmax_attempts = 2\nretry_base_delay_ms = 1\nretry_budget_percent = 20\nretry_burst = 2\nbreaker_failures = 1000")
+            .route("fast", &["down/status-503", "secondary/usage-10-0-5"])
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    let (_tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    for _ in 0..20 {
+        assert_eq!(app.chat(&key, &chat_body("fast")).await.status, 200);
+    }
+
+    // 20 first attempts; retries: the burst of 2 plus 20% of 20 requests, never one per request.
+    let down = app.fake.stats.requests_for_model("status-503");
+    assert!(
+        (21..=26).contains(&down),
+        "{down} attempts on the failing provider"
+    );
+}
+
+#[actix_web::test]
+async fn retry_after_from_the_upstream_is_honoured_within_the_deadline() {
+    let app = spawn_app(
+        TestSetup::new()
+            .provider("[providers.limited]\nkind = \"openai\"\nbase_url = \"FAKE\"\nmax_attempts = 2\nretry_base_delay_ms = 1")
+            .route("fast", &["limited/status-429+retry-after-1", "secondary/usage-10-0-5"])
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    let reply = app.chat(&key, &chat_body("fast")).await;
+
+    assert_eq!(reply.status, 200);
+    let rows = app.ledger_rows(&tenant).await;
+    // The retry waited for the upstream's Retry-After: the second attempt started a second later.
+    let gap = rows[1].created_at_ms - rows[0].created_at_ms;
+    assert_eq!(
+        rows.iter().map(|r| r.status.as_str()).collect::<Vec<_>>(),
+        vec!["upstream_error", "upstream_error", "fallback_ok"]
+    );
+    assert!(gap >= 1000, "retried after {gap} ms");
 }
