@@ -13,6 +13,7 @@ mod generator;
 mod http;
 mod machine;
 mod plan;
+mod priority;
 mod procs;
 mod report;
 mod scenarios;
@@ -34,8 +35,6 @@ use crate::stack::{Nginx, Stack};
 
 const USAGE: &str = "usage: cargo bench --bench load [-- [--quick] [--runs N] [--seconds S] \
                      [--wait-quiet S] [--nginx-workers N] [--skip-nginx] [--no-renice]]";
-/// The nice value the harness asks for, so a build running beside it disturbs it less.
-const NICE: &str = "-10";
 const DEFAULT_NGINX_WORKERS: u32 = 2;
 
 #[derive(Debug, Clone, Copy)]
@@ -138,9 +137,9 @@ fn main() -> ExitCode {
     };
     // Before any thread or child exists: they all inherit it.
     let priority = if options.renice {
-        raise_priority()
+        priority::Priority::raise()
     } else {
-        "normal priority (--no-renice)".to_owned()
+        priority::Priority::unchanged()
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -152,31 +151,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(options, priority)) {
+    match runtime.block_on(run(options, priority.description.clone())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("load harness failed: {error:#}");
             ExitCode::FAILURE
         }
-    }
-}
-
-/// Asks for a higher priority (`renice`, by this process's own PID) so that a compiler
-/// running beside the harness takes less from the processes being measured.
-fn raise_priority() -> String {
-    let pid = std::process::id().to_string();
-    match std::process::Command::new("renice")
-        .args(["-n", NICE, "-p", &pid])
-        .output()
-    {
-        Ok(output) if output.status.success() => {
-            format!("nice {NICE} (the harness and its children)")
-        }
-        Ok(output) => format!(
-            "normal priority (renice failed: {})",
-            String::from_utf8_lossy(&output.stderr).trim()
-        ),
-        Err(error) => format!("normal priority (cannot run renice: {error})"),
     }
 }
 
@@ -252,7 +232,7 @@ async fn measure(
         Nginx::Running { version, .. } => version.clone(),
         Nginx::Skipped(reason) => format!("nginx row skipped: {reason}"),
     };
-    println!("reference: {nginx}; the harness runs at {priority}");
+    println!("reference: {nginx}; the harness runs with {priority}");
     for s in scenarios {
         println!(
             "scenario {:<8} {} ({} body bytes, {} prompt tokens)",

@@ -403,7 +403,7 @@ fn machine_section(results: &Results) -> String {
          - memory: {mem}; {os}, Linux {kernel}\n\
          - {rustc}; gateway built from {source} with the release profile\n\
          - reference: {nginx}\n\
-         - the harness ran at {priority}\n\
+         - the harness and its children ran with {priority}, so that a build beside them takes less CPU from the measured processes\n\
          - load average when the run started: {load}\n\n\
          The load generator, the fake upstream, the gateway and nginx all share these {cpus} cores, \
          so every figure includes their contention.\n",
