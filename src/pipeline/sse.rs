@@ -6,6 +6,7 @@ use bytes::{Bytes, BytesMut};
 use serde::Deserialize;
 
 use crate::pricing::Usage;
+use crate::provider::adapters::openai::RawUsage;
 
 /// Splits arbitrary byte chunks into complete events (text up to a blank line).
 #[derive(Debug, Default)]
@@ -81,21 +82,6 @@ struct RawDelta {
     content: Option<String>,
 }
 
-#[derive(Deserialize)]
-struct RawUsage {
-    #[serde(default)]
-    prompt_tokens: u64,
-    #[serde(default)]
-    completion_tokens: u64,
-    prompt_tokens_details: Option<RawPromptDetails>,
-    prompt_cache_hit_tokens: Option<u64>,
-}
-
-#[derive(Deserialize)]
-struct RawPromptDetails {
-    cached_tokens: Option<u64>,
-}
-
 pub fn inspect(event: &[u8]) -> Inspected {
     let mut data = Vec::new();
     for line in event.split(|b| *b == b'\n') {
@@ -124,15 +110,7 @@ pub fn inspect(event: &[u8]) -> Inspected {
         .iter()
         .filter_map(|c| c.delta.as_ref()?.content.as_deref())
         .collect::<String>();
-    let usage = chunk.usage.map(|raw| Usage {
-        prompt_tokens: raw.prompt_tokens,
-        cached_tokens: raw
-            .prompt_cache_hit_tokens
-            .or_else(|| raw.prompt_tokens_details.and_then(|d| d.cached_tokens))
-            .unwrap_or(0),
-        cache_write_tokens: 0,
-        completion_tokens: raw.completion_tokens,
-    });
+    let usage = chunk.usage.as_ref().map(RawUsage::to_usage);
     Inspected::Chunk {
         usage_only: choices.is_empty() && usage.is_some(),
         content,

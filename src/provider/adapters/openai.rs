@@ -39,14 +39,36 @@ struct Envelope {
     choices: Vec<Choice>,
 }
 
+/// OpenAI's `usage` object, in any of the shapes OpenAI-compatible providers send:
+/// cached input as OpenAI's `prompt_tokens_details.cached_tokens` or DeepSeek's
+/// `prompt_cache_hit_tokens`. Shared by complete answers and stream chunks.
 #[derive(Deserialize)]
-struct RawUsage {
+pub(crate) struct RawUsage {
     #[serde(default)]
     prompt_tokens: u64,
     #[serde(default)]
     completion_tokens: u64,
     prompt_tokens_details: Option<PromptDetails>,
     prompt_cache_hit_tokens: Option<u64>,
+}
+
+impl RawUsage {
+    pub(crate) fn to_usage(&self) -> Usage {
+        let cached = self
+            .prompt_cache_hit_tokens
+            .or_else(|| {
+                self.prompt_tokens_details
+                    .as_ref()
+                    .and_then(|d| d.cached_tokens)
+            })
+            .unwrap_or(0);
+        Usage {
+            prompt_tokens: self.prompt_tokens,
+            cached_tokens: cached,
+            cache_write_tokens: 0,
+            completion_tokens: self.completion_tokens,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -81,16 +103,7 @@ pub fn parse_usage(body: &[u8]) -> ResponseUsage {
         };
     };
     if let Some(raw) = envelope.usage {
-        let cached = raw
-            .prompt_cache_hit_tokens
-            .or_else(|| raw.prompt_tokens_details.and_then(|d| d.cached_tokens))
-            .unwrap_or(0);
-        ResponseUsage::Reported(Usage {
-            prompt_tokens: raw.prompt_tokens,
-            cached_tokens: cached,
-            cache_write_tokens: 0,
-            completion_tokens: raw.completion_tokens,
-        })
+        ResponseUsage::Reported(raw.to_usage())
     } else {
         {
             let completion_text = envelope
