@@ -695,4 +695,125 @@ mod tests {
         }
         assert!(!book.check_rate(NOW + 3_600_000).allowed);
     }
+
+    mod model {
+        //! The in-memory book against a plain model: random interleavings of
+        //! reserve / settle / release / expire never let committed + reserved
+        //! pass the budget, and never lose or double-count money.
+
+        use proptest::prelude::*;
+
+        use super::*;
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            Reserve {
+                input_tokens: u64,
+                max_tokens: u32,
+                ttl_ms: u64,
+            },
+            /// Settle the n-th outstanding reservation at `permille` of its amount.
+            Settle {
+                pick: usize,
+                permille: u64,
+            },
+            Release {
+                pick: usize,
+            },
+            SettleAgain {
+                pick: usize,
+            },
+            Advance {
+                ms: u64,
+            },
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                (0u64..20_000, 1u32..50_000, 1u64..5_000).prop_map(
+                    |(input_tokens, max_tokens, ttl_ms)| Op::Reserve {
+                        input_tokens,
+                        max_tokens,
+                        ttl_ms
+                    }
+                ),
+                (0usize..8, 0u64..=1000).prop_map(|(pick, permille)| Op::Settle { pick, permille }),
+                (0usize..8).prop_map(|pick| Op::Release { pick }),
+                (0usize..8).prop_map(|pick| Op::SettleAgain { pick }),
+                (0u64..3_000).prop_map(|ms| Op::Advance { ms }),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+            #[test]
+            fn strict_budgets_hold_and_money_is_conserved(
+                budget_micro in 1u64..2_000_000,
+                ops in proptest::collection::vec(op(), 1..80),
+            ) {
+                let budget = Nanos::new(budget_micro * 1000);
+                let mut book = QuotaBook::new(limits(None, BudgetMode::Strict), Nanos::ZERO, NOW);
+                book.set_limits(Limits { budget: Some(budget), ..limits(None, BudgetMode::Strict) });
+                let mut now = NOW;
+                // The model: outstanding reservations and the money committed.
+                let mut outstanding: Vec<(ReservationId, Nanos, u64)> = Vec::new();
+                let mut closed: Vec<ReservationId> = Vec::new();
+                let mut committed = Nanos::ZERO;
+                for op in ops {
+                    match op {
+                        Op::Reserve { input_tokens, max_tokens, ttl_ms } => {
+                            let mut request = request(max_tokens);
+                            request.input_tokens = input_tokens;
+                            request.expires_at_ms = now + ttl_ms;
+                            if let Ok(granted) = book.reserve(request, now) {
+                                outstanding.push((granted.id, granted.amount, now + ttl_ms));
+                            }
+                        }
+                        Op::Settle { pick, permille } if !outstanding.is_empty() => {
+                            let (id, amount, _) = outstanding.remove(pick % outstanding.len());
+                            let charged = Nanos::new(amount.get() / 1000 * permille);
+                            let settled = book.settle(id, charged, 0, now);
+                            prop_assert_eq!(settled, Settled::Committed { reserved: amount });
+                            committed = committed.saturating_add(charged);
+                            closed.push(id);
+                        }
+                        Op::Release { pick } if !outstanding.is_empty() => {
+                            let (id, _, _) = outstanding.remove(pick % outstanding.len());
+                            prop_assert!(book.release(id, now));
+                            closed.push(id);
+                        }
+                        Op::SettleAgain { pick } if !closed.is_empty() => {
+                            let id = closed[pick % closed.len()];
+                            prop_assert_eq!(book.settle(id, Nanos::new(1), 0, now), Settled::AlreadyClosed);
+                            prop_assert!(!book.release(id, now));
+                        }
+                        Op::Advance { ms } => {
+                            now += ms;
+                            for (id, amount) in book.expire(now) {
+                                let position = outstanding.iter().position(|(o, _, _)| *o == id);
+                                prop_assert!(position.is_some(), "expired an unknown reservation");
+                                let (_, held, expires) = outstanding.remove(position.unwrap_or(0));
+                                prop_assert_eq!(held, amount);
+                                prop_assert!(expires <= now);
+                                committed = committed.saturating_add(amount);
+                                closed.push(id);
+                            }
+                            prop_assert!(outstanding.iter().all(|(_, _, expires)| *expires > now));
+                        }
+                        _ => {}
+                    }
+                    let status = book.status(now);
+                    let reserved = outstanding.iter().fold(Nanos::ZERO, |sum, (_, a, _)| sum.saturating_add(*a));
+                    prop_assert_eq!(status.committed, committed, "committed money drifted");
+                    prop_assert_eq!(status.reserved, reserved, "reserved money drifted");
+                    prop_assert!(
+                        status.committed.saturating_add(status.reserved) <= budget,
+                        "committed {} + reserved {} passed the budget {}",
+                        status.committed, status.reserved, budget
+                    );
+                }
+            }
+        }
+    }
 }
