@@ -55,6 +55,21 @@ enum Command {
     Key(KeyCommand),
     /// Spend report from the ledger.
     Spend(SpendArgs),
+    /// What the ledger's calls would cost under a price table (the configured one by
+    /// default); reads the ledger, never rewrites it.
+    Reprice {
+        /// A TOML file with `[[prices]]` (a configuration file works too).
+        #[arg(long)]
+        prices: Option<PathBuf>,
+        #[arg(long)]
+        tenant: Option<String>,
+        /// First day, YYYY-MM-DD.
+        #[arg(long)]
+        from: Option<String>,
+        /// Last day, YYYY-MM-DD (inclusive).
+        #[arg(long)]
+        to: Option<String>,
+    },
     /// The daily report: a day against the day before, top spenders, budget progress.
     Report {
         /// YYYY-MM-DD; yesterday (UTC) by default.
@@ -197,6 +212,35 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Command::Tenant(command) => tenant(load(config_path, &ProcessEnv)?, command).await,
         Command::Key(command) => key(load(config_path, &ProcessEnv)?, command).await,
         Command::Spend(args) => spend_report(load(config_path, &ProcessEnv)?, args).await,
+        Command::Reprice {
+            prices,
+            tenant,
+            from,
+            to,
+        } => {
+            let config = load(config_path, &ProcessEnv)?;
+            let (table, version) = match prices {
+                Some(path) => crate::config::load_price_table(&path)?,
+                None => (config.prices.clone(), config.price_version.clone()),
+            };
+            let db = storage::connect_and_migrate(&config.storage.database_url, 1).await?;
+            let day = |text: Option<String>| {
+                text.map(|t| {
+                    Date::parse(&t).with_context(|| format!("`{t}` is not a YYYY-MM-DD date"))
+                })
+                .transpose()
+            };
+            let report = crate::admin::reprice::reprice(
+                &db,
+                &table,
+                &version,
+                tenant.as_deref(),
+                day(from)?,
+                day(to)?,
+            )
+            .await?;
+            json_out(&report)
+        }
         Command::Report { date, json } => {
             daily_report(load(config_path, &ProcessEnv)?, date.as_deref(), json).await
         }

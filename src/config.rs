@@ -617,6 +617,8 @@ pub struct Config {
     pub tiers: HashMap<String, Tier>,
     /// Identifies the price table rows were charged under (a hash of the prices).
     pub price_version: String,
+    /// Every `[[prices]]` entry by (provider, model).
+    pub prices: PriceTable,
     /// Keys are hashed with it; serving and issuing keys need it, reports do not.
     pub key_pepper: Option<Secret>,
     pub admin_token: Option<Secret>,
@@ -662,6 +664,29 @@ impl Config {
     pub fn route(&self, name: &str) -> Option<&Route> {
         self.routes.get(&RouteName::new(name))
     }
+}
+
+/// Only the `[[prices]]` of a file (a full configuration or a prices-only file).
+#[derive(Debug, Deserialize)]
+struct PricesFile {
+    #[serde(default)]
+    prices: Vec<RawPrice>,
+}
+
+/// Prices by (provider, model).
+pub type PriceTable = HashMap<(String, String), Price>;
+
+/// A price table and its version, read from any TOML file with `[[prices]]`.
+pub fn load_price_table(path: &Path) -> Result<(PriceTable, String), ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let file: PricesFile = toml::from_str(&text).map_err(|source| ConfigError::Parse {
+        path: path.display().to_string(),
+        source: Box::new(source),
+    })?;
+    Ok((validate_prices(&file.prices)?, price_version(&file.prices)))
 }
 
 fn parse_price(entry: &str, field: &str, text: &str) -> Result<PricePerMTok, ConfigError> {
@@ -721,6 +746,7 @@ fn validate(raw: RawConfig, env: &dyn EnvSource) -> Result<Config, ConfigError> 
         routes,
         tiers,
         price_version: price_version(&raw.prices),
+        prices,
         key_pepper,
         admin_token,
     })

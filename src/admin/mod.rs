@@ -4,6 +4,7 @@
 
 pub mod keys;
 pub mod report;
+pub mod reprice;
 pub mod spend;
 pub mod tenants;
 

@@ -300,6 +300,31 @@ fn count_status(statuses: &[&str]) -> sea_orm::sea_query::SimpleExpr {
     ))
 }
 
+/// Rows in a time range (and of one tenant, if given), by id after `after_id`, at most `limit`.
+pub async fn rows_page(
+    db: &DatabaseConnection,
+    filter: &SpendFilter,
+    after_id: i64,
+    limit: u64,
+) -> Result<Vec<usage::Model>, StorageError> {
+    let ms = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    let mut query = usage::Entity::find().filter(usage::Column::Id.gt(after_id));
+    if let Some(tenant) = &filter.tenant {
+        query = query.filter(usage::Column::TenantId.eq(tenant.as_str()));
+    }
+    if let Some(from) = filter.from_ms {
+        query = query.filter(usage::Column::CreatedAtMs.gte(ms(from)));
+    }
+    if let Some(to) = filter.to_ms {
+        query = query.filter(usage::Column::CreatedAtMs.lt(ms(to)));
+    }
+    Ok(query
+        .order_by_asc(usage::Column::Id)
+        .limit(limit)
+        .all(db)
+        .await?)
+}
+
 /// Every row of a tenant, oldest first (tests and reconciliation).
 pub async fn tenant_rows(
     db: &DatabaseConnection,

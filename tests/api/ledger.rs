@@ -99,3 +99,55 @@ async fn a_served_call_is_found_by_the_spend_command() {
         .unwrap_or_else(|| panic!("{table}"));
     assert!(line.ends_with("0.00028"), "{line}");
 }
+
+#[actix_web::test]
+async fn reprice_recomputes_costs_from_kept_token_counts_without_touching_the_ledger() {
+    let app = spawn_app(setup()).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    for _ in 0..3 {
+        assert_eq!(app.chat(&key, &chat_body("fast")).await.status, 200);
+    }
+    app.gateway.ledger.flush().await.unwrap();
+    // The same model at twice the output price: 100 in at 2 + 10 out at 16, per 1M.
+    let prices = app.dir.path().join("prices.toml");
+    std::fs::write(
+        &prices,
+        "[[prices]]\nprovider = \"primary\"\nmodel = \"usage-100-0-10\"\ninput = \"2\"\noutput = \"16\"\n",
+    )
+    .unwrap();
+
+    let config = app.config_path.clone();
+    let args = [
+        "--config".to_owned(),
+        config.display().to_string(),
+        "reprice".into(),
+        "--prices".into(),
+        prices.display().to_string(),
+        "--tenant".into(),
+        tenant.clone(),
+    ];
+    let output = actix_web::rt::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(&args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["rows"], 3);
+    assert_eq!(report["repriced"], 3);
+    assert_eq!(report["current_total"], "0.00084");
+    assert_eq!(report["repriced_total"], "0.00108");
+    let rows = app.ledger_rows(&tenant).await;
+    assert!(
+        rows.iter().all(|r| r.charged_nanos == 280_000),
+        "the ledger is not rewritten"
+    );
+}

@@ -230,10 +230,6 @@ pub struct TestApp {
     pub database_url: String,
     pub client: awc::Client,
     /// Holds the config (and the SQLite file) for as long as the app runs.
-    #[expect(
-        dead_code,
-        reason = "owned for its Drop; no test reads it since the database became backend-neutral"
-    )]
     pub dir: TempDir,
 }
 
