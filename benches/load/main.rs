@@ -15,6 +15,7 @@ mod machine;
 mod plan;
 mod priority;
 mod procs;
+mod profile;
 mod report;
 mod scenarios;
 mod selfcheck;
@@ -34,7 +35,7 @@ use crate::report::{GatewayAfter, Results, ScenarioInfo};
 use crate::stack::{Nginx, Stack};
 
 const USAGE: &str = "usage: cargo bench --bench load [-- [--quick] [--runs N] [--seconds S] \
-                     [--wait-quiet S] [--nginx-workers N] [--skip-nginx] [--no-renice]]";
+                     [--wait-quiet S] [--nginx-workers N] [--skip-nginx] [--no-renice] [--no-profile]]";
 const DEFAULT_NGINX_WORKERS: u32 = 2;
 
 #[derive(Debug, Clone, Copy)]
@@ -43,6 +44,7 @@ struct Options {
     /// nginx worker processes; `None` skips the nginx row.
     nginx: Option<u32>,
     renice: bool,
+    profile: bool,
 }
 
 fn parse_options(args: &[String]) -> Result<Options> {
@@ -52,6 +54,7 @@ fn parse_options(args: &[String]) -> Result<Options> {
     let mut nginx = Some(DEFAULT_NGINX_WORKERS);
     let mut wait_quiet = None;
     let mut renice = true;
+    let mut profile = true;
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -60,6 +63,7 @@ fn parse_options(args: &[String]) -> Result<Options> {
             "--quick" => quick = true,
             "--skip-nginx" => nginx = None,
             "--no-renice" => renice = false,
+            "--no-profile" => profile = false,
             "--nginx-workers" => {
                 nginx = Some(
                     args.next()
@@ -107,6 +111,7 @@ fn parse_options(args: &[String]) -> Result<Options> {
         timing,
         nginx,
         renice,
+        profile,
     })
 }
 
@@ -251,7 +256,16 @@ async fn measure(
         cells.push(runner.run_cell(&plan).await?);
     }
     let waited_for_quiet_s = runner.waited.as_secs();
-    let gateway_after = gateway_after(stack).await;
+    let gateway_after = gateway_after(runner.stack).await;
+    let profile = if options.profile {
+        let target = runner.gateway_target("short")?;
+        println!("profiling the gateway (perf record, closed loop, short prompt)");
+        profile::gateway(runner.stack, &target)
+            .await
+            .map_err(|error| format!("{error:#}"))
+    } else {
+        Err("--no-profile was given".to_owned())
+    };
     let targets = report::checks(&cells, &nginx);
     let noisy_runs = cells
         .iter()
@@ -263,6 +277,14 @@ async fn measure(
     println!("{}", report::open_tables(&cells));
     println!("{}", report::closed_table(&cells));
     println!("{}", report::targets_table(&targets));
+    let (profile, profile_skipped) = match profile {
+        Ok(profile) => (Some(profile), None),
+        Err(reason) => (None, Some(reason)),
+    };
+    println!(
+        "{}",
+        report::profile_section(profile.as_ref(), profile_skipped.as_deref(), &cells)
+    );
     if noisy_runs > 0 {
         println!("warning: {noisy_runs} runs shared the machine with other busy processes");
     }
@@ -286,6 +308,8 @@ async fn measure(
         targets,
         not_measured: report::NOT_MEASURED.to_vec(),
         gateway_after,
+        profile,
+        profile_skipped,
         noisy_runs,
         waited_for_quiet_s,
         priority,

@@ -276,6 +276,16 @@ impl<'a> Runner<'a> {
         })
     }
 
+    /// The gateway with the named scenario on the 0 ms upstream.
+    pub fn gateway_target(&self, scenario: &str) -> Result<Target> {
+        let scenario = self
+            .scenarios
+            .iter()
+            .find(|s| s.name == scenario)
+            .with_context(|| format!("no scenario {scenario}"))?;
+        self.target(scenario, 0, Kind::Gateway)
+    }
+
     fn target(&self, scenario: &Scenario, delay_ms: u64, kind: Kind) -> Result<Target> {
         let fake = self.stack.fake(delay_ms)?;
         Ok(match kind {

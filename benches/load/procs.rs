@@ -57,6 +57,18 @@ impl Child {
         Ok(())
     }
 
+    /// Waits (polling, so the runtime keeps serving other tasks) for the child to exit.
+    pub async fn wait_exit(&mut self, limit: Duration) -> Result<std::process::ExitStatus> {
+        let deadline = now() + limit;
+        while now() < deadline {
+            if let Some(status) = self.process.try_wait()? {
+                return Ok(status);
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        bail!("{} did not exit within {limit:?}", self.name)
+    }
+
     pub fn log_tail(&self, lines: usize) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let all: Vec<&str> = text.lines().collect();

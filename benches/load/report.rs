@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::machine::Machine;
 use crate::plan::{Cell, CellPlan, Kind, OPEN_RATES, Run, Shape, Summary, Timing};
+use crate::profile::Profile;
 use crate::stats::{self, Percentiles, grouped, ms, ratio, signed_ms};
 
 pub const COMMAND: &str = "cargo bench --bench load";
@@ -49,6 +50,9 @@ pub struct Results {
     pub targets: Vec<Check>,
     pub not_measured: Vec<&'static str>,
     pub gateway_after: GatewayAfter,
+    pub profile: Option<Profile>,
+    /// Why there is no profile.
+    pub profile_skipped: Option<String>,
     pub noisy_runs: usize,
     pub waited_for_quiet_s: u64,
     pub elapsed_s: u64,
@@ -369,6 +373,62 @@ pub fn targets_table(checks: &[Check]) -> String {
     out
 }
 
+/// The gateway's CPU profile beside the CPU time per request of the closed-loop table.
+pub fn profile_section(profile: Option<&Profile>, skipped: Option<&str>, cells: &[Cell]) -> String {
+    let mut out = String::from("## Where the gateway's time goes\n\n");
+    let short = cells.iter().find(|c| {
+        matches!(c.shape, Shape::Closed { .. }) && c.delay_ms == 0 && c.scenario == "short"
+    });
+    let cpu = |kind: Kind, own: fn(&crate::plan::Cpu) -> Option<u64>| {
+        short
+            .and_then(|c| c.summary(kind))
+            .and_then(|s| own(&s.cpu_us_per_request))
+    };
+    if let (Some(gateway), Some(nginx)) = (
+        cpu(Kind::Gateway, |c| c.gateway),
+        cpu(Kind::Nginx, |c| c.nginx),
+    ) {
+        let _ = writeln!(
+            out,
+            "At full load with the short prompt the gateway process spends {gateway} µs of CPU per request \
+             where nginx spends {nginx} µs ({} ×); on two shared cores that CPU time, not waiting, bounds its throughput.\n",
+            ratio(gateway, nginx).unwrap_or_default()
+        );
+    }
+    match (profile, skipped) {
+        (Some(p), _) => {
+            let _ = writeln!(
+                out,
+                "`perf record -F 997 -p <gateway>` for {} s of closed-loop short-prompt load ({} req/s while profiled; \
+                 run after the measurements, so its overhead is in none of them). Self time, no call graphs.\n",
+                p.seconds,
+                grouped(p.requests_per_second)
+            );
+            out.push_str("| samples | thread |\n|---:|---|\n");
+            for (share, name) in &p.threads {
+                let _ = writeln!(out, "| {share} | `{}` |", name.replace('|', "\\|"));
+            }
+            out.push_str("\n| samples | binary |\n|---:|---|\n");
+            for (share, name) in &p.objects {
+                let _ = writeln!(out, "| {share} | `{name}` |");
+            }
+            out.push_str("\n| samples | function (`[.]` user, `[k]` kernel) |\n|---:|---|\n");
+            for (share, name) in &p.symbols {
+                let _ = writeln!(
+                    out,
+                    "| {share} | `{}` |",
+                    name.replace('|', "\\|").replace('`', "'")
+                );
+            }
+        }
+        (None, Some(reason)) => {
+            let _ = writeln!(out, "No profile: {reason}.");
+        }
+        (None, None) => out.push_str("No profile.\n"),
+    }
+    out
+}
+
 pub fn write_json(path: &Path, results: &Results) -> Result<()> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)
@@ -512,6 +572,12 @@ fn results_section(results: &Results) -> String {
     doc.push_str(&closed_table(&results.cells));
     doc.push_str("\n## Targets of issue 8\n\n");
     doc.push_str(&targets_table(&results.targets));
+    doc.push('\n');
+    doc.push_str(&profile_section(
+        results.profile.as_ref(),
+        results.profile_skipped.as_deref(),
+        &results.cells,
+    ));
     let g = &results.gateway_after;
     let _ = writeln!(
         doc,
