@@ -14,6 +14,11 @@ pub const UPSTREAM_MODEL: &str = "bench-model";
 pub const BUDGET: &str = "1000000000";
 /// Requests per minute, so the limiter runs on every call without ever refusing one.
 const RPM: u32 = 10_000_000;
+/// Tokens per minute, per day and per month: the token quotas run on every call too, and the
+/// whole run sends well under a billion tokens.
+const TPM: u64 = 10_000_000_000;
+const DAILY_TOKENS: u64 = 1_000_000_000_000;
+const MONTHLY_TOKENS: u64 = 10_000_000_000_000;
 
 /// One upstream the gateway routes to: a fake upstream with a fixed delay.
 pub struct Upstream {
@@ -22,8 +27,9 @@ pub struct Upstream {
     pub port: u16,
 }
 
-/// The gateway's TOML: key auth, rate limit, strict budgets with the real tokenizer, the
-/// ledger on the default SQLite and metrics all stay on; only the limits are set high.
+/// The gateway's TOML: key auth, request and token rate limits and token quotas, strict
+/// budgets with the real tokenizer, the ledger on the default SQLite and metrics all stay on;
+/// only the limits are set high.
 pub fn gateway_toml(listen_port: u16, dir: &Path, upstreams: &[Upstream]) -> String {
     let mut toml = format!(
         r#"# Written by benches/load (cargo bench --bench load).
@@ -72,6 +78,9 @@ output = "1.5"
 [tiers.{TIER}]
 routes = [{routes}]
 rpm = {RPM}
+tpm = {TPM}
+daily_tokens = {DAILY_TOKENS}
+monthly_tokens = {MONTHLY_TOKENS}
 default_max_tokens = {MAX_TOKENS}
 ",
         routes = routes.join(", "),

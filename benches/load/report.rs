@@ -514,9 +514,10 @@ fn method_section(results: &Results) -> String {
          - **System under test.** The harness starts `tollgate fake-upstream` twice (`--latency-ms 0` and `--latency-ms 50`), \
          writes a configuration with one keyless `openai` provider per fake, a route per provider and a price for its model, \
          creates a tenant (budget {budget}, strict mode) and a key with the `tollgate` CLI, and starts `tollgate serve` \
-         (two workers, one per core). Every governance feature is on: key authentication, the requests/min limiter \
-         (10,000,000 rpm, so it never refuses), strict budget reservation with the o200k_base tokenizer, settlement, \
+         (two workers, one per core). Every governance feature is on: key authentication, the requests/min and tokens/min limiters and the daily and monthly token quotas \
+         (10,000,000 rpm, 10,000,000,000 tpm: they run on every call and never refuse), strict budget reservation with the o200k_base tokenizer, settlement, \
          the ledger on SQLite (the default storage) and Prometheus metrics; logs are JSON lines at `info` to a file. \
+         The exact response cache stays off (its default; every prompt is distinct anyway), and so do alert webhooks. \
          The gateway gets the route name as `model` and no `max_tokens` (the tier's default, {max}, is sent upstream).\n\
          - **Baseline.** The same load sent straight to the same fake upstream (with `max_tokens` {max} in the body, \
          as the gateway forwards it), in the same run, alternating with the gateway run by run. \
@@ -594,9 +595,5 @@ fn results_section(results: &Results) -> String {
     for item in NOT_MEASURED {
         let _ = writeln!(doc, "- {item}");
     }
-    doc.push_str(
-        "\nThe token-per-minute limit is not in the table either: the gateway has no such setting yet \
-         (only requests/min), so there is nothing to switch on.\n",
-    );
     doc
 }

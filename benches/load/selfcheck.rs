@@ -69,5 +69,6 @@ fn configuration() -> Result<()> {
     ensure!(toml.contains("targets = [\"fake0/bench-model\"]"));
     ensure!(toml.contains("routes = [\"fast\"]"));
     ensure!(!toml.contains("api_key_env"));
+    ensure!(toml.contains("\ntpm = ") && toml.contains("\nmonthly_tokens = "));
     Ok(())
 }
