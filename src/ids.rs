@@ -75,6 +75,18 @@ impl TenantId {
     }
 }
 
+/// Feature names (`X-Tollgate-Feature`) become ledger values, report keys and
+/// budget scopes, so one rule decides what a feature name may be.
+pub const FEATURE_RULE: &str = "use at most 64 letters, digits, `-`, `_`, `.`, `:` or `/`";
+
+pub fn is_valid_feature(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':' | b'/'))
+}
+
 impl RequestId {
     pub fn generate() -> RequestId {
         RequestId::new(uuid::Uuid::now_v7().simple().to_string())

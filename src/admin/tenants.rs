@@ -6,7 +6,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use super::{AdminError, invalid};
 use crate::config::Config;
 use crate::directory::{BudgetMode, TenantRecord, repo};
-use crate::ids::TenantId;
+use crate::ids::{FEATURE_RULE, TenantId, is_valid_feature};
 use crate::money::Nanos;
 
 #[derive(Debug, Deserialize)]
@@ -277,16 +277,8 @@ pub async fn set_feature_budget(
     now_ms: i64,
 ) -> Result<TenantRecord, AdminError> {
     let tenant = get(db, id).await?;
-    let valid = !feature.is_empty()
-        && feature.len() <= 64
-        && feature
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':' | b'/'));
-    if !valid {
-        return Err(invalid(
-            "feature",
-            "use at most 64 letters, digits, `-`, `_`, `.`, `:` or `/`",
-        ));
+    if !is_valid_feature(feature) {
+        return Err(invalid("feature", FEATURE_RULE));
     }
     let budget = budget
         .map(|text| {

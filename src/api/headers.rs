@@ -3,7 +3,7 @@
 use actix_web::HttpRequest;
 
 use crate::error::ApiError;
-use crate::ids::RequestId;
+use crate::ids::{FEATURE_RULE, RequestId, is_valid_feature};
 
 pub const REQUEST_ID: &str = "x-request-id";
 pub const FEATURE: &str = "x-tollgate-feature";
@@ -29,16 +29,12 @@ pub fn feature(req: &HttpRequest) -> Result<String, ApiError> {
     else {
         return Ok("unknown".to_owned());
     };
-    let ok = value.len() <= 64
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':' | b'/'));
-    if ok {
+    if is_valid_feature(value) {
         Ok(value.to_owned())
     } else {
         Err(ApiError::invalid_request(
             "X-Tollgate-Feature",
-            "use at most 64 letters, digits, `-`, `_`, `.`, `:` or `/`",
+            FEATURE_RULE,
         ))
     }
 }
