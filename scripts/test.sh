@@ -23,6 +23,8 @@ if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb 
   install postgresql "initdb, postgres"
 fi
 need setpriv util-linux
+# The shared-quota tests start their own redis-server on a free loopback port.
+need redis-server redis-server
 # The official OpenAI SDK is part of the contract: any OpenAI client must work unchanged.
 if ! python3 -c "import openai" >/dev/null 2>&1; then
   echo "installing the openai Python package"

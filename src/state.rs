@@ -31,4 +31,6 @@ pub struct Gateway {
     pub active_drains: AtomicUsize,
     pub tenant_labels: Arc<TenantLabels>,
     pub cache: ResponseCache,
+    /// The shared quota store, when replicas share limits through Redis.
+    pub quota_store: Option<crate::tenant::SharedStore>,
 }

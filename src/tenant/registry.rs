@@ -13,6 +13,7 @@ use super::actor::{TenantActor, TenantDeps};
 use super::book::Limits;
 use super::handle::TenantHandle;
 use super::messages::UpdateLimits;
+use super::shared::SharedStore;
 use super::tokens::TokenLimits;
 use crate::clock::SharedClock;
 use crate::config::Config;
@@ -29,6 +30,7 @@ pub struct RegistryInner {
     db: DatabaseConnection,
     config: Arc<Config>,
     labels: Arc<TenantLabels>,
+    shared: Option<SharedStore>,
 }
 
 impl RegistryInner {
@@ -58,6 +60,7 @@ impl TenantRegistry {
         ledger: LedgerHandle,
         db: DatabaseConnection,
         labels: Arc<TenantLabels>,
+        shared: Option<SharedStore>,
     ) -> TenantRegistry {
         let arbiters = (0..config.server.tenant_arbiters.max(1))
             .map(|_| Arbiter::new().handle())
@@ -71,6 +74,7 @@ impl TenantRegistry {
                 db,
                 config,
                 labels,
+                shared,
             }),
         }
     }
@@ -101,6 +105,7 @@ impl TenantRegistry {
                 daily: tenant.daily_token_limit.or(tier.daily_tokens),
                 monthly: tenant.monthly_token_limit.or(tier.monthly_tokens),
             },
+            on_store_error: tier.on_store_error,
         })
     }
 
@@ -138,6 +143,9 @@ impl TenantRegistry {
             db: inner.db.clone(),
             price_version: inner.config.price_version.clone(),
             alerts_config: Arc::new(inner.config.alerts.clone()),
+            shared: inner.shared.clone(),
+            replicas: inner.config.storage.replicas,
+            reconcile_interval_ms: inner.config.storage.reconcile_interval_ms,
         };
         let registry = Arc::downgrade(&self.inner);
         let label = inner.labels.label(tenant.as_str());

@@ -21,5 +21,6 @@ mod lifecycle;
 mod metrics;
 mod rate_limit;
 mod sdk;
+mod shared_quota;
 mod storage;
 mod streaming;
