@@ -35,3 +35,6 @@ cargo test --workspace --all-targets
 # The integration suite again, every gateway on a fresh PostgreSQL database
 # (the production backend) instead of a SQLite file.
 TOLLGATE_TEST_DATABASE=postgres cargo test --test api
+# And once more with every gateway's quotas on Redis (a real redis-server, one
+# database per gateway) instead of in memory: the same budgets and limits must hold.
+TOLLGATE_TEST_REDIS=1 cargo test --test api

@@ -310,3 +310,14 @@ async fn a_feature_budget_in_redis_refuses_only_its_feature() {
         .await;
     assert_eq!(chat.status, 200, "{}", chat.raw);
 }
+
+#[actix_web::test]
+async fn the_suite_runs_on_redis_when_asked_and_in_memory_otherwise() {
+    let app = spawn_app(TestSetup::new().route("fast", &["primary/ok"])).await;
+    let expected = if crate::support::redis::suite_on_redis() {
+        "redis"
+    } else {
+        "memory"
+    };
+    assert_eq!(readyz_store(&app).await, expected);
+}

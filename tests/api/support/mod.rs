@@ -311,6 +311,10 @@ fn write_config_with(
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tollgate.toml");
     let database_url = Backend::selected().fresh_database_url(dir.path());
+    let mut setup = setup.clone();
+    if redis::suite_on_redis() && !setup.storage.iter().any(|l| l.starts_with("redis_url")) {
+        setup = setup.redis(&redis::fresh_database_url(), 1);
+    }
     std::fs::write(&path, setup.toml(&database_url, fake_url, anthropic_url)).unwrap();
     (dir, path)
 }

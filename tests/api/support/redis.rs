@@ -7,7 +7,41 @@
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
+
+/// Databases of the shared server: one per gateway, so tests never share keys.
+const DATABASES: u64 = 4096;
+
+/// `TOLLGATE_TEST_REDIS=1` runs every gateway of the suite on Redis quotas,
+/// each in its own database of one server started on first use.
+pub fn suite_on_redis() -> bool {
+    matches!(std::env::var("TOLLGATE_TEST_REDIS").as_deref(), Ok("1"))
+}
+
+static SHARED: LazyLock<Mutex<RedisServer>> = LazyLock::new(|| {
+    let mut server = RedisServer::unstarted();
+    server.spawn();
+    for _ in 0..400 {
+        if server.ping() {
+            return Mutex::new(server);
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    panic!("the suite's redis-server did not answer");
+});
+static NEXT_DATABASE: AtomicU64 = AtomicU64::new(1);
+
+/// A database of its own on the suite's shared server.
+pub fn fresh_database_url() -> String {
+    let port = SHARED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .port;
+    let n = NEXT_DATABASE.fetch_add(1, Ordering::SeqCst) % DATABASES;
+    format!("redis://127.0.0.1:{port}/{n}")
+}
 
 const WATCHDOG: &str = r#"
 redis-server "$@" </dev/null >/dev/null 2>&1 &
@@ -29,19 +63,23 @@ pub struct RedisServer {
 
 impl RedisServer {
     pub async fn start() -> RedisServer {
+        let mut server = RedisServer::unstarted();
+        server.launch().await;
+        server
+    }
+
+    fn unstarted() -> RedisServer {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        let mut server = RedisServer {
+        RedisServer {
             port,
             pid: None,
             watchdog: None,
             dir: tempfile::tempdir().unwrap(),
-        };
-        server.launch().await;
-        server
+        }
     }
 
     pub fn url(&self) -> String {
@@ -49,6 +87,17 @@ impl RedisServer {
     }
 
     async fn launch(&mut self) {
+        self.spawn();
+        for _ in 0..200 {
+            if self.ping() {
+                return;
+            }
+            actix_rt::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("redis-server did not answer on port {}", self.port);
+    }
+
+    fn spawn(&mut self) {
         let mut child = Command::new("sh")
             .arg("-c")
             .arg(WATCHDOG)
@@ -58,6 +107,7 @@ impl RedisServer {
             .args(["--save", ""])
             .args(["--appendonly", "no"])
             .args(["--dir", &self.dir.path().display().to_string()])
+            .args(["--databases", &DATABASES.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -71,13 +121,6 @@ impl RedisServer {
         }
         self.pid = Some(String::from_utf8(line).unwrap().trim().parse().unwrap());
         self.watchdog = Some((child, stdin));
-        for _ in 0..200 {
-            if self.ping() {
-                return;
-            }
-            actix_rt::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("redis-server did not answer on port {}", self.port);
     }
 
     fn ping(&self) -> bool {
