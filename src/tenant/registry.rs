@@ -105,7 +105,7 @@ impl TenantRegistry {
                 daily: tenant.daily_token_limit.or(tier.daily_tokens),
                 monthly: tenant.monthly_token_limit.or(tier.monthly_tokens),
             },
-            on_store_error: tier.on_store_error,
+            on_store_error: tenant.on_store_error.unwrap_or(tier.on_store_error),
         })
     }
 

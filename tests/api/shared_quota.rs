@@ -248,11 +248,31 @@ async fn a_frozen_redis_holds_no_request_and_thawing_it_resumes_shared_decisions
     let app = spawn_app(outage_setup(&redis)).await;
     let (_closed, closed_key) = app.tenant_with_key("closed", json!({})).await;
     let (_local, local_key) = app.tenant_with_key("shared_out", json!({})).await;
+    // A tenant's own policy overrides its tier's.
+    let (overridden, overridden_key) = app
+        .tenant_with_key("closed", json!({"on_store_error": "local"}))
+        .await;
+    let bad = app
+        .admin(
+            "PATCH",
+            &format!("/tenants/{overridden}"),
+            Some(json!({"on_store_error": "sometimes"})),
+        )
+        .await;
+    assert_eq!(bad.status, 400, "{}", bad.raw);
+    assert!(
+        bad.error_message().contains("on_store_error"),
+        "{}",
+        bad.raw
+    );
     let body = chat_body("fast");
     assert_eq!(app.chat(&closed_key, &body).await.status, 200);
     assert_eq!(app.chat(&local_key, &body).await.status, 200);
 
     redis.freeze();
+
+    let served = chat_within(&app, &overridden_key, &body).await;
+    assert_eq!(served.status, 200, "{}", served.raw);
 
     // Connections stay open and nothing answers: only the store timeout ends the wait.
     let replies = join_all((0..6).map(|i| {
