@@ -158,9 +158,12 @@ struct SpendArgs {
 }
 
 pub fn run(cli: Cli) -> ExitCode {
-    telemetry::logging::init(!matches!(cli.command, Command::Demo { .. }));
+    let log_guard = telemetry::logging::init(!matches!(cli.command, Command::Demo { .. }));
     let system = actix_rt::System::new();
-    match system.block_on(dispatch(cli)) {
+    let result = system.block_on(dispatch(cli));
+    // Every buffered log line is out before the process reports how it ended.
+    drop(log_guard);
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             let _ = writeln!(std::io::stderr(), "error: {error:#}");
