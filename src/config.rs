@@ -404,6 +404,17 @@ struct RawProvider {
     breaker_failures: u32,
     #[serde(default = "default_breaker_cooldown_ms")]
     breaker_cooldown_ms: u64,
+    /// Error rate (percent) over `breaker_window_ms` that opens the breaker; 0 turns it off.
+    #[serde(default = "default_breaker_error_rate_percent")]
+    breaker_error_rate_percent: u32,
+    #[serde(default = "default_breaker_window_ms")]
+    breaker_window_ms: u64,
+    /// The error rate counts only with at least this many results in the window.
+    #[serde(default = "default_breaker_min_requests")]
+    breaker_min_requests: u32,
+    /// Half-open lets 20%, then 50%, then 100% of requests through, each for this long.
+    #[serde(default = "default_breaker_ramp_window_ms")]
+    breaker_ramp_window_ms: u64,
     /// A stream whose first chunk takes longer fails over; later chunks may be this far apart.
     #[serde(default = "default_first_token_timeout_ms")]
     first_token_timeout_ms: u64,
@@ -459,6 +470,18 @@ fn default_breaker_failures() -> u32 {
 }
 fn default_breaker_cooldown_ms() -> u64 {
     10_000
+}
+fn default_breaker_error_rate_percent() -> u32 {
+    50
+}
+fn default_breaker_window_ms() -> u64 {
+    30_000
+}
+fn default_breaker_min_requests() -> u32 {
+    20
+}
+fn default_breaker_ramp_window_ms() -> u64 {
+    5000
 }
 fn default_first_token_timeout_ms() -> u64 {
     20_000
@@ -556,6 +579,10 @@ pub struct Provider {
     pub retry_burst: u32,
     pub breaker_failures: u32,
     pub breaker_cooldown_ms: u64,
+    pub breaker_error_rate_percent: u32,
+    pub breaker_window_ms: u64,
+    pub breaker_min_requests: u32,
+    pub breaker_ramp_window_ms: u64,
     pub first_token_timeout_ms: u64,
     pub on_client_disconnect: OnClientDisconnect,
     pub drain_timeout_ms: u64,
@@ -765,6 +792,12 @@ fn validate_providers(
                 "provider names may not be empty or contain `/`",
             ));
         }
+        if p.breaker_error_rate_percent > 100 {
+            return Err(invalid(
+                format!("{entry}.breaker_error_rate_percent"),
+                "must be at most 100",
+            ));
+        }
         if p.timeout_ms == 0 {
             return Err(invalid(format!("{entry}.timeout_ms"), "must be positive"));
         }
@@ -804,6 +837,10 @@ fn validate_providers(
                 retry_burst: p.retry_burst,
                 breaker_failures: p.breaker_failures.max(1),
                 breaker_cooldown_ms: p.breaker_cooldown_ms,
+                breaker_error_rate_percent: p.breaker_error_rate_percent,
+                breaker_window_ms: p.breaker_window_ms,
+                breaker_min_requests: p.breaker_min_requests,
+                breaker_ramp_window_ms: p.breaker_ramp_window_ms,
                 first_token_timeout_ms: p.first_token_timeout_ms.max(1),
                 on_client_disconnect: p.on_client_disconnect,
                 drain_timeout_ms: p.drain_timeout_ms,

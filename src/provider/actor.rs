@@ -11,7 +11,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
-use super::breaker::{Breaker, BreakerState};
+use super::breaker::{Breaker, BreakerConfig, BreakerState, Transition};
 use super::retry::{RetryBudget, RetryPolicy};
 use crate::clock::SharedClock;
 use crate::config::Provider;
@@ -44,9 +44,9 @@ pub enum Verdict {
     Abandoned,
 }
 
-/// A slot now (with whether it is a half-open probe), or a place in the queue.
+/// A slot now, or a place in the queue.
 enum Admission {
-    Now(bool),
+    Now,
     Queued(oneshot::Receiver<Permit>),
 }
 
@@ -57,7 +57,6 @@ struct Admit;
 #[derive(Message)]
 #[rtype(result = "()")]
 struct Done {
-    probe: bool,
     verdict: Verdict,
 }
 
@@ -91,6 +90,13 @@ impl ProviderActor {
         };
         gauge_set(Metric::BreakerState, &[("provider", name)], state);
     }
+
+    /// Every breaker state change passes here: the one place to publish it.
+    fn on_transition(&self, transition: Option<Transition>) {
+        if let Some(Transition { from, to }) = transition {
+            tracing::warn!(provider = %self.name, from = ?from, to = ?to, "Circuit breaker changed state.");
+        }
+    }
 }
 
 impl Actor for ProviderActor {
@@ -106,11 +112,14 @@ impl Handler<Admit> for ProviderActor {
     type Result = Result<Admission, Skip>;
 
     fn handle(&mut self, _msg: Admit, _ctx: &mut Context<Self>) -> Self::Result {
+        // The breaker decides first: an open one refuses at once, without queueing.
+        let (admitted, transition) = self.breaker.admit(self.clock.now_ms());
+        self.on_transition(transition);
+        if !admitted {
+            self.publish();
+            return Err(Skip::BreakerOpen);
+        }
         if self.in_flight >= self.max_concurrency {
-            // An open breaker refuses at once; otherwise wait for a slot if there is room.
-            if matches!(self.breaker.state(), BreakerState::Open { .. }) {
-                return Err(Skip::BreakerOpen);
-            }
             if self.queue.len() >= self.max_queue {
                 return Err(Skip::QueueFull);
             }
@@ -119,13 +128,9 @@ impl Handler<Admit> for ProviderActor {
             self.publish();
             return Ok(Admission::Queued(receiver));
         }
-        let probe = self
-            .breaker
-            .admit(self.clock.now_ms())
-            .ok_or(Skip::BreakerOpen)?;
         self.in_flight += 1;
         self.publish();
-        Ok(Admission::Now(probe))
+        Ok(Admission::Now)
     }
 }
 
@@ -141,7 +146,6 @@ impl Handler<Done> for ProviderActor {
             };
             let permit = Permit {
                 addr: ctx.address(),
-                probe: false,
                 done: false,
             };
             self.in_flight += 1;
@@ -151,17 +155,13 @@ impl Handler<Done> for ProviderActor {
                 self.in_flight -= 1;
             }
         }
-        let before = self.breaker.state();
-        match msg.verdict {
-            Verdict::Healthy => self.breaker.on_success(),
-            Verdict::Failed => self.breaker.on_failure(self.clock.now_ms()),
-            Verdict::Abandoned if msg.probe => self.breaker.on_abandoned_probe(),
-            Verdict::Abandoned => {}
-        }
-        let after = self.breaker.state();
-        if std::mem::discriminant(&before) != std::mem::discriminant(&after) {
-            tracing::warn!(provider = %self.name, from = ?before, to = ?after, "Circuit breaker changed state.");
-        }
+        let now = self.clock.now_ms();
+        let transition = match msg.verdict {
+            Verdict::Healthy => self.breaker.on_success(now),
+            Verdict::Failed => self.breaker.on_failure(now),
+            Verdict::Abandoned => None,
+        };
+        self.on_transition(transition);
         self.publish();
     }
 }
@@ -179,7 +179,14 @@ impl ProviderHandle {
     pub fn start(provider: &Provider, clock: SharedClock) -> ProviderHandle {
         let actor = ProviderActor {
             name: provider.name.clone(),
-            breaker: Breaker::new(provider.breaker_failures, provider.breaker_cooldown_ms),
+            breaker: Breaker::new(BreakerConfig {
+                consecutive_failures: provider.breaker_failures,
+                error_rate_percent: provider.breaker_error_rate_percent,
+                window_ms: provider.breaker_window_ms,
+                min_requests: provider.breaker_min_requests,
+                cooldown_ms: provider.breaker_cooldown_ms,
+                ramp_window_ms: provider.breaker_ramp_window_ms,
+            }),
             in_flight: 0,
             max_concurrency: provider.max_concurrency,
             queue: VecDeque::new(),
@@ -213,9 +220,8 @@ impl ProviderHandle {
     /// A slot now, after waiting in the queue (at most the queue timeout), or a skip.
     pub async fn admit(&self) -> Result<Permit, Skip> {
         match self.addr.send(Admit).await.map_err(|_| Skip::Stopped)?? {
-            Admission::Now(probe) => Ok(Permit {
+            Admission::Now => Ok(Permit {
                 addr: self.addr.clone(),
-                probe,
                 done: false,
             }),
             // A permit sent just as the timeout fires is dropped with the receiver, freeing its slot.
@@ -235,17 +241,13 @@ impl ProviderHandle {
 #[must_use = "a permit must be finished with the call's verdict"]
 pub struct Permit {
     addr: Addr<ProviderActor>,
-    probe: bool,
     done: bool,
 }
 
 impl Permit {
     pub fn finish(mut self, verdict: Verdict) {
         self.done = true;
-        self.addr.do_send(Done {
-            probe: self.probe,
-            verdict,
-        });
+        self.addr.do_send(Done { verdict });
     }
 }
 
@@ -253,7 +255,6 @@ impl Drop for Permit {
     fn drop(&mut self) {
         if !self.done {
             self.addr.do_send(Done {
-                probe: self.probe,
                 verdict: Verdict::Abandoned,
             });
         }
