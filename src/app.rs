@@ -16,6 +16,7 @@ use crate::config::{Config, ConfigError};
 use crate::directory::Directory;
 use crate::ledger::LedgerHandle;
 use crate::provider::ProviderHandle;
+use crate::provider::clients::UpstreamClients;
 use crate::state::Gateway;
 use crate::storage::{self, StorageError};
 use crate::telemetry;
@@ -104,17 +105,9 @@ impl Application {
         });
         let data = web::Data::from(gateway.clone());
         let mut server = HttpServer::new(move || {
-            // One client per worker: awc is !Send and keeps its own keep-alive pool.
-            let client = awc::Client::builder()
-                .connector(
-                    awc::Connector::new()
-                        .limit(4096)
-                        .conn_keep_alive(Duration::from_secs(30)),
-                )
-                .finish();
             App::new()
                 .app_data(data.clone())
-                .app_data(web::Data::new(client))
+                .app_data(web::Data::new(UpstreamClients::default()))
                 .configure(api::configure)
         })
         .shutdown_timeout(config.server.shutdown_grace_ms.div_ceil(1000));

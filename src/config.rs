@@ -379,8 +379,15 @@ struct RawProvider {
     kind: ProviderKind,
     base_url: String,
     api_key_env: Option<String>,
+    /// The whole call: connecting, waiting, and reading the answer (a stream's too).
     #[serde(default = "default_provider_timeout_ms")]
     timeout_ms: u64,
+    /// Establishing the connection (DNS, TCP, TLS).
+    #[serde(default = "default_connect_timeout_ms")]
+    connect_timeout_ms: u64,
+    /// Until the answer's headers arrive; defaults to `timeout_ms` because a
+    /// non-streaming answer's headers come only once it is generated.
+    first_byte_timeout_ms: Option<u64>,
     #[serde(default = "default_max_concurrency")]
     max_concurrency: u32,
     /// Calls waiting for a slot beyond `max_concurrency`; past it the next target is tried.
@@ -440,6 +447,9 @@ pub enum OnClientDisconnect {
 
 fn default_provider_timeout_ms() -> u64 {
     60_000
+}
+fn default_connect_timeout_ms() -> u64 {
+    5000
 }
 fn default_max_concurrency() -> u32 {
     1024
@@ -569,6 +579,8 @@ pub struct Provider {
     /// `None` with `api_key_env` set means the variable is unset: the provider is disabled.
     pub api_key: Option<Secret>,
     pub timeout_ms: u64,
+    pub connect_timeout_ms: u64,
+    pub first_byte_timeout_ms: u64,
     pub max_concurrency: u32,
     pub max_queue: usize,
     pub queue_timeout_ms: u64,
@@ -798,8 +810,14 @@ fn validate_providers(
                 "must be at most 100",
             ));
         }
-        if p.timeout_ms == 0 {
-            return Err(invalid(format!("{entry}.timeout_ms"), "must be positive"));
+        for (field, value) in [
+            ("timeout_ms", Some(p.timeout_ms)),
+            ("connect_timeout_ms", Some(p.connect_timeout_ms)),
+            ("first_byte_timeout_ms", p.first_byte_timeout_ms),
+        ] {
+            if value == Some(0) {
+                return Err(invalid(format!("{entry}.{field}"), "must be positive"));
+            }
         }
         if p.max_concurrency == 0 {
             return Err(invalid(
@@ -827,6 +845,8 @@ fn validate_providers(
                 api_key_env: p.api_key_env.clone(),
                 api_key,
                 timeout_ms: p.timeout_ms,
+                connect_timeout_ms: p.connect_timeout_ms,
+                first_byte_timeout_ms: p.first_byte_timeout_ms.unwrap_or(p.timeout_ms),
                 max_concurrency: p.max_concurrency,
                 max_queue: p.max_queue,
                 queue_timeout_ms: p.queue_timeout_ms,

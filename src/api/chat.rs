@@ -11,13 +11,14 @@ use crate::error::ApiError;
 use crate::ids::RequestId;
 use crate::pipeline::chat::{OutcomeBody, rate_headers, token_headers};
 use crate::pipeline::{RequestContext, RequestMeter, handle_chat};
+use crate::provider::clients::UpstreamClients;
 use crate::state::Gateway;
 use crate::telemetry::metrics::{Metric, counter_add, observe_ms};
 
 pub async fn chat_completions(
     req: HttpRequest,
     gw: web::Data<Gateway>,
-    client: web::Data<awc::Client>,
+    clients: web::Data<UpstreamClients>,
     auth: TenantAuth,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
@@ -41,7 +42,7 @@ pub async fn chat_completions(
             trace_id,
             traceparent: trace.map(|(_, value)| value),
         };
-        handle_chat(&gw.clone().into_inner(), &client, &ctx, &meter, &body).await
+        handle_chat(&gw.clone().into_inner(), &clients, &ctx, &meter, &body).await
     }
     .instrument(span)
     .await;

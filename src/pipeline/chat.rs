@@ -24,6 +24,7 @@ use crate::provider::adapters::openai::{self, ResponseUsage};
 use crate::provider::call::CallError;
 use crate::provider::call::{self, CallHeaders, Opened, UpstreamBody, UpstreamReply};
 use crate::provider::classify::{Class, classify_error, classify_status};
+use crate::provider::clients::UpstreamClients;
 use crate::provider::retry::RetryPolicy;
 use crate::state::Gateway;
 use crate::telemetry::metrics::{Metric, counter_add, observe_ms};
@@ -62,7 +63,7 @@ pub enum OutcomeBody {
 
 pub async fn handle_chat(
     gw: &Arc<Gateway>,
-    client: &awc::Client,
+    clients: &UpstreamClients,
     ctx: &RequestContext,
     meter: &RequestMeter,
     body: &[u8],
@@ -154,7 +155,7 @@ pub async fn handle_chat(
     let dispatch = Dispatch {
         meter,
         gw,
-        client,
+        clients,
         ctx,
         route,
         request: &request,
@@ -305,7 +306,7 @@ struct Dispatch<'a> {
     cache_key: Option<CacheKey>,
     meter: &'a RequestMeter,
     gw: &'a Arc<Gateway>,
-    client: &'a awc::Client,
+    clients: &'a UpstreamClients,
     ctx: &'a RequestContext,
     route: &'a Route,
     request: &'a ChatRequest,
@@ -371,10 +372,11 @@ impl Dispatch<'_> {
                     traceparent: self.ctx.traceparent.as_deref(),
                 };
                 let started = monotonic();
+                let client = self.clients.get(provider.connect_timeout_ms);
                 let result = if self.request.stream() {
-                    call::open_stream(self.client, provider, body, &headers).await
+                    call::open_stream(&client, provider, body, &headers).await
                 } else {
-                    call::post_chat(self.client, provider, body, &headers)
+                    call::post_chat(&client, provider, body, &headers)
                         .await
                         .map(Opened::Complete)
                 };

@@ -8,6 +8,7 @@ pub mod adapters;
 pub mod breaker;
 pub mod call;
 pub mod classify;
+pub mod clients;
 pub mod retry;
 
 pub use actor::{Permit, ProviderHandle, Skip};

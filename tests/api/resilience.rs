@@ -2,6 +2,7 @@
 //! fake upstream's request counts.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::json;
 use tollgate::clock::ManualClock;
@@ -88,5 +89,129 @@ async fn a_failed_probe_opens_the_breaker_again() {
     assert_eq!(
         failed, 6,
         "each call that went out is a ledger row; skips are not"
+    );
+}
+
+/// A provider on `FAKE` with these settings, no retries.
+fn timed(name: &str, settings: &str) -> String {
+    format!(
+        "[providers.{name}]\nkind = \"openai\"\nbase_url = \"FAKE\"\nmax_attempts = 1\n{settings}"
+    )
+}
+
+#[actix_web::test]
+async fn a_connect_timeout_fails_over_to_the_next_target() {
+    // A listener that never accepts, with its one-entry accept queue taken:
+    // the kernel leaves further handshakes unanswered.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(([127, 0, 0, 1], 0).into()).unwrap();
+    let listener = socket.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut queued = Vec::new();
+    for _ in 0..3 {
+        let connect = tokio::net::TcpStream::connect(addr);
+        if let Ok(Ok(stream)) = actix_rt::time::timeout(Duration::from_millis(200), connect).await {
+            queued.push(stream);
+        }
+    }
+    let app = spawn_app(
+        TestSetup::new()
+            .provider(&format!(
+                "[providers.unreachable]\nkind = \"openai\"\nbase_url = \"http://{addr}\"\nmax_attempts = 1\nconnect_timeout_ms = 150"
+            ))
+            .route("fast", &["unreachable/m", "secondary/usage-10-0-5"])
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    let reply = app.chat(&key, &chat_body("fast")).await;
+
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(reply.header("x-tollgate-provider"), Some("secondary"));
+    let rows = app.ledger_rows(&tenant).await;
+    assert_eq!(rows[0].provider, "unreachable");
+    assert_eq!(
+        rows[0].error.as_deref(),
+        Some("unreachable: no connection within 150 ms")
+    );
+    drop((queued, listener));
+}
+
+#[actix_web::test]
+async fn a_first_byte_timeout_fails_over_to_the_next_target() {
+    let app = spawn_app(
+        TestSetup::new()
+            .provider(&timed(
+                "sluggish",
+                "first_byte_timeout_ms = 200\ntimeout_ms = 10000",
+            ))
+            .route("fast", &["sluggish/delay-3000ms", "secondary/usage-10-0-5"])
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    let reply = app.chat(&key, &chat_body("fast")).await;
+
+    assert_eq!(reply.header("x-tollgate-provider"), Some("secondary"));
+    let rows = app.ledger_rows(&tenant).await;
+    assert_eq!(
+        rows[0].error.as_deref(),
+        Some("sluggish: no response within 200 ms")
+    );
+    assert_eq!(rows[1].status, "fallback_ok");
+}
+
+#[actix_web::test]
+async fn the_total_timeout_bounds_a_complete_call() {
+    let app = spawn_app(
+        TestSetup::new()
+            .provider(&timed(
+                "capped",
+                "timeout_ms = 200\nfirst_byte_timeout_ms = 10000",
+            ))
+            .route("fast", &["capped/delay-3000ms", "secondary/usage-10-0-5"])
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    let reply = app.chat(&key, &chat_body("fast")).await;
+
+    assert_eq!(reply.header("x-tollgate-provider"), Some("secondary"));
+    let rows = app.ledger_rows(&tenant).await;
+    assert_eq!(
+        rows[0].error.as_deref(),
+        Some("capped: timed out after 200 ms")
+    );
+}
+
+#[actix_web::test]
+async fn the_total_timeout_ends_a_stream_that_trickles_on() {
+    let app = spawn_app(
+        TestSetup::new()
+            .provider(&timed(
+                "capped",
+                "timeout_ms = 400\nfirst_token_timeout_ms = 5000",
+            ))
+            .route("paced", &["capped/chunks-30+chunk-delay-100ms"])
+            .tier("free", &["paced"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let body = json!({"model": "paced", "stream": true, "messages": [{"role": "user", "content": "Tell me a story"}]});
+
+    let reply = app.chat(&key, &body).await;
+
+    assert_eq!(reply.status, 200);
+    assert!(reply.raw.contains("data: "), "{}", reply.raw);
+    assert!(!reply.raw.contains("[DONE]"), "{}", reply.raw);
+    let rows = app.ledger_rows_eventually(&tenant, 1).await;
+    assert_eq!(rows[0].status, "partial");
+    assert!(
+        rows[0].error.as_deref().unwrap_or("").contains("timed out"),
+        "{:?}",
+        rows[0].error
     );
 }
