@@ -432,7 +432,43 @@ struct RawProvider {
     drain_timeout_ms: u64,
     /// `anthropic-version` header for `kind = "anthropic"`.
     anthropic_version: Option<String>,
+    /// Sends the tenant id upstream in this body field.
+    tenant_id_as: Option<TenantIdField>,
+    /// Headers added to every call to this provider.
+    #[serde(default)]
+    extra_headers: BTreeMap<String, String>,
+    /// `max_tokens` sent to this provider is lowered to this.
+    max_tokens_ceiling: Option<u32>,
 }
+
+/// Where a provider gets the tenant id, for its per-user isolation and abuse tracking.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum TenantIdField {
+    /// OpenAI's `user` (the caller's own value is replaced); Anthropic's `metadata.user_id`.
+    User,
+    /// DeepSeek's `user_id`, next to whatever `user` the caller sent.
+    UserId,
+}
+
+impl TenantIdField {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TenantIdField::User => "user",
+            TenantIdField::UserId => "user_id",
+        }
+    }
+}
+
+/// Headers the gateway itself sets on upstream calls; `extra_headers` may not replace them.
+const RESERVED_HEADERS: [&str; 6] = [
+    "authorization",
+    "x-api-key",
+    "anthropic-version",
+    "content-type",
+    "content-length",
+    "host",
+];
 
 /// What a stream does when its caller disconnects.
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
@@ -599,6 +635,10 @@ pub struct Provider {
     pub on_client_disconnect: OnClientDisconnect,
     pub drain_timeout_ms: u64,
     pub anthropic_version: String,
+    pub tenant_id_as: Option<TenantIdField>,
+    /// Checked at load: valid header names and values, none of `RESERVED_HEADERS`.
+    pub extra_headers: Vec<(String, String)>,
+    pub max_tokens_ceiling: Option<u32>,
 }
 
 impl Provider {
@@ -627,6 +667,9 @@ pub struct Route {
     pub worst_input_price: PricePerMTok,
     pub worst_output_price: PricePerMTok,
     pub cache_ttl_ms: u64,
+    /// The most output any target accepts (its `max_tokens_ceiling`), when every target has one:
+    /// a reservation never needs more.
+    pub max_tokens_ceiling: Option<u32>,
 }
 
 #[derive(Debug, Clone)]
@@ -804,6 +847,18 @@ fn validate_providers(
                 "provider names may not be empty or contain `/`",
             ));
         }
+        if p.kind == ProviderKind::Anthropic && p.tenant_id_as == Some(TenantIdField::UserId) {
+            return Err(invalid(
+                format!("{entry}.tenant_id_as"),
+                "Anthropic takes the tenant as metadata.user_id: use \"user\"",
+            ));
+        }
+        if p.max_tokens_ceiling == Some(0) {
+            return Err(invalid(
+                format!("{entry}.max_tokens_ceiling"),
+                "must be positive",
+            ));
+        }
         if p.breaker_error_rate_percent > 100 {
             return Err(invalid(
                 format!("{entry}.breaker_error_rate_percent"),
@@ -865,10 +920,35 @@ fn validate_providers(
                 on_client_disconnect: p.on_client_disconnect,
                 drain_timeout_ms: p.drain_timeout_ms,
                 anthropic_version: p.anthropic_version.clone().unwrap_or_default(),
+                tenant_id_as: p.tenant_id_as,
+                extra_headers: validate_extra_headers(&entry, &p.extra_headers)?,
+                max_tokens_ceiling: p.max_tokens_ceiling,
             },
         );
     }
     Ok(providers)
+}
+
+fn validate_extra_headers(
+    entry: &str,
+    raw: &BTreeMap<String, String>,
+) -> Result<Vec<(String, String)>, ConfigError> {
+    let mut headers = Vec::with_capacity(raw.len());
+    for (name, value) in raw {
+        let field = format!("{entry}.extra_headers.{name}");
+        let lower = name.to_ascii_lowercase();
+        if RESERVED_HEADERS.contains(&lower.as_str()) {
+            return Err(invalid(field, "is set by the gateway itself"));
+        }
+        if actix_web::http::header::HeaderName::from_bytes(lower.as_bytes()).is_err() {
+            return Err(invalid(field, "is not a valid header name"));
+        }
+        if actix_web::http::header::HeaderValue::from_str(value).is_err() {
+            return Err(invalid(field, "is not a valid header value"));
+        }
+        headers.push((lower, value.clone()));
+    }
+    Ok(headers)
 }
 
 fn validate_prices(raw: &[RawPrice]) -> Result<HashMap<(String, String), Price>, ConfigError> {
@@ -914,6 +994,7 @@ fn validate_routes(
             ));
         }
         let mut targets = Vec::with_capacity(r.targets.len());
+        let mut ceilings = Vec::with_capacity(r.targets.len());
         for (i, target) in r.targets.iter().enumerate() {
             let entry = format!("routes.{name}.targets[{i}]");
             let Some((provider, model)) = target.split_once('/') else {
@@ -922,12 +1003,13 @@ fn validate_routes(
                     format!("`{target}` is not `provider/model`"),
                 ));
             };
-            if !providers.contains_key(&ProviderName::new(provider)) {
+            let Some(configured) = providers.get(&ProviderName::new(provider)) else {
                 return Err(invalid(entry, format!("unknown provider `{provider}`")));
-            }
+            };
             let Some(price) = prices.get(&(provider.to_owned(), model.to_owned())) else {
                 return Err(invalid(entry, format!("no price for {provider}/{model}")));
             };
+            ceilings.push(configured.max_tokens_ceiling);
             targets.push(Target {
                 provider: ProviderName::new(provider),
                 model: model.to_owned(),
@@ -952,6 +1034,12 @@ fn validate_routes(
                 worst_input_price,
                 worst_output_price,
                 cache_ttl_ms: r.cache_ttl_ms,
+                // `None` (no ceiling) sorts first, so any uncapped target leaves the route uncapped.
+                max_tokens_ceiling: if ceilings.contains(&None) {
+                    None
+                } else {
+                    ceilings.into_iter().max().flatten()
+                },
             },
         );
     }
@@ -1115,6 +1203,62 @@ mod tests {
         let text = BASE.replace("\"8.0\"", "\"8,0\"");
         let error = Config::from_toml(&text, &pepper()).unwrap_err().to_string();
         assert!(error.starts_with("prices[0].output:"), "{error}");
+    }
+
+    #[test]
+    fn provider_options_are_checked_and_name_the_entry() {
+        let with = |extra: &str| {
+            let text = BASE.replace(
+                "api_key_env = \"DEEPSEEK_API_KEY\"",
+                &format!("api_key_env = \"DEEPSEEK_API_KEY\"\n{extra}"),
+            );
+            Config::from_toml(&text, &pepper()).map(|c| {
+                let p = &c.providers[&ProviderName::new("deepseek")];
+                (
+                    p.tenant_id_as,
+                    p.extra_headers.clone(),
+                    p.max_tokens_ceiling,
+                )
+            })
+        };
+        let (field, headers, ceiling) = with(
+            "tenant_id_as = \"user_id\"\nmax_tokens_ceiling = 8\nextra_headers = { X-Org = \"a\" }",
+        )
+        .unwrap();
+        assert_eq!(field, Some(TenantIdField::UserId));
+        assert_eq!(headers, vec![("x-org".to_owned(), "a".to_owned())]);
+        assert_eq!(ceiling, Some(8));
+        let error = with("extra_headers = { Authorization = \"x\" }").unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "providers.deepseek.extra_headers.Authorization: is set by the gateway itself"
+        );
+        let error = with("extra_headers = { \"a b\" = \"x\" }").unwrap_err();
+        assert!(
+            error.to_string().contains("not a valid header name"),
+            "{error}"
+        );
+        let error = with("max_tokens_ceiling = 0").unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "providers.deepseek.max_tokens_ceiling: must be positive"
+        );
+    }
+
+    #[test]
+    fn the_route_ceiling_is_the_largest_when_every_target_has_one() {
+        let text = BASE.replace(
+            "api_key_env = \"DEEPSEEK_API_KEY\"",
+            "api_key_env = \"DEEPSEEK_API_KEY\"\nmax_tokens_ceiling = 100",
+        );
+        let config = Config::from_toml(&text, &pepper()).unwrap();
+        assert_eq!(config.route("fast").unwrap().max_tokens_ceiling, None);
+        let text = text.replace(
+            "api_key_env = \"DASHSCOPE_API_KEY\"",
+            "api_key_env = \"DASHSCOPE_API_KEY\"\nmax_tokens_ceiling = 300",
+        );
+        let config = Config::from_toml(&text, &pepper()).unwrap();
+        assert_eq!(config.route("fast").unwrap().max_tokens_ceiling, Some(300));
     }
 
     #[test]

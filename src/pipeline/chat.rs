@@ -123,10 +123,7 @@ pub async fn handle_chat(
     }
 
     let input_tokens = gw.estimator.estimate_chat_input(request.body());
-    let max_tokens = request
-        .max_tokens()
-        .or(ctx.tenant.default_max_tokens)
-        .unwrap_or(tier.default_max_tokens);
+    let max_tokens = wanted_max_tokens(request.max_tokens(), ctx, tier.default_max_tokens, route);
     let now = gw.clock.now_ms();
     let reservation = tenant
         .reserve(
@@ -358,7 +355,18 @@ impl Dispatch<'_> {
                     }
                 };
                 let adapter = Adapter::for_provider(provider);
-                let body = match adapter.build_body(self.request, &target.model, max_tokens) {
+                let sent_max_tokens = provider
+                    .max_tokens_ceiling
+                    .map_or(max_tokens, |ceiling| max_tokens.min(ceiling));
+                let tenant = provider
+                    .tenant_id_as
+                    .map(|field| (field, self.ctx.tenant.id.as_str()));
+                let body = match adapter.build_body(
+                    self.request,
+                    &target.model,
+                    sent_max_tokens,
+                    tenant,
+                ) {
                     Ok(body) => body,
                     Err(error) => {
                         // The request cannot be expressed for this provider: the caller's to fix.
@@ -458,6 +466,7 @@ impl Dispatch<'_> {
                                 self.request,
                                 self.ctx,
                                 self.gw,
+                                self.route,
                             ),
                             body,
                         });
@@ -665,22 +674,32 @@ fn observe_attempt(target: &Target, class: Class, latency_ms: u64) {
     counter_add(Metric::UpstreamAttemptsTotal, &attempt_labels, 1);
 }
 
+/// The output limit a request reserves for: its own, else the tenant's or
+/// tier's default, never above what any of the route's targets accepts.
+fn wanted_max_tokens(
+    requested: Option<u32>,
+    ctx: &RequestContext,
+    tier_default: u32,
+    route: &Route,
+) -> u32 {
+    let wanted = requested
+        .or(ctx.tenant.default_max_tokens)
+        .unwrap_or(tier_default);
+    route
+        .max_tokens_ceiling
+        .map_or(wanted, |ceiling| wanted.min(ceiling))
+}
+
 /// The lowered `max_tokens` when `clamp` mode changed what the caller would have sent.
 fn reservation_clamp(
     granted_max_tokens: u32,
     request: &ChatRequest,
     ctx: &RequestContext,
     gw: &Gateway,
+    route: &Route,
 ) -> Option<u32> {
-    let wanted = request
-        .max_tokens()
-        .or(ctx.tenant.default_max_tokens)
-        .or_else(|| {
-            gw.config
-                .tiers
-                .get(&ctx.tenant.tier)
-                .map(|tier| tier.default_max_tokens)
-        })?;
+    let tier_default = gw.config.tiers.get(&ctx.tenant.tier)?.default_max_tokens;
+    let wanted = wanted_max_tokens(request.max_tokens(), ctx, tier_default, route);
     (granted_max_tokens < wanted).then_some(granted_max_tokens)
 }
 

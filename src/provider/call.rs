@@ -170,6 +170,9 @@ fn build_request(
             }
         };
     }
+    for (name, value) in &provider.extra_headers {
+        request = request.insert_header((name.as_str(), value.as_str()));
+    }
     if let Some(traceparent) = headers.traceparent {
         request = request.insert_header(("traceparent", traceparent));
     }

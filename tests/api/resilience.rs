@@ -215,3 +215,86 @@ async fn the_total_timeout_ends_a_stream_that_trickles_on() {
         rows[0].error
     );
 }
+
+#[actix_web::test]
+async fn per_provider_options_reach_the_upstream_and_the_ceiling_lowers_the_reservation() {
+    let app = spawn_app(
+        TestSetup::new()
+            .provider("[providers.capped]\nkind = \"openai\"\nbase_url = \"FAKE\"\nmax_tokens_ceiling = 50\ntenant_id_as = \"user_id\"\nextra_headers = { \"X-Org\" = \"acme\" }")
+            .provider("[providers.plain]\nkind = \"openai\"\nbase_url = \"FAKE\"\ntenant_id_as = \"user\"")
+            .route("capped", &["capped/usage-max"])
+            .route("plain", &["plain/ordinary"])
+            .price("capped/usage-max", "0.001", "0.001", "1000")
+            .tier("free", &["capped", "plain"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "0.5"}))
+        .await;
+
+    // 1000 output tokens at 1000 per 1M would reserve 1 > 0.5; the ceiling makes it 0.05.
+    let mut body = chat_body("capped");
+    body["max_tokens"] = json!(1000);
+    body["user"] = json!("end-user-7");
+    let reply = app.chat(&key, &body).await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+
+    let mut plain = chat_body("plain");
+    plain["user"] = json!("end-user-7");
+    assert_eq!(app.chat(&key, &plain).await.status, 200);
+
+    let captured = app.fake.stats.captured();
+    let capped = captured
+        .iter()
+        .find(|r| r.body["model"] == "usage-max")
+        .unwrap();
+    assert_eq!(capped.body["max_tokens"], 50);
+    assert_eq!(capped.body["user_id"], json!(tenant));
+    assert_eq!(
+        capped.body["user"], "end-user-7",
+        "user_id leaves user alone"
+    );
+    assert_eq!(capped.header("x-org"), Some("acme"));
+    let plain = captured
+        .iter()
+        .find(|r| r.body["model"] == "ordinary")
+        .unwrap();
+    assert_eq!(plain.body["user"], json!(tenant));
+    assert_eq!(plain.body.get("user_id"), None);
+    assert_eq!(plain.header("x-org"), None);
+
+    let rows = app.ledger_rows(&tenant).await;
+    let capped_row = rows.iter().find(|r| r.model == "usage-max").unwrap();
+    // 50 output tokens at 1000 per 1M is 0.05 (50 000 000 nanos), plus a sliver of input.
+    assert!(
+        (50_000_000..50_100_000).contains(&capped_row.reserved_nanos),
+        "reserved {}",
+        capped_row.reserved_nanos
+    );
+    assert_eq!(capped_row.completion_tokens, 50);
+}
+
+#[actix_web::test]
+async fn anthropic_takes_the_tenant_id_as_metadata_user_id() {
+    let app = spawn_app(
+        TestSetup::new()
+            .provider("[providers.claude]\nkind = \"anthropic\"\nbase_url = \"@ANTHROPIC@\"\napi_key_env = \"TEST_ANTHROPIC_KEY\"\ntenant_id_as = \"user\"\nextra_headers = { \"anthropic-beta\" = \"prompt-caching-2024-07-31\" }")
+            .env("TEST_ANTHROPIC_KEY", "sk-ant-test")
+            .route("claude", &["claude/sonnet"])
+            .tier("free", &["claude"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let mut body = chat_body("claude");
+    body["user"] = json!("end-user-7");
+
+    let reply = app.chat(&key, &body).await;
+
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    let captured = app.anthropic.state.captured();
+    assert_eq!(captured[0].body["metadata"], json!({"user_id": tenant}));
+    assert_eq!(
+        captured[0].header("anthropic-beta"),
+        Some("prompt-caching-2024-07-31")
+    );
+}
