@@ -539,11 +539,47 @@ fn default_drain_timeout_ms() -> u64 {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawRoute {
-    targets: Vec<String>,
+    #[serde(default)]
+    targets: Vec<RawTarget>,
     /// Identical non-streaming requests of one tenant are answered from the
     /// exact response cache for this long; 0 (default) turns caching off.
     #[serde(default)]
     cache_ttl_ms: u64,
+    /// Answered (as the assistant's message) when every target failed, instead of 502.
+    degraded_answer: Option<String>,
+    /// Makes this a complexity route: each class names the route that serves it.
+    complexity: Option<RawComplexity>,
+}
+
+/// `"provider/model"`, or a table giving it a rank and a weight.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawTarget {
+    Plain(String),
+    Weighted(RawWeightedTarget),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWeightedTarget {
+    target: String,
+    /// Targets are tried by rank; the default is the entry's position.
+    rank: Option<u32>,
+    /// Among targets of equal rank, the share of requests tried here first.
+    #[serde(default = "default_weight")]
+    weight: u32,
+}
+
+fn default_weight() -> u32 {
+    1
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawComplexity {
+    simple: String,
+    moderate: String,
+    complex: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -657,6 +693,10 @@ pub struct Target {
     /// The model name sent upstream.
     pub model: String,
     pub price: Price,
+    /// Targets are tried by rank, lowest first.
+    pub rank: u32,
+    /// Among targets of equal rank, the share of requests tried here first.
+    pub weight: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -670,6 +710,17 @@ pub struct Route {
     /// The most output any target accepts (its `max_tokens_ceiling`), when every target has one:
     /// a reservation never needs more.
     pub max_tokens_ceiling: Option<u32>,
+    pub degraded_answer: Option<String>,
+    /// Set on a complexity route, which has no targets of its own.
+    pub complexity: Option<ComplexityRoutes>,
+}
+
+/// The routes a complexity route hands each class of request to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ComplexityRoutes {
+    pub simple: RouteName,
+    pub moderate: RouteName,
+    pub complex: RouteName,
 }
 
 #[derive(Debug, Clone)]
@@ -987,7 +1038,13 @@ fn validate_routes(
 ) -> Result<HashMap<RouteName, Route>, ConfigError> {
     let mut routes = HashMap::new();
     for (name, r) in raw {
-        if r.targets.is_empty() {
+        if r.complexity.is_some() && !r.targets.is_empty() {
+            return Err(invalid(
+                format!("routes.{name}.targets"),
+                "a complexity route has no targets of its own",
+            ));
+        }
+        if r.targets.is_empty() && r.complexity.is_none() {
             return Err(invalid(
                 format!("routes.{name}.targets"),
                 "needs at least one target",
@@ -995,8 +1052,16 @@ fn validate_routes(
         }
         let mut targets = Vec::with_capacity(r.targets.len());
         let mut ceilings = Vec::with_capacity(r.targets.len());
-        for (i, target) in r.targets.iter().enumerate() {
+        for (i, raw_target) in r.targets.iter().enumerate() {
             let entry = format!("routes.{name}.targets[{i}]");
+            let position = u32::try_from(i).unwrap_or(u32::MAX);
+            let (target, rank, weight) = match raw_target {
+                RawTarget::Plain(target) => (target, position, 1),
+                RawTarget::Weighted(w) => (&w.target, w.rank.unwrap_or(position), w.weight),
+            };
+            if weight == 0 {
+                return Err(invalid(format!("{entry}.weight"), "must be positive"));
+            }
             let Some((provider, model)) = target.split_once('/') else {
                 return Err(invalid(
                     entry,
@@ -1014,8 +1079,12 @@ fn validate_routes(
                 provider: ProviderName::new(provider),
                 model: model.to_owned(),
                 price: *price,
+                rank,
+                weight,
             });
         }
+        // Stable: entries of equal rank keep their written order.
+        targets.sort_by_key(|t| t.rank);
         let worst_input_price = targets
             .iter()
             .map(|t| t.price.input.max(t.price.cache_write))
@@ -1026,6 +1095,27 @@ fn validate_routes(
             .map(|t| t.price.output)
             .max()
             .unwrap_or_default();
+        let complexity = match &r.complexity {
+            None => None,
+            Some(c) => {
+                let pick = |class: &str, route: &str| {
+                    let entry = format!("routes.{name}.complexity.{class}");
+                    match raw.get(route) {
+                        None => Err(invalid(entry, format!("unknown route `{route}`"))),
+                        Some(other) if other.complexity.is_some() => Err(invalid(
+                            entry,
+                            format!("`{route}` is a complexity route itself"),
+                        )),
+                        Some(_) => Ok(RouteName::new(route)),
+                    }
+                };
+                Some(ComplexityRoutes {
+                    simple: pick("simple", &c.simple)?,
+                    moderate: pick("moderate", &c.moderate)?,
+                    complex: pick("complex", &c.complex)?,
+                })
+            }
+        };
         routes.insert(
             RouteName::new(name.as_str()),
             Route {
@@ -1040,6 +1130,8 @@ fn validate_routes(
                 } else {
                     ceilings.into_iter().max().flatten()
                 },
+                degraded_answer: r.degraded_answer.clone(),
+                complexity,
             },
         );
     }
@@ -1259,6 +1351,48 @@ mod tests {
         );
         let config = Config::from_toml(&text, &pepper()).unwrap();
         assert_eq!(config.route("fast").unwrap().max_tokens_ceiling, Some(300));
+    }
+
+    #[test]
+    fn weighted_targets_sort_by_rank_and_complexity_routes_are_checked() {
+        let text = BASE.replace(
+            "targets = [\"deepseek/deepseek-flash\", \"qwen/qwen-flash\"]",
+            "targets = [\"qwen/qwen-flash\", { target = \"deepseek/deepseek-flash\", rank = 0, weight = 3 }]\n[routes.auto]\ncomplexity = { simple = \"fast\", moderate = \"fast\", complex = \"fast\" }",
+        );
+        let config = Config::from_toml(&text, &pepper()).unwrap();
+        let fast = config.route("fast").unwrap();
+        let order: Vec<(&str, u32, u32)> = fast
+            .targets
+            .iter()
+            .map(|t| (t.provider.as_str(), t.rank, t.weight))
+            .collect();
+        assert_eq!(order, [("qwen", 0, 1), ("deepseek", 0, 3)]);
+        assert!(config.route("auto").unwrap().complexity.is_some());
+
+        let error = Config::from_toml(&text.replace("weight = 3", "weight = 0"), &pepper())
+            .unwrap_err()
+            .to_string();
+        assert_eq!(error, "routes.fast.targets[1].weight: must be positive");
+        let error = Config::from_toml(
+            &text.replace("complex = \"fast\"", "complex = \"slow\""),
+            &pepper(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            error,
+            "routes.auto.complexity.complex: unknown route `slow`"
+        );
+        let error = Config::from_toml(
+            &text.replace("simple = \"fast\"", "simple = \"auto\""),
+            &pepper(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            error,
+            "routes.auto.complexity.simple: `auto` is a complexity route itself"
+        );
     }
 
     #[test]

@@ -41,6 +41,7 @@ pub async fn chat_completions(
             client_request_id,
             trace_id,
             traceparent: trace.map(|(_, value)| value),
+            complexity: headers::complexity(&req)?,
         };
         handle_chat(&gw.clone().into_inner(), &clients, &ctx, &meter, &body).await
     }
@@ -52,7 +53,8 @@ pub async fn chat_completions(
     let echoed_value = HeaderValue::from_str(&echoed).ok();
     match result {
         Ok(outcome) => {
-            observe_request(&meter, "ok", latency_ms);
+            let status = if outcome.degraded { "degraded" } else { "ok" };
+            observe_request(&meter, status, latency_ms);
             let mut response = HttpResponse::Ok();
             if let Some(value) = echoed_value {
                 response.insert_header((HeaderName::from_static(headers::REQUEST_ID), value));
@@ -60,6 +62,9 @@ pub async fn chat_completions(
             response
                 .insert_header((headers::PROVIDER, outcome.provider.as_str()))
                 .insert_header((headers::MODEL, outcome.model.as_str()));
+            if outcome.degraded {
+                response.insert_header((headers::DEGRADED, "true"));
+            }
             if let Some(cache) = outcome.cache {
                 response.insert_header((headers::CACHE, cache));
             }

@@ -11,6 +11,7 @@ use actix_web::http::header::{HeaderName, HeaderValue};
 use bytes::Bytes;
 
 use super::context::{RequestContext, RequestMeter};
+use super::degraded;
 use crate::clock::{elapsed_ms, monotonic};
 use crate::config::{Route, Target};
 use crate::error::{ApiError, ErrorCode};
@@ -26,6 +27,7 @@ use crate::provider::call::{self, CallHeaders, Opened, UpstreamBody, UpstreamRep
 use crate::provider::classify::{Class, classify_error, classify_status};
 use crate::provider::clients::UpstreamClients;
 use crate::provider::retry::RetryPolicy;
+use crate::routing::{self, Complexity};
 use crate::state::Gateway;
 use crate::telemetry::metrics::{Metric, counter_add, observe_ms};
 use crate::tenant::tokens::{TokenLimitKind, TokenWindow};
@@ -34,6 +36,10 @@ use crate::tenant::{QuotaError, RateDecision, ReservationGuard, ReservationMeta,
 use super::record::{self, AttemptRow};
 use super::stream::{ClientBody, Relay};
 use crate::cache::{CacheKey, CachedResponse};
+
+/// The provider and model a degraded answer is recorded under.
+const DEGRADED_PROVIDER: &str = "tollgate";
+const DEGRADED_MODEL: &str = "degraded";
 
 /// Extra time past the request deadline before an unsettled reservation counts as orphaned.
 const RESERVATION_MARGIN_MS: u64 = 30_000;
@@ -49,6 +55,8 @@ pub struct ChatOutcome {
     pub cache: Option<&'static str>,
     /// The tokens-per-minute window, when the tenant has one.
     pub tokens: Option<TokenWindow>,
+    /// Every target failed; this is the route's degraded answer.
+    pub degraded: bool,
     pub body: OutcomeBody,
 }
 
@@ -79,7 +87,7 @@ pub async fn handle_chat(
         // Opt-in per tenant: prompt text is never logged otherwise.
         tracing::debug!(request_id = %ctx.request_id, tenant = %ctx.tenant.id, prompt = %String::from_utf8_lossy(body), "Prompt (logging opted in).");
     }
-    let route = resolve_route(gw, ctx, request.model())?;
+    let route = resolve_route(gw, ctx, request.model(), request.body())?;
     *meter.route.borrow_mut() = Some(route.name.to_string());
     let tier = gw.config.tiers.get(&ctx.tenant.tier).ok_or_else(|| {
         ApiError::internal(format!("tiers.{} is not configured", ctx.tenant.tier))
@@ -183,6 +191,7 @@ fn serve_from_cache(
         clamped_max_tokens: None,
         cache: Some("hit"),
         tokens: None,
+        degraded: false,
         body: OutcomeBody::Complete {
             body: hit.body,
             cost: Nanos::ZERO,
@@ -195,6 +204,7 @@ fn resolve_route<'a>(
     gw: &'a Gateway,
     ctx: &RequestContext,
     model: &str,
+    request_body: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<&'a Route, ApiError> {
     let route = gw.config.route(model).ok_or_else(|| {
         ApiError::new(
@@ -220,7 +230,22 @@ fn resolve_route<'a>(
         )
         .with_param("model"));
     }
-    Ok(route)
+    let Some(classes) = &route.complexity else {
+        return Ok(route);
+    };
+    // Permission to use a complexity route is permission to use what it maps onto.
+    let complexity = ctx
+        .complexity
+        .unwrap_or_else(|| Complexity::estimate(request_body));
+    let chosen = match complexity {
+        Complexity::Simple => &classes.simple,
+        Complexity::Moderate => &classes.moderate,
+        Complexity::Complex => &classes.complex,
+    };
+    gw.config
+        .routes
+        .get(chosen)
+        .ok_or_else(|| ApiError::internal(format!("routes.{chosen} is not configured")))
 }
 
 fn quota_error(error: &QuotaError) -> ApiError {
@@ -330,7 +355,8 @@ impl Dispatch<'_> {
         let deadline =
             monotonic() + Duration::from_millis(self.gw.config.server.request_timeout_ms);
 
-        for (index, target) in self.route.targets.iter().enumerate() {
+        let targets = routing::order(&self.route.targets, routing::random_roll);
+        for (index, target) in targets.into_iter().enumerate() {
             let Some(provider) = self.gw.config.providers.get(&target.provider) else {
                 continue;
             };
@@ -456,6 +482,7 @@ impl Dispatch<'_> {
                             }
                         };
                         return Ok(ChatOutcome {
+                            degraded: false,
                             cache: self.cache_key.map(|_| "miss"),
                             tokens: token_window,
                             provider: target.provider.to_string(),
@@ -531,7 +558,45 @@ impl Dispatch<'_> {
             }
         }
         reservation.release();
-        Err(self.exhausted(attempt_number, &missing_envs, &skipped, last_failure))
+        let unconfigured = attempt_number == 0 && skipped.is_empty() && !missing_envs.is_empty();
+        let error = self.exhausted(attempt_number, &missing_envs, &skipped, last_failure);
+        match &self.route.degraded_answer {
+            // A route with no configured provider is an operator's mistake: say so, loudly.
+            Some(text) if !unconfigured => Ok(self.degraded(text, attempt_number + 1, &error)),
+            _ => Err(error),
+        }
+    }
+
+    fn degraded(&self, text: &str, attempt: u32, error: &ApiError) -> ChatOutcome {
+        let mut row = AttemptRow::new(DEGRADED_PROVIDER, DEGRADED_MODEL, attempt, 0);
+        row.status = AttemptStatus::Degraded;
+        row.error = Some(error.to_string());
+        record::record(
+            self.gw,
+            self.ctx,
+            self.route.name.as_str(),
+            Nanos::ZERO,
+            row,
+        );
+        tracing::warn!(route = %self.route.name, request_id = %self.ctx.request_id, error = %error, "Every target failed; serving the route's degraded answer.");
+        let stream = self.request.stream().then(|| self.request.include_usage());
+        let created_s = self.gw.clock.now_ms() / 1000;
+        ChatOutcome {
+            provider: DEGRADED_PROVIDER.to_owned(),
+            model: DEGRADED_MODEL.to_owned(),
+            rate: self.rate,
+            clamped_max_tokens: None,
+            cache: None,
+            tokens: None,
+            degraded: true,
+            body: degraded::body(
+                text,
+                self.request.model(),
+                self.ctx.request_id.as_str(),
+                created_s,
+                stream,
+            ),
+        }
     }
 
     fn exhausted(

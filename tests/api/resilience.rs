@@ -1,6 +1,7 @@
 //! Provider resilience: the circuit breaker's skip and ramp, seen from the
 //! fake upstream's request counts.
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -297,4 +298,185 @@ async fn anthropic_takes_the_tenant_id_as_metadata_user_id() {
         captured[0].header("anthropic-beta"),
         Some("prompt-caching-2024-07-31")
     );
+}
+
+/// A raw `[routes.NAME]` table plus a default price for each of its targets.
+fn raw_route(name: &str, table: &str, targets: &[&str]) -> String {
+    let mut text = format!("[routes.{name}]\n{table}\n");
+    for target in targets {
+        let (provider, model) = target.split_once('/').unwrap();
+        let _ = writeln!(
+            text,
+            "[[prices]]\nprovider = \"{provider}\"\nmodel = \"{model}\"\ninput = \"2\"\noutput = \"8\""
+        );
+    }
+    text
+}
+
+fn degraded_setup() -> TestSetup {
+    TestSetup::new()
+        .raw(&raw_route(
+            "deg",
+            "targets = [\"primary/status-503\", \"secondary/status-500\"]\ndegraded_answer = \"We are busy; please try again soon.\"",
+            &["primary/status-503", "secondary/status-500"],
+        ))
+        .tier("free", &["deg"], 1000, 100)
+}
+
+#[actix_web::test]
+async fn when_every_target_fails_the_degraded_answer_is_served_marked_and_recorded() {
+    let app = spawn_app(degraded_setup()).await;
+    let (tenant, key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "1"}))
+        .await;
+
+    let reply = app.chat(&key, &chat_body("deg")).await;
+
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(reply.header("x-tollgate-degraded"), Some("true"));
+    assert_eq!(reply.header("x-tollgate-cost"), Some("0"));
+    assert_eq!(
+        reply.body["choices"][0]["message"]["content"],
+        "We are busy; please try again soon."
+    );
+    assert_eq!(reply.body["object"], "chat.completion");
+    let rows = app.ledger_rows(&tenant).await;
+    let statuses: Vec<&str> = rows.iter().map(|r| r.status.as_str()).collect();
+    assert_eq!(
+        statuses,
+        [
+            "upstream_error",
+            "upstream_error",
+            "upstream_error",
+            "upstream_error",
+            "degraded"
+        ]
+    );
+    let degraded = &rows[4];
+    assert_eq!((degraded.charged_nanos, degraded.attempt), (0, 5));
+    assert!(
+        degraded
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .contains("secondary answered 500"),
+        "{:?}",
+        degraded.error
+    );
+    let budget = app.budget(&tenant).await;
+    assert_eq!(
+        (budget["committed"].as_str(), budget["reserved"].as_str()),
+        (Some("0"), Some("0"))
+    );
+}
+
+#[actix_web::test]
+async fn a_streamed_request_gets_the_degraded_answer_as_a_stream() {
+    let app = spawn_app(degraded_setup()).await;
+    let (_tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let body =
+        json!({"model": "deg", "stream": true, "messages": [{"role": "user", "content": "Hi"}]});
+
+    let reply = app.chat(&key, &body).await;
+
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(reply.header("x-tollgate-degraded"), Some("true"));
+    assert!(
+        reply.raw.contains("We are busy; please try again soon."),
+        "{}",
+        reply.raw
+    );
+    assert!(
+        reply.raw.contains("\"finish_reason\":\"stop\""),
+        "{}",
+        reply.raw
+    );
+    assert!(reply.raw.ends_with("data: [DONE]\n\n"), "{}", reply.raw);
+}
+
+#[actix_web::test]
+async fn targets_of_equal_rank_share_requests_by_weight() {
+    let targets = ["primary/w-a", "secondary/w-b", "secondary/w-c"];
+    let app = spawn_app(
+        TestSetup::new()
+            .raw(&raw_route(
+                "lb",
+                "targets = [{ target = \"primary/w-a\", weight = 3, rank = 0 }, { target = \"secondary/w-b\", rank = 0 }, { target = \"secondary/w-c\", rank = 1 }]",
+                &targets,
+            ))
+            .tier("free", &["lb"], 1000, 100),
+    )
+    .await;
+    let (_tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    for _ in 0..100 {
+        assert_eq!(app.chat(&key, &chat_body("lb")).await.status, 200);
+    }
+
+    let a = app.fake.stats.requests_for_model("w-a");
+    let b = app.fake.stats.requests_for_model("w-b");
+    assert_eq!(a + b, 100);
+    // 3:1 means 75 expected; these bounds are more than 4 standard deviations wide.
+    assert!((55..=95).contains(&a), "{a} of 100 on the weight-3 target");
+    assert_eq!(
+        app.fake.stats.requests_for_model("w-c"),
+        0,
+        "a later rank is only a fallback"
+    );
+}
+
+#[actix_web::test]
+async fn a_complexity_route_hands_each_class_to_its_route() {
+    let app = spawn_app(
+        TestSetup::new()
+            .route("cheap", &["primary/cheap-model"])
+            .route("smart", &["secondary/smart-model"])
+            .raw("[routes.auto]\ncomplexity = { simple = \"cheap\", moderate = \"cheap\", complex = \"smart\" }")
+            .tier("free", &["auto"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let provider = |reply: &crate::support::Reply| {
+        assert_eq!(reply.status, 200, "{}", reply.raw);
+        reply.header("x-tollgate-provider").unwrap().to_owned()
+    };
+
+    let said_complex = app
+        .chat_with(
+            &key,
+            &chat_body("auto"),
+            &[("X-Tollgate-Complexity", "complex")],
+        )
+        .await;
+    assert_eq!(provider(&said_complex), "secondary");
+    let short = app.chat(&key, &chat_body("auto")).await;
+    assert_eq!(provider(&short), "primary");
+    let mut many_tools = chat_body("auto");
+    many_tools["tools"] = (0..5)
+        .map(|i| json!({"type": "function", "function": {"name": format!("tool{i}"), "parameters": {"type": "object"}}}))
+        .collect();
+    let tools = app.chat(&key, &many_tools).await;
+    assert_eq!(provider(&tools), "secondary");
+    let said_simple = app
+        .chat_with(&key, &many_tools, &[("X-Tollgate-Complexity", "simple")])
+        .await;
+    assert_eq!(provider(&said_simple), "primary", "the header wins");
+
+    let unknown = app
+        .chat_with(
+            &key,
+            &chat_body("auto"),
+            &[("X-Tollgate-Complexity", "hard")],
+        )
+        .await;
+    assert_eq!(unknown.status, 400, "{}", unknown.raw);
+    assert_eq!(unknown.body["error"]["param"], "X-Tollgate-Complexity");
+
+    let routes: Vec<String> = app
+        .ledger_rows(&tenant)
+        .await
+        .into_iter()
+        .map(|r| r.route)
+        .collect();
+    assert_eq!(routes, ["smart", "cheap", "smart", "cheap"]);
 }
