@@ -390,6 +390,15 @@ struct RawProvider {
     first_byte_timeout_ms: Option<u64>,
     #[serde(default = "default_max_concurrency")]
     max_concurrency: u32,
+    /// Moves the concurrency limit between `adaptive_min_concurrency` and
+    /// `max_concurrency`: max × baseline latency / current latency.
+    #[serde(default)]
+    adaptive_concurrency: bool,
+    #[serde(default = "default_adaptive_min_concurrency")]
+    adaptive_min_concurrency: u32,
+    /// How often the adaptive limit is re-sampled from the calls' mean latency.
+    #[serde(default = "default_adaptive_window_ms")]
+    adaptive_window_ms: u64,
     /// Calls waiting for a slot beyond `max_concurrency`; past it the next target is tried.
     #[serde(default = "default_max_queue")]
     max_queue: usize,
@@ -483,6 +492,12 @@ pub enum OnClientDisconnect {
 
 fn default_provider_timeout_ms() -> u64 {
     60_000
+}
+fn default_adaptive_min_concurrency() -> u32 {
+    4
+}
+fn default_adaptive_window_ms() -> u64 {
+    10_000
 }
 fn default_connect_timeout_ms() -> u64 {
     5000
@@ -654,6 +669,9 @@ pub struct Provider {
     pub connect_timeout_ms: u64,
     pub first_byte_timeout_ms: u64,
     pub max_concurrency: u32,
+    pub adaptive_concurrency: bool,
+    pub adaptive_min_concurrency: u32,
+    pub adaptive_window_ms: u64,
     pub max_queue: usize,
     pub queue_timeout_ms: u64,
     pub max_attempts: u32,
@@ -954,6 +972,9 @@ fn validate_providers(
                 connect_timeout_ms: p.connect_timeout_ms,
                 first_byte_timeout_ms: p.first_byte_timeout_ms.unwrap_or(p.timeout_ms),
                 max_concurrency: p.max_concurrency,
+                adaptive_concurrency: p.adaptive_concurrency,
+                adaptive_min_concurrency: p.adaptive_min_concurrency,
+                adaptive_window_ms: p.adaptive_window_ms,
                 max_queue: p.max_queue,
                 queue_timeout_ms: p.queue_timeout_ms,
                 max_attempts: p.max_attempts.max(1),

@@ -6,14 +6,15 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
+use super::adaptive::{AdaptiveConfig, AdaptiveLimit};
 use super::breaker::{Breaker, BreakerConfig, BreakerState, Transition};
 use super::retry::{RetryBudget, RetryPolicy};
-use crate::clock::SharedClock;
+use crate::clock::{SharedClock, elapsed_ms, monotonic};
 use crate::config::Provider;
 use crate::ids::ProviderName;
 use crate::telemetry::metrics::{Metric, as_gauge, gauge_set};
@@ -58,6 +59,8 @@ struct Admit;
 #[rtype(result = "()")]
 struct Done {
     verdict: Verdict,
+    /// From the slot's grant to the verdict.
+    latency_ms: u64,
 }
 
 pub struct ProviderActor {
@@ -65,6 +68,8 @@ pub struct ProviderActor {
     breaker: Breaker,
     in_flight: u32,
     max_concurrency: u32,
+    /// When on, moves `max_concurrency` with the provider's latency.
+    adaptive: Option<AdaptiveLimit>,
     queue: VecDeque<oneshot::Sender<Permit>>,
     max_queue: usize,
     clock: SharedClock,
@@ -89,6 +94,11 @@ impl ProviderActor {
             BreakerState::Open { .. } => 2.0,
         };
         gauge_set(Metric::BreakerState, &[("provider", name)], state);
+        gauge_set(
+            Metric::ProviderConcurrencyLimit,
+            &[("provider", name)],
+            as_gauge(self.max_concurrency as usize),
+        );
     }
 
     /// Every breaker state change passes here: the one place to publish it.
@@ -139,6 +149,16 @@ impl Handler<Done> for ProviderActor {
 
     fn handle(&mut self, msg: Done, ctx: &mut Context<Self>) {
         self.in_flight = self.in_flight.saturating_sub(1);
+        let now = self.clock.now_ms();
+        // Only answered calls say how fast the provider is; failures may be instant or timeouts.
+        if let (Some(adaptive), Verdict::Healthy) = (&mut self.adaptive, msg.verdict)
+            && let Some(limit) = adaptive.observe(msg.latency_ms, now)
+        {
+            if limit != self.max_concurrency {
+                tracing::info!(provider = %self.name, from = self.max_concurrency, to = limit, "Adaptive concurrency limit changed.");
+            }
+            self.max_concurrency = limit;
+        }
         // The freed slot goes to the oldest waiter still waiting.
         while self.in_flight < self.max_concurrency {
             let Some(waiter) = self.queue.pop_front() else {
@@ -146,6 +166,7 @@ impl Handler<Done> for ProviderActor {
             };
             let permit = Permit {
                 addr: ctx.address(),
+                granted: monotonic(),
                 done: false,
             };
             self.in_flight += 1;
@@ -155,7 +176,6 @@ impl Handler<Done> for ProviderActor {
                 self.in_flight -= 1;
             }
         }
-        let now = self.clock.now_ms();
         let transition = match msg.verdict {
             Verdict::Healthy => self.breaker.on_success(now),
             Verdict::Failed => self.breaker.on_failure(now),
@@ -177,6 +197,17 @@ pub struct ProviderHandle {
 
 impl ProviderHandle {
     pub fn start(provider: &Provider, clock: SharedClock) -> ProviderHandle {
+        let adaptive = provider.adaptive_concurrency.then(|| {
+            AdaptiveLimit::new(
+                AdaptiveConfig {
+                    target: provider.max_concurrency,
+                    min: provider.adaptive_min_concurrency,
+                    max: provider.max_concurrency,
+                    window_ms: provider.adaptive_window_ms,
+                },
+                clock.now_ms(),
+            )
+        });
         let actor = ProviderActor {
             name: provider.name.clone(),
             breaker: Breaker::new(BreakerConfig {
@@ -189,6 +220,7 @@ impl ProviderHandle {
             }),
             in_flight: 0,
             max_concurrency: provider.max_concurrency,
+            adaptive,
             queue: VecDeque::new(),
             max_queue: provider.max_queue,
             clock,
@@ -222,6 +254,7 @@ impl ProviderHandle {
         match self.addr.send(Admit).await.map_err(|_| Skip::Stopped)?? {
             Admission::Now => Ok(Permit {
                 addr: self.addr.clone(),
+                granted: monotonic(),
                 done: false,
             }),
             // A permit sent just as the timeout fires is dropped with the receiver, freeing its slot.
@@ -241,13 +274,17 @@ impl ProviderHandle {
 #[must_use = "a permit must be finished with the call's verdict"]
 pub struct Permit {
     addr: Addr<ProviderActor>,
+    granted: Instant,
     done: bool,
 }
 
 impl Permit {
     pub fn finish(mut self, verdict: Verdict) {
         self.done = true;
-        self.addr.do_send(Done { verdict });
+        self.addr.do_send(Done {
+            verdict,
+            latency_ms: elapsed_ms(self.granted),
+        });
     }
 }
 
@@ -256,6 +293,7 @@ impl Drop for Permit {
         if !self.done {
             self.addr.do_send(Done {
                 verdict: Verdict::Abandoned,
+                latency_ms: elapsed_ms(self.granted),
             });
         }
     }

@@ -5,6 +5,7 @@
 
 pub mod actor;
 pub mod adapters;
+pub mod adaptive;
 pub mod breaker;
 pub mod call;
 pub mod classify;

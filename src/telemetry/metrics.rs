@@ -36,10 +36,11 @@ pub enum Metric {
     ProviderInFlight,
     ProviderQueued,
     BreakerState,
+    ProviderConcurrencyLimit,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 26] = [
+    pub const ALL: [Metric; 27] = [
         Metric::RequestsTotal,
         Metric::RequestDurationSeconds,
         Metric::GatewayOverheadSeconds,
@@ -66,6 +67,7 @@ impl Metric {
         Metric::ProviderInFlight,
         Metric::ProviderQueued,
         Metric::BreakerState,
+        Metric::ProviderConcurrencyLimit,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -94,6 +96,7 @@ impl Metric {
             Metric::LedgerBatchRows => "tollgate_ledger_batch_rows",
             Metric::LedgerLagSeconds => "tollgate_ledger_lag_seconds",
             Metric::ProviderInFlight => "tollgate_provider_in_flight",
+            Metric::ProviderConcurrencyLimit => "tollgate_provider_concurrency_limit",
             Metric::ProviderQueued => "tollgate_provider_queued",
             Metric::BreakerState => "tollgate_breaker_state",
         }
@@ -151,6 +154,9 @@ impl Metric {
                 "Age of the oldest event of a ledger batch when it was written."
             }
             Metric::ProviderInFlight => "Upstream calls in flight, by provider.",
+            Metric::ProviderConcurrencyLimit => {
+                "Calls a provider may have in flight (moves when its limit is adaptive)."
+            }
             Metric::ProviderQueued => "Calls waiting for a provider slot, by provider.",
             Metric::BreakerState => {
                 "Circuit breaker state by provider: 0 closed, 1 half-open, 2 open."
