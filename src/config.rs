@@ -656,7 +656,8 @@ pub struct Price {
     pub output: PricePerMTok,
 }
 
-#[derive(Debug, Clone)]
+/// Equality tells a reload whether a provider's actor may carry over.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Provider {
     pub name: ProviderName,
     pub kind: ProviderKind,

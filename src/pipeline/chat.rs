@@ -13,7 +13,7 @@ use bytes::Bytes;
 use super::context::{RequestContext, RequestMeter};
 use super::degraded;
 use crate::clock::{elapsed_ms, monotonic};
-use crate::config::{Route, Target};
+use crate::config::{Config, Route, Target};
 use crate::error::{ApiError, ErrorCode};
 use crate::ledger::{AttemptStatus, UsageKind};
 use crate::money::Nanos;
@@ -28,7 +28,7 @@ use crate::provider::classify::{Class, classify_error, classify_status};
 use crate::provider::clients::UpstreamClients;
 use crate::provider::retry::RetryPolicy;
 use crate::routing::{self, Complexity};
-use crate::state::Gateway;
+use crate::state::{Gateway, Live};
 use crate::telemetry::metrics::{Metric, counter_add, observe_ms};
 use crate::tenant::tokens::{TokenLimitKind, TokenWindow};
 use crate::tenant::{QuotaError, RateDecision, ReservationGuard, ReservationMeta, ReserveRequest};
@@ -87,9 +87,11 @@ pub async fn handle_chat(
         // Opt-in per tenant: prompt text is never logged otherwise.
         tracing::debug!(request_id = %ctx.request_id, tenant = %ctx.tenant.id, prompt = %String::from_utf8_lossy(body), "Prompt (logging opted in).");
     }
-    let route = resolve_route(gw, ctx, request.model(), request.body())?;
+    // One snapshot for the whole request: a reload cannot change its route or prices half-way.
+    let live = gw.live();
+    let route = resolve_route(&live.config, ctx, request.model(), request.body())?;
     *meter.route.borrow_mut() = Some(route.name.to_string());
-    let tier = gw.config.tiers.get(&ctx.tenant.tier).ok_or_else(|| {
+    let tier = live.config.tiers.get(&ctx.tenant.tier).ok_or_else(|| {
         ApiError::internal(format!("tiers.{} is not configured", ctx.tenant.tier))
     })?;
     let tenant = gw
@@ -160,6 +162,7 @@ pub async fn handle_chat(
     let dispatch = Dispatch {
         meter,
         gw,
+        live: &live,
         clients,
         ctx,
         route,
@@ -201,20 +204,19 @@ fn serve_from_cache(
 }
 
 fn resolve_route<'a>(
-    gw: &'a Gateway,
+    config: &'a Config,
     ctx: &RequestContext,
     model: &str,
     request_body: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<&'a Route, ApiError> {
-    let route = gw.config.route(model).ok_or_else(|| {
+    let route = config.route(model).ok_or_else(|| {
         ApiError::new(
             ErrorCode::ModelNotFound,
             format!("the model `{model}` does not exist"),
         )
         .with_param("model")
     })?;
-    let in_tier = gw
-        .config
+    let in_tier = config
         .tiers
         .get(&ctx.tenant.tier)
         .is_some_and(|tier| tier.routes.contains(&route.name));
@@ -242,7 +244,7 @@ fn resolve_route<'a>(
         Complexity::Moderate => &classes.moderate,
         Complexity::Complex => &classes.complex,
     };
-    gw.config
+    config
         .routes
         .get(chosen)
         .ok_or_else(|| ApiError::internal(format!("routes.{chosen} is not configured")))
@@ -328,6 +330,8 @@ struct Dispatch<'a> {
     cache_key: Option<CacheKey>,
     meter: &'a RequestMeter,
     gw: &'a Arc<Gateway>,
+    /// The snapshot `route` was taken from; its providers serve this request.
+    live: &'a Live,
     clients: &'a UpstreamClients,
     ctx: &'a RequestContext,
     route: &'a Route,
@@ -357,14 +361,14 @@ impl Dispatch<'_> {
 
         let targets = routing::order(&self.route.targets, routing::random_roll);
         for (index, target) in targets.into_iter().enumerate() {
-            let Some(provider) = self.gw.config.providers.get(&target.provider) else {
+            let Some(provider) = self.live.config.providers.get(&target.provider) else {
                 continue;
             };
             if let Some(env) = provider.missing_key_env() {
                 missing_envs.push(env.to_owned());
                 continue;
             }
-            let Some(handle) = self.gw.providers.get(&target.provider) else {
+            let Some(handle) = self.live.providers.get(&target.provider) else {
                 continue;
             };
             // Retries stay on this provider while its policy, its retry budget and the
@@ -492,7 +496,7 @@ impl Dispatch<'_> {
                                 max_tokens,
                                 self.request,
                                 self.ctx,
-                                self.gw,
+                                &self.live.config,
                                 self.route,
                             ),
                             body,
@@ -760,10 +764,10 @@ fn reservation_clamp(
     granted_max_tokens: u32,
     request: &ChatRequest,
     ctx: &RequestContext,
-    gw: &Gateway,
+    config: &Config,
     route: &Route,
 ) -> Option<u32> {
-    let tier_default = gw.config.tiers.get(&ctx.tenant.tier)?.default_max_tokens;
+    let tier_default = config.tiers.get(&ctx.tenant.tier)?.default_max_tokens;
     let wanted = wanted_max_tokens(request.max_tokens(), ctx, tier_default, route);
     (granted_max_tokens < wanted).then_some(granted_max_tokens)
 }

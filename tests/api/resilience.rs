@@ -480,3 +480,144 @@ async fn a_complexity_route_hands_each_class_to_its_route() {
         .collect();
     assert_eq!(routes, ["smart", "cheap", "smart", "cheap"]);
 }
+
+/// Rewrites the running gateway's configuration file with `edit`.
+fn edit_config(app: &TestApp, edit: impl FnOnce(String) -> String) {
+    let text = std::fs::read_to_string(&app.config_path).unwrap();
+    std::fs::write(&app.config_path, edit(text)).unwrap();
+}
+
+#[actix_web::test]
+async fn a_reload_switches_a_route_primary_without_failing_an_in_flight_request() {
+    let app = spawn_app(
+        TestSetup::new()
+            .route("fast", &["primary/delay-800ms"])
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    assert_eq!(
+        app.chat(&key, &chat_body("fast"))
+            .await
+            .header("x-ratelimit-limit-requests"),
+        Some("1000")
+    );
+
+    let body = chat_body("fast");
+    let (in_flight, (reloaded, after)) = tokio::join!(app.chat(&key, &body), async {
+        while app.fake.stats.requests_for_model("delay-800ms") < 2 {
+            actix_rt::time::sleep(Duration::from_millis(10)).await;
+        }
+        edit_config(&app, |text| {
+            let text = text
+                .replace(
+                    "targets = [\"primary/delay-800ms\"]",
+                    "targets = [\"secondary/after-reload\"]",
+                )
+                .replace("rpm = 1000", "rpm = 500");
+            format!(
+                "{text}[[prices]]\nprovider = \"secondary\"\nmodel = \"after-reload\"\ninput = \"2\"\noutput = \"8\"\n"
+            )
+        });
+        let reloaded = app.admin("POST", "/reload", None).await;
+        (reloaded, app.chat(&key, &body).await)
+    });
+
+    assert_eq!(reloaded.status, 200, "{}", reloaded.raw);
+    assert_eq!(reloaded.body["providers_started"], json!([]));
+    assert_eq!(
+        reloaded.body["providers_kept"],
+        json!(["primary", "secondary"])
+    );
+    assert_eq!(in_flight.status, 200, "{}", in_flight.raw);
+    assert_eq!(in_flight.header("x-tollgate-provider"), Some("primary"));
+    assert_eq!(after.status, 200, "{}", after.raw);
+    assert_eq!(after.header("x-tollgate-provider"), Some("secondary"));
+    assert_eq!(after.header("x-tollgate-model"), Some("after-reload"));
+    assert_eq!(
+        after.header("x-ratelimit-limit-requests"),
+        Some("500"),
+        "the running tenant actor got the new tier"
+    );
+    let rows = app.ledger_rows(&tenant).await;
+    let mut statuses: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| (r.model.as_str(), r.status.as_str()))
+        .collect();
+    // The in-flight call ends after the one sent once the reload was done.
+    statuses.sort_unstable();
+    assert_eq!(
+        statuses,
+        [
+            ("after-reload", "ok"),
+            ("delay-800ms", "ok"),
+            ("delay-800ms", "ok")
+        ]
+    );
+    let before = rows.iter().find(|r| r.model == "delay-800ms").unwrap();
+    let after = rows.iter().find(|r| r.model == "after-reload").unwrap();
+    assert_ne!(before.price_version, after.price_version);
+}
+
+#[actix_web::test]
+async fn an_invalid_reload_is_refused_with_its_reason_and_the_old_config_kept() {
+    let app = spawn_app(
+        TestSetup::new()
+            .route("fast", &["primary/usage-10-0-5"])
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    let (_tenant, key) = app.tenant_with_key("free", json!({})).await;
+    edit_config(&app, |text| {
+        text.replace(
+            "targets = [\"primary/usage-10-0-5\"]",
+            "targets = [\"ghost/usage-10-0-5\"]",
+        )
+    });
+
+    let refused = app.admin("POST", "/reload", None).await;
+
+    assert_eq!(refused.status, 400, "{}", refused.raw);
+    assert_eq!(
+        refused.error_message(),
+        "the new configuration was refused, the running one is kept: routes.fast.targets[0]: unknown provider `ghost`"
+    );
+    let reply = app.chat(&key, &chat_body("fast")).await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(reply.header("x-tollgate-provider"), Some("primary"));
+}
+
+#[actix_web::test]
+async fn a_changed_provider_gets_a_new_actor_and_an_unchanged_one_keeps_its_breaker() {
+    let clock = Arc::new(ManualClock::new(now_ms()));
+    let app = spawn_app(
+        TestSetup::new()
+            .provider(BREAKER)
+            .route("fast", &["brk/status-503", "secondary/usage-10-0-5"])
+            .tier("free", &["fast"], 1000, 100)
+            .clock(clock.clone()),
+    )
+    .await;
+    let (_tenant, key) = app.tenant_with_key("free", json!({})).await;
+    served_by(&app, &key, 5, "secondary").await;
+    assert_eq!(app.fake.stats.requests_for_model("status-503"), 5);
+
+    // A reload that leaves `brk` as it was keeps its open breaker.
+    edit_config(&app, |text| text.replace("rpm = 1000", "rpm = 999"));
+    let kept = app.admin("POST", "/reload", None).await;
+    assert_eq!(
+        kept.body["providers_kept"],
+        json!(["brk", "primary", "secondary"])
+    );
+    served_by(&app, &key, 3, "secondary").await;
+    assert_eq!(app.fake.stats.requests_for_model("status-503"), 5);
+
+    // Changing its settings starts it afresh, breaker closed.
+    edit_config(&app, |text| {
+        text.replace("breaker_failures = 5", "breaker_failures = 6")
+    });
+    let started = app.admin("POST", "/reload", None).await;
+    assert_eq!(started.body["providers_started"], json!(["brk"]));
+    served_by(&app, &key, 1, "secondary").await;
+    assert_eq!(app.fake.stats.requests_for_model("status-503"), 6);
+}

@@ -23,7 +23,7 @@ use tollgate::config::Config;
 use tollgate::fake_upstream::{self, FakeConfig, RunningFake};
 use tollgate::ids::TenantId;
 use tollgate::ledger::repo;
-use tollgate::state::Gateway;
+use tollgate::state::{ConfigSource, Gateway};
 
 pub use logs::LogCapture;
 
@@ -314,6 +314,10 @@ pub async fn spawn_app_with_logs(setup: TestSetup, logs: Option<&LogCapture>) ->
     let options = BuildOptions {
         clock,
         handle_signals: false,
+        reload_source: Some(ConfigSource {
+            path: config_path.clone(),
+            env: Box::new(setup.env.clone()),
+        }),
     };
     let app = match logs {
         Some(logs) => {
