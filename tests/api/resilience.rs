@@ -621,3 +621,48 @@ async fn a_changed_provider_gets_a_new_actor_and_an_unchanged_one_keeps_its_brea
     served_by(&app, &key, 1, "secondary").await;
     assert_eq!(app.fake.stats.requests_for_model("status-503"), 6);
 }
+
+#[actix_web::test]
+async fn the_adaptive_limit_falls_when_the_provider_slows_down() {
+    let clock = Arc::new(ManualClock::new(now_ms()));
+    let app = spawn_app(
+        TestSetup::new()
+            .provider("[providers.adaptive_probe]\nkind = \"openai\"\nbase_url = \"FAKE\"\nmax_concurrency = 8\nadaptive_concurrency = true\nadaptive_min_concurrency = 1\nadaptive_window_ms = 1000")
+            .route("quick", &["adaptive_probe/usage-10-0-5"])
+            .route("slow", &["adaptive_probe/delay-800ms"])
+            .tier("free", &["quick", "slow"], 1000, 100)
+            .clock(clock.clone()),
+    )
+    .await;
+    let (_tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let limit = || async {
+        let scrape = app.get("/metrics", "").await.raw;
+        scrape
+            .lines()
+            .find_map(|line| {
+                line.strip_prefix(
+                    "tollgate_provider_concurrency_limit{provider=\"adaptive_probe\"} ",
+                )
+            })
+            .map(str::to_owned)
+    };
+    let call = |model: &'static str| {
+        let app = &app;
+        let key = &key;
+        async move { assert_eq!(app.chat(key, &chat_body(model)).await.status, 200) }
+    };
+
+    // A first window of quick calls sets the baseline: the limit stays at the target.
+    for _ in 0..3 {
+        call("quick").await;
+    }
+    clock.advance_ms(1000);
+    call("quick").await;
+    assert_eq!(limit().await.as_deref(), Some("8"));
+
+    // A window of one call far slower than the baseline: 8 × baseline / current,
+    // floored at 1 (any baseline under 200 ms gives 1).
+    clock.advance_ms(1000);
+    call("slow").await;
+    assert_eq!(limit().await.as_deref(), Some("1"));
+}
