@@ -52,6 +52,7 @@ fn reserve(c: &mut Criterion) {
         clamp_floor_tokens: 64,
         feature_budgets: std::collections::BTreeMap::new(),
         tokens: tollgate::tenant::TokenLimits::default(),
+        on_store_error: tollgate::config::StoreErrorPolicy::FailClosed,
     };
     let mut book = QuotaBook::new(limits, Nanos::ZERO, 1_796_040_000_000);
     let request = ReserveRequest {

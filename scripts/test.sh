@@ -23,6 +23,8 @@ if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb 
   install postgresql "initdb, postgres"
 fi
 need setpriv util-linux
+# The shared-quota tests start their own redis-server on a free loopback port.
+need redis-server redis-server
 # The official OpenAI SDK is part of the contract: any OpenAI client must work unchanged.
 if ! python3 -c "import openai" >/dev/null 2>&1; then
   echo "installing the openai Python package"
@@ -33,3 +35,6 @@ cargo test --workspace --all-targets
 # The integration suite again, every gateway on a fresh PostgreSQL database
 # (the production backend) instead of a SQLite file.
 TOLLGATE_TEST_DATABASE=postgres cargo test --test api
+# And once more with every gateway's quotas on Redis (a real redis-server, one
+# database per gateway) instead of in memory: the same budgets and limits must hold.
+TOLLGATE_TEST_REDIS=1 cargo test --test api

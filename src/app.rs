@@ -20,7 +20,7 @@ use crate::state::{ConfigSource, Gateway, Live};
 use crate::storage::{self, StorageError};
 use crate::telemetry;
 use crate::telemetry::metrics::TenantLabels;
-use crate::tenant::TenantRegistry;
+use crate::tenant::{SharedStore, TenantRegistry};
 use crate::tokenize::Estimator;
 
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +36,8 @@ pub enum AppError {
     },
     #[error("server error: {0}")]
     Server(std::io::Error),
+    #[error("{0}")]
+    QuotaStore(String),
 }
 
 pub struct BuildOptions {
@@ -80,12 +82,26 @@ impl Application {
             config.telemetry.tenant_labels.clone(),
             config.telemetry.tenant_label_limit,
         ));
+        let quota_store = match &config.storage.redis_url {
+            Some(url) => {
+                let store = SharedStore::new(
+                    url,
+                    config.storage.redis_pool_size,
+                    config.storage.redis_timeout_ms,
+                )
+                .map_err(AppError::QuotaStore)?;
+                store.start_prober();
+                Some(store)
+            }
+            None => None,
+        };
         let tenants = TenantRegistry::new(
             config.clone(),
             clock.clone(),
             ledger.clone(),
             db,
             tenant_labels.clone(),
+            quota_store.clone(),
         );
         let (providers, _) = reload::start_providers(&config, &clock, None);
         let estimator = Estimator::new(&config.tokenizer);
@@ -108,6 +124,7 @@ impl Application {
             active_drains: std::sync::atomic::AtomicUsize::new(0),
             tenant_labels,
             cache: crate::cache::ResponseCache::new(&config.cache),
+            quota_store,
         });
         let data = web::Data::from(gateway.clone());
         let mut server = HttpServer::new(move || {

@@ -277,6 +277,7 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
                 tpm_limit: None,
                 daily_token_limit: None,
                 monthly_token_limit: None,
+                on_store_error: None,
             };
             let record = tenants::create(&db, &config, new, now_ms()).await?;
             json_out(&TenantView::from(&record))
@@ -530,6 +531,7 @@ async fn demo(path: Option<&Path>, listen: Option<std::net::SocketAddr>) -> Resu
                 tpm_limit: None,
                 daily_token_limit: None,
                 monthly_token_limit: None,
+                on_store_error: None,
             };
             tenants::create(db, &config, new, now_ms()).await?
         }

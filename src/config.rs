@@ -218,6 +218,22 @@ pub struct StorageConfig {
     /// How often each replica polls the database for revoked keys and changed tenants.
     #[serde(default = "default_sync_interval_ms")]
     pub sync_interval_ms: u64,
+    /// Shared quota store for replicas (`redis://host:port/db`); without it
+    /// every replica keeps its own quotas in memory.
+    #[serde(default)]
+    pub redis_url: Option<String>,
+    /// Every Redis call gives up after this long, so a frozen Redis cannot hold requests.
+    #[serde(default = "default_redis_timeout_ms")]
+    pub redis_timeout_ms: u64,
+    #[serde(default = "default_redis_pool_size")]
+    pub redis_pool_size: usize,
+    /// How many replicas share the limits; a tenant served from the local
+    /// store while Redis is down gets this share of its limits on each replica.
+    #[serde(default = "default_replicas")]
+    pub replicas: u32,
+    /// How often Redis's committed spend is compared with the ledger.
+    #[serde(default = "default_reconcile_interval_ms")]
+    pub reconcile_interval_ms: u64,
 }
 
 fn default_database_url() -> String {
@@ -229,6 +245,18 @@ fn default_max_connections() -> u32 {
 fn default_sync_interval_ms() -> u64 {
     1000
 }
+fn default_redis_timeout_ms() -> u64 {
+    100
+}
+fn default_redis_pool_size() -> usize {
+    16
+}
+fn default_replicas() -> u32 {
+    1
+}
+fn default_reconcile_interval_ms() -> u64 {
+    60_000
+}
 
 impl Default for StorageConfig {
     fn default() -> Self {
@@ -236,6 +264,11 @@ impl Default for StorageConfig {
             database_url: default_database_url(),
             max_connections: default_max_connections(),
             sync_interval_ms: default_sync_interval_ms(),
+            redis_url: None,
+            redis_timeout_ms: default_redis_timeout_ms(),
+            redis_pool_size: default_redis_pool_size(),
+            replicas: default_replicas(),
+            reconcile_interval_ms: default_reconcile_interval_ms(),
         }
     }
 }
@@ -609,6 +642,9 @@ struct RawTier {
     /// Requests that may arrive at once on a full bucket; defaults to `rpm`.
     burst: Option<u32>,
     default_max_tokens: u32,
+    /// What the tier's tenants get while the shared quota store is unreachable.
+    #[serde(default)]
+    on_store_error: StoreErrorPolicy,
 }
 
 #[derive(Debug, Deserialize)]
@@ -752,6 +788,43 @@ pub struct Tier {
     pub monthly_tokens: Option<u64>,
     pub burst: u32,
     pub default_max_tokens: u32,
+    pub on_store_error: StoreErrorPolicy,
+}
+
+/// What a tenant gets while the shared quota store (Redis) is unreachable.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StoreErrorPolicy {
+    /// 503 with `Retry-After`: no decision without the shared counters, so a
+    /// strict cap holds across replicas.
+    #[default]
+    FailClosed,
+    /// Keep serving from this replica's memory, with every limit divided by
+    /// `storage.replicas`.
+    Local,
+}
+
+impl StoreErrorPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoreErrorPolicy::FailClosed => "fail_closed",
+            StoreErrorPolicy::Local => "local",
+        }
+    }
+}
+
+impl std::str::FromStr for StoreErrorPolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "fail_closed" => Ok(StoreErrorPolicy::FailClosed),
+            "local" => Ok(StoreErrorPolicy::Local),
+            other => Err(format!(
+                "unknown on_store_error `{other}` (expected fail_closed or local)"
+            )),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -779,6 +852,7 @@ pub struct Config {
 pub const KEY_PEPPER_ENV: &str = "TOLLGATE_KEY_PEPPER";
 pub const ADMIN_TOKEN_ENV: &str = "TOLLGATE_ADMIN_TOKEN";
 pub const DATABASE_URL_ENV: &str = "TOLLGATE_DATABASE_URL";
+pub const REDIS_URL_ENV: &str = "TOLLGATE_REDIS_URL";
 
 impl Config {
     /// The pepper, or an error naming its env var.
@@ -851,8 +925,19 @@ fn validate(raw: RawConfig, env: &dyn EnvSource) -> Result<Config, ConfigError> 
     if let Some(url) = env.get(DATABASE_URL_ENV) {
         database_url = url;
     }
+    let mut redis_url = raw.storage.redis_url.clone().filter(|u| !u.is_empty());
+    if let Some(url) = env.get(REDIS_URL_ENV) {
+        redis_url = Some(url).filter(|u| !u.is_empty());
+    }
+    if raw.storage.replicas == 0 {
+        return Err(invalid("storage.replicas", "must be at least 1"));
+    }
+    if raw.storage.redis_timeout_ms == 0 {
+        return Err(invalid("storage.redis_timeout_ms", "must be positive"));
+    }
     let storage = StorageConfig {
         database_url,
+        redis_url,
         ..raw.storage
     };
     if raw.tokenizer.safety_percent < 100 {
@@ -1198,6 +1283,7 @@ fn validate_tiers(
                 monthly_tokens: t.monthly_tokens,
                 burst: t.burst.unwrap_or(t.rpm).max(1),
                 default_max_tokens: t.default_max_tokens,
+                on_store_error: t.on_store_error,
             },
         );
     }

@@ -42,6 +42,8 @@ pub struct Gateway {
     pub active_drains: AtomicUsize,
     pub tenant_labels: Arc<TenantLabels>,
     pub cache: ResponseCache,
+    /// The shared quota store, when replicas share limits through Redis.
+    pub quota_store: Option<crate::tenant::SharedStore>,
 }
 
 /// The reloadable configuration and the provider actors started for it.

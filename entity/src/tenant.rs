@@ -24,6 +24,8 @@ pub struct Model {
     pub daily_token_limit: Option<i64>,
     pub monthly_token_limit: Option<i64>,
     pub updated_at_ms: i64,
+    /// Overrides the tier's `on_store_error` (`fail_closed`, `local`).
+    pub on_store_error: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

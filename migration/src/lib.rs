@@ -7,6 +7,7 @@ mod m20261130_000002_create_api_keys;
 mod m20261130_000003_create_usage;
 mod m20261130_000004_budget_scopes;
 mod m20261130_000005_token_limits;
+mod m20261130_000006_store_policy;
 
 pub struct Migrator;
 
@@ -19,6 +20,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000003_create_usage::Migration),
             Box::new(m20261130_000004_budget_scopes::Migration),
             Box::new(m20261130_000005_token_limits::Migration),
+            Box::new(m20261130_000006_store_policy::Migration),
         ]
     }
 }

@@ -4,7 +4,7 @@ use sea_orm::{DatabaseConnection, Set};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::{AdminError, invalid};
-use crate::config::Config;
+use crate::config::{Config, StoreErrorPolicy};
 use crate::directory::{BudgetMode, TenantRecord, repo};
 use crate::ids::{FEATURE_RULE, TenantId, is_valid_feature};
 use crate::money::Nanos;
@@ -24,6 +24,8 @@ pub struct NewTenant {
     pub tpm_limit: Option<u64>,
     pub daily_token_limit: Option<u64>,
     pub monthly_token_limit: Option<u64>,
+    /// `fail_closed` or `local`; absent: the tier's.
+    pub on_store_error: Option<String>,
 }
 
 /// A partial update; `null` clears an optional limit.
@@ -47,6 +49,8 @@ pub struct TenantPatch {
     pub daily_token_limit: Option<Option<u64>>,
     #[serde(default, deserialize_with = "double_option")]
     pub monthly_token_limit: Option<Option<u64>>,
+    #[serde(default, deserialize_with = "double_option")]
+    pub on_store_error: Option<Option<String>>,
 }
 
 #[expect(
@@ -74,6 +78,7 @@ pub struct TenantView {
     pub tpm_limit: Option<u64>,
     pub daily_token_limit: Option<u64>,
     pub monthly_token_limit: Option<u64>,
+    pub on_store_error: Option<StoreErrorPolicy>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
@@ -96,6 +101,7 @@ impl From<&TenantRecord> for TenantView {
             tpm_limit: t.tpm_limit,
             daily_token_limit: t.daily_token_limit,
             monthly_token_limit: t.monthly_token_limit,
+            on_store_error: t.on_store_error,
             created_at_ms: t.created_at_ms,
             updated_at_ms: t.updated_at_ms,
         }
@@ -119,6 +125,12 @@ fn parse_budget(text: &str) -> Result<i64, AdminError> {
     Nanos::parse_decimal(text)
         .map(Nanos::to_db)
         .map_err(|e| invalid("monthly_budget", e.to_string()))
+}
+
+fn parse_store_policy(text: &str) -> Result<String, AdminError> {
+    text.parse::<StoreErrorPolicy>()
+        .map(|p| p.as_str().to_owned())
+        .map_err(|e| invalid("on_store_error", e))
 }
 
 fn parse_mode(text: &str) -> Result<BudgetMode, AdminError> {
@@ -200,6 +212,11 @@ pub async fn create(
         tpm_limit: Set(new.tpm_limit.map(token_limit).transpose()?),
         daily_token_limit: Set(new.daily_token_limit.map(token_limit).transpose()?),
         monthly_token_limit: Set(new.monthly_token_limit.map(token_limit).transpose()?),
+        on_store_error: Set(new
+            .on_store_error
+            .as_deref()
+            .map(parse_store_policy)
+            .transpose()?),
     };
     Ok(repo::insert_tenant(db, model).await?)
 }
@@ -263,6 +280,9 @@ pub async fn update(
     }
     if let Some(limit) = patch.monthly_token_limit {
         model.monthly_token_limit = Set(limit.map(token_limit).transpose()?);
+    }
+    if let Some(policy) = patch.on_store_error {
+        model.on_store_error = Set(policy.as_deref().map(parse_store_policy).transpose()?);
     }
     model.updated_at_ms = Set(updated_at);
     Ok(repo::update_tenant(db, model).await?)

@@ -14,9 +14,18 @@ pub async fn healthz() -> HttpResponse {
 pub async fn readyz(gw: web::Data<Gateway>) -> HttpResponse {
     let database = storage::ping(gw.directory.db()).await;
     let backlog = gw.ledger.backlog();
+    // Redis down is reported, not failed on: every replica shares it, so
+    // failing readiness would take the whole fleet out while tenants on the
+    // `local` policy can still be served.
+    let quota_store = match &gw.quota_store {
+        None => "memory",
+        Some(store) if store.health().is_up() => "redis",
+        Some(_) => "redis_unreachable",
+    };
     let body = json!({
         "status": if database { "ready" } else { "unavailable" },
         "database": if database { "ok" } else { "unreachable" },
+        "quota_store": quota_store,
         "ledger_backlog_events": backlog,
     });
     if database {

@@ -1,5 +1,6 @@
 //! A tenant as the gateway sees it: its tier, limits and budget.
 
+use crate::config::StoreErrorPolicy;
 use std::collections::BTreeMap;
 use std::str::FromStr;
 
@@ -62,6 +63,8 @@ pub struct TenantRecord {
     pub tpm_limit: Option<u64>,
     pub daily_token_limit: Option<u64>,
     pub monthly_token_limit: Option<u64>,
+    /// Overrides the tier's policy for an unreachable shared quota store.
+    pub on_store_error: Option<StoreErrorPolicy>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
@@ -90,6 +93,8 @@ impl TenantRecord {
             monthly_token_limit: model
                 .monthly_token_limit
                 .and_then(|v| u64::try_from(v).ok()),
+            // An unknown hand-edited value falls back to the tier's policy.
+            on_store_error: model.on_store_error.and_then(|p| p.parse().ok()),
             created_at_ms: model.created_at_ms,
             updated_at_ms: model.updated_at_ms,
         }

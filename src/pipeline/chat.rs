@@ -265,6 +265,11 @@ fn quota_error(error: &QuotaError) -> ApiError {
             "the tenant's budget state is unavailable; try again shortly",
         )
         .with_retry_after(1),
+        QuotaError::StoreDown => ApiError::new(
+            ErrorCode::QuotaUnavailable,
+            "the shared quota store is unreachable and this tenant's limits fail closed; try again shortly",
+        )
+        .with_retry_after(1),
     }
 }
 
@@ -279,7 +284,7 @@ fn budget_error(error: &QuotaError, rate: &RateDecision) -> ApiError {
             };
             counter_add(Metric::RejectionsTotal, &[("kind", kind)], 1);
         }
-        QuotaError::Unavailable => {}
+        QuotaError::Unavailable | QuotaError::StoreDown => {}
     }
     with_rate_headers(quota_error(error), rate)
 }

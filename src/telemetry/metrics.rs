@@ -36,11 +36,15 @@ pub enum Metric {
     ProviderInFlight,
     ProviderQueued,
     BreakerState,
+    QuotaStoreUp,
+    QuotaStoreErrorsTotal,
+    QuotaStoreFallbacksTotal,
+    QuotaDriftNanos,
     ProviderConcurrencyLimit,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 27] = [
+    pub const ALL: [Metric; 31] = [
         Metric::RequestsTotal,
         Metric::RequestDurationSeconds,
         Metric::GatewayOverheadSeconds,
@@ -67,6 +71,10 @@ impl Metric {
         Metric::ProviderInFlight,
         Metric::ProviderQueued,
         Metric::BreakerState,
+        Metric::QuotaStoreUp,
+        Metric::QuotaStoreErrorsTotal,
+        Metric::QuotaStoreFallbacksTotal,
+        Metric::QuotaDriftNanos,
         Metric::ProviderConcurrencyLimit,
     ];
 
@@ -99,6 +107,10 @@ impl Metric {
             Metric::ProviderConcurrencyLimit => "tollgate_provider_concurrency_limit",
             Metric::ProviderQueued => "tollgate_provider_queued",
             Metric::BreakerState => "tollgate_breaker_state",
+            Metric::QuotaStoreUp => "tollgate_quota_store_up",
+            Metric::QuotaStoreErrorsTotal => "tollgate_quota_store_errors_total",
+            Metric::QuotaStoreFallbacksTotal => "tollgate_quota_store_fallbacks_total",
+            Metric::QuotaDriftNanos => "tollgate_quota_drift_nanos",
         }
     }
 
@@ -160,6 +172,16 @@ impl Metric {
             Metric::ProviderQueued => "Calls waiting for a provider slot, by provider.",
             Metric::BreakerState => {
                 "Circuit breaker state by provider: 0 closed, 1 half-open, 2 open."
+            }
+            Metric::QuotaStoreUp => {
+                "Whether the shared quota store (Redis) answers: 1 up, 0 down (absent without Redis)."
+            }
+            Metric::QuotaStoreErrorsTotal => "Shared quota store calls that failed or timed out.",
+            Metric::QuotaStoreFallbacksTotal => {
+                "Quota decisions made without the shared store, by policy (local, fail_closed)."
+            }
+            Metric::QuotaDriftNanos => {
+                "Shared store committed spend minus the ledger's at the last reconciliation, by tenant."
             }
         }
     }
@@ -274,6 +296,20 @@ pub fn ratio(part: u64, whole: u64) -> f64 {
         0.0
     } else {
         part as f64 / whole as f64
+    }
+}
+
+/// `a - b` as a gauge value (negative when `b` is larger).
+#[expect(
+    clippy::cast_precision_loss,
+    clippy::float_arithmetic,
+    reason = "gauges are f64; nano amounts past 2^53 lose only precision"
+)]
+pub fn signed_difference(a: u64, b: u64) -> f64 {
+    if a >= b {
+        (a - b) as f64
+    } else {
+        -((b - a) as f64)
     }
 }
 

@@ -1,30 +1,46 @@
-//! TenantActor: the handler bodies call `QuotaBook` synchronously, with no
-//! `.await` between reading and writing the book, so the in-memory store
-//! serializes by construction. On start it loads the period's committed
-//! spend from the ledger (after flushing it) before answering anything.
+//! TenantActor: every quota decision of one tenant on this replica goes
+//! through it, one at a time. Without Redis the decisions are made on the
+//! in-memory `QuotaBook`, synchronously, so they serialize by construction.
+//! With Redis (`shared`) each decision is one atomic script, and the actor
+//! waits for it before the next message, so replicas agree and this replica
+//! still decides one at a time. When Redis fails the tenant's
+//! `on_store_error` policy decides: `fail_closed` refuses with 503, `local`
+//! continues on the book with this replica's share of the limits (reseeded
+//! from the ledger), and the tenant rejoins Redis by itself once it answers.
+//!
+//! On start the actor loads the period's committed spend from the ledger
+//! (after flushing it) before answering anything.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use actix::prelude::*;
+use futures_util::future::LocalBoxFuture;
 use sea_orm::DatabaseConnection;
 
 use super::alerts::{self, AlertBook, AlertNotice};
-use super::book::{Granted, Limits, QuotaBook, Refusal};
+use super::book::{BudgetStatus, Granted, Limits, QuotaBook, RateDecision, Seed};
+use super::decision::Decision;
+use super::handle::QuotaError;
 use super::messages::{
     CheckRate, GetStatus, Release, ReservationMeta, Reserve, Settle, SettleReply, UpdateLimits,
 };
 use super::registry::RegistryInner;
+use super::seed::SeedSource;
+use super::share::{local_share, share_budget};
+use super::shared::{
+    Reserved, SharedQuota, SharedSettled, SharedStore, StoreFailure, threshold_amount,
+};
 use crate::clock::SharedClock;
-use crate::config::AlertsConfig;
+use crate::config::{AlertsConfig, StoreErrorPolicy};
 use crate::ids::{EventId, ReservationId, TenantId};
-use crate::ledger::{AttemptStatus, LedgerHandle, UsageEvent, UsageKind, repo};
+use crate::ledger::{AttemptStatus, LedgerHandle, UsageEvent, UsageKind};
 use crate::money::Nanos;
 use crate::period;
 use crate::pricing::Usage;
 use crate::telemetry::metrics::{
-    Metric, OTHER_TENANTS, as_gauge_u64, counter_add, gauge_set, ratio,
+    Metric, OTHER_TENANTS, as_gauge_u64, counter_add, gauge_set, ratio, signed_difference,
 };
 
 /// How often expired reservations are swept.
@@ -32,6 +48,11 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 /// An actor with no reservations and no message for this long stops.
 const IDLE_STOP_MS: u64 = 5 * 60 * 1000;
 const MAILBOX_CAPACITY: usize = 4096;
+/// Reservations of the local book beside a shared store get ids from here,
+/// so they never collide with the store's.
+const LOCAL_IDS: u64 = 1 << 62;
+/// Expired shared reservations committed per sweep.
+const EXPIRE_BATCH: usize = 100;
 
 /// What every tenant actor shares.
 pub struct TenantDeps {
@@ -40,12 +61,47 @@ pub struct TenantDeps {
     pub db: DatabaseConnection,
     pub price_version: String,
     pub alerts_config: Arc<AlertsConfig>,
+    pub shared: Option<SharedStore>,
+    pub replicas: u32,
+    pub reconcile_interval_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Decisions in Redis (or, without Redis, in the book).
+    Shared,
+    /// Redis failed and the tenant is `local`: the book decides with this replica's share.
+    Local,
+}
+
+/// Where the next decision is made.
+enum Path {
+    Book,
+    Closed,
+    Shared { quota: SharedQuota, rejoin: bool },
+}
+
+/// How a decision through the shared store ended.
+enum Outcome<T> {
+    Shared(Result<T, QuotaError>),
+    /// The store failed; with the `local` policy, the ledger's seed to continue from.
+    Down(Option<Result<Seed, String>>),
+}
+
+/// A settle the shared store did not take; retried until it does.
+#[derive(Debug, Clone, Copy)]
+struct PendingClose {
+    id: ReservationId,
+    charged: Nanos,
+    tokens: u64,
 }
 
 pub struct TenantActor {
     tenant: TenantId,
     /// The tenant's metric label (bounded by `TenantLabels`).
     label: String,
+    /// The tenant's own limits (the book holds a share of them in `Local` mode).
+    limits: Limits,
     book: QuotaBook,
     meta: HashMap<ReservationId, ReservationMeta>,
     clock: SharedClock,
@@ -56,6 +112,16 @@ pub struct TenantActor {
     registry: Weak<RegistryInner>,
     alerts: AlertBook,
     alerts_config: Arc<AlertsConfig>,
+    shared: Option<SharedQuota>,
+    mode: Mode,
+    replicas: u32,
+    /// The last ledger seed: the base of this replica's share in `Local` mode.
+    seed: Seed,
+    pending: Vec<PendingClose>,
+    /// Committed and reserved in Redis at the last settle (for the gauges).
+    shared_totals: Option<(Nanos, Nanos)>,
+    reconcile_interval_ms: u64,
+    last_reconcile_ms: u64,
 }
 
 impl TenantActor {
@@ -72,12 +138,22 @@ impl TenantActor {
             db,
             price_version,
             alerts_config,
+            shared,
+            replicas,
+            reconcile_interval_ms,
         } = deps;
         let now = clock.now_ms();
+        let shared = shared.map(|store| store.tenant(&tenant));
+        let book = QuotaBook::new(limits.clone(), Nanos::ZERO, now);
         TenantActor {
             tenant,
             label,
-            book: QuotaBook::new(limits, Nanos::ZERO, now),
+            book: if shared.is_some() {
+                book.first_id(LOCAL_IDS)
+            } else {
+                book
+            },
+            limits,
             meta: HashMap::new(),
             clock,
             ledger,
@@ -87,26 +163,192 @@ impl TenantActor {
             registry,
             alerts: AlertBook::new(&alerts_config.thresholds_percent),
             alerts_config,
+            shared,
+            mode: Mode::Shared,
+            replicas,
+            seed: Seed::default(),
+            pending: Vec::new(),
+            shared_totals: None,
+            reconcile_interval_ms,
+            last_reconcile_ms: now,
         }
     }
 
-    /// Fires the budget thresholds committed spend has newly crossed.
+    fn seed_source(&self) -> SeedSource {
+        SeedSource {
+            ledger: self.ledger.clone(),
+            db: self.db.clone(),
+            tenant: self.tenant.clone(),
+        }
+    }
+
+    fn path(&self) -> Path {
+        let Some(quota) = &self.shared else {
+            return Path::Book;
+        };
+        let up = quota.health().is_up();
+        match (self.mode, up) {
+            (Mode::Shared, true) => Path::Shared {
+                quota: quota.clone(),
+                rejoin: false,
+            },
+            (Mode::Local, true) => Path::Shared {
+                quota: quota.clone(),
+                rejoin: true,
+            },
+            (Mode::Local, false) => Path::Book,
+            // Straight to the policy: a store marked down is not waited for.
+            (Mode::Shared, false) => match self.limits.on_store_error {
+                StoreErrorPolicy::Local => Path::Shared {
+                    quota: quota.clone(),
+                    rejoin: false,
+                },
+                StoreErrorPolicy::FailClosed => Path::Closed,
+            },
+        }
+    }
+
+    /// Runs `shared` through Redis, or `local` on the book, as the store's
+    /// state and the tenant's policy say.
+    fn decide<T: 'static>(
+        &mut self,
+        now: u64,
+        shared: impl FnOnce(
+            SharedQuota,
+            SeedSource,
+            Limits,
+        )
+            -> LocalBoxFuture<'static, Result<Result<T, QuotaError>, StoreFailure>>
+        + 'static,
+        local: impl FnOnce(&mut Self, u64) -> Result<T, QuotaError> + 'static,
+    ) -> Decision<Self, Result<T, QuotaError>> {
+        match self.path() {
+            Path::Book => {
+                if self.shared.is_some() {
+                    counter_add(Metric::QuotaStoreFallbacksTotal, &[("policy", "local")], 1);
+                }
+                Decision::Now(local(self, now))
+            }
+            Path::Closed => {
+                counter_add(
+                    Metric::QuotaStoreFallbacksTotal,
+                    &[("policy", "fail_closed")],
+                    1,
+                );
+                Decision::Now(Err(QuotaError::StoreDown))
+            }
+            Path::Shared { quota, rejoin } => {
+                let source = self.seed_source();
+                let policy = self.limits.on_store_error;
+                let limits = self.limits.clone();
+                let future = async move {
+                    if rejoin {
+                        // Spend made on the local store reaches Redis before Redis decides again.
+                        let seed = source.clone().load(now).await;
+                        match &seed {
+                            Ok(loaded) if quota.raise(loaded, now).await.is_ok() => {}
+                            _ => return Outcome::Down(Some(seed)),
+                        }
+                    }
+                    match shared(quota, source.clone(), limits).await {
+                        Ok(result) => Outcome::Shared(result),
+                        Err(_) => Outcome::Down(match policy {
+                            StoreErrorPolicy::Local => Some(source.load(now).await),
+                            StoreErrorPolicy::FailClosed => None,
+                        }),
+                    }
+                };
+                Decision::wait(future.into_actor(self).map(
+                    move |outcome, act, _ctx| match outcome {
+                        Outcome::Shared(result) => {
+                            if act.mode == Mode::Local {
+                                act.rejoined();
+                            }
+                            result
+                        }
+                        Outcome::Down(seed) => {
+                            act.fall_back(seed, now)?;
+                            local(act, now)
+                        }
+                    },
+                ))
+            }
+        }
+    }
+
+    fn fall_back(
+        &mut self,
+        seed: Option<Result<Seed, String>>,
+        now: u64,
+    ) -> Result<(), QuotaError> {
+        let Some(seed) = seed else {
+            counter_add(
+                Metric::QuotaStoreFallbacksTotal,
+                &[("policy", "fail_closed")],
+                1,
+            );
+            return Err(QuotaError::StoreDown);
+        };
+        counter_add(Metric::QuotaStoreFallbacksTotal, &[("policy", "local")], 1);
+        if self.mode == Mode::Local {
+            return Ok(());
+        }
+        match seed {
+            Ok(seed) => self.seed = seed,
+            Err(error) => {
+                tracing::error!(tenant = %self.tenant, error = %error, "Cannot reload the tenant's spend from the ledger; its local share starts from the last load.");
+            }
+        }
+        self.book.reseed(&self.seed, now);
+        self.book
+            .set_limits(local_share(&self.limits, &self.seed, self.replicas));
+        self.mode = Mode::Local;
+        tracing::warn!(tenant = %self.tenant, replicas = self.replicas, "Serving the tenant from this replica's share of its limits until the shared quota store answers.");
+        Ok(())
+    }
+
+    fn rejoined(&mut self) {
+        self.mode = Mode::Shared;
+        self.book.set_limits(self.limits.clone());
+        tracing::info!(tenant = %self.tenant, "The tenant's decisions are back on the shared quota store.");
+    }
+
+    /// Thresholds already reached by the ledger's committed spend.
+    fn reached(thresholds: &[u32], budget: Option<Nanos>, committed: Nanos) -> Vec<u32> {
+        let Some(budget) = budget.filter(|b| b.get() > 0) else {
+            return Vec::new();
+        };
+        thresholds
+            .iter()
+            .copied()
+            .filter(|t| committed >= threshold_amount(budget, *t))
+            .collect()
+    }
+
+    /// Fires the budget thresholds committed spend has newly crossed (book modes).
     fn check_alerts(&mut self, now: u64) {
         let status = self.book.status(now);
-        let Some(budget) = status.budget else { return };
+        let budget = self.limits.budget;
         for threshold in self
             .alerts
-            .crossed(&status.period, status.committed, Some(budget))
+            .crossed(&status.period, status.committed, budget)
         {
-            let notice = AlertNotice {
-                tenant: self.tenant.to_string(),
-                period: status.period.clone(),
-                committed: status.committed,
-                budget,
-                threshold,
-            };
-            alerts::fire(&self.alerts_config, notice);
+            self.fire(threshold, status.committed, &status.period);
         }
+    }
+
+    fn fire(&self, threshold: u32, committed: Nanos, period: &str) {
+        let Some(budget) = self.limits.budget else {
+            return;
+        };
+        let notice = AlertNotice {
+            tenant: self.tenant.to_string(),
+            period: period.to_owned(),
+            committed,
+            budget,
+            threshold,
+        };
+        alerts::fire(&self.alerts_config, notice);
     }
 
     /// Budget gauges after every change of committed or reserved money.
@@ -115,18 +357,20 @@ impl TenantActor {
         if self.label == OTHER_TENANTS {
             return;
         }
-        let status = self.book.status(now);
+        let (committed, reserved) = match (self.mode, self.shared_totals) {
+            (Mode::Shared, Some(totals)) if self.shared.is_some() => totals,
+            _ => {
+                let status = self.book.status(now);
+                (status.committed, status.reserved)
+            }
+        };
         let labels = [("tenant", self.label.as_str())];
-        gauge_set(
-            Metric::ReservedNanos,
-            &labels,
-            as_gauge_u64(status.reserved.get()),
-        );
-        if let Some(budget) = status.budget {
+        gauge_set(Metric::ReservedNanos, &labels, as_gauge_u64(reserved.get()));
+        if let Some(budget) = self.limits.budget {
             gauge_set(
                 Metric::BudgetUtilizationRatio,
                 &labels,
-                ratio(status.committed.get(), budget.get()),
+                ratio(committed.get(), budget.get()),
             );
         }
     }
@@ -149,9 +393,66 @@ impl TenantActor {
             self.publish(now);
             self.check_alerts(now);
         }
+        if let Some(quota) = self.shared.clone()
+            && quota.health().is_up()
+        {
+            self.sweep_shared(quota, now, ctx);
+        }
         let idle = now.saturating_sub(self.last_active_ms) >= IDLE_STOP_MS;
-        if idle && self.book.outstanding() == 0 {
+        if idle && self.book.outstanding() == 0 && self.pending.is_empty() {
             ctx.stop();
+        }
+    }
+
+    /// Retries settles Redis missed, commits expired shared reservations,
+    /// and now and then compares Redis with the ledger.
+    fn sweep_shared(&mut self, quota: SharedQuota, now: u64, ctx: &mut Context<Self>) {
+        let pending = std::mem::take(&mut self.pending);
+        let limits = self.limits.clone();
+        let retry = quota.clone();
+        let work = async move {
+            let mut missed = Vec::new();
+            for close in pending {
+                if retry
+                    .settle(close.id, close.charged, close.tokens, &limits, &[], now)
+                    .await
+                    .is_err()
+                {
+                    missed.push(close);
+                }
+            }
+            let expired = retry.expire(now, EXPIRE_BATCH).await.unwrap_or_default();
+            (missed, expired)
+        };
+        ctx.wait(work.into_actor(self).map(move |(missed, expired), act, _| {
+            act.pending.extend(missed);
+            for orphan in expired {
+                let meta = serde_json::from_str::<ReservationMeta>(&orphan.meta).ok();
+                act.record_orphan(meta, orphan.amount, now);
+            }
+        }));
+        if now.saturating_sub(self.last_reconcile_ms) >= self.reconcile_interval_ms {
+            self.last_reconcile_ms = now;
+            let source = self.seed_source();
+            let reconcile = async move {
+                let seed = source.load(now).await.ok()?;
+                let before = quota.raise(&seed, now).await.ok()??;
+                Some((before, seed.committed))
+            };
+            ctx.spawn(reconcile.into_actor(self).map(|drift, act, _| {
+                if let Some((redis, ledger)) = drift
+                    && act.label != OTHER_TENANTS
+                {
+                    gauge_set(
+                        Metric::QuotaDriftNanos,
+                        &[("tenant", act.label.as_str())],
+                        signed_difference(redis.get(), ledger.get()),
+                    );
+                    if ledger > redis {
+                        tracing::warn!(tenant = %act.tenant, redis = %redis, ledger = %ledger, "The shared store had less committed spend than the ledger; raised to the ledger.");
+                    }
+                }
+            }));
         }
     }
 
@@ -184,6 +485,77 @@ impl TenantActor {
             created_at_ms: now,
         });
     }
+
+    fn after_shared_settle(&mut self, settled: &SharedSettled, now: u64) {
+        if matches!(settled.settled, super::book::Settled::AlreadyClosed) {
+            return;
+        }
+        self.shared_totals = Some((settled.committed, settled.reserved));
+        self.publish(now);
+        let month = period::month_key(now);
+        for threshold in &settled.fired {
+            self.fire(*threshold, settled.committed, &month);
+        }
+    }
+
+    fn settle_local(&mut self, msg: Settle, now: u64, ctx: &mut Context<Self>) -> SettleReply {
+        let meta = self.meta.remove(&msg.id);
+        let settled = self.book.settle(msg.id, msg.charged, msg.tokens, now);
+        // Held on the local store before Redis came back: Redis learns of the spend now.
+        if self.mode == Mode::Shared
+            && let (Some(quota), Some(meta)) = (self.shared.clone(), meta)
+            && matches!(settled, super::book::Settled::Committed { .. })
+        {
+            let absorb = async move {
+                quota
+                    .absorb(
+                        msg.charged,
+                        meta.key.as_str(),
+                        &meta.feature,
+                        msg.tokens,
+                        now,
+                    )
+                    .await
+            };
+            ctx.spawn(absorb.into_actor(self).map(|result, act, _| {
+                if let Err(error) = result {
+                    tracing::warn!(tenant = %act.tenant, error = %error, "Spend settled locally did not reach the shared store; reconciliation will raise it.");
+                }
+            }));
+        }
+        self.publish(now);
+        self.check_alerts(now);
+        SettleReply {
+            settled,
+            remaining: self.book.remaining(),
+        }
+    }
+
+    /// In `Local` mode a key's budget is shared out like the tenant's.
+    fn local_key_budget(&self, key: &crate::ids::KeyId, budget: Option<Nanos>) -> Option<Nanos> {
+        let budget = budget?;
+        if self.mode != Mode::Local {
+            return Some(budget);
+        }
+        let committed = self.seed.keys.get(key).copied().unwrap_or_default();
+        Some(share_budget(budget, committed, self.replicas))
+    }
+}
+
+/// Seeds the tenant's month in Redis from the ledger if no replica has yet.
+async fn seed_shared(
+    quota: &SharedQuota,
+    source: SeedSource,
+    limits: &Limits,
+    thresholds: &[u32],
+    now: u64,
+) -> Result<Result<(), QuotaError>, StoreFailure> {
+    let Ok(seed) = source.load(now).await else {
+        return Ok(Err(QuotaError::Unavailable));
+    };
+    let reached = TenantActor::reached(thresholds, limits.budget, seed.committed);
+    quota.seed(&seed, &reached, now).await?;
+    Ok(Ok(()))
 }
 
 impl Actor for TenantActor {
@@ -192,35 +564,18 @@ impl Actor for TenantActor {
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(MAILBOX_CAPACITY);
         ctx.run_interval(SWEEP_INTERVAL, Self::sweep);
-        // Spend still in the ledger's batch would be missed by the query: flush first.
-        let ledger = self.ledger.clone();
-        let db = self.db.clone();
-        let tenant = self.tenant.clone();
-        let period = period::month_key(self.clock.now_ms());
-        let day = period::Date::from_unix_ms(self.clock.now_ms()).day_key();
-        let load = async move {
-            ledger.flush().await.map_err(|e| e.to_string())?;
-            let committed = repo::committed_in_period(&db, &tenant, &period)
-                .await
-                .map_err(|e| e.to_string())?;
-            let scopes = repo::committed_by_scope(&db, &tenant, &period)
-                .await
-                .map_err(|e| e.to_string())?;
-            let tokens = repo::tokens_used(&db, &tenant, &day, &period)
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok::<_, String>((committed, scopes, tokens))
-        };
+        let load = self.seed_source().load(self.clock.now_ms());
         // `wait` holds every message until the committed spend is known.
         ctx.wait(load.into_actor(self).map(|result, act, ctx| match result {
-            Ok((committed, (keys, features), (today, this_month))) => {
+            Ok(seed) => {
                 let now = act.clock.now_ms();
-                act.book = QuotaBook::new(act.book.limits(), committed, now);
-                act.book.set_scope_committed(keys, features);
-                act.book.set_token_usage(today, this_month, now);
+                act.book.reseed(&seed, now);
+                act.seed = seed;
                 // Thresholds passed before this actor started were reported by an earlier one.
                 let status = act.book.status(now);
-                let _ = act.alerts.crossed(&status.period, status.committed, status.budget);
+                let _ = act
+                    .alerts
+                    .crossed(&status.period, status.committed, act.limits.budget);
                 act.publish(now);
             }
             Err(error) => {
@@ -239,59 +594,187 @@ impl Actor for TenantActor {
 }
 
 impl Handler<CheckRate> for TenantActor {
-    type Result = MessageResult<CheckRate>;
+    type Result = Decision<Self, Result<RateDecision, QuotaError>>;
 
     fn handle(&mut self, _msg: CheckRate, _ctx: &mut Context<Self>) -> Self::Result {
         let now = self.touch();
-        MessageResult(self.book.check_rate(now))
+        self.decide(
+            now,
+            move |quota, _, limits| {
+                Box::pin(async move { quota.check_rate(&limits, now).await.map(Ok) })
+            },
+            |act, now| Ok(act.book.check_rate(now)),
+        )
     }
 }
 
 impl Handler<Reserve> for TenantActor {
-    type Result = Result<Granted, Refusal>;
+    type Result = Decision<Self, Result<Granted, QuotaError>>;
 
     fn handle(&mut self, msg: Reserve, _ctx: &mut Context<Self>) -> Self::Result {
         let now = self.touch();
-        let granted = self.book.reserve(msg.request, now)?;
-        self.meta.insert(granted.id, msg.meta);
-        self.publish(now);
-        Ok(granted)
+        let Reserve { request, meta } = msg;
+        let meta_json = serde_json::to_string(&meta).unwrap_or_default();
+        let thresholds = self.alerts_config.thresholds_percent.clone();
+        let shared_request = request.clone();
+        self.decide(
+            now,
+            move |quota, source, limits| {
+                Box::pin(async move {
+                    let mut reserved = quota
+                        .reserve(&shared_request, &limits, &meta_json, now)
+                        .await?;
+                    if matches!(reserved, Reserved::NeedSeed) {
+                        if let Err(error) =
+                            seed_shared(&quota, source, &limits, &thresholds, now).await?
+                        {
+                            return Ok(Err(error));
+                        }
+                        reserved = quota
+                            .reserve(&shared_request, &limits, &meta_json, now)
+                            .await?;
+                    }
+                    Ok(match reserved {
+                        Reserved::Granted(granted) => Ok(granted),
+                        Reserved::Refused(refusal) => Err(refusal.into()),
+                        Reserved::NeedSeed => Err(QuotaError::Unavailable),
+                    })
+                })
+            },
+            move |act, now| {
+                let mut request = request;
+                request.key_budget = act.local_key_budget(&request.key, request.key_budget);
+                let granted = act.book.reserve(request, now)?;
+                act.meta.insert(granted.id, meta);
+                act.publish(now);
+                Ok(granted)
+            },
+        )
     }
 }
 
 impl Handler<Settle> for TenantActor {
-    type Result = MessageResult<Settle>;
+    type Result = Decision<Self, Result<SettleReply, QuotaError>>;
 
-    fn handle(&mut self, msg: Settle, _ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: Settle, ctx: &mut Context<Self>) -> Self::Result {
         let now = self.touch();
-        self.meta.remove(&msg.id);
-        let settled = self.book.settle(msg.id, msg.charged, msg.tokens, now);
-        self.publish(now);
-        self.check_alerts(now);
-        MessageResult(SettleReply {
-            settled,
-            remaining: self.book.remaining(),
-        })
+        let Some(quota) = self.shared.clone().filter(|_| !self.book.holds(msg.id)) else {
+            return Decision::Now(Ok(self.settle_local(msg, now, ctx)));
+        };
+        let pending = PendingClose {
+            id: msg.id,
+            charged: msg.charged,
+            tokens: msg.tokens,
+        };
+        if !quota.health().is_up() {
+            // Kept and retried: the reservation must not expire into an orphan.
+            self.pending.push(pending);
+            return Decision::Now(Err(QuotaError::Unavailable));
+        }
+        let limits = self.limits.clone();
+        let thresholds = self.alerts_config.thresholds_percent.clone();
+        let settle = async move {
+            quota
+                .settle(msg.id, msg.charged, msg.tokens, &limits, &thresholds, now)
+                .await
+        };
+        Decision::wait(settle.into_actor(self).map(move |result, act, _| {
+            let Ok(settled) = result else {
+                act.pending.push(pending);
+                return Err(QuotaError::Unavailable);
+            };
+            act.after_shared_settle(&settled, now);
+            let remaining = act
+                .limits
+                .budget
+                .map(|b| b.saturating_sub(settled.committed.saturating_add(settled.reserved)));
+            Ok(SettleReply {
+                settled: settled.settled,
+                remaining,
+            })
+        }))
     }
 }
 
 impl Handler<Release> for TenantActor {
     type Result = ();
 
-    fn handle(&mut self, msg: Release, _ctx: &mut Context<Self>) {
+    fn handle(&mut self, msg: Release, ctx: &mut Context<Self>) {
         let now = self.touch();
-        self.meta.remove(&msg.id);
-        self.book.release(msg.id, now);
-        self.publish(now);
+        let Some(quota) = self.shared.clone().filter(|_| !self.book.holds(msg.id)) else {
+            self.meta.remove(&msg.id);
+            self.book.release(msg.id, now);
+            self.publish(now);
+            return;
+        };
+        let pending = PendingClose {
+            id: msg.id,
+            charged: Nanos::ZERO,
+            tokens: 0,
+        };
+        if !quota.health().is_up() {
+            self.pending.push(pending);
+            return;
+        }
+        let limits = self.limits.clone();
+        let release = async move {
+            quota
+                .settle(msg.id, Nanos::ZERO, 0, &limits, &[], now)
+                .await
+        };
+        ctx.wait(
+            release
+                .into_actor(self)
+                .map(move |result, act, _| match result {
+                    Ok(settled) => act.after_shared_settle(&settled, now),
+                    Err(_) => act.pending.push(pending),
+                }),
+        );
     }
 }
 
 impl Handler<GetStatus> for TenantActor {
-    type Result = MessageResult<GetStatus>;
+    type Result = Decision<Self, Result<BudgetStatus, QuotaError>>;
 
     fn handle(&mut self, _msg: GetStatus, _ctx: &mut Context<Self>) -> Self::Result {
         let now = self.clock.now_ms();
-        MessageResult::<GetStatus>(self.book.status(now))
+        let thresholds = self.alerts_config.thresholds_percent.clone();
+        self.decide(
+            now,
+            move |quota, source, limits| {
+                Box::pin(async move {
+                    let mut totals = quota.status(now).await?;
+                    if totals.is_none() {
+                        if let Err(error) =
+                            seed_shared(&quota, source, &limits, &thresholds, now).await?
+                        {
+                            return Ok(Err(error));
+                        }
+                        totals = quota.status(now).await?;
+                    }
+                    let (committed, reserved) = totals.unwrap_or_default();
+                    Ok(Ok(BudgetStatus {
+                        budget: limits.budget,
+                        committed,
+                        reserved,
+                        remaining: limits
+                            .budget
+                            .map(|b| b.saturating_sub(committed.saturating_add(reserved))),
+                        period: period::month_key(now),
+                    }))
+                })
+            },
+            |act, now| {
+                let mut status = act.book.status(now);
+                // A local share is this replica's business; the tenant's budget is what it is.
+                status.budget = act.limits.budget;
+                status.remaining = act
+                    .limits
+                    .budget
+                    .map(|b| b.saturating_sub(status.committed.saturating_add(status.reserved)));
+                Ok(status)
+            },
+        )
     }
 }
 
@@ -299,7 +782,12 @@ impl Handler<UpdateLimits> for TenantActor {
     type Result = ();
 
     fn handle(&mut self, msg: UpdateLimits, _ctx: &mut Context<Self>) {
-        self.book.set_limits(msg.0);
+        self.limits = msg.0;
+        let limits = match self.mode {
+            Mode::Local => local_share(&self.limits, &self.seed, self.replicas),
+            Mode::Shared => self.limits.clone(),
+        };
+        self.book.set_limits(limits);
         let now = self.clock.now_ms();
         self.publish(now);
     }

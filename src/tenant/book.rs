@@ -10,6 +10,7 @@ use std::fmt;
 
 use serde::Serialize;
 
+use crate::config::StoreErrorPolicy;
 use crate::directory::BudgetMode;
 use crate::ids::{KeyId, ReservationId};
 use crate::money::{CostAccumulator, Nanos, PricePerMTok};
@@ -19,7 +20,7 @@ use super::tokens::{TokenLimits, TokenQuota, TokenRefusal, TokenWindow};
 
 /// A token bucket's units per request: refilling `rpm` units per millisecond
 /// gives exactly `rpm` requests per minute in integers.
-const UNITS_PER_REQUEST: u64 = 60_000;
+pub const UNITS_PER_REQUEST: u64 = 60_000;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
@@ -31,6 +32,7 @@ pub struct Limits {
     /// Monthly budgets of single features inside the tenant's.
     pub feature_budgets: BTreeMap<String, Nanos>,
     pub tokens: TokenLimits,
+    pub on_store_error: StoreErrorPolicy,
 }
 
 /// Where a budget applies inside one tenant.
@@ -49,6 +51,16 @@ impl fmt::Display for Scope {
             Scope::Feature(feature) => write!(f, "feature `{feature}`"),
         }
     }
+}
+
+/// A tenant's period so far, from the ledger: what a store starts from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Seed {
+    pub committed: Nanos,
+    pub keys: HashMap<KeyId, Nanos>,
+    pub features: HashMap<String, Nanos>,
+    pub tokens_today: u64,
+    pub tokens_this_month: u64,
 }
 
 /// Money of one scope in the current period.
@@ -73,6 +85,23 @@ pub struct RateDecision {
     pub reset_ms: u64,
     /// Until the next request would be admitted (0 when allowed).
     pub retry_after_ms: u64,
+}
+
+impl RateDecision {
+    /// The decision for a bucket left holding `units` (of `UNITS_PER_REQUEST` per request).
+    pub fn from_bucket(allowed: bool, units: u64, limits: &Limits) -> RateDecision {
+        let rate = u64::from(limits.rpm.max(1));
+        let capacity = bucket_capacity(limits);
+        let units = units.min(capacity);
+        let missing = UNITS_PER_REQUEST.saturating_sub(units);
+        RateDecision {
+            allowed,
+            limit: limits.rpm,
+            remaining: u32::try_from(units / UNITS_PER_REQUEST).unwrap_or(u32::MAX),
+            reset_ms: (capacity - units).div_ceil(rate),
+            retry_after_ms: if allowed { 0 } else { missing.div_ceil(rate) },
+        }
+    }
 }
 
 /// What a request asks to hold: its input at the worst input price plus
@@ -204,6 +233,41 @@ impl QuotaBook {
         }
     }
 
+    /// Committed spend and token use reloaded from the ledger; held
+    /// reservations stay as they are.
+    pub fn reseed(&mut self, seed: &Seed, now_ms: u64) {
+        self.period = period::month_key(now_ms);
+        self.committed = seed.committed;
+        for totals in self.keys.values_mut().chain(self.features.values_mut()) {
+            totals.committed = Nanos::ZERO;
+        }
+        self.set_scope_committed(seed.keys.clone(), seed.features.clone());
+        self.set_token_usage(seed.tokens_today, seed.tokens_this_month, now_ms);
+    }
+
+    /// Reservation ids start here (a book beside a shared store keeps its ids apart).
+    #[must_use]
+    pub fn first_id(mut self, first: u64) -> QuotaBook {
+        self.next_id = first;
+        self
+    }
+
+    pub fn holds(&self, id: ReservationId) -> bool {
+        self.held.contains_key(&id)
+    }
+
+    pub fn committed_of(&self, scope: &Scope) -> Nanos {
+        match scope {
+            Scope::Tenant => self.committed,
+            Scope::Key(key) => self.keys.get(key).map_or(Nanos::ZERO, |t| t.committed),
+            Scope::Feature(f) => self.features.get(f).map_or(Nanos::ZERO, |t| t.committed),
+        }
+    }
+
+    pub fn token_usage(&self) -> (u64, u64) {
+        self.tokens.used()
+    }
+
     pub fn limits(&self) -> Limits {
         self.limits.clone()
     }
@@ -222,20 +286,11 @@ impl QuotaBook {
     /// Takes one request from the bucket if there is one.
     pub fn check_rate(&mut self, now_ms: u64) -> RateDecision {
         self.refill(now_ms);
-        let rate = u64::from(self.limits.rpm);
-        let capacity = bucket_capacity(&self.limits);
         let allowed = self.bucket_units >= UNITS_PER_REQUEST;
         if allowed {
             self.bucket_units -= UNITS_PER_REQUEST;
         }
-        let missing = UNITS_PER_REQUEST.saturating_sub(self.bucket_units);
-        RateDecision {
-            allowed,
-            limit: self.limits.rpm,
-            remaining: u32::try_from(self.bucket_units / UNITS_PER_REQUEST).unwrap_or(u32::MAX),
-            reset_ms: (capacity - self.bucket_units).div_ceil(rate),
-            retry_after_ms: if allowed { 0 } else { missing.div_ceil(rate) },
-        }
+        RateDecision::from_bucket(allowed, self.bucket_units, &self.limits)
     }
 
     fn refill(&mut self, now_ms: u64) {
@@ -297,18 +352,17 @@ impl QuotaBook {
                     .into());
                 }
                 BudgetMode::Clamp => {
-                    let affordable = affordable_tokens(&request, remaining);
-                    if affordable < u64::from(self.limits.clamp_floor_tokens) || affordable == 0 {
+                    let Some(affordable) =
+                        clamped_max_tokens(&request, remaining, self.limits.clamp_floor_tokens)
+                    else {
                         return Err(Refused {
                             scope,
                             remaining,
                             needed: amount,
                         }
                         .into());
-                    }
-                    max_tokens = u32::try_from(affordable)
-                        .unwrap_or(u32::MAX)
-                        .min(max_tokens);
+                    };
+                    max_tokens = affordable;
                     amount = worst_case(&request, max_tokens);
                     clamped = true;
                 }
@@ -447,15 +501,28 @@ impl QuotaBook {
     }
 }
 
-fn bucket_capacity(limits: &Limits) -> u64 {
+pub fn bucket_capacity(limits: &Limits) -> u64 {
     u64::from(limits.burst.max(1)) * UNITS_PER_REQUEST
 }
 
-fn worst_case(request: &ReserveRequest, max_tokens: u32) -> Nanos {
+pub fn worst_case(request: &ReserveRequest, max_tokens: u32) -> Nanos {
     let mut cost = CostAccumulator::default();
     cost.add(request.input_tokens, request.input_price)
         .add(u64::from(max_tokens), request.output_price);
     cost.total()
+}
+
+/// `clamp` mode: the `max_tokens` `remaining` affords, or `None` below the floor.
+pub fn clamped_max_tokens(request: &ReserveRequest, remaining: Nanos, floor: u32) -> Option<u32> {
+    let affordable = affordable_tokens(request, remaining);
+    if affordable < u64::from(floor) || affordable == 0 {
+        return None;
+    }
+    Some(
+        u32::try_from(affordable)
+            .unwrap_or(u32::MAX)
+            .min(request.max_tokens),
+    )
 }
 
 /// The most output tokens whose worst case still fits `remaining`.
@@ -488,6 +555,7 @@ mod tests {
             clamp_floor_tokens: 10,
             feature_budgets: BTreeMap::new(),
             tokens: TokenLimits::default(),
+            on_store_error: StoreErrorPolicy::FailClosed,
         }
     }
 

@@ -15,7 +15,7 @@ use super::tokens::TokenRefusal;
 use crate::directory::TenantRecord;
 use crate::money::Nanos;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum QuotaError {
     #[error(transparent)]
     Refused(#[from] Refused),
@@ -23,6 +23,9 @@ pub enum QuotaError {
     TokenLimited(#[from] TokenRefusal),
     #[error("the tenant's quota state is unavailable")]
     Unavailable,
+    /// The shared quota store is unreachable and the tenant is `fail_closed`.
+    #[error("the shared quota store is unreachable")]
+    StoreDown,
 }
 
 #[derive(Clone)]
@@ -66,7 +69,7 @@ impl TenantHandle {
     }
 
     pub async fn check_rate(&self) -> Result<RateDecision, QuotaError> {
-        self.call(CheckRate).await
+        self.call(CheckRate).await?
     }
 
     pub async fn reserve(
@@ -74,13 +77,7 @@ impl TenantHandle {
         request: ReserveRequest,
         meta: ReservationMeta,
     ) -> Result<ReservationGuard, QuotaError> {
-        let granted =
-            self.call(Reserve { request, meta })
-                .await?
-                .map_err(|refusal| match refusal {
-                    Refusal::Budget(refused) => QuotaError::Refused(refused),
-                    Refusal::Tokens(refused) => QuotaError::TokenLimited(refused),
-                })?;
+        let granted = self.call(Reserve { request, meta }).await??;
         Ok(ReservationGuard {
             handle: self.clone(),
             granted,
@@ -89,7 +86,7 @@ impl TenantHandle {
     }
 
     pub async fn status(&self) -> Result<BudgetStatus, QuotaError> {
-        self.call(GetStatus).await
+        self.call(GetStatus).await?
     }
 }
 
@@ -119,7 +116,7 @@ impl ReservationGuard {
             .addr
             .send(msg)
             .await
-            .map_err(|_| QuotaError::Unavailable)
+            .map_err(|_| QuotaError::Unavailable)?
     }
 
     /// Gives the whole reservation back (nothing was spent).
@@ -137,6 +134,15 @@ impl Drop for ReservationGuard {
             self.handle.addr.do_send(Release {
                 id: self.granted.id,
             });
+        }
+    }
+}
+
+impl From<Refusal> for QuotaError {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::Budget(refused) => QuotaError::Refused(refused),
+            Refusal::Tokens(refused) => QuotaError::TokenLimited(refused),
         }
     }
 }

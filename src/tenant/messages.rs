@@ -3,17 +3,20 @@
 
 use actix::Message;
 
-use super::book::{BudgetStatus, Granted, Limits, RateDecision, Refusal, ReserveRequest, Settled};
+use serde::{Deserialize, Serialize};
+
+use super::book::{BudgetStatus, Granted, Limits, RateDecision, ReserveRequest, Settled};
+use super::handle::QuotaError;
 use crate::ids::{KeyId, RequestId, ReservationId};
 use crate::money::Nanos;
 
 /// Takes one request from the requests/min bucket.
 #[derive(Message, Clone, Copy)]
-#[rtype(result = "RateDecision")]
+#[rtype(result = "Result<RateDecision, QuotaError>")]
 pub struct CheckRate;
 
 /// Who a reservation belongs to, so an orphaned one still gets a full ledger row.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReservationMeta {
     pub request_id: RequestId,
     pub key: KeyId,
@@ -24,14 +27,14 @@ pub struct ReservationMeta {
 }
 
 #[derive(Message, Clone)]
-#[rtype(result = "Result<Granted, Refusal>")]
+#[rtype(result = "Result<Granted, QuotaError>")]
 pub struct Reserve {
     pub request: ReserveRequest,
     pub meta: ReservationMeta,
 }
 
 #[derive(Message, Clone, Copy)]
-#[rtype(result = "SettleReply")]
+#[rtype(result = "Result<SettleReply, QuotaError>")]
 pub struct Settle {
     pub id: ReservationId,
     pub charged: Nanos,
@@ -52,7 +55,7 @@ pub struct Release {
 }
 
 #[derive(Message, Clone, Copy)]
-#[rtype(result = "BudgetStatus")]
+#[rtype(result = "Result<BudgetStatus, QuotaError>")]
 pub struct GetStatus;
 
 #[derive(Message, Clone)]

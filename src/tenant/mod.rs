@@ -5,13 +5,18 @@
 pub mod actor;
 pub mod alerts;
 pub mod book;
+mod decision;
 pub mod handle;
 pub mod messages;
 pub mod registry;
+mod seed;
+mod share;
+pub mod shared;
 pub mod tokens;
 
 pub use book::{BudgetStatus, Granted, Limits, RateDecision, Refusal, Refused, ReserveRequest};
 pub use handle::{QuotaError, ReservationGuard, TenantHandle};
 pub use messages::ReservationMeta;
 pub use registry::TenantRegistry;
+pub use shared::SharedStore;
 pub use tokens::{TokenLimits, TokenRefusal, TokenWindow};

@@ -13,6 +13,7 @@ use super::actor::{TenantActor, TenantDeps};
 use super::book::Limits;
 use super::handle::TenantHandle;
 use super::messages::UpdateLimits;
+use super::shared::SharedStore;
 use super::tokens::TokenLimits;
 use crate::clock::SharedClock;
 use crate::config::Config;
@@ -30,6 +31,7 @@ pub struct RegistryInner {
     /// Replaced on reload (tiers, prices); see `set_config`.
     config: RwLock<Arc<Config>>,
     labels: Arc<TenantLabels>,
+    shared: Option<SharedStore>,
 }
 
 impl RegistryInner {
@@ -59,6 +61,7 @@ impl TenantRegistry {
         ledger: LedgerHandle,
         db: DatabaseConnection,
         labels: Arc<TenantLabels>,
+        shared: Option<SharedStore>,
     ) -> TenantRegistry {
         let arbiters = (0..config.server.tenant_arbiters.max(1))
             .map(|_| Arbiter::new().handle())
@@ -72,6 +75,7 @@ impl TenantRegistry {
                 db,
                 config: RwLock::new(config),
                 labels,
+                shared,
             }),
         }
     }
@@ -131,6 +135,7 @@ impl TenantRegistry {
                 daily: tenant.daily_token_limit.or(tier.daily_tokens),
                 monthly: tenant.monthly_token_limit.or(tier.monthly_tokens),
             },
+            on_store_error: tenant.on_store_error.unwrap_or(tier.on_store_error),
         })
     }
 
@@ -169,6 +174,9 @@ impl TenantRegistry {
             db: inner.db.clone(),
             price_version: config.price_version.clone(),
             alerts_config: Arc::new(config.alerts.clone()),
+            shared: inner.shared.clone(),
+            replicas: config.storage.replicas,
+            reconcile_interval_ms: config.storage.reconcile_interval_ms,
         };
         let registry = Arc::downgrade(&self.inner);
         let label = inner.labels.label(tenant.as_str());

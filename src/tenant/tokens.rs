@@ -110,40 +110,17 @@ impl TokenQuota {
         if let Some(limit) = self.limits.monthly
             && self.month_tokens.saturating_add(estimate) > limit
         {
-            let next = Date::from_unix_ms(now_ms)
-                .first_of_next_month()
-                .start_unix_ms();
-            return Err(refusal(
-                TokenLimitKind::Monthly,
-                limit,
-                estimate,
-                next - now_ms,
-            ));
+            return Err(monthly_refusal(limit, estimate, now_ms));
         }
         if let Some(limit) = self.limits.daily
             && self.day_tokens.saturating_add(estimate) > limit
         {
-            let next = Date::from_unix_ms(now_ms).start_unix_ms() + 86_400_000;
-            return Err(refusal(
-                TokenLimitKind::Daily,
-                limit,
-                estimate,
-                next - now_ms,
-            ));
+            return Err(daily_refusal(limit, estimate, now_ms));
         }
         if let Some(tpm) = self.limits.tpm {
             let needed = i128::from(estimate) * UNITS_PER_TOKEN;
             if needed > self.bucket_units {
-                // A request larger than a whole minute's tokens can never fit.
-                let wait = if estimate > tpm {
-                    u64::MAX
-                } else {
-                    to_ms(
-                        (needed - self.bucket_units + i128::from(tpm) - 1)
-                            .div_euclid(i128::from(tpm)),
-                    )
-                };
-                return Err(refusal(TokenLimitKind::PerMinute, tpm, estimate, wait));
+                return Err(per_minute_refusal(tpm, estimate, self.bucket_units));
             }
             self.bucket_units -= needed;
         }
@@ -170,23 +147,62 @@ impl TokenQuota {
     }
 
     pub fn window(&self) -> Option<TokenWindow> {
-        let tpm = self.limits.tpm?;
-        let capacity = capacity(self.limits);
-        Some(TokenWindow {
-            limit: tpm,
-            remaining: u64::try_from((self.bucket_units.max(0)) / UNITS_PER_TOKEN).unwrap_or(0),
-            reset_ms: to_ms(
-                (capacity - self.bucket_units)
-                    .max(0)
-                    .div_euclid(i128::from(tpm.max(1))),
-            ),
-        })
+        Some(window(self.limits.tpm?, self.bucket_units))
+    }
+
+    /// Tokens used (and held) today and this month.
+    pub fn used(&self) -> (u64, u64) {
+        (self.day_tokens, self.month_tokens)
     }
 
     /// The current day and month keys (for tests and status).
     pub fn periods(&self) -> (&str, &str) {
         (&self.day, &self.month)
     }
+}
+
+/// The window of a tokens-per-minute bucket holding `units`.
+pub fn window(tpm: u64, units: i128) -> TokenWindow {
+    let capacity = i128::from(tpm) * UNITS_PER_TOKEN;
+    TokenWindow {
+        limit: tpm,
+        remaining: u64::try_from(units.max(0) / UNITS_PER_TOKEN).unwrap_or(0),
+        reset_ms: to_ms((capacity - units).max(0).div_euclid(i128::from(tpm.max(1)))),
+    }
+}
+
+pub fn monthly_refusal(limit: u64, estimate: u64, now_ms: u64) -> TokenRefusal {
+    let next = Date::from_unix_ms(now_ms)
+        .first_of_next_month()
+        .start_unix_ms();
+    refusal(
+        TokenLimitKind::Monthly,
+        limit,
+        estimate,
+        next.saturating_sub(now_ms),
+    )
+}
+
+pub fn daily_refusal(limit: u64, estimate: u64, now_ms: u64) -> TokenRefusal {
+    let next = Date::from_unix_ms(now_ms).start_unix_ms() + 86_400_000;
+    refusal(
+        TokenLimitKind::Daily,
+        limit,
+        estimate,
+        next.saturating_sub(now_ms),
+    )
+}
+
+/// A bucket holding `units` cannot take `estimate` tokens.
+pub fn per_minute_refusal(tpm: u64, estimate: u64, units: i128) -> TokenRefusal {
+    let needed = i128::from(estimate) * UNITS_PER_TOKEN;
+    // A request larger than a whole minute's tokens can never fit.
+    let wait = if estimate > tpm {
+        u64::MAX
+    } else {
+        to_ms((needed - units + i128::from(tpm) - 1).div_euclid(i128::from(tpm.max(1))))
+    };
+    refusal(TokenLimitKind::PerMinute, tpm, estimate, wait)
 }
 
 fn refusal(kind: TokenLimitKind, limit: u64, needed: u64, retry_after_ms: u64) -> TokenRefusal {

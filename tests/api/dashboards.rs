@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::support::redis::RedisServer;
 use crate::support::{TestApp, TestSetup, chat_body, spawn_app};
 
 const DASHBOARDS: [&str; 3] = ["overview.json", "tenants.json", "providers.json"];
@@ -309,6 +310,41 @@ fn setup() -> TestSetup {
 }
 
 /// ok, a cache miss and hit, a fallback, a normal stream, a cut stream, a 402 and a 429.
+/// The shared-quota metrics: a gateway on Redis reconciles with the ledger,
+/// then loses Redis, and its tenants fall back (metrics are process-wide, so
+/// the other gateway's scrape shows them).
+async fn drive_shared_store() {
+    let mut redis = RedisServer::start().await;
+    let shared = spawn_app(
+        TestSetup::new()
+            .route("fast", &["primary/usage-10-0-5"])
+            .tier("closed", &["fast"], 1000, 100)
+            .raw("[tiers.shared_out]\nroutes = [\"fast\"]\nrpm = 1000\ndefault_max_tokens = 100\non_store_error = \"local\"\n")
+            .redis(&redis.url(), 2)
+            .storage("reconcile_interval_ms = 100"),
+    )
+    .await;
+    let (_closed, closed_key) = shared
+        .tenant_with_key("closed", json!({"monthly_budget": "5"}))
+        .await;
+    let (_local, local_key) = shared.tenant_with_key("shared_out", json!({})).await;
+    assert_eq!(
+        shared.chat(&closed_key, &chat_body("fast")).await.status,
+        200
+    );
+    // A sweep after the reconcile interval publishes the drift.
+    actix_rt::time::sleep(Duration::from_millis(1500)).await;
+    redis.kill();
+    assert_eq!(
+        shared.chat(&closed_key, &chat_body("fast")).await.status,
+        503
+    );
+    assert_eq!(
+        shared.chat(&local_key, &chat_body("fast")).await.status,
+        200
+    );
+}
+
 async fn drive_traffic(app: &TestApp) {
     let (_tenant, key) = app.tenant_with_key("free", json!({})).await;
     for cache in ["miss", "hit"] {
@@ -382,6 +418,7 @@ async fn every_metric_in_the_dashboards_and_rules_is_exported_and_the_scrape_pas
 
     let app = spawn_app(setup()).await;
     drive_traffic(&app).await;
+    drive_shared_store().await;
     let scrape = scrape_when_complete(&app, &refs).await;
 
     let problems = problems(&refs, &scrape);

@@ -22,5 +22,6 @@ mod metrics;
 mod rate_limit;
 mod resilience;
 mod sdk;
+mod shared_quota;
 mod storage;
 mod streaming;

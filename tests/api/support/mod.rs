@@ -6,6 +6,7 @@
 
 mod logs;
 pub mod postgres;
+pub mod redis;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -31,6 +32,7 @@ pub const ADMIN_TOKEN: &str = "test-admin-token";
 pub const PRIMARY_KEY_ENV: &str = "TEST_PRIMARY_KEY";
 
 /// What a test changes about the gateway it gets.
+#[derive(Clone)]
 pub struct TestSetup {
     routes: BTreeMap<String, Vec<String>>,
     tiers: Vec<String>,
@@ -43,6 +45,7 @@ pub struct TestSetup {
     listen: String,
     raw: Vec<String>,
     cache_ttl_ms: BTreeMap<String, u64>,
+    storage: Vec<String>,
 }
 
 impl TestSetup {
@@ -63,6 +66,7 @@ impl TestSetup {
             listen: "127.0.0.1:0".to_owned(),
             raw: Vec::new(),
             cache_ttl_ms: BTreeMap::new(),
+            storage: Vec::new(),
         }
     }
 
@@ -138,6 +142,18 @@ impl TestSetup {
         self
     }
 
+    /// A line of the `[storage]` section (e.g. `redis_url = "…"`).
+    pub fn storage(mut self, line: &str) -> Self {
+        self.storage.push(line.to_owned());
+        self
+    }
+
+    /// Quotas shared through `redis_url` by `replicas` replicas.
+    pub fn redis(self, url: &str, replicas: u32) -> Self {
+        self.storage(&format!("redis_url = \"{url}\""))
+            .storage(&format!("replicas = {replicas}"))
+    }
+
     pub fn clock(mut self, clock: Arc<ManualClock>) -> Self {
         self.clock = Some(clock);
         self
@@ -154,6 +170,7 @@ body_limit_bytes = {body_limit}
 [storage]
 database_url = "{database_url}"
 sync_interval_ms = 100
+{storage}
 [billing]
 currency = "CNY"
 [ledger]
@@ -170,6 +187,7 @@ timeout_ms = 5000
 "#,
             body_limit = self.body_limit_bytes,
             listen = self.listen,
+            storage = self.storage.join("\n"),
         );
         for provider in &self.extra_providers {
             text.push_str(
@@ -293,6 +311,10 @@ fn write_config_with(
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tollgate.toml");
     let database_url = Backend::selected().fresh_database_url(dir.path());
+    let mut setup = setup.clone();
+    if redis::suite_on_redis() && !setup.storage.iter().any(|l| l.starts_with("redis_url")) {
+        setup = setup.redis(&redis::fresh_database_url(), 1);
+    }
     std::fs::write(&path, setup.toml(&database_url, fake_url, anthropic_url)).unwrap();
     (dir, path)
 }
@@ -340,6 +362,42 @@ pub async fn spawn_app_with_logs(setup: TestSetup, logs: Option<&LogCapture>) ->
             .timeout(std::time::Duration::from_secs(30))
             .finish(),
         dir,
+    }
+}
+
+/// Another gateway on the same configuration, database and Redis as `first`
+/// (a replica); its own fakes are idle, the configuration routes to `first`'s.
+pub async fn spawn_replica(first: &TestApp, setup: &TestSetup) -> TestApp {
+    let fake = fake_upstream::start(FakeConfig::default(), ([127, 0, 0, 1], 0).into(), 1).unwrap();
+    let anthropic = tollgate::fake_upstream::anthropic::start(([127, 0, 0, 1], 0).into()).unwrap();
+    let config = Config::load(&first.config_path, &setup.env).unwrap();
+    let clock: SharedClock = match &setup.clock {
+        Some(clock) => clock.clone(),
+        None => Arc::new(SystemClock),
+    };
+    let options = BuildOptions {
+        clock,
+        handle_signals: false,
+        reload_source: Some(ConfigSource {
+            path: first.config_path.clone(),
+            env: Box::new(setup.env.clone()),
+        }),
+    };
+    let app = Application::build(config, options).await.unwrap();
+    let base_url = format!("http://{}", app.addr);
+    let gateway = app.gateway.clone();
+    actix_rt::spawn(app.run_until_stopped());
+    TestApp {
+        base_url,
+        gateway,
+        fake,
+        anthropic,
+        config_path: first.config_path.clone(),
+        database_url: first.database_url.clone(),
+        client: awc::Client::builder()
+            .timeout(std::time::Duration::from_secs(30))
+            .finish(),
+        dir: tempfile::tempdir().unwrap(),
     }
 }
 

@@ -1,0 +1,647 @@
+//! The shared quota store: every replica's TenantActor decides through the
+//! same Redis, one atomic Lua script per decision (`scripts.rs`), so the
+//! budget holds across replicas as it holds across requests in one.
+//! Each call gives up after `storage.redis_timeout_ms`; a failure marks the
+//! store down (`health.rs`) and the actor falls back to its tenant's policy.
+
+mod health;
+mod keys;
+mod scripts;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_redis::{Pool, PoolConfig, Runtime, Timeouts};
+use redis::Script;
+
+pub use health::StoreHealth;
+use keys::TenantKeys;
+
+use super::book::{
+    Granted, Limits, RateDecision, Refusal, Refused, ReserveRequest, Scope, Seed, Settled,
+    UNITS_PER_REQUEST, bucket_capacity, clamped_max_tokens, worst_case,
+};
+use super::tokens::{daily_refusal, monthly_refusal, per_minute_refusal, window};
+use crate::directory::BudgetMode;
+use crate::ids::{ReservationId, TenantId};
+use crate::money::Nanos;
+use crate::period::{self, Date};
+
+/// Month hashes outlive their month long enough for late settles and reports.
+const MONTH_TTL_MS: u64 = 62 * 86_400_000;
+/// How often a store marked down is probed.
+const PROBE_INTERVAL: Duration = Duration::from_millis(200);
+
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("shared quota store: {0}")]
+pub struct StoreFailure(String);
+
+struct Scripts {
+    rate: Script,
+    reserve: Script,
+    settle: Script,
+    expire: Script,
+    seed: Script,
+    raise: Script,
+    absorb: Script,
+    status: Script,
+}
+
+#[derive(Clone)]
+pub struct SharedStore {
+    pool: Pool,
+    timeout: Duration,
+    health: Arc<StoreHealth>,
+    scripts: Arc<Scripts>,
+}
+
+impl SharedStore {
+    /// Builds the pool; nothing connects until the first call.
+    pub fn new(url: &str, pool_size: usize, timeout_ms: u64) -> Result<SharedStore, String> {
+        let timeout = Duration::from_millis(timeout_ms);
+        let mut config = deadpool_redis::Config::from_url(url);
+        let mut pool = PoolConfig::new(pool_size.max(1));
+        pool.timeouts = Timeouts {
+            wait: Some(timeout),
+            create: Some(timeout),
+            recycle: Some(timeout),
+        };
+        config.pool = Some(pool);
+        let pool = config
+            .create_pool(Some(Runtime::Tokio1))
+            .map_err(|e| format!("storage.redis_url: {e}"))?;
+        Ok(SharedStore {
+            pool,
+            timeout,
+            health: Arc::new(StoreHealth::default()),
+            scripts: Arc::new(Scripts {
+                rate: Script::new(scripts::RATE),
+                reserve: Script::new(scripts::RESERVE),
+                settle: Script::new(scripts::SETTLE),
+                expire: Script::new(scripts::EXPIRE),
+                seed: Script::new(scripts::SEED),
+                raise: Script::new(scripts::RAISE),
+                absorb: Script::new(scripts::ABSORB),
+                status: Script::new(scripts::STATUS),
+            }),
+        })
+    }
+
+    pub fn health(&self) -> &Arc<StoreHealth> {
+        &self.health
+    }
+
+    pub fn tenant(&self, tenant: &TenantId) -> SharedQuota {
+        SharedQuota {
+            store: self.clone(),
+            keys: TenantKeys::new(tenant),
+        }
+    }
+
+    /// Probes a store marked down until it answers; runs for the life of the System.
+    pub fn start_prober(&self) {
+        let store = self.clone();
+        actix_rt::spawn(async move {
+            let mut interval = tokio::time::interval(PROBE_INTERVAL);
+            loop {
+                interval.tick().await;
+                if !store.health.is_up() && store.ping().await.is_ok() {
+                    store.health.mark_up();
+                }
+            }
+        });
+    }
+
+    /// One PING within the timeout (used by the prober and `/readyz`).
+    pub async fn ping(&self) -> Result<(), StoreFailure> {
+        let call = async {
+            let mut conn = self
+                .pool
+                .get()
+                .await
+                .map_err(|e| StoreFailure(e.to_string()))?;
+            redis::cmd("PING")
+                .query_async::<String>(&mut *conn)
+                .await
+                .map_err(|e| StoreFailure(e.to_string()))
+        };
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(StoreFailure("timed out".to_owned())),
+        }
+    }
+
+    /// Runs one script within the timeout; any failure marks the store down.
+    async fn run(
+        &self,
+        script: &Script,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<Vec<String>, StoreFailure> {
+        if !self.health.is_up() {
+            return Err(StoreFailure("marked down".to_owned()));
+        }
+        let call = async {
+            let mut conn = self
+                .pool
+                .get()
+                .await
+                .map_err(|e| StoreFailure(e.to_string()))?;
+            let mut invocation = script.prepare_invoke();
+            for key in keys {
+                invocation.key(key);
+            }
+            for arg in args {
+                invocation.arg(arg);
+            }
+            invocation
+                .invoke_async::<Vec<String>>(&mut *conn)
+                .await
+                .map_err(|e| StoreFailure(e.to_string()))
+        };
+        let result = match tokio::time::timeout(self.timeout, call).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreFailure(format!(
+                "no answer within {} ms",
+                self.timeout.as_millis()
+            ))),
+        };
+        if let Err(failure) = &result {
+            self.health.mark_down(&failure.0);
+        }
+        result
+    }
+}
+
+/// What a shared reservation attempt ended in.
+#[derive(Debug)]
+pub enum Reserved {
+    Granted(Granted),
+    Refused(Refusal),
+    /// The tenant's month is not in Redis yet: seed it from the ledger, then retry.
+    NeedSeed,
+}
+
+#[derive(Debug)]
+pub struct SharedSettled {
+    pub settled: Settled,
+    pub committed: Nanos,
+    pub reserved: Nanos,
+    /// Alert thresholds (percent) this settle crossed first, across replicas.
+    pub fired: Vec<u32>,
+}
+
+/// A reservation committed at its reserved amount by the expiry sweep.
+#[derive(Debug)]
+pub struct Expired {
+    pub id: ReservationId,
+    pub amount: Nanos,
+    /// The reservation's meta as the reserving replica wrote it.
+    pub meta: String,
+}
+
+/// One tenant's view of the shared store.
+#[derive(Clone)]
+pub struct SharedQuota {
+    store: SharedStore,
+    keys: TenantKeys,
+}
+
+enum Attempt {
+    Ok(Granted),
+    Budget(Scope, Nanos),
+    Refused(Refusal),
+    NeedSeed,
+}
+
+impl SharedQuota {
+    pub fn health(&self) -> &Arc<StoreHealth> {
+        &self.store.health
+    }
+
+    fn month_keys(&self, now_ms: u64) -> (String, String, String) {
+        let month = period::month_key(now_ms);
+        let previous = previous_month(now_ms);
+        (self.keys.month(&month), self.keys.month(&previous), month)
+    }
+
+    pub async fn check_rate(
+        &self,
+        limits: &Limits,
+        now_ms: u64,
+    ) -> Result<RateDecision, StoreFailure> {
+        let reply = self
+            .store
+            .run(
+                &self.store.scripts.rate,
+                &[self.keys.buckets()],
+                &[
+                    now_ms.to_string(),
+                    limits.rpm.max(1).to_string(),
+                    bucket_capacity(limits).to_string(),
+                    UNITS_PER_REQUEST.to_string(),
+                ],
+            )
+            .await?;
+        let allowed = field(&reply, 0)? == "1";
+        let units = number(&reply, 1)?;
+        Ok(RateDecision::from_bucket(
+            allowed,
+            u64::try_from(units).unwrap_or(0),
+            limits,
+        ))
+    }
+
+    /// Holds the worst case against every scope in one script; `clamp` mode
+    /// retries once with what the tightest scope affords.
+    pub async fn reserve(
+        &self,
+        request: &ReserveRequest,
+        limits: &Limits,
+        meta: &str,
+        now_ms: u64,
+    ) -> Result<Reserved, StoreFailure> {
+        let full = worst_case(request, request.max_tokens);
+        let first = self
+            .attempt(request, limits, request.max_tokens, full, meta, now_ms)
+            .await?;
+        let (scope, remaining) = match first {
+            Attempt::Ok(granted) => return Ok(Reserved::Granted(granted)),
+            Attempt::Refused(refusal) => return Ok(Reserved::Refused(refusal)),
+            Attempt::NeedSeed => return Ok(Reserved::NeedSeed),
+            Attempt::Budget(scope, remaining) => (scope, remaining),
+        };
+        let refused = |scope, remaining, needed| {
+            Reserved::Refused(Refusal::Budget(Refused {
+                scope,
+                remaining,
+                needed,
+            }))
+        };
+        if limits.mode != BudgetMode::Clamp {
+            return Ok(refused(scope, remaining, full));
+        }
+        let Some(max_tokens) = clamped_max_tokens(request, remaining, limits.clamp_floor_tokens)
+        else {
+            return Ok(refused(scope, remaining, full));
+        };
+        let amount = worst_case(request, max_tokens);
+        Ok(
+            match self
+                .attempt(request, limits, max_tokens, amount, meta, now_ms)
+                .await?
+            {
+                Attempt::Ok(granted) => Reserved::Granted(Granted {
+                    clamped: true,
+                    ..granted
+                }),
+                Attempt::Refused(refusal) => Reserved::Refused(refusal),
+                Attempt::NeedSeed => Reserved::NeedSeed,
+                Attempt::Budget(scope, remaining) => refused(scope, remaining, amount),
+            },
+        )
+    }
+
+    async fn attempt(
+        &self,
+        request: &ReserveRequest,
+        limits: &Limits,
+        max_tokens: u32,
+        amount: Nanos,
+        meta: &str,
+        now_ms: u64,
+    ) -> Result<Attempt, StoreFailure> {
+        let (month_key, _, month) = self.month_keys(now_ms);
+        let day = Date::from_unix_ms(now_ms).day_key();
+        let tokens = request.input_tokens.saturating_add(u64::from(max_tokens));
+        let budget = |b: Option<Nanos>| b.map_or_else(|| "-1".to_owned(), |b| b.get().to_string());
+        let limit = |l: Option<u64>| l.map_or_else(|| "-1".to_owned(), |l| l.to_string());
+        let feature_budget = limits.feature_budgets.get(&request.feature).copied();
+        let alert_mode = limits.mode == BudgetMode::Alert;
+        let reply = self
+            .store
+            .run(
+                &self.store.scripts.reserve,
+                &[
+                    month_key,
+                    self.keys.buckets(),
+                    self.keys.held(),
+                    self.keys.expiry(),
+                ],
+                &[
+                    now_ms.to_string(),
+                    day,
+                    month,
+                    request.expires_at_ms.to_string(),
+                    amount.get().to_string(),
+                    if alert_mode { "1" } else { "0" }.to_owned(),
+                    budget(limits.budget),
+                    request.key.to_string(),
+                    budget(request.key_budget),
+                    request.feature.clone(),
+                    budget(feature_budget),
+                    tokens.to_string(),
+                    limit(limits.tokens.tpm),
+                    limit(limits.tokens.daily),
+                    limit(limits.tokens.monthly),
+                    meta.to_owned(),
+                    MONTH_TTL_MS.to_string(),
+                ],
+            )
+            .await?;
+        match field(&reply, 0)? {
+            "seed" => Ok(Attempt::NeedSeed),
+            "budget" => {
+                let scope = match field(&reply, 1)? {
+                    "key" => Scope::Key(request.key.clone()),
+                    "feature" => Scope::Feature(request.feature.clone()),
+                    _ => Scope::Tenant,
+                };
+                Ok(Attempt::Budget(scope, nanos(&reply, 2)?))
+            }
+            "tokens" => {
+                let value = number(&reply, 2)?;
+                let refusal = match field(&reply, 1)? {
+                    "monthly" => {
+                        monthly_refusal(limits.tokens.monthly.unwrap_or(0), tokens, now_ms)
+                    }
+                    "daily" => daily_refusal(limits.tokens.daily.unwrap_or(0), tokens, now_ms),
+                    _ => per_minute_refusal(
+                        limits.tokens.tpm.unwrap_or(0),
+                        tokens,
+                        i128::from(value),
+                    ),
+                };
+                Ok(Attempt::Refused(Refusal::Tokens(refusal)))
+            }
+            "ok" => {
+                let id = u64::try_from(number(&reply, 1)?).unwrap_or(0);
+                let committed = nanos(&reply, 3)?;
+                let reserved = nanos(&reply, 4)?;
+                let units = number(&reply, 5)?;
+                Ok(Attempt::Ok(Granted {
+                    id: ReservationId(id),
+                    amount,
+                    max_tokens,
+                    clamped: false,
+                    remaining: limits
+                        .budget
+                        .map(|b| b.saturating_sub(committed.saturating_add(reserved))),
+                    over_budget: field(&reply, 2)? == "1",
+                    tokens: limits.tokens.tpm.map(|tpm| window(tpm, i128::from(units))),
+                }))
+            }
+            other => Err(StoreFailure(format!("unexpected reserve reply `{other}`"))),
+        }
+    }
+
+    /// Commits `charged`, releases the rest; a second settle of the same id is a no-op.
+    pub async fn settle(
+        &self,
+        id: ReservationId,
+        charged: Nanos,
+        used_tokens: u64,
+        limits: &Limits,
+        thresholds: &[u32],
+        now_ms: u64,
+    ) -> Result<SharedSettled, StoreFailure> {
+        let (month_key, previous_key, month) = self.month_keys(now_ms);
+        let mut args = vec![
+            id.0.to_string(),
+            charged.get().to_string(),
+            used_tokens.to_string(),
+            month,
+            Date::from_unix_ms(now_ms).day_key(),
+            limits
+                .tokens
+                .tpm
+                .map_or_else(|| "-1".to_owned(), |t| t.to_string()),
+        ];
+        if let Some(budget) = limits.budget {
+            for percent in thresholds {
+                args.push(percent.to_string());
+                args.push(threshold_amount(budget, *percent).get().to_string());
+            }
+        }
+        let reply = self
+            .store
+            .run(
+                &self.store.scripts.settle,
+                &[
+                    month_key,
+                    self.keys.buckets(),
+                    self.keys.held(),
+                    self.keys.expiry(),
+                    previous_key,
+                ],
+                &args,
+            )
+            .await?;
+        if field(&reply, 0)? == "closed" {
+            return Ok(SharedSettled {
+                settled: Settled::AlreadyClosed,
+                committed: Nanos::ZERO,
+                reserved: Nanos::ZERO,
+                fired: Vec::new(),
+            });
+        }
+        Ok(SharedSettled {
+            settled: Settled::Committed {
+                reserved: nanos(&reply, 1)?,
+            },
+            committed: nanos(&reply, 2)?,
+            reserved: nanos(&reply, 3)?,
+            fired: reply
+                .iter()
+                .skip(4)
+                .filter_map(|p| p.parse().ok())
+                .collect(),
+        })
+    }
+
+    /// Commits reservations past their expiry at their reserved amount.
+    pub async fn expire(&self, now_ms: u64, limit: usize) -> Result<Vec<Expired>, StoreFailure> {
+        let (month_key, previous_key, month) = self.month_keys(now_ms);
+        let reply = self
+            .store
+            .run(
+                &self.store.scripts.expire,
+                &[
+                    month_key,
+                    self.keys.buckets(),
+                    self.keys.held(),
+                    self.keys.expiry(),
+                    previous_key,
+                ],
+                &[
+                    now_ms.to_string(),
+                    month,
+                    Date::from_unix_ms(now_ms).day_key(),
+                    limit.to_string(),
+                ],
+            )
+            .await?;
+        reply
+            .chunks(3)
+            .map(|chunk| {
+                let id = number(chunk, 0)?;
+                Ok(Expired {
+                    id: ReservationId(u64::try_from(id).unwrap_or(0)),
+                    amount: nanos(chunk, 1)?,
+                    meta: chunk
+                        .get(2)
+                        .and_then(|rec| rec.splitn(7, '|').nth(6))
+                        .unwrap_or_default()
+                        .to_owned(),
+                })
+            })
+            .collect()
+    }
+
+    /// Starts the month from the ledger unless another replica already did.
+    pub async fn seed(
+        &self,
+        seed: &Seed,
+        reached: &[u32],
+        now_ms: u64,
+    ) -> Result<(), StoreFailure> {
+        let (month_key, _, _) = self.month_keys(now_ms);
+        let mut args = vec![
+            MONTH_TTL_MS.to_string(),
+            seed.committed.get().to_string(),
+            seed.tokens_this_month.to_string(),
+            Date::from_unix_ms(now_ms).day_key(),
+            seed.tokens_today.to_string(),
+        ];
+        push_scopes(&mut args, seed);
+        args.extend(reached.iter().map(ToString::to_string));
+        self.store
+            .run(&self.store.scripts.seed, &[month_key], &args)
+            .await?;
+        Ok(())
+    }
+
+    /// Raises Redis's counters to the ledger's where they are lower; returns
+    /// Redis's committed spend before (`None`: the month is not seeded).
+    pub async fn raise(&self, seed: &Seed, now_ms: u64) -> Result<Option<Nanos>, StoreFailure> {
+        let (month_key, _, _) = self.month_keys(now_ms);
+        let mut args = vec![
+            seed.committed.get().to_string(),
+            seed.tokens_this_month.to_string(),
+            Date::from_unix_ms(now_ms).day_key(),
+            seed.tokens_today.to_string(),
+        ];
+        push_scopes(&mut args, seed);
+        let reply = self
+            .store
+            .run(&self.store.scripts.raise, &[month_key], &args)
+            .await?;
+        if field(&reply, 0)? == "unseeded" {
+            return Ok(None);
+        }
+        nanos(&reply, 1).map(Some)
+    }
+
+    /// Adds spend settled locally after the store came back.
+    pub async fn absorb(
+        &self,
+        charged: Nanos,
+        key: &str,
+        feature: &str,
+        tokens: u64,
+        now_ms: u64,
+    ) -> Result<(), StoreFailure> {
+        let (month_key, _, _) = self.month_keys(now_ms);
+        self.store
+            .run(
+                &self.store.scripts.absorb,
+                &[month_key],
+                &[
+                    charged.get().to_string(),
+                    key.to_owned(),
+                    feature.to_owned(),
+                    tokens.to_string(),
+                    Date::from_unix_ms(now_ms).day_key(),
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Committed and reserved this month (`None`: not seeded yet).
+    pub async fn status(&self, now_ms: u64) -> Result<Option<(Nanos, Nanos)>, StoreFailure> {
+        let (month_key, _, _) = self.month_keys(now_ms);
+        let reply = self
+            .store
+            .run(&self.store.scripts.status, &[month_key], &[])
+            .await?;
+        if field(&reply, 0)? == "seed" {
+            return Ok(None);
+        }
+        Ok(Some((nanos(&reply, 1)?, nanos(&reply, 2)?)))
+    }
+}
+
+fn push_scopes(args: &mut Vec<String>, seed: &Seed) {
+    args.push(seed.keys.len().to_string());
+    for (key, committed) in &seed.keys {
+        args.push(key.to_string());
+        args.push(committed.get().to_string());
+    }
+    args.push(seed.features.len().to_string());
+    for (feature, committed) in &seed.features {
+        args.push(feature.clone());
+        args.push(committed.get().to_string());
+    }
+}
+
+/// The committed amount at which `percent` of `budget` is reached.
+pub fn threshold_amount(budget: Nanos, percent: u32) -> Nanos {
+    let amount = (u128::from(budget.get()) * u128::from(percent)).div_ceil(100);
+    Nanos::new(u64::try_from(amount).unwrap_or(u64::MAX))
+}
+
+fn previous_month(now_ms: u64) -> String {
+    let start = Date::from_unix_ms(now_ms);
+    let first = Date::parse(&format!("{}-01", start.month_key())).unwrap_or(start);
+    period::month_key(first.start_unix_ms().saturating_sub(1))
+}
+
+fn field(reply: &[String], index: usize) -> Result<&str, StoreFailure> {
+    reply
+        .get(index)
+        .map(String::as_str)
+        .ok_or_else(|| StoreFailure(format!("short script reply {reply:?}")))
+}
+
+fn number(reply: &[String], index: usize) -> Result<i64, StoreFailure> {
+    let text = field(reply, index)?;
+    text.parse()
+        .map_err(|_| StoreFailure(format!("not a number in script reply: `{text}`")))
+}
+
+fn nanos(reply: &[String], index: usize) -> Result<Nanos, StoreFailure> {
+    Ok(Nanos::new(
+        u64::try_from(number(reply, index)?.max(0)).unwrap_or(0),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_previous_month_of_january_is_last_december() {
+        // 2027-01-15
+        assert_eq!(previous_month(1_800_000_000_000), "2026-12");
+        assert_eq!(previous_month(1_796_040_000_000), "2026-10");
+    }
+
+    #[test]
+    fn thresholds_are_integer_shares_of_the_budget() {
+        let budget = Nanos::parse_decimal("10").unwrap();
+        assert_eq!(threshold_amount(budget, 80).to_string(), "8");
+        assert_eq!(threshold_amount(budget, 100), budget);
+    }
+}

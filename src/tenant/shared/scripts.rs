@@ -1,0 +1,268 @@
+//! The Lua scripts behind every shared quota decision. Each runs atomically
+//! in Redis, so replicas never decide on the same remaining budget twice.
+//! All keys of one tenant carry its `{tenant}` hash tag (one Cluster slot).
+//!
+//! Money and token counts are integers; Lua reads them as doubles, exact
+//! below 2^53 (9,007,199 currency units in nanos), and every update goes
+//! through `HINCRBY` with an integer string, so stored values stay exact.
+//!
+//! Month hash fields: `seeded`, `c`/`r` (tenant committed/reserved),
+//! `k:<key>:c|r`, `f:<feature>:c|r`, `tm` (tokens this month, held
+//! included), `td:<day>` (tokens that day), `a:<percent>` (alert fired).
+//! A held reservation is `amount|tokens|month|day|key|feature|meta`.
+
+/// Shared by every script: number parsing and integer formatting.
+macro_rules! prelude {
+    () => {
+        r"
+local function n(x) return tonumber(x) or 0 end
+local function s(x) return string.format('%d', x) end
+local function parse(rec) return string.match(rec, '^(%d+)|(%d+)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|') end
+"
+    };
+}
+
+/// KEYS: buckets. ARGV: now, rpm, capacity units, units per request.
+/// Returns {allowed (0/1), units left}.
+pub const RATE: &str = concat!(
+    prelude!(),
+    r"
+local now, rpm, cap, per = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local b = redis.call('HMGET', KEYS[1], 'ru', 'rat')
+local units, at = tonumber(b[1]) or cap, tonumber(b[2]) or now
+if now > at then units = units + (now - at) * rpm; at = now end
+if units > cap then units = cap end
+local allowed = 0
+if units >= per then units = units - per; allowed = 1 end
+redis.call('HSET', KEYS[1], 'ru', s(units), 'rat', s(at))
+redis.call('PEXPIRE', KEYS[1], 86400000)
+return {s(allowed), s(units)}
+"
+);
+
+/// KEYS: month, buckets, held, expiry.
+/// ARGV: now, day, month, expires_at, amount, over_ok (1: alert mode),
+/// tenant budget, key, key budget, feature, feature budget (-1: none),
+/// tokens, tpm, daily, monthly (-1: none), meta, ttl ms.
+/// Returns {'seed'} | {'budget', scope, remaining} | {'tokens', kind, units or used}
+/// | {'ok', id, over, committed, reserved, tpm units (-1: none)}.
+pub const RESERVE: &str = concat!(
+    prelude!(),
+    r"
+local m, b, h, x = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+if redis.call('HEXISTS', m, 'seeded') == 0 then return {'seed'} end
+local now, amount = tonumber(ARGV[1]), tonumber(ARGV[5])
+local kc, kr = 'k:' .. ARGV[8] .. ':c', 'k:' .. ARGV[8] .. ':r'
+local fc, fr = 'f:' .. ARGV[10] .. ':c', 'f:' .. ARGV[10] .. ':r'
+local td = 'td:' .. ARGV[2]
+local v = redis.call('HMGET', m, 'c', 'r', kc, kr, fc, fr, 'tm', td)
+local scope, left
+local function consider(name, budget, c, r)
+  if budget < 0 then return end
+  local l = budget - c - r
+  if l < 0 then l = 0 end
+  if left == nil or l < left then scope, left = name, l end
+end
+consider('tenant', tonumber(ARGV[7]), n(v[1]), n(v[2]))
+consider('key', tonumber(ARGV[9]), n(v[3]), n(v[4]))
+consider('feature', tonumber(ARGV[11]), n(v[5]), n(v[6]))
+local over = '0'
+if left ~= nil and amount > left then
+  if ARGV[6] ~= '1' then return {'budget', scope, s(left)} end
+  over = '1'
+end
+local est, tpm, daily, monthly = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
+if monthly >= 0 and n(v[7]) + est > monthly then return {'tokens', 'monthly', s(n(v[7]))} end
+if daily >= 0 and n(v[8]) + est > daily then return {'tokens', 'daily', s(n(v[8]))} end
+local units = -1
+if tpm >= 0 then
+  local cap = tpm * 60000
+  local t = redis.call('HMGET', b, 'tu', 'tat')
+  units = tonumber(t[1]) or cap
+  local at = tonumber(t[2]) or now
+  if now > at then units = units + (now - at) * tpm; at = now end
+  if units > cap then units = cap end
+  redis.call('HSET', b, 'tu', s(units), 'tat', s(at))
+  if est * 60000 > units then return {'tokens', 'tpm', s(units)} end
+  units = units - est * 60000
+  redis.call('HSET', b, 'tu', s(units))
+end
+local id = redis.call('HINCRBY', b, 'id', 1)
+redis.call('HINCRBY', m, 'r', ARGV[5])
+redis.call('HINCRBY', m, kr, ARGV[5])
+redis.call('HINCRBY', m, fr, ARGV[5])
+redis.call('HINCRBY', m, 'tm', ARGV[12])
+redis.call('HINCRBY', m, td, ARGV[12])
+redis.call('HSET', h, id, table.concat({ARGV[5], ARGV[12], ARGV[3], ARGV[2], ARGV[8], ARGV[10], ARGV[16]}, '|'))
+redis.call('ZADD', x, ARGV[4], id)
+for _, key in ipairs({m, b, h, x}) do redis.call('PEXPIRE', key, ARGV[17]) end
+local totals = redis.call('HMGET', m, 'c', 'r')
+return {'ok', s(id), over, s(n(totals[1])), s(n(totals[2])), s(units)}
+"
+);
+
+/// Closes one held reservation: out of `reserved` in its own month, `charged`
+/// into `committed` of the current one, its token estimate replaced by `used`.
+macro_rules! close {
+    () => {
+        r"
+local function close(rec, charged, used, cur, prev, curmonth, today, b, tpm)
+  local a, est, mo, day, key, feat = parse(rec)
+  local hm = cur
+  if mo ~= curmonth then hm = prev end
+  for _, f in ipairs({'r', 'k:' .. key .. ':r', 'f:' .. feat .. ':r'}) do
+    redis.call('HINCRBY', hm, f, s(-tonumber(a)))
+  end
+  for _, f in ipairs({'c', 'k:' .. key .. ':c', 'f:' .. feat .. ':c'}) do
+    redis.call('HINCRBY', cur, f, charged)
+  end
+  redis.call('HINCRBY', hm, 'tm', s(-tonumber(est)))
+  redis.call('HINCRBY', hm, 'td:' .. day, s(-tonumber(est)))
+  redis.call('HINCRBY', cur, 'tm', used)
+  redis.call('HINCRBY', cur, 'td:' .. today, used)
+  if tpm >= 0 then
+    local cap = tpm * 60000
+    local units = n(redis.call('HGET', b, 'tu')) + (tonumber(est) - tonumber(used)) * 60000
+    if units > cap then units = cap end
+    redis.call('HSET', b, 'tu', s(units))
+  end
+  return a, est
+end
+"
+    };
+}
+
+/// KEYS: month, buckets, held, expiry, previous month.
+/// ARGV: id, charged, used tokens, month, day, tpm (-1: none), then pairs of
+/// (alert percent, committed amount that reaches it).
+/// Returns {'closed'} | {'ok', reserved amount, committed, reserved, fired percents...}.
+pub const SETTLE: &str = concat!(
+    prelude!(),
+    close!(),
+    r"
+local rec = redis.call('HGET', KEYS[3], ARGV[1])
+if not rec then return {'closed'} end
+redis.call('HDEL', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
+local a = close(rec, ARGV[2], ARGV[3], KEYS[1], KEYS[5], ARGV[4], ARGV[5], KEYS[2], tonumber(ARGV[6]))
+local totals = redis.call('HMGET', KEYS[1], 'c', 'r')
+local out = {'ok', a, s(n(totals[1])), s(n(totals[2]))}
+local i = 7
+while ARGV[i + 1] do
+  if n(totals[1]) >= tonumber(ARGV[i + 1]) and redis.call('HSETNX', KEYS[1], 'a:' .. ARGV[i], '1') == 1 then
+    out[#out + 1] = ARGV[i]
+  end
+  i = i + 2
+end
+return out
+"
+);
+
+/// Commits every reservation expired by `now` at its reserved amount: its
+/// replica died mid-call and the upstream may have charged us.
+/// KEYS: month, buckets, held, expiry, previous month. ARGV: now, month, day, limit.
+/// Returns {id, amount, record, ...}.
+pub const EXPIRE: &str = concat!(
+    prelude!(),
+    close!(),
+    r"
+local ids = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[4]))
+local out = {}
+for _, id in ipairs(ids) do
+  redis.call('ZREM', KEYS[4], id)
+  local rec = redis.call('HGET', KEYS[3], id)
+  if rec then
+    redis.call('HDEL', KEYS[3], id)
+    local a, est = parse(rec)
+    close(rec, a, est, KEYS[1], KEYS[5], ARGV[2], ARGV[3], KEYS[2], -1)
+    out[#out + 1] = id
+    out[#out + 1] = a
+    out[#out + 1] = rec
+  end
+end
+return out
+"
+);
+
+/// Starts a tenant's month from the ledger, once: a concurrent seed from
+/// another replica wins and this one changes nothing. Adds to what is there
+/// (a settle of last month's reservation may have arrived first): counting
+/// twice errs on the side of the cap.
+/// KEYS: month. ARGV: ttl, committed, tokens this month, day, tokens today,
+/// key count, (key, committed)..., feature count, (feature, committed)...,
+/// alert percents already reached...
+pub const SEED: &str = concat!(
+    prelude!(),
+    r"
+local m = KEYS[1]
+if redis.call('HSETNX', m, 'seeded', '1') == 0 then return {'already'} end
+redis.call('HINCRBY', m, 'c', ARGV[2])
+redis.call('HINCRBY', m, 'tm', ARGV[3])
+redis.call('HINCRBY', m, 'td:' .. ARGV[4], ARGV[5])
+local i = 6
+for _, prefix in ipairs({'k:', 'f:'}) do
+  local count = tonumber(ARGV[i])
+  for j = 1, count do
+    redis.call('HINCRBY', m, prefix .. ARGV[i + 2 * j - 1] .. ':c', ARGV[i + 2 * j])
+  end
+  i = i + 2 * count + 1
+end
+while ARGV[i] do
+  redis.call('HSETNX', m, 'a:' .. ARGV[i], '1')
+  i = i + 1
+end
+redis.call('PEXPIRE', m, ARGV[1])
+return {'seeded'}
+"
+);
+
+/// Raises committed counters to the ledger's where the ledger is higher
+/// (Redis lost writes, or spend happened on local stores during an outage);
+/// never lowers them, since the ledger lags by its unflushed batches.
+/// KEYS: month. ARGV: committed, tokens this month, day, tokens today, key
+/// count, (key, committed)..., feature count, (feature, committed)...
+/// Returns {'unseeded'} | {'ok', committed before}.
+pub const RAISE: &str = concat!(
+    prelude!(),
+    r"
+local m = KEYS[1]
+if redis.call('HEXISTS', m, 'seeded') == 0 then return {'unseeded'} end
+local before = n(redis.call('HGET', m, 'c'))
+local function raise(field, value)
+  if n(redis.call('HGET', m, field)) < tonumber(value) then redis.call('HSET', m, field, value) end
+end
+raise('c', ARGV[1])
+raise('tm', ARGV[2])
+raise('td:' .. ARGV[3], ARGV[4])
+local i = 5
+for _, prefix in ipairs({'k:', 'f:'}) do
+  local count = tonumber(ARGV[i])
+  for j = 1, count do
+    raise(prefix .. ARGV[i + 2 * j - 1] .. ':c', ARGV[i + 2 * j])
+  end
+  i = i + 2 * count + 1
+end
+return {'ok', s(before)}
+"
+);
+
+/// Adds spend settled on a local store after the shared one came back.
+/// KEYS: month. ARGV: charged, key, feature, tokens, day.
+pub const ABSORB: &str = r"
+for _, f in ipairs({'c', 'k:' .. ARGV[2] .. ':c', 'f:' .. ARGV[3] .. ':c'}) do
+  redis.call('HINCRBY', KEYS[1], f, ARGV[1])
+end
+redis.call('HINCRBY', KEYS[1], 'tm', ARGV[4])
+redis.call('HINCRBY', KEYS[1], 'td:' .. ARGV[5], ARGV[4])
+return {'ok'}
+";
+
+/// KEYS: month. Returns {'seed'} | {'ok', committed, reserved}.
+pub const STATUS: &str = concat!(
+    prelude!(),
+    r"
+local v = redis.call('HMGET', KEYS[1], 'seeded', 'c', 'r')
+if not v[1] then return {'seed'} end
+return {'ok', s(n(v[2])), s(n(v[3]))}
+"
+);

@@ -1,0 +1,343 @@
+//! Quotas shared by replicas through a real `redis-server`: separate gateway
+//! instances (each with its own actors, arbiters and HTTP server) on one
+//! Redis and one database.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use serde_json::{Value, json};
+use tollgate::clock::ManualClock;
+use tollgate::money::Nanos;
+
+use crate::support::redis::RedisServer;
+use crate::support::{Reply, TestApp, TestSetup, chat_body, now_ms, spawn_app, spawn_replica};
+
+/// Long enough for any request with a 100 ms store timeout; a Redis that
+/// hangs a request would blow through it.
+const NO_HANG: Duration = Duration::from_secs(3);
+
+/// Waits until every replica's key cache has the key (they poll the database).
+async fn until_known(apps: &[TestApp], key: &str) {
+    for app in apps {
+        for attempt in 0.. {
+            if app.get("/v1/models", key).await.status == 200 {
+                break;
+            }
+            assert!(attempt < 100, "a replica never learned the key");
+            actix_rt::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+async fn replicas(setup: &TestSetup, n: usize) -> Vec<TestApp> {
+    let first = spawn_app(setup.clone()).await;
+    let mut apps = Vec::with_capacity(n);
+    for _ in 1..n {
+        apps.push(spawn_replica(&first, setup).await);
+    }
+    apps.insert(0, first);
+    apps
+}
+
+fn committed(budget: &Value) -> i64 {
+    Nanos::parse_decimal(budget["committed"].as_str().unwrap())
+        .unwrap()
+        .to_db()
+}
+
+async fn chat_within(app: &TestApp, key: &str, body: &Value) -> Reply {
+    actix_rt::time::timeout(NO_HANG, app.chat(key, body))
+        .await
+        .unwrap_or_else(|_| panic!("a request waited on an unreachable Redis"))
+}
+
+async fn readyz_store(app: &TestApp) -> String {
+    let reply = app.get("/readyz", "").await;
+    reply.body["quota_store"].as_str().unwrap_or("").to_owned()
+}
+
+async fn until_store(app: &TestApp, state: &str) {
+    for _ in 0..100 {
+        if readyz_store(app).await == state {
+            return;
+        }
+        actix_rt::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("/readyz never reported quota_store = {state}");
+}
+
+#[actix_web::test]
+async fn four_replicas_on_one_redis_admit_exactly_30_of_120_requests_at_30_rpm() {
+    let redis = RedisServer::start().await;
+    // A frozen clock: the bucket does not refill while the test runs.
+    let clock = Arc::new(ManualClock::new(now_ms()));
+    let setup = TestSetup::new()
+        .route("fast", &["primary/ok"])
+        .tier("free", &["fast"], 30, 100)
+        .redis(&redis.url(), 4)
+        .clock(clock);
+    let apps = replicas(&setup, 4).await;
+    let (_tenant, key) = apps[0].tenant_with_key("free", json!({})).await;
+    until_known(&apps, &key).await;
+
+    let body = chat_body("fast");
+    let replies = join_all((0..120).map(|i| apps[i % 4].chat(&key, &body))).await;
+
+    let statuses: Vec<u16> = replies.iter().map(|r| r.status).collect();
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        30,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 429).count(),
+        90,
+        "{statuses:?}"
+    );
+    let served: Vec<usize> = (0..4)
+        .map(|r| {
+            replies
+                .iter()
+                .skip(r)
+                .step_by(4)
+                .filter(|x| x.status == 200)
+                .count()
+        })
+        .collect();
+    assert!(
+        served.iter().filter(|n| **n > 0).count() > 1,
+        "the limit is shared, not one replica's: {served:?}"
+    );
+    assert_eq!(apps[0].fake.stats.requests(), 30);
+}
+
+#[actix_web::test]
+async fn two_hundred_concurrent_requests_over_three_replicas_never_pass_the_budget() {
+    let redis = RedisServer::start().await;
+    let setup = TestSetup::new()
+        // usage-max: the upstream bills every output token it was allowed.
+        .route("fast", &["primary/usage-max+delay-20ms"])
+        .tier("free", &["fast"], 100_000, 100)
+        .redis(&redis.url(), 3);
+    let apps = replicas(&setup, 3).await;
+    let (tenant, key) = apps[0]
+        .tenant_with_key("free", json!({"monthly_budget": "0.8"}))
+        .await;
+    until_known(&apps, &key).await;
+    let mut body = chat_body("fast");
+    // 10000 output tokens at 8 per 1M: about 0.08 a call, so about 10 fit in 0.8.
+    body["max_tokens"] = json!(10_000);
+
+    let replies = join_all((0..200).map(|i| apps[i % 3].chat(&key, &body))).await;
+
+    let ok = replies.iter().filter(|r| r.status == 200).count();
+    let refused: Vec<&Reply> = replies.iter().filter(|r| r.status == 402).collect();
+    assert_eq!(ok + refused.len(), 200);
+    assert!((1..=10).contains(&ok), "{ok} admitted");
+    assert!(refused.iter().all(
+        |r| r.error_code() == "budget_exceeded" && r.header("x-should-retry") == Some("false")
+    ));
+    let rows = apps[0].ledger_rows(&tenant).await;
+    let mut charged = 0;
+    for app in &apps[1..] {
+        app.gateway.ledger.flush().await.unwrap();
+    }
+    let rows = if rows.len() < ok {
+        apps[0].ledger_rows(&tenant).await
+    } else {
+        rows
+    };
+    for row in &rows {
+        charged += row.charged_nanos;
+    }
+    assert_eq!(rows.len(), ok, "one row per admitted call");
+    assert!(
+        charged <= 800_000_000,
+        "charged {charged} nanos on a budget of 0.8"
+    );
+    for app in &apps {
+        let budget = app.budget(&tenant).await;
+        assert_eq!(budget["reserved"], "0", "{budget}");
+        assert_eq!(
+            committed(&budget),
+            charged,
+            "every replica sees the ledger's total"
+        );
+    }
+}
+
+fn outage_setup(redis: &RedisServer) -> TestSetup {
+    TestSetup::new()
+        .route("fast", &["primary/ok"])
+        .tier("closed", &["fast"], 1000, 100)
+        .raw("[tiers.shared_out]\nroutes = [\"fast\"]\nrpm = 20\ndefault_max_tokens = 100\non_store_error = \"local\"\n")
+        .redis(&redis.url(), 2)
+}
+
+#[actix_web::test]
+async fn with_redis_killed_fail_closed_tenants_get_503_local_ones_their_share_and_it_recovers() {
+    let mut redis = RedisServer::start().await;
+    let clock = Arc::new(ManualClock::new(now_ms()));
+    let app = spawn_app(outage_setup(&redis).clock(clock.clone())).await;
+    let (closed, closed_key) = app
+        .tenant_with_key("closed", json!({"monthly_budget": "10"}))
+        .await;
+    let (local, local_key) = app
+        .tenant_with_key("shared_out", json!({"monthly_budget": "10"}))
+        .await;
+    let body = chat_body("fast");
+    assert_eq!(app.chat(&closed_key, &body).await.status, 200);
+    for _ in 0..4 {
+        assert_eq!(app.chat(&local_key, &body).await.status, 200);
+    }
+    assert_eq!(readyz_store(&app).await, "redis");
+
+    redis.kill();
+
+    let refused = chat_within(&app, &closed_key, &body).await;
+    assert_eq!(refused.status, 503, "{}", refused.raw);
+    assert_eq!(refused.error_code(), "quota_unavailable");
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    assert!(
+        refused.error_message().contains("quota store"),
+        "{}",
+        refused.raw
+    );
+    // 20 rpm over 2 replicas: this replica may admit 10 (burst 20 / 2) on its own.
+    let mut served = 0;
+    for _ in 0..15 {
+        let reply = chat_within(&app, &local_key, &body).await;
+        assert!(matches!(reply.status, 200 | 429), "{}", reply.raw);
+        if reply.status == 200 {
+            served += 1;
+            assert_eq!(reply.header("x-ratelimit-limit-requests"), Some("10"));
+        }
+    }
+    assert_eq!(served, 10, "the local share is half of the tier's 20");
+    assert_eq!(readyz_store(&app).await, "redis_unreachable");
+    assert_eq!(
+        app.get("/readyz", "").await.status,
+        200,
+        "the replica still serves"
+    );
+
+    redis.restart().await;
+    until_store(&app, "redis").await;
+    clock.advance_ms(60_000);
+
+    let back = chat_within(&app, &closed_key, &body).await;
+    assert_eq!(back.status, 200, "{}", back.raw);
+    assert_eq!(chat_within(&app, &local_key, &body).await.status, 200);
+    // The empty Redis was reseeded from the ledger: what it says is the ledger's total.
+    for tenant in [&closed, &local] {
+        let rows = app.ledger_rows(tenant).await;
+        let charged: i64 = rows.iter().map(|r| r.charged_nanos).sum();
+        let budget = app.budget(tenant).await;
+        assert_eq!(committed(&budget), charged, "{tenant}: {budget}");
+        assert_eq!(budget["reserved"], "0");
+    }
+    let metrics = app.get("/metrics", "").await.raw;
+    assert!(metrics.contains("tollgate_quota_store_fallbacks_total{policy=\"fail_closed\"}"));
+    assert!(metrics.contains("tollgate_quota_store_fallbacks_total{policy=\"local\"}"));
+}
+
+#[actix_web::test]
+async fn a_frozen_redis_holds_no_request_and_thawing_it_resumes_shared_decisions() {
+    let redis = RedisServer::start().await;
+    let app = spawn_app(outage_setup(&redis)).await;
+    let (_closed, closed_key) = app.tenant_with_key("closed", json!({})).await;
+    let (_local, local_key) = app.tenant_with_key("shared_out", json!({})).await;
+    // A tenant's own policy overrides its tier's.
+    let (overridden, overridden_key) = app
+        .tenant_with_key("closed", json!({"on_store_error": "local"}))
+        .await;
+    let bad = app
+        .admin(
+            "PATCH",
+            &format!("/tenants/{overridden}"),
+            Some(json!({"on_store_error": "sometimes"})),
+        )
+        .await;
+    assert_eq!(bad.status, 400, "{}", bad.raw);
+    assert!(
+        bad.error_message().contains("on_store_error"),
+        "{}",
+        bad.raw
+    );
+    let body = chat_body("fast");
+    assert_eq!(app.chat(&closed_key, &body).await.status, 200);
+    assert_eq!(app.chat(&local_key, &body).await.status, 200);
+
+    redis.freeze();
+
+    let served = chat_within(&app, &overridden_key, &body).await;
+    assert_eq!(served.status, 200, "{}", served.raw);
+
+    // Connections stay open and nothing answers: only the store timeout ends the wait.
+    let replies = join_all((0..6).map(|i| {
+        let key = if i % 2 == 0 { &closed_key } else { &local_key };
+        chat_within(&app, key, &body)
+    }))
+    .await;
+    for (i, reply) in replies.iter().enumerate() {
+        let expected = if i % 2 == 0 { 503 } else { 200 };
+        assert_eq!(reply.status, expected, "request {i}: {}", reply.raw);
+    }
+
+    redis.thaw();
+    until_store(&app, "redis").await;
+    assert_eq!(chat_within(&app, &closed_key, &body).await.status, 200);
+    assert_eq!(chat_within(&app, &local_key, &body).await.status, 200);
+}
+
+#[actix_web::test]
+async fn a_feature_budget_in_redis_refuses_only_its_feature() {
+    let redis = RedisServer::start().await;
+    let setup = TestSetup::new()
+        .route("fast", &["primary/usage-max"])
+        .tier("free", &["fast"], 1000, 100)
+        .redis(&redis.url(), 2);
+    let apps = replicas(&setup, 2).await;
+    let (tenant, key) = apps[0]
+        .tenant_with_key("free", json!({"monthly_budget": "100"}))
+        .await;
+    let put = apps[0]
+        .admin(
+            "PUT",
+            &format!("/tenants/{tenant}/features/search/budget"),
+            Some(json!({"monthly_budget": "0.5"})),
+        )
+        .await;
+    assert_eq!(put.status, 200, "{}", put.raw);
+    until_known(&apps, &key).await;
+    // The replica's directory polls the database for the new feature budget.
+    actix_rt::time::sleep(Duration::from_millis(300)).await;
+    let mut body = chat_body("fast");
+    body["max_tokens"] = json!(100_000);
+
+    let search = apps[1]
+        .chat_with(&key, &body, &[("x-tollgate-feature", "search")])
+        .await;
+    assert_eq!(search.status, 402, "{}", search.raw);
+    assert!(
+        search.error_message().contains("feature `search`"),
+        "{}",
+        search.raw
+    );
+    let chat = apps[1]
+        .chat_with(&key, &body, &[("x-tollgate-feature", "chat")])
+        .await;
+    assert_eq!(chat.status, 200, "{}", chat.raw);
+}
+
+#[actix_web::test]
+async fn the_suite_runs_on_redis_when_asked_and_in_memory_otherwise() {
+    let app = spawn_app(TestSetup::new().route("fast", &["primary/ok"])).await;
+    let expected = if crate::support::redis::suite_on_redis() {
+        "redis"
+    } else {
+        "memory"
+    };
+    assert_eq!(readyz_store(&app).await, expected);
+}

@@ -1,0 +1,173 @@
+//! A real `redis-server` for one test, on a free loopback port, persistence
+//! off. It runs under a watchdog shell whose stdin is a pipe held here: when
+//! the `RedisServer` is dropped or the test process exits, however it exits,
+//! the pipe closes and the shell kills that redis-server (by PID). `kill`,
+//! `freeze` and `thaw` act on the server's own PID.
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex};
+use std::time::Duration;
+
+/// Databases of the shared server: one per gateway, so tests never share keys.
+const DATABASES: u64 = 4096;
+
+/// `TOLLGATE_TEST_REDIS=1` runs every gateway of the suite on Redis quotas,
+/// each in its own database of one server started on first use.
+pub fn suite_on_redis() -> bool {
+    matches!(std::env::var("TOLLGATE_TEST_REDIS").as_deref(), Ok("1"))
+}
+
+static SHARED: LazyLock<Mutex<RedisServer>> = LazyLock::new(|| {
+    let mut server = RedisServer::unstarted();
+    server.spawn();
+    for _ in 0..400 {
+        if server.ping() {
+            return Mutex::new(server);
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    panic!("the suite's redis-server did not answer");
+});
+static NEXT_DATABASE: AtomicU64 = AtomicU64::new(1);
+
+/// A database of its own on the suite's shared server.
+pub fn fresh_database_url() -> String {
+    let port = SHARED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .port;
+    let n = NEXT_DATABASE.fetch_add(1, Ordering::SeqCst) % DATABASES;
+    format!("redis://127.0.0.1:{port}/{n}")
+}
+
+const WATCHDOG: &str = r#"
+redis-server "$@" </dev/null >/dev/null 2>&1 &
+r=$!
+echo "$r"
+trap '' INT
+read -r _line
+kill -CONT "$r" 2>/dev/null
+kill -KILL "$r" 2>/dev/null
+wait "$r" 2>/dev/null
+"#;
+
+pub struct RedisServer {
+    port: u16,
+    pid: Option<u32>,
+    watchdog: Option<(Child, ChildStdin)>,
+    dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    pub async fn start() -> RedisServer {
+        let mut server = RedisServer::unstarted();
+        server.launch().await;
+        server
+    }
+
+    fn unstarted() -> RedisServer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        RedisServer {
+            port,
+            pid: None,
+            watchdog: None,
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    async fn launch(&mut self) {
+        self.spawn();
+        for _ in 0..200 {
+            if self.ping() {
+                return;
+            }
+            actix_rt::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("redis-server did not answer on port {}", self.port);
+    }
+
+    fn spawn(&mut self) {
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(WATCHDOG)
+            .arg("redis-watchdog")
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--save", ""])
+            .args(["--appendonly", "no"])
+            .args(["--dir", &self.dir.path().display().to_string()])
+            .args(["--databases", &DATABASES.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("redis-server (scripts/test.sh installs it): {e}"));
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let mut line = Vec::new();
+        let mut byte = [0u8; 1];
+        while stdout.read(&mut byte).unwrap() == 1 && byte[0] != b'\n' {
+            line.push(byte[0]);
+        }
+        self.pid = Some(String::from_utf8(line).unwrap().trim().parse().unwrap());
+        self.watchdog = Some((child, stdin));
+    }
+
+    fn ping(&self) -> bool {
+        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+        if stream.write_all(b"PING\r\n").is_err() {
+            return false;
+        }
+        let mut reply = [0u8; 7];
+        stream.read_exact(&mut reply).is_ok() && &reply == b"+PONG\r\n"
+    }
+
+    /// SIGKILL: the data is gone, as after a crash without persistence.
+    pub fn kill(&mut self) {
+        if let Some((mut child, stdin)) = self.watchdog.take() {
+            drop(stdin);
+            let _ = child.wait();
+        }
+        self.pid = None;
+    }
+
+    /// A fresh, empty server on the same port.
+    pub async fn restart(&mut self) {
+        self.kill();
+        self.launch().await;
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.pid.unwrap().to_string();
+        let status = Command::new("kill").args([signal, &pid]).status().unwrap();
+        assert!(status.success(), "kill {signal} {pid}");
+    }
+
+    /// SIGSTOP: connections stay open and nothing answers.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
