@@ -2,9 +2,8 @@
 //! order: stop accepting → let in-flight requests finish (grace period) →
 //! flush the ledger.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use actix_web::dev::{Server, ServerHandle};
@@ -15,8 +14,9 @@ use crate::clock::SharedClock;
 use crate::config::{Config, ConfigError};
 use crate::directory::Directory;
 use crate::ledger::LedgerHandle;
-use crate::provider::ProviderHandle;
-use crate::state::Gateway;
+use crate::provider::clients::UpstreamClients;
+use crate::reload;
+use crate::state::{ConfigSource, Gateway, Live};
 use crate::storage::{self, StorageError};
 use crate::telemetry;
 use crate::telemetry::metrics::TenantLabels;
@@ -42,8 +42,10 @@ pub enum AppError {
 
 pub struct BuildOptions {
     pub clock: SharedClock,
-    /// Stop gracefully on SIGINT/SIGTERM (off in tests).
+    /// Stop gracefully on SIGINT/SIGTERM and reload on SIGHUP (off in tests).
     pub handle_signals: bool,
+    /// The file a reload reads; `None` refuses reloads.
+    pub reload_source: Option<ConfigSource>,
 }
 
 /// A bound, not yet running, gateway.
@@ -101,7 +103,7 @@ impl Application {
             tenant_labels.clone(),
             quota_store.clone(),
         );
-        let providers = start_providers(&config, &clock);
+        let (providers, _) = reload::start_providers(&config, &clock, None);
         let estimator = Estimator::new(&config.tokenizer);
         estimator.warm_up();
 
@@ -109,7 +111,12 @@ impl Application {
             config: config.clone(),
             directory,
             tenants,
-            providers,
+            live: RwLock::new(Arc::new(Live {
+                config: config.clone(),
+                providers,
+            })),
+            reload_source: options.reload_source,
+            reloading: Mutex::new(()),
             ledger,
             estimator,
             clock,
@@ -121,17 +128,9 @@ impl Application {
         });
         let data = web::Data::from(gateway.clone());
         let mut server = HttpServer::new(move || {
-            // One client per worker: awc is !Send and keeps its own keep-alive pool.
-            let client = awc::Client::builder()
-                .connector(
-                    awc::Connector::new()
-                        .limit(4096)
-                        .conn_keep_alive(Duration::from_secs(30)),
-                )
-                .finish();
             App::new()
                 .app_data(data.clone())
-                .app_data(web::Data::new(client))
+                .app_data(web::Data::new(UpstreamClients::default()))
                 .configure(api::configure)
         })
         .shutdown_timeout(config.server.shutdown_grace_ms.div_ceil(1000));
@@ -167,6 +166,7 @@ impl Application {
     pub async fn run_until_stopped(self) -> Result<(), AppError> {
         if self.handle_signals {
             let handle = self.server.handle();
+            actix_rt::spawn(reload_on_hangup(self.gateway.clone()));
             actix_rt::spawn(async move {
                 wait_for_signal().await;
                 tracing::info!("Stopping: no new connections; finishing in-flight requests.");
@@ -185,31 +185,17 @@ impl Application {
     }
 }
 
-fn start_providers(
-    config: &Config,
-    clock: &SharedClock,
-) -> HashMap<crate::ids::ProviderName, ProviderHandle> {
-    let mut providers = HashMap::new();
-    let mut names: Vec<_> = config.providers.keys().collect();
-    names.sort();
-    for name in names {
-        let provider = &config.providers[name];
-        if let Some(env) = provider.missing_key_env() {
-            tracing::warn!(provider = %name, env, "Provider disabled: {env} is not set.");
-            continue;
+async fn reload_on_hangup(gateway: Arc<Gateway>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hangup) = signal(SignalKind::hangup()) else {
+        tracing::warn!("Cannot listen for SIGHUP; reload through POST /admin/v1/reload.");
+        return;
+    };
+    while hangup.recv().await.is_some() {
+        if let Err(error) = reload::reload(&gateway) {
+            tracing::error!(error = %error, "Configuration reload failed.");
         }
-        let uri_ok = provider
-            .chat_url
-            .parse::<actix_web::http::Uri>()
-            .is_ok_and(|uri| {
-                matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some()
-            });
-        if !uri_ok {
-            tracing::warn!(provider = %name, base_url = %provider.base_url, "providers.{name}.base_url is not an http(s) URL; its requests will fail with 500.");
-        }
-        providers.insert(name.clone(), ProviderHandle::start(provider, clock.clone()));
     }
-    providers
 }
 
 async fn wait_for_signal() {

@@ -18,6 +18,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{ADMIN_TOKEN_ENV, Config, EnvSource, KEY_PEPPER_ENV, ProcessEnv, Secret};
 use crate::fake_upstream::{self, FakeArgs, FakeConfig};
 use crate::period::Date;
+use crate::state::ConfigSource;
 use crate::storage;
 use crate::telemetry;
 
@@ -198,6 +199,10 @@ async fn dispatch(cli: Cli) -> Result<()> {
             let options = BuildOptions {
                 clock: Arc::new(SystemClock),
                 handle_signals: true,
+                reload_source: Some(ConfigSource {
+                    path: config_path.unwrap_or(Path::new("tollgate.toml")).to_owned(),
+                    env: Box::new(ProcessEnv),
+                }),
             };
             Application::build(config, options)
                 .await?
@@ -503,6 +508,8 @@ async fn demo(path: Option<&Path>, listen: Option<std::net::SocketAddr>) -> Resu
     let options = BuildOptions {
         clock: Arc::new(SystemClock),
         handle_signals: true,
+        // A reload would drop the demo's stand-ins for providers without keys.
+        reload_source: None,
     };
     let app = Application::build(config.clone(), options).await?;
     let gw = app.gateway.clone();

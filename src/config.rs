@@ -412,10 +412,26 @@ struct RawProvider {
     kind: ProviderKind,
     base_url: String,
     api_key_env: Option<String>,
+    /// The whole call: connecting, waiting, and reading the answer (a stream's too).
     #[serde(default = "default_provider_timeout_ms")]
     timeout_ms: u64,
+    /// Establishing the connection (DNS, TCP, TLS).
+    #[serde(default = "default_connect_timeout_ms")]
+    connect_timeout_ms: u64,
+    /// Until the answer's headers arrive; defaults to `timeout_ms` because a
+    /// non-streaming answer's headers come only once it is generated.
+    first_byte_timeout_ms: Option<u64>,
     #[serde(default = "default_max_concurrency")]
     max_concurrency: u32,
+    /// Moves the concurrency limit between `adaptive_min_concurrency` and
+    /// `max_concurrency`: max × baseline latency / current latency.
+    #[serde(default)]
+    adaptive_concurrency: bool,
+    #[serde(default = "default_adaptive_min_concurrency")]
+    adaptive_min_concurrency: u32,
+    /// How often the adaptive limit is re-sampled from the calls' mean latency.
+    #[serde(default = "default_adaptive_window_ms")]
+    adaptive_window_ms: u64,
     /// Calls waiting for a slot beyond `max_concurrency`; past it the next target is tried.
     #[serde(default = "default_max_queue")]
     max_queue: usize,
@@ -437,6 +453,17 @@ struct RawProvider {
     breaker_failures: u32,
     #[serde(default = "default_breaker_cooldown_ms")]
     breaker_cooldown_ms: u64,
+    /// Error rate (percent) over `breaker_window_ms` that opens the breaker; 0 turns it off.
+    #[serde(default = "default_breaker_error_rate_percent")]
+    breaker_error_rate_percent: u32,
+    #[serde(default = "default_breaker_window_ms")]
+    breaker_window_ms: u64,
+    /// The error rate counts only with at least this many results in the window.
+    #[serde(default = "default_breaker_min_requests")]
+    breaker_min_requests: u32,
+    /// Half-open lets 20%, then 50%, then 100% of requests through, each for this long.
+    #[serde(default = "default_breaker_ramp_window_ms")]
+    breaker_ramp_window_ms: u64,
     /// A stream whose first chunk takes longer fails over; later chunks may be this far apart.
     #[serde(default = "default_first_token_timeout_ms")]
     first_token_timeout_ms: u64,
@@ -447,7 +474,43 @@ struct RawProvider {
     drain_timeout_ms: u64,
     /// `anthropic-version` header for `kind = "anthropic"`.
     anthropic_version: Option<String>,
+    /// Sends the tenant id upstream in this body field.
+    tenant_id_as: Option<TenantIdField>,
+    /// Headers added to every call to this provider.
+    #[serde(default)]
+    extra_headers: BTreeMap<String, String>,
+    /// `max_tokens` sent to this provider is lowered to this.
+    max_tokens_ceiling: Option<u32>,
 }
+
+/// Where a provider gets the tenant id, for its per-user isolation and abuse tracking.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum TenantIdField {
+    /// OpenAI's `user` (the caller's own value is replaced); Anthropic's `metadata.user_id`.
+    User,
+    /// DeepSeek's `user_id`, next to whatever `user` the caller sent.
+    UserId,
+}
+
+impl TenantIdField {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TenantIdField::User => "user",
+            TenantIdField::UserId => "user_id",
+        }
+    }
+}
+
+/// Headers the gateway itself sets on upstream calls; `extra_headers` may not replace them.
+const RESERVED_HEADERS: [&str; 6] = [
+    "authorization",
+    "x-api-key",
+    "anthropic-version",
+    "content-type",
+    "content-length",
+    "host",
+];
 
 /// What a stream does when its caller disconnects.
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
@@ -462,6 +525,15 @@ pub enum OnClientDisconnect {
 
 fn default_provider_timeout_ms() -> u64 {
     60_000
+}
+fn default_adaptive_min_concurrency() -> u32 {
+    4
+}
+fn default_adaptive_window_ms() -> u64 {
+    10_000
+}
+fn default_connect_timeout_ms() -> u64 {
+    5000
 }
 fn default_max_concurrency() -> u32 {
     1024
@@ -493,6 +565,18 @@ fn default_breaker_failures() -> u32 {
 fn default_breaker_cooldown_ms() -> u64 {
     10_000
 }
+fn default_breaker_error_rate_percent() -> u32 {
+    50
+}
+fn default_breaker_window_ms() -> u64 {
+    30_000
+}
+fn default_breaker_min_requests() -> u32 {
+    20
+}
+fn default_breaker_ramp_window_ms() -> u64 {
+    5000
+}
 fn default_first_token_timeout_ms() -> u64 {
     20_000
 }
@@ -503,11 +587,47 @@ fn default_drain_timeout_ms() -> u64 {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawRoute {
-    targets: Vec<String>,
+    #[serde(default)]
+    targets: Vec<RawTarget>,
     /// Identical non-streaming requests of one tenant are answered from the
     /// exact response cache for this long; 0 (default) turns caching off.
     #[serde(default)]
     cache_ttl_ms: u64,
+    /// Answered (as the assistant's message) when every target failed, instead of 502.
+    degraded_answer: Option<String>,
+    /// Makes this a complexity route: each class names the route that serves it.
+    complexity: Option<RawComplexity>,
+}
+
+/// `"provider/model"`, or a table giving it a rank and a weight.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawTarget {
+    Plain(String),
+    Weighted(RawWeightedTarget),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWeightedTarget {
+    target: String,
+    /// Targets are tried by rank; the default is the entry's position.
+    rank: Option<u32>,
+    /// Among targets of equal rank, the share of requests tried here first.
+    #[serde(default = "default_weight")]
+    weight: u32,
+}
+
+fn default_weight() -> u32 {
+    1
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawComplexity {
+    simple: String,
+    moderate: String,
+    complex: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -572,7 +692,8 @@ pub struct Price {
     pub output: PricePerMTok,
 }
 
-#[derive(Debug, Clone)]
+/// Equality tells a reload whether a provider's actor may carry over.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Provider {
     pub name: ProviderName,
     pub kind: ProviderKind,
@@ -582,7 +703,12 @@ pub struct Provider {
     /// `None` with `api_key_env` set means the variable is unset: the provider is disabled.
     pub api_key: Option<Secret>,
     pub timeout_ms: u64,
+    pub connect_timeout_ms: u64,
+    pub first_byte_timeout_ms: u64,
     pub max_concurrency: u32,
+    pub adaptive_concurrency: bool,
+    pub adaptive_min_concurrency: u32,
+    pub adaptive_window_ms: u64,
     pub max_queue: usize,
     pub queue_timeout_ms: u64,
     pub max_attempts: u32,
@@ -592,10 +718,18 @@ pub struct Provider {
     pub retry_burst: u32,
     pub breaker_failures: u32,
     pub breaker_cooldown_ms: u64,
+    pub breaker_error_rate_percent: u32,
+    pub breaker_window_ms: u64,
+    pub breaker_min_requests: u32,
+    pub breaker_ramp_window_ms: u64,
     pub first_token_timeout_ms: u64,
     pub on_client_disconnect: OnClientDisconnect,
     pub drain_timeout_ms: u64,
     pub anthropic_version: String,
+    pub tenant_id_as: Option<TenantIdField>,
+    /// Checked at load: valid header names and values, none of `RESERVED_HEADERS`.
+    pub extra_headers: Vec<(String, String)>,
+    pub max_tokens_ceiling: Option<u32>,
 }
 
 impl Provider {
@@ -614,6 +748,10 @@ pub struct Target {
     /// The model name sent upstream.
     pub model: String,
     pub price: Price,
+    /// Targets are tried by rank, lowest first.
+    pub rank: u32,
+    /// Among targets of equal rank, the share of requests tried here first.
+    pub weight: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -624,6 +762,20 @@ pub struct Route {
     pub worst_input_price: PricePerMTok,
     pub worst_output_price: PricePerMTok,
     pub cache_ttl_ms: u64,
+    /// The most output any target accepts (its `max_tokens_ceiling`), when every target has one:
+    /// a reservation never needs more.
+    pub max_tokens_ceiling: Option<u32>,
+    pub degraded_answer: Option<String>,
+    /// Set on a complexity route, which has no targets of its own.
+    pub complexity: Option<ComplexityRoutes>,
+}
+
+/// The routes a complexity route hands each class of request to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ComplexityRoutes {
+    pub simple: RouteName,
+    pub moderate: RouteName,
+    pub complex: RouteName,
 }
 
 #[derive(Debug, Clone)]
@@ -850,8 +1002,32 @@ fn validate_providers(
                 "provider names may not be empty or contain `/`",
             ));
         }
-        if p.timeout_ms == 0 {
-            return Err(invalid(format!("{entry}.timeout_ms"), "must be positive"));
+        if p.kind == ProviderKind::Anthropic && p.tenant_id_as == Some(TenantIdField::UserId) {
+            return Err(invalid(
+                format!("{entry}.tenant_id_as"),
+                "Anthropic takes the tenant as metadata.user_id: use \"user\"",
+            ));
+        }
+        if p.max_tokens_ceiling == Some(0) {
+            return Err(invalid(
+                format!("{entry}.max_tokens_ceiling"),
+                "must be positive",
+            ));
+        }
+        if p.breaker_error_rate_percent > 100 {
+            return Err(invalid(
+                format!("{entry}.breaker_error_rate_percent"),
+                "must be at most 100",
+            ));
+        }
+        for (field, value) in [
+            ("timeout_ms", Some(p.timeout_ms)),
+            ("connect_timeout_ms", Some(p.connect_timeout_ms)),
+            ("first_byte_timeout_ms", p.first_byte_timeout_ms),
+        ] {
+            if value == Some(0) {
+                return Err(invalid(format!("{entry}.{field}"), "must be positive"));
+            }
         }
         if p.max_concurrency == 0 {
             return Err(invalid(
@@ -879,7 +1055,12 @@ fn validate_providers(
                 api_key_env: p.api_key_env.clone(),
                 api_key,
                 timeout_ms: p.timeout_ms,
+                connect_timeout_ms: p.connect_timeout_ms,
+                first_byte_timeout_ms: p.first_byte_timeout_ms.unwrap_or(p.timeout_ms),
                 max_concurrency: p.max_concurrency,
+                adaptive_concurrency: p.adaptive_concurrency,
+                adaptive_min_concurrency: p.adaptive_min_concurrency,
+                adaptive_window_ms: p.adaptive_window_ms,
                 max_queue: p.max_queue,
                 queue_timeout_ms: p.queue_timeout_ms,
                 max_attempts: p.max_attempts.max(1),
@@ -889,14 +1070,43 @@ fn validate_providers(
                 retry_burst: p.retry_burst,
                 breaker_failures: p.breaker_failures.max(1),
                 breaker_cooldown_ms: p.breaker_cooldown_ms,
+                breaker_error_rate_percent: p.breaker_error_rate_percent,
+                breaker_window_ms: p.breaker_window_ms,
+                breaker_min_requests: p.breaker_min_requests,
+                breaker_ramp_window_ms: p.breaker_ramp_window_ms,
                 first_token_timeout_ms: p.first_token_timeout_ms.max(1),
                 on_client_disconnect: p.on_client_disconnect,
                 drain_timeout_ms: p.drain_timeout_ms,
                 anthropic_version: p.anthropic_version.clone().unwrap_or_default(),
+                tenant_id_as: p.tenant_id_as,
+                extra_headers: validate_extra_headers(&entry, &p.extra_headers)?,
+                max_tokens_ceiling: p.max_tokens_ceiling,
             },
         );
     }
     Ok(providers)
+}
+
+fn validate_extra_headers(
+    entry: &str,
+    raw: &BTreeMap<String, String>,
+) -> Result<Vec<(String, String)>, ConfigError> {
+    let mut headers = Vec::with_capacity(raw.len());
+    for (name, value) in raw {
+        let field = format!("{entry}.extra_headers.{name}");
+        let lower = name.to_ascii_lowercase();
+        if RESERVED_HEADERS.contains(&lower.as_str()) {
+            return Err(invalid(field, "is set by the gateway itself"));
+        }
+        if actix_web::http::header::HeaderName::from_bytes(lower.as_bytes()).is_err() {
+            return Err(invalid(field, "is not a valid header name"));
+        }
+        if actix_web::http::header::HeaderValue::from_str(value).is_err() {
+            return Err(invalid(field, "is not a valid header value"));
+        }
+        headers.push((lower, value.clone()));
+    }
+    Ok(headers)
 }
 
 fn validate_prices(raw: &[RawPrice]) -> Result<HashMap<(String, String), Price>, ConfigError> {
@@ -935,33 +1145,53 @@ fn validate_routes(
 ) -> Result<HashMap<RouteName, Route>, ConfigError> {
     let mut routes = HashMap::new();
     for (name, r) in raw {
-        if r.targets.is_empty() {
+        if r.complexity.is_some() && !r.targets.is_empty() {
+            return Err(invalid(
+                format!("routes.{name}.targets"),
+                "a complexity route has no targets of its own",
+            ));
+        }
+        if r.targets.is_empty() && r.complexity.is_none() {
             return Err(invalid(
                 format!("routes.{name}.targets"),
                 "needs at least one target",
             ));
         }
         let mut targets = Vec::with_capacity(r.targets.len());
-        for (i, target) in r.targets.iter().enumerate() {
+        let mut ceilings = Vec::with_capacity(r.targets.len());
+        for (i, raw_target) in r.targets.iter().enumerate() {
             let entry = format!("routes.{name}.targets[{i}]");
+            let position = u32::try_from(i).unwrap_or(u32::MAX);
+            let (target, rank, weight) = match raw_target {
+                RawTarget::Plain(target) => (target, position, 1),
+                RawTarget::Weighted(w) => (&w.target, w.rank.unwrap_or(position), w.weight),
+            };
+            if weight == 0 {
+                return Err(invalid(format!("{entry}.weight"), "must be positive"));
+            }
             let Some((provider, model)) = target.split_once('/') else {
                 return Err(invalid(
                     entry,
                     format!("`{target}` is not `provider/model`"),
                 ));
             };
-            if !providers.contains_key(&ProviderName::new(provider)) {
+            let Some(configured) = providers.get(&ProviderName::new(provider)) else {
                 return Err(invalid(entry, format!("unknown provider `{provider}`")));
-            }
+            };
             let Some(price) = prices.get(&(provider.to_owned(), model.to_owned())) else {
                 return Err(invalid(entry, format!("no price for {provider}/{model}")));
             };
+            ceilings.push(configured.max_tokens_ceiling);
             targets.push(Target {
                 provider: ProviderName::new(provider),
                 model: model.to_owned(),
                 price: *price,
+                rank,
+                weight,
             });
         }
+        // Stable: entries of equal rank keep their written order.
+        targets.sort_by_key(|t| t.rank);
         let worst_input_price = targets
             .iter()
             .map(|t| t.price.input.max(t.price.cache_write))
@@ -972,6 +1202,27 @@ fn validate_routes(
             .map(|t| t.price.output)
             .max()
             .unwrap_or_default();
+        let complexity = match &r.complexity {
+            None => None,
+            Some(c) => {
+                let pick = |class: &str, route: &str| {
+                    let entry = format!("routes.{name}.complexity.{class}");
+                    match raw.get(route) {
+                        None => Err(invalid(entry, format!("unknown route `{route}`"))),
+                        Some(other) if other.complexity.is_some() => Err(invalid(
+                            entry,
+                            format!("`{route}` is a complexity route itself"),
+                        )),
+                        Some(_) => Ok(RouteName::new(route)),
+                    }
+                };
+                Some(ComplexityRoutes {
+                    simple: pick("simple", &c.simple)?,
+                    moderate: pick("moderate", &c.moderate)?,
+                    complex: pick("complex", &c.complex)?,
+                })
+            }
+        };
         routes.insert(
             RouteName::new(name.as_str()),
             Route {
@@ -980,6 +1231,14 @@ fn validate_routes(
                 worst_input_price,
                 worst_output_price,
                 cache_ttl_ms: r.cache_ttl_ms,
+                // `None` (no ceiling) sorts first, so any uncapped target leaves the route uncapped.
+                max_tokens_ceiling: if ceilings.contains(&None) {
+                    None
+                } else {
+                    ceilings.into_iter().max().flatten()
+                },
+                degraded_answer: r.degraded_answer.clone(),
+                complexity,
             },
         );
     }
@@ -1144,6 +1403,104 @@ mod tests {
         let text = BASE.replace("\"8.0\"", "\"8,0\"");
         let error = Config::from_toml(&text, &pepper()).unwrap_err().to_string();
         assert!(error.starts_with("prices[0].output:"), "{error}");
+    }
+
+    #[test]
+    fn provider_options_are_checked_and_name_the_entry() {
+        let with = |extra: &str| {
+            let text = BASE.replace(
+                "api_key_env = \"DEEPSEEK_API_KEY\"",
+                &format!("api_key_env = \"DEEPSEEK_API_KEY\"\n{extra}"),
+            );
+            Config::from_toml(&text, &pepper()).map(|c| {
+                let p = &c.providers[&ProviderName::new("deepseek")];
+                (
+                    p.tenant_id_as,
+                    p.extra_headers.clone(),
+                    p.max_tokens_ceiling,
+                )
+            })
+        };
+        let (field, headers, ceiling) = with(
+            "tenant_id_as = \"user_id\"\nmax_tokens_ceiling = 8\nextra_headers = { X-Org = \"a\" }",
+        )
+        .unwrap();
+        assert_eq!(field, Some(TenantIdField::UserId));
+        assert_eq!(headers, vec![("x-org".to_owned(), "a".to_owned())]);
+        assert_eq!(ceiling, Some(8));
+        let error = with("extra_headers = { Authorization = \"x\" }").unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "providers.deepseek.extra_headers.Authorization: is set by the gateway itself"
+        );
+        let error = with("extra_headers = { \"a b\" = \"x\" }").unwrap_err();
+        assert!(
+            error.to_string().contains("not a valid header name"),
+            "{error}"
+        );
+        let error = with("max_tokens_ceiling = 0").unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "providers.deepseek.max_tokens_ceiling: must be positive"
+        );
+    }
+
+    #[test]
+    fn the_route_ceiling_is_the_largest_when_every_target_has_one() {
+        let text = BASE.replace(
+            "api_key_env = \"DEEPSEEK_API_KEY\"",
+            "api_key_env = \"DEEPSEEK_API_KEY\"\nmax_tokens_ceiling = 100",
+        );
+        let config = Config::from_toml(&text, &pepper()).unwrap();
+        assert_eq!(config.route("fast").unwrap().max_tokens_ceiling, None);
+        let text = text.replace(
+            "api_key_env = \"DASHSCOPE_API_KEY\"",
+            "api_key_env = \"DASHSCOPE_API_KEY\"\nmax_tokens_ceiling = 300",
+        );
+        let config = Config::from_toml(&text, &pepper()).unwrap();
+        assert_eq!(config.route("fast").unwrap().max_tokens_ceiling, Some(300));
+    }
+
+    #[test]
+    fn weighted_targets_sort_by_rank_and_complexity_routes_are_checked() {
+        let text = BASE.replace(
+            "targets = [\"deepseek/deepseek-flash\", \"qwen/qwen-flash\"]",
+            "targets = [\"qwen/qwen-flash\", { target = \"deepseek/deepseek-flash\", rank = 0, weight = 3 }]\n[routes.auto]\ncomplexity = { simple = \"fast\", moderate = \"fast\", complex = \"fast\" }",
+        );
+        let config = Config::from_toml(&text, &pepper()).unwrap();
+        let fast = config.route("fast").unwrap();
+        let order: Vec<(&str, u32, u32)> = fast
+            .targets
+            .iter()
+            .map(|t| (t.provider.as_str(), t.rank, t.weight))
+            .collect();
+        assert_eq!(order, [("qwen", 0, 1), ("deepseek", 0, 3)]);
+        assert!(config.route("auto").unwrap().complexity.is_some());
+
+        let error = Config::from_toml(&text.replace("weight = 3", "weight = 0"), &pepper())
+            .unwrap_err()
+            .to_string();
+        assert_eq!(error, "routes.fast.targets[1].weight: must be positive");
+        let error = Config::from_toml(
+            &text.replace("complex = \"fast\"", "complex = \"slow\""),
+            &pepper(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            error,
+            "routes.auto.complexity.complex: unknown route `slow`"
+        );
+        let error = Config::from_toml(
+            &text.replace("simple = \"fast\"", "simple = \"auto\""),
+            &pepper(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            error,
+            "routes.auto.complexity.simple: `auto` is a complexity route itself"
+        );
     }
 
     #[test]

@@ -20,6 +20,8 @@ pub mod period;
 pub mod pipeline;
 pub mod pricing;
 pub mod provider;
+pub mod reload;
+pub mod routing;
 pub mod state;
 pub mod storage;
 pub mod telemetry;

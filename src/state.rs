@@ -1,15 +1,20 @@
 //! `Gateway`: what every worker shares (configuration, the directory, actor
 //! handles). Built once in `app.rs`; cloned as an `Arc` into each worker.
+//! The reloadable part (providers, routes, tiers, prices, and the provider
+//! actors) is a `Live` snapshot behind a lock that is held only to clone or
+//! replace an `Arc`: a request takes one snapshot and keeps it to its end, so
+//! a reload never changes a request's route or prices half-way.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::cache::ResponseCache;
 use crate::clock::SharedClock;
-use crate::config::Config;
+use crate::config::{Config, EnvSource};
 use crate::directory::Directory;
 use crate::ids::ProviderName;
 use crate::ledger::LedgerHandle;
@@ -19,10 +24,16 @@ use crate::tenant::TenantRegistry;
 use crate::tokenize::Estimator;
 
 pub struct Gateway {
+    /// The configuration the gateway started with. Providers, routes, tiers
+    /// and prices are read from `live()` instead: they change on reload.
     pub config: Arc<Config>,
     pub directory: Arc<Directory>,
     pub tenants: TenantRegistry,
-    pub providers: HashMap<ProviderName, ProviderHandle>,
+    pub live: RwLock<Arc<Live>>,
+    /// Where a reload reads the configuration from; `None`: reload is refused.
+    pub reload_source: Option<ConfigSource>,
+    /// Serializes reloads, so two cannot start actors for the same change.
+    pub reloading: Mutex<()>,
     pub ledger: LedgerHandle,
     pub estimator: Estimator,
     pub clock: SharedClock,
@@ -33,4 +44,31 @@ pub struct Gateway {
     pub cache: ResponseCache,
     /// The shared quota store, when replicas share limits through Redis.
     pub quota_store: Option<crate::tenant::SharedStore>,
+}
+
+/// The reloadable configuration and the provider actors started for it.
+pub struct Live {
+    pub config: Arc<Config>,
+    /// One handle per provider whose key is set.
+    pub providers: HashMap<ProviderName, ProviderHandle>,
+}
+
+/// A configuration file and the environment its secrets come from.
+pub struct ConfigSource {
+    pub path: PathBuf,
+    pub env: Box<dyn EnvSource + Send + Sync>,
+}
+
+impl Gateway {
+    /// The current providers, routes, tiers and prices: keep it for the whole request.
+    pub fn live(&self) -> Arc<Live> {
+        self.live
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(crate) fn set_live(&self, live: Arc<Live>) {
+        *self.live.write().unwrap_or_else(PoisonError::into_inner) = live;
+    }
 }

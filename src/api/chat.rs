@@ -11,13 +11,14 @@ use crate::error::ApiError;
 use crate::ids::RequestId;
 use crate::pipeline::chat::{OutcomeBody, rate_headers, token_headers};
 use crate::pipeline::{RequestContext, RequestMeter, handle_chat};
+use crate::provider::clients::UpstreamClients;
 use crate::state::Gateway;
 use crate::telemetry::metrics::{Metric, counter_add, observe_ms};
 
 pub async fn chat_completions(
     req: HttpRequest,
     gw: web::Data<Gateway>,
-    client: web::Data<awc::Client>,
+    clients: web::Data<UpstreamClients>,
     auth: TenantAuth,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
@@ -40,8 +41,9 @@ pub async fn chat_completions(
             client_request_id,
             trace_id,
             traceparent: trace.map(|(_, value)| value),
+            complexity: headers::complexity(&req)?,
         };
-        handle_chat(&gw.clone().into_inner(), &client, &ctx, &meter, &body).await
+        handle_chat(&gw.clone().into_inner(), &clients, &ctx, &meter, &body).await
     }
     .instrument(span)
     .await;
@@ -51,7 +53,8 @@ pub async fn chat_completions(
     let echoed_value = HeaderValue::from_str(&echoed).ok();
     match result {
         Ok(outcome) => {
-            observe_request(&meter, "ok", latency_ms);
+            let status = if outcome.degraded { "degraded" } else { "ok" };
+            observe_request(&meter, status, latency_ms);
             let mut response = HttpResponse::Ok();
             if let Some(value) = echoed_value {
                 response.insert_header((HeaderName::from_static(headers::REQUEST_ID), value));
@@ -59,6 +62,9 @@ pub async fn chat_completions(
             response
                 .insert_header((headers::PROVIDER, outcome.provider.as_str()))
                 .insert_header((headers::MODEL, outcome.model.as_str()));
+            if outcome.degraded {
+                response.insert_header((headers::DEGRADED, "true"));
+            }
             if let Some(cache) = outcome.cache {
                 response.insert_header((headers::CACHE, cache));
             }

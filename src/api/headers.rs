@@ -4,6 +4,7 @@ use actix_web::HttpRequest;
 
 use crate::error::ApiError;
 use crate::ids::{FEATURE_RULE, RequestId, is_valid_feature};
+use crate::routing::Complexity;
 
 pub const REQUEST_ID: &str = "x-request-id";
 pub const FEATURE: &str = "x-tollgate-feature";
@@ -13,6 +14,8 @@ pub const COST: &str = "x-tollgate-cost";
 pub const BUDGET_REMAINING: &str = "x-tollgate-budget-remaining";
 pub const MAX_TOKENS_CLAMPED: &str = "x-tollgate-max-tokens-clamped";
 pub const CACHE: &str = "x-tollgate-cache";
+pub const DEGRADED: &str = "x-tollgate-degraded";
+pub const COMPLEXITY: &str = "x-tollgate-complexity";
 
 const MAX_LABEL_LEN: usize = 128;
 
@@ -36,6 +39,22 @@ pub fn feature(req: &HttpRequest) -> Result<String, ApiError> {
             "X-Tollgate-Feature",
             FEATURE_RULE,
         ))
+    }
+}
+
+/// `X-Tollgate-Complexity`: `simple`, `moderate` or `complex`, if sent.
+pub fn complexity(req: &HttpRequest) -> Result<Option<Complexity>, ApiError> {
+    match header(req, COMPLEXITY)
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+    {
+        None => Ok(None),
+        Some(value) => Complexity::parse(value).map(Some).ok_or_else(|| {
+            ApiError::invalid_request(
+                "X-Tollgate-Complexity",
+                "must be simple, moderate or complex",
+            )
+        }),
     }
 }
 

@@ -8,6 +8,7 @@ use crate::state::Gateway;
 
 pub async fn list_models(gw: web::Data<Gateway>, auth: TenantAuth) -> HttpResponse {
     let tier_routes = gw
+        .live()
         .config
         .tiers
         .get(&auth.tenant.tier)

@@ -26,6 +26,8 @@ pub enum AttemptStatus {
     ClientCancelled,
     /// Answered from the response cache: no upstream call, no charge.
     CacheHit,
+    /// Every target failed and the route's degraded answer was served: no charge.
+    Degraded,
 }
 
 impl AttemptStatus {
@@ -40,6 +42,7 @@ impl AttemptStatus {
             AttemptStatus::Partial => "partial",
             AttemptStatus::ClientCancelled => "client_cancelled",
             AttemptStatus::CacheHit => "cache_hit",
+            AttemptStatus::Degraded => "degraded",
         }
     }
 }

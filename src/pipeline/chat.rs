@@ -11,8 +11,9 @@ use actix_web::http::header::{HeaderName, HeaderValue};
 use bytes::Bytes;
 
 use super::context::{RequestContext, RequestMeter};
+use super::degraded;
 use crate::clock::{elapsed_ms, monotonic};
-use crate::config::{Route, Target};
+use crate::config::{Config, Route, Target};
 use crate::error::{ApiError, ErrorCode};
 use crate::ledger::{AttemptStatus, UsageKind};
 use crate::money::Nanos;
@@ -24,8 +25,10 @@ use crate::provider::adapters::openai::{self, ResponseUsage};
 use crate::provider::call::CallError;
 use crate::provider::call::{self, CallHeaders, Opened, UpstreamBody, UpstreamReply};
 use crate::provider::classify::{Class, classify_error, classify_status};
+use crate::provider::clients::UpstreamClients;
 use crate::provider::retry::RetryPolicy;
-use crate::state::Gateway;
+use crate::routing::{self, Complexity};
+use crate::state::{Gateway, Live};
 use crate::telemetry::metrics::{Metric, counter_add, observe_ms};
 use crate::tenant::tokens::{TokenLimitKind, TokenWindow};
 use crate::tenant::{QuotaError, RateDecision, ReservationGuard, ReservationMeta, ReserveRequest};
@@ -33,6 +36,10 @@ use crate::tenant::{QuotaError, RateDecision, ReservationGuard, ReservationMeta,
 use super::record::{self, AttemptRow};
 use super::stream::{ClientBody, Relay};
 use crate::cache::{CacheKey, CachedResponse};
+
+/// The provider and model a degraded answer is recorded under.
+const DEGRADED_PROVIDER: &str = "tollgate";
+const DEGRADED_MODEL: &str = "degraded";
 
 /// Extra time past the request deadline before an unsettled reservation counts as orphaned.
 const RESERVATION_MARGIN_MS: u64 = 30_000;
@@ -48,6 +55,8 @@ pub struct ChatOutcome {
     pub cache: Option<&'static str>,
     /// The tokens-per-minute window, when the tenant has one.
     pub tokens: Option<TokenWindow>,
+    /// Every target failed; this is the route's degraded answer.
+    pub degraded: bool,
     pub body: OutcomeBody,
 }
 
@@ -62,7 +71,7 @@ pub enum OutcomeBody {
 
 pub async fn handle_chat(
     gw: &Arc<Gateway>,
-    client: &awc::Client,
+    clients: &UpstreamClients,
     ctx: &RequestContext,
     meter: &RequestMeter,
     body: &[u8],
@@ -78,9 +87,11 @@ pub async fn handle_chat(
         // Opt-in per tenant: prompt text is never logged otherwise.
         tracing::debug!(request_id = %ctx.request_id, tenant = %ctx.tenant.id, prompt = %String::from_utf8_lossy(body), "Prompt (logging opted in).");
     }
-    let route = resolve_route(gw, ctx, request.model())?;
+    // One snapshot for the whole request: a reload cannot change its route or prices half-way.
+    let live = gw.live();
+    let route = resolve_route(&live.config, ctx, request.model(), request.body())?;
     *meter.route.borrow_mut() = Some(route.name.to_string());
-    let tier = gw.config.tiers.get(&ctx.tenant.tier).ok_or_else(|| {
+    let tier = live.config.tiers.get(&ctx.tenant.tier).ok_or_else(|| {
         ApiError::internal(format!("tiers.{} is not configured", ctx.tenant.tier))
     })?;
     let tenant = gw
@@ -122,10 +133,7 @@ pub async fn handle_chat(
     }
 
     let input_tokens = gw.estimator.estimate_chat_input(request.body());
-    let max_tokens = request
-        .max_tokens()
-        .or(ctx.tenant.default_max_tokens)
-        .unwrap_or(tier.default_max_tokens);
+    let max_tokens = wanted_max_tokens(request.max_tokens(), ctx, tier.default_max_tokens, route);
     let now = gw.clock.now_ms();
     let reservation = tenant
         .reserve(
@@ -154,7 +162,8 @@ pub async fn handle_chat(
     let dispatch = Dispatch {
         meter,
         gw,
-        client,
+        live: &live,
+        clients,
         ctx,
         route,
         request: &request,
@@ -185,6 +194,7 @@ fn serve_from_cache(
         clamped_max_tokens: None,
         cache: Some("hit"),
         tokens: None,
+        degraded: false,
         body: OutcomeBody::Complete {
             body: hit.body,
             cost: Nanos::ZERO,
@@ -194,19 +204,19 @@ fn serve_from_cache(
 }
 
 fn resolve_route<'a>(
-    gw: &'a Gateway,
+    config: &'a Config,
     ctx: &RequestContext,
     model: &str,
+    request_body: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<&'a Route, ApiError> {
-    let route = gw.config.route(model).ok_or_else(|| {
+    let route = config.route(model).ok_or_else(|| {
         ApiError::new(
             ErrorCode::ModelNotFound,
             format!("the model `{model}` does not exist"),
         )
         .with_param("model")
     })?;
-    let in_tier = gw
-        .config
+    let in_tier = config
         .tiers
         .get(&ctx.tenant.tier)
         .is_some_and(|tier| tier.routes.contains(&route.name));
@@ -222,7 +232,22 @@ fn resolve_route<'a>(
         )
         .with_param("model"));
     }
-    Ok(route)
+    let Some(classes) = &route.complexity else {
+        return Ok(route);
+    };
+    // Permission to use a complexity route is permission to use what it maps onto.
+    let complexity = ctx
+        .complexity
+        .unwrap_or_else(|| Complexity::estimate(request_body));
+    let chosen = match complexity {
+        Complexity::Simple => &classes.simple,
+        Complexity::Moderate => &classes.moderate,
+        Complexity::Complex => &classes.complex,
+    };
+    config
+        .routes
+        .get(chosen)
+        .ok_or_else(|| ApiError::internal(format!("routes.{chosen} is not configured")))
 }
 
 fn quota_error(error: &QuotaError) -> ApiError {
@@ -310,7 +335,9 @@ struct Dispatch<'a> {
     cache_key: Option<CacheKey>,
     meter: &'a RequestMeter,
     gw: &'a Arc<Gateway>,
-    client: &'a awc::Client,
+    /// The snapshot `route` was taken from; its providers serve this request.
+    live: &'a Live,
+    clients: &'a UpstreamClients,
     ctx: &'a RequestContext,
     route: &'a Route,
     request: &'a ChatRequest,
@@ -337,15 +364,16 @@ impl Dispatch<'_> {
         let deadline =
             monotonic() + Duration::from_millis(self.gw.config.server.request_timeout_ms);
 
-        for (index, target) in self.route.targets.iter().enumerate() {
-            let Some(provider) = self.gw.config.providers.get(&target.provider) else {
+        let targets = routing::order(&self.route.targets, routing::random_roll);
+        for (index, target) in targets.into_iter().enumerate() {
+            let Some(provider) = self.live.config.providers.get(&target.provider) else {
                 continue;
             };
             if let Some(env) = provider.missing_key_env() {
                 missing_envs.push(env.to_owned());
                 continue;
             }
-            let Some(handle) = self.gw.providers.get(&target.provider) else {
+            let Some(handle) = self.live.providers.get(&target.provider) else {
                 continue;
             };
             // Retries stay on this provider while its policy, its retry budget and the
@@ -362,7 +390,18 @@ impl Dispatch<'_> {
                     }
                 };
                 let adapter = Adapter::for_provider(provider);
-                let body = match adapter.build_body(self.request, &target.model, max_tokens) {
+                let sent_max_tokens = provider
+                    .max_tokens_ceiling
+                    .map_or(max_tokens, |ceiling| max_tokens.min(ceiling));
+                let tenant = provider
+                    .tenant_id_as
+                    .map(|field| (field, self.ctx.tenant.id.as_str()));
+                let body = match adapter.build_body(
+                    self.request,
+                    &target.model,
+                    sent_max_tokens,
+                    tenant,
+                ) {
                     Ok(body) => body,
                     Err(error) => {
                         // The request cannot be expressed for this provider: the caller's to fix.
@@ -376,10 +415,11 @@ impl Dispatch<'_> {
                     traceparent: self.ctx.traceparent.as_deref(),
                 };
                 let started = monotonic();
+                let client = self.clients.get(provider.connect_timeout_ms);
                 let result = if self.request.stream() {
-                    call::open_stream(self.client, provider, body, &headers).await
+                    call::open_stream(&client, provider, body, &headers).await
                 } else {
-                    call::post_chat(self.client, provider, body, &headers)
+                    call::post_chat(&client, provider, body, &headers)
                         .await
                         .map(Opened::Complete)
                 };
@@ -451,6 +491,7 @@ impl Dispatch<'_> {
                             }
                         };
                         return Ok(ChatOutcome {
+                            degraded: false,
                             cache: self.cache_key.map(|_| "miss"),
                             tokens: token_window,
                             provider: target.provider.to_string(),
@@ -460,7 +501,8 @@ impl Dispatch<'_> {
                                 max_tokens,
                                 self.request,
                                 self.ctx,
-                                self.gw,
+                                &self.live.config,
+                                self.route,
                             ),
                             body,
                         });
@@ -525,7 +567,45 @@ impl Dispatch<'_> {
             }
         }
         reservation.release();
-        Err(self.exhausted(attempt_number, &missing_envs, &skipped, last_failure))
+        let unconfigured = attempt_number == 0 && skipped.is_empty() && !missing_envs.is_empty();
+        let error = self.exhausted(attempt_number, &missing_envs, &skipped, last_failure);
+        match &self.route.degraded_answer {
+            // A route with no configured provider is an operator's mistake: say so, loudly.
+            Some(text) if !unconfigured => Ok(self.degraded(text, attempt_number + 1, &error)),
+            _ => Err(error),
+        }
+    }
+
+    fn degraded(&self, text: &str, attempt: u32, error: &ApiError) -> ChatOutcome {
+        let mut row = AttemptRow::new(DEGRADED_PROVIDER, DEGRADED_MODEL, attempt, 0);
+        row.status = AttemptStatus::Degraded;
+        row.error = Some(error.to_string());
+        record::record(
+            self.gw,
+            self.ctx,
+            self.route.name.as_str(),
+            Nanos::ZERO,
+            row,
+        );
+        tracing::warn!(route = %self.route.name, request_id = %self.ctx.request_id, error = %error, "Every target failed; serving the route's degraded answer.");
+        let stream = self.request.stream().then(|| self.request.include_usage());
+        let created_s = self.gw.clock.now_ms() / 1000;
+        ChatOutcome {
+            provider: DEGRADED_PROVIDER.to_owned(),
+            model: DEGRADED_MODEL.to_owned(),
+            rate: self.rate,
+            clamped_max_tokens: None,
+            cache: None,
+            tokens: None,
+            degraded: true,
+            body: degraded::body(
+                text,
+                self.request.model(),
+                self.ctx.request_id.as_str(),
+                created_s,
+                stream,
+            ),
+        }
     }
 
     fn exhausted(
@@ -668,22 +748,32 @@ fn observe_attempt(target: &Target, class: Class, latency_ms: u64) {
     counter_add(Metric::UpstreamAttemptsTotal, &attempt_labels, 1);
 }
 
+/// The output limit a request reserves for: its own, else the tenant's or
+/// tier's default, never above what any of the route's targets accepts.
+fn wanted_max_tokens(
+    requested: Option<u32>,
+    ctx: &RequestContext,
+    tier_default: u32,
+    route: &Route,
+) -> u32 {
+    let wanted = requested
+        .or(ctx.tenant.default_max_tokens)
+        .unwrap_or(tier_default);
+    route
+        .max_tokens_ceiling
+        .map_or(wanted, |ceiling| wanted.min(ceiling))
+}
+
 /// The lowered `max_tokens` when `clamp` mode changed what the caller would have sent.
 fn reservation_clamp(
     granted_max_tokens: u32,
     request: &ChatRequest,
     ctx: &RequestContext,
-    gw: &Gateway,
+    config: &Config,
+    route: &Route,
 ) -> Option<u32> {
-    let wanted = request
-        .max_tokens()
-        .or(ctx.tenant.default_max_tokens)
-        .or_else(|| {
-            gw.config
-                .tiers
-                .get(&ctx.tenant.tier)
-                .map(|tier| tier.default_max_tokens)
-        })?;
+    let tier_default = config.tiers.get(&ctx.tenant.tier)?.default_max_tokens;
+    let wanted = wanted_max_tokens(request.max_tokens(), ctx, tier_default, route);
     (granted_max_tokens < wanted).then_some(granted_max_tokens)
 }
 

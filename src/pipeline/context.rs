@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::directory::{KeyRecord, TenantRecord};
 use crate::ids::RequestId;
+use crate::routing::Complexity;
 
 #[derive(Debug, Clone)]
 pub struct RequestContext {
@@ -20,6 +21,8 @@ pub struct RequestContext {
     pub trace_id: Option<String>,
     /// Forwarded upstream unchanged.
     pub traceparent: Option<String>,
+    /// `X-Tollgate-Complexity`, for complexity routes (else they estimate it).
+    pub complexity: Option<Complexity>,
 }
 
 /// What the handler needs to label and time the request once it is over.

@@ -3,6 +3,7 @@
 
 pub mod chat;
 pub mod context;
+pub mod degraded;
 pub mod record;
 pub mod sse;
 pub mod stream;

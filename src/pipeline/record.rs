@@ -65,7 +65,9 @@ pub fn record(gw: &Gateway, ctx: &RequestContext, route: &str, reserved: Nanos, 
         usage_kind: row.usage_kind,
         reserved,
         charged: row.charged,
-        price_version: gw.config.price_version.clone(),
+        // The version current when the row is written: a reload during a call
+        // can label its row with the newer table.
+        price_version: gw.live().config.price_version.clone(),
         latency_ms: row.latency_ms,
         ttft_ms: row.ttft_ms,
         error: row.error,

@@ -6,14 +6,15 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
-use super::breaker::{Breaker, BreakerState};
+use super::adaptive::{AdaptiveConfig, AdaptiveLimit};
+use super::breaker::{Breaker, BreakerConfig, BreakerState, Transition};
 use super::retry::{RetryBudget, RetryPolicy};
-use crate::clock::SharedClock;
+use crate::clock::{SharedClock, elapsed_ms, monotonic};
 use crate::config::Provider;
 use crate::ids::ProviderName;
 use crate::telemetry::metrics::{Metric, as_gauge, gauge_set};
@@ -44,9 +45,9 @@ pub enum Verdict {
     Abandoned,
 }
 
-/// A slot now (with whether it is a half-open probe), or a place in the queue.
+/// A slot now, or a place in the queue.
 enum Admission {
-    Now(bool),
+    Now,
     Queued(oneshot::Receiver<Permit>),
 }
 
@@ -57,8 +58,9 @@ struct Admit;
 #[derive(Message)]
 #[rtype(result = "()")]
 struct Done {
-    probe: bool,
     verdict: Verdict,
+    /// From the slot's grant to the verdict.
+    latency_ms: u64,
 }
 
 pub struct ProviderActor {
@@ -66,6 +68,8 @@ pub struct ProviderActor {
     breaker: Breaker,
     in_flight: u32,
     max_concurrency: u32,
+    /// When on, moves `max_concurrency` with the provider's latency.
+    adaptive: Option<AdaptiveLimit>,
     queue: VecDeque<oneshot::Sender<Permit>>,
     max_queue: usize,
     clock: SharedClock,
@@ -90,6 +94,18 @@ impl ProviderActor {
             BreakerState::Open { .. } => 2.0,
         };
         gauge_set(Metric::BreakerState, &[("provider", name)], state);
+        gauge_set(
+            Metric::ProviderConcurrencyLimit,
+            &[("provider", name)],
+            as_gauge(self.max_concurrency as usize),
+        );
+    }
+
+    /// Every breaker state change passes here: the one place to publish it.
+    fn on_transition(&self, transition: Option<Transition>) {
+        if let Some(Transition { from, to }) = transition {
+            tracing::warn!(provider = %self.name, from = ?from, to = ?to, "Circuit breaker changed state.");
+        }
     }
 }
 
@@ -106,11 +122,14 @@ impl Handler<Admit> for ProviderActor {
     type Result = Result<Admission, Skip>;
 
     fn handle(&mut self, _msg: Admit, _ctx: &mut Context<Self>) -> Self::Result {
+        // The breaker decides first: an open one refuses at once, without queueing.
+        let (admitted, transition) = self.breaker.admit(self.clock.now_ms());
+        self.on_transition(transition);
+        if !admitted {
+            self.publish();
+            return Err(Skip::BreakerOpen);
+        }
         if self.in_flight >= self.max_concurrency {
-            // An open breaker refuses at once; otherwise wait for a slot if there is room.
-            if matches!(self.breaker.state(), BreakerState::Open { .. }) {
-                return Err(Skip::BreakerOpen);
-            }
             if self.queue.len() >= self.max_queue {
                 return Err(Skip::QueueFull);
             }
@@ -119,13 +138,9 @@ impl Handler<Admit> for ProviderActor {
             self.publish();
             return Ok(Admission::Queued(receiver));
         }
-        let probe = self
-            .breaker
-            .admit(self.clock.now_ms())
-            .ok_or(Skip::BreakerOpen)?;
         self.in_flight += 1;
         self.publish();
-        Ok(Admission::Now(probe))
+        Ok(Admission::Now)
     }
 }
 
@@ -134,6 +149,16 @@ impl Handler<Done> for ProviderActor {
 
     fn handle(&mut self, msg: Done, ctx: &mut Context<Self>) {
         self.in_flight = self.in_flight.saturating_sub(1);
+        let now = self.clock.now_ms();
+        // Only answered calls say how fast the provider is; failures may be instant or timeouts.
+        if let (Some(adaptive), Verdict::Healthy) = (&mut self.adaptive, msg.verdict)
+            && let Some(limit) = adaptive.observe(msg.latency_ms, now)
+        {
+            if limit != self.max_concurrency {
+                tracing::info!(provider = %self.name, from = self.max_concurrency, to = limit, "Adaptive concurrency limit changed.");
+            }
+            self.max_concurrency = limit;
+        }
         // The freed slot goes to the oldest waiter still waiting.
         while self.in_flight < self.max_concurrency {
             let Some(waiter) = self.queue.pop_front() else {
@@ -141,7 +166,7 @@ impl Handler<Done> for ProviderActor {
             };
             let permit = Permit {
                 addr: ctx.address(),
-                probe: false,
+                granted: monotonic(),
                 done: false,
             };
             self.in_flight += 1;
@@ -151,17 +176,12 @@ impl Handler<Done> for ProviderActor {
                 self.in_flight -= 1;
             }
         }
-        let before = self.breaker.state();
-        match msg.verdict {
-            Verdict::Healthy => self.breaker.on_success(),
-            Verdict::Failed => self.breaker.on_failure(self.clock.now_ms()),
-            Verdict::Abandoned if msg.probe => self.breaker.on_abandoned_probe(),
-            Verdict::Abandoned => {}
-        }
-        let after = self.breaker.state();
-        if std::mem::discriminant(&before) != std::mem::discriminant(&after) {
-            tracing::warn!(provider = %self.name, from = ?before, to = ?after, "Circuit breaker changed state.");
-        }
+        let transition = match msg.verdict {
+            Verdict::Healthy => self.breaker.on_success(now),
+            Verdict::Failed => self.breaker.on_failure(now),
+            Verdict::Abandoned => None,
+        };
+        self.on_transition(transition);
         self.publish();
     }
 }
@@ -177,11 +197,30 @@ pub struct ProviderHandle {
 
 impl ProviderHandle {
     pub fn start(provider: &Provider, clock: SharedClock) -> ProviderHandle {
+        let adaptive = provider.adaptive_concurrency.then(|| {
+            AdaptiveLimit::new(
+                AdaptiveConfig {
+                    target: provider.max_concurrency,
+                    min: provider.adaptive_min_concurrency,
+                    max: provider.max_concurrency,
+                    window_ms: provider.adaptive_window_ms,
+                },
+                clock.now_ms(),
+            )
+        });
         let actor = ProviderActor {
             name: provider.name.clone(),
-            breaker: Breaker::new(provider.breaker_failures, provider.breaker_cooldown_ms),
+            breaker: Breaker::new(BreakerConfig {
+                consecutive_failures: provider.breaker_failures,
+                error_rate_percent: provider.breaker_error_rate_percent,
+                window_ms: provider.breaker_window_ms,
+                min_requests: provider.breaker_min_requests,
+                cooldown_ms: provider.breaker_cooldown_ms,
+                ramp_window_ms: provider.breaker_ramp_window_ms,
+            }),
             in_flight: 0,
             max_concurrency: provider.max_concurrency,
+            adaptive,
             queue: VecDeque::new(),
             max_queue: provider.max_queue,
             clock,
@@ -213,9 +252,9 @@ impl ProviderHandle {
     /// A slot now, after waiting in the queue (at most the queue timeout), or a skip.
     pub async fn admit(&self) -> Result<Permit, Skip> {
         match self.addr.send(Admit).await.map_err(|_| Skip::Stopped)?? {
-            Admission::Now(probe) => Ok(Permit {
+            Admission::Now => Ok(Permit {
                 addr: self.addr.clone(),
-                probe,
+                granted: monotonic(),
                 done: false,
             }),
             // A permit sent just as the timeout fires is dropped with the receiver, freeing its slot.
@@ -235,7 +274,7 @@ impl ProviderHandle {
 #[must_use = "a permit must be finished with the call's verdict"]
 pub struct Permit {
     addr: Addr<ProviderActor>,
-    probe: bool,
+    granted: Instant,
     done: bool,
 }
 
@@ -243,8 +282,8 @@ impl Permit {
     pub fn finish(mut self, verdict: Verdict) {
         self.done = true;
         self.addr.do_send(Done {
-            probe: self.probe,
             verdict,
+            latency_ms: elapsed_ms(self.granted),
         });
     }
 }
@@ -253,8 +292,8 @@ impl Drop for Permit {
     fn drop(&mut self) {
         if !self.done {
             self.addr.do_send(Done {
-                probe: self.probe,
                 verdict: Verdict::Abandoned,
+                latency_ms: elapsed_ms(self.granted),
             });
         }
     }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use std::pin::Pin;
 
 use actix_web::http::StatusCode;
-use awc::error::{PayloadError, SendRequestError};
+use awc::error::{ConnectError, PayloadError, SendRequestError};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 
@@ -23,8 +23,13 @@ pub enum CallError {
     /// A setting is wrong; the message names it.
     #[error("{0}")]
     Local(String),
-    #[error("timed out")]
-    Timeout,
+    /// The whole call took longer than the provider's `timeout_ms`.
+    #[error("timed out after {0} ms")]
+    Timeout(u64),
+    #[error("no connection within {0} ms")]
+    ConnectTimeout(u64),
+    #[error("no response within {0} ms")]
+    FirstByteTimeout(u64),
     #[error("connection failed: {0}")]
     Connect(String),
     #[error("reading the response failed: {0}")]
@@ -61,6 +66,8 @@ pub struct CallHeaders<'a> {
     pub traceparent: Option<&'a str>,
 }
 
+/// A complete call: the answer's headers within the first-byte timeout, all of
+/// it within the total one.
 pub async fn post_chat(
     client: &awc::Client,
     provider: &Provider,
@@ -68,11 +75,17 @@ pub async fn post_chat(
     headers: &CallHeaders<'_>,
 ) -> Result<UpstreamReply, CallError> {
     let request = build_request(client, provider, headers)?;
-    let response = request
-        .send_body(body)
+    let call = async {
+        let first_byte = Duration::from_millis(provider.first_byte_timeout_ms);
+        let response = actix_rt::time::timeout(first_byte, request.send_body(body))
+            .await
+            .map_err(|_| CallError::FirstByteTimeout(provider.first_byte_timeout_ms))?
+            .map_err(|e| send_error(provider, e))?;
+        read_reply(response).await
+    };
+    actix_rt::time::timeout(Duration::from_millis(provider.timeout_ms), call)
         .await
-        .map_err(|e| send_error(provider, e))?;
-    read_reply(response).await
+        .map_err(|_| CallError::Timeout(provider.timeout_ms))?
 }
 
 /// Sends a streaming request and waits for its first chunk (bounded by the
@@ -86,10 +99,26 @@ pub async fn open_stream(
     let started = monotonic();
     let request = build_request(client, provider, headers)?;
     let first_token = Duration::from_millis(provider.first_token_timeout_ms);
-    let sent = actix_rt::time::timeout(first_token, request.send_body(body))
-        .await
-        .map_err(|_| CallError::FirstTokenTimeout(provider.first_token_timeout_ms))?;
+    let first_byte_ms = provider
+        .first_byte_timeout_ms
+        .min(provider.first_token_timeout_ms);
+    let sent = actix_rt::time::timeout(
+        Duration::from_millis(first_byte_ms),
+        request.send_body(body),
+    )
+    .await
+    .map_err(|_| {
+        if first_byte_ms < provider.first_token_timeout_ms {
+            CallError::FirstByteTimeout(first_byte_ms)
+        } else {
+            CallError::FirstTokenTimeout(first_byte_ms)
+        }
+    })?;
     let response = sent.map_err(|e| send_error(provider, e))?;
+    // The total timeout also bounds the rest of the body, however it trickles in.
+    let total = Duration::from_millis(provider.timeout_ms);
+    let response =
+        response.timeout(total.saturating_sub(monotonic().saturating_duration_since(started)));
     if !response.status().is_success() {
         return read_reply(response).await.map(Opened::Complete);
     }
@@ -141,6 +170,9 @@ fn build_request(
             }
         };
     }
+    for (name, value) in &provider.extra_headers {
+        request = request.insert_header((name.as_str(), value.as_str()));
+    }
     if let Some(traceparent) = headers.traceparent {
         request = request.insert_header(("traceparent", traceparent));
     }
@@ -181,7 +213,10 @@ fn send_error(provider: &Provider, error: SendRequestError) -> CallError {
             "providers.{}: the request could not be built ({e}); check base_url and {key_setting}",
             provider.name
         )),
-        SendRequestError::Timeout => CallError::Timeout,
+        SendRequestError::Timeout => CallError::Timeout(provider.timeout_ms),
+        SendRequestError::Connect(ConnectError::Timeout) => {
+            CallError::ConnectTimeout(provider.connect_timeout_ms)
+        }
         other => CallError::Connect(other.to_string()),
     }
 }

@@ -35,7 +35,9 @@ pub fn classify_status(status: StatusCode) -> Class {
 pub fn classify_error(error: &CallError) -> Class {
     match error {
         CallError::Local(_) => Class::Local,
-        CallError::Timeout
+        CallError::Timeout(_)
+        | CallError::ConnectTimeout(_)
+        | CallError::FirstByteTimeout(_)
         | CallError::Connect(_)
         | CallError::Body(_)
         | CallError::FirstTokenTimeout(_) => Class::Retryable,
@@ -64,6 +66,6 @@ mod tests {
             );
         }
         assert_eq!(classify_error(&CallError::Local("x".into())), Class::Local);
-        assert_eq!(classify_error(&CallError::Timeout), Class::Retryable);
+        assert_eq!(classify_error(&CallError::Timeout(1)), Class::Retryable);
     }
 }

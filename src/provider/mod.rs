@@ -5,9 +5,11 @@
 
 pub mod actor;
 pub mod adapters;
+pub mod adaptive;
 pub mod breaker;
 pub mod call;
 pub mod classify;
+pub mod clients;
 pub mod retry;
 
 pub use actor::{Permit, ProviderHandle, Skip};

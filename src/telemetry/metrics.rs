@@ -40,10 +40,11 @@ pub enum Metric {
     QuotaStoreErrorsTotal,
     QuotaStoreFallbacksTotal,
     QuotaDriftNanos,
+    ProviderConcurrencyLimit,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 30] = [
+    pub const ALL: [Metric; 31] = [
         Metric::RequestsTotal,
         Metric::RequestDurationSeconds,
         Metric::GatewayOverheadSeconds,
@@ -74,6 +75,7 @@ impl Metric {
         Metric::QuotaStoreErrorsTotal,
         Metric::QuotaStoreFallbacksTotal,
         Metric::QuotaDriftNanos,
+        Metric::ProviderConcurrencyLimit,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -102,6 +104,7 @@ impl Metric {
             Metric::LedgerBatchRows => "tollgate_ledger_batch_rows",
             Metric::LedgerLagSeconds => "tollgate_ledger_lag_seconds",
             Metric::ProviderInFlight => "tollgate_provider_in_flight",
+            Metric::ProviderConcurrencyLimit => "tollgate_provider_concurrency_limit",
             Metric::ProviderQueued => "tollgate_provider_queued",
             Metric::BreakerState => "tollgate_breaker_state",
             Metric::QuotaStoreUp => "tollgate_quota_store_up",
@@ -163,6 +166,9 @@ impl Metric {
                 "Age of the oldest event of a ledger batch when it was written."
             }
             Metric::ProviderInFlight => "Upstream calls in flight, by provider.",
+            Metric::ProviderConcurrencyLimit => {
+                "Calls a provider may have in flight (moves when its limit is adaptive)."
+            }
             Metric::ProviderQueued => "Calls waiting for a provider slot, by provider.",
             Metric::BreakerState => {
                 "Circuit breaker state by provider: 0 closed, 1 half-open, 2 open."

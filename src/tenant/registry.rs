@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use actix::{Actor, Addr, Arbiter, ArbiterHandle};
 use sea_orm::DatabaseConnection;
@@ -28,7 +28,8 @@ pub struct RegistryInner {
     clock: SharedClock,
     ledger: LedgerHandle,
     db: DatabaseConnection,
-    config: Arc<Config>,
+    /// Replaced on reload (tiers, prices); see `set_config`.
+    config: RwLock<Arc<Config>>,
     labels: Arc<TenantLabels>,
     shared: Option<SharedStore>,
 }
@@ -72,16 +73,45 @@ impl TenantRegistry {
                 clock,
                 ledger,
                 db,
-                config,
+                config: RwLock::new(config),
                 labels,
                 shared,
             }),
         }
     }
 
+    /// A reloaded configuration: tenants started from now on get its tiers;
+    /// push them to running ones with `update`.
+    pub fn set_config(&self, config: Arc<Config>) {
+        *self
+            .inner
+            .config
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = config;
+    }
+
+    fn config(&self) -> Arc<Config> {
+        self.inner
+            .config
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The tenants with a running actor.
+    pub fn running_tenants(&self) -> Vec<TenantId> {
+        self.inner
+            .actors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect()
+    }
+
     /// The limits a tenant's record and tier give it.
     pub fn limits_for(&self, tenant: &TenantRecord) -> Result<Limits, UnknownTier> {
-        let config = &self.inner.config;
+        let config = self.config();
         let tier = config
             .tiers
             .get(&tenant.tier)
@@ -137,15 +167,16 @@ impl TenantRegistry {
         let index = usize::try_from(hasher.finish() % n as u64).unwrap_or(0);
         let arbiter = &self.inner.arbiters[index];
         let inner = &self.inner;
+        let config = self.config();
         let deps = TenantDeps {
             clock: inner.clock.clone(),
             ledger: inner.ledger.clone(),
             db: inner.db.clone(),
-            price_version: inner.config.price_version.clone(),
-            alerts_config: Arc::new(inner.config.alerts.clone()),
+            price_version: config.price_version.clone(),
+            alerts_config: Arc::new(config.alerts.clone()),
             shared: inner.shared.clone(),
-            replicas: inner.config.storage.replicas,
-            reconcile_interval_ms: inner.config.storage.reconcile_interval_ms,
+            replicas: config.storage.replicas,
+            reconcile_interval_ms: config.storage.reconcile_interval_ms,
         };
         let registry = Arc::downgrade(&self.inner);
         let label = inner.labels.label(tenant.as_str());

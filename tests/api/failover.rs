@@ -264,7 +264,7 @@ async fn a_flaky_provider_is_retried_before_failing_over_and_every_attempt_is_re
 async fn the_retry_budget_caps_retries_during_an_outage() {
     let app = spawn_app(
         TestSetup::new()
-            .provider("[providers.down]\nkind = \"openai\"\nbase_url = \"FAKE\"\nmax_attempts = 2\nretry_base_delay_ms = 1\nretry_budget_percent = 20\nretry_burst = 2\nbreaker_failures = 1000")
+            .provider("[providers.down]\nkind = \"openai\"\nbase_url = \"FAKE\"\nmax_attempts = 2\nretry_base_delay_ms = 1\nretry_budget_percent = 20\nretry_burst = 2\nbreaker_failures = 1000\nbreaker_error_rate_percent = 0")
             .route("fast", &["down/status-503", "secondary/usage-10-0-5"])
             .tier("free", &["fast"], 1000, 100),
     )

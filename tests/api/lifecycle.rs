@@ -300,3 +300,91 @@ async fn sigterm_lets_in_flight_requests_finish_and_flushes_the_ledger() {
         ("ok", 100_000)
     );
 }
+
+#[actix_web::test]
+async fn sighup_reloads_the_configuration_and_a_bad_file_is_logged_and_ignored() {
+    let fake = fake_upstream::start(FakeConfig::default(), ([127, 0, 0, 1], 0).into(), 1).unwrap();
+    let addr = free_port();
+    let setup = TestSetup::new()
+        .route("fast", &["primary/before-hup"])
+        .tier("free", &["fast"], 1000, 100)
+        .listen(addr);
+    let env = setup.env_vars().clone();
+    let (dir, config) = write_config(&setup, &fake.base_url());
+    cli(
+        &config,
+        &env,
+        &["tenant", "create", "--id", "hup", "--tier", "free"],
+    );
+    let issued: serde_json::Value =
+        serde_json::from_str(&cli(&config, &env, &["key", "issue", "hup"])).unwrap();
+    let key = issued["key"].as_str().unwrap().to_owned();
+    let log_path = dir.path().join("gateway.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let gateway = serve(&config, &env, addr, Stdio::from(log)).await;
+    let client = awc::Client::default();
+    let model = || async {
+        let response = client
+            .post(format!("http://{addr}/v1/chat/completions"))
+            .insert_header(("authorization", format!("Bearer {key}")))
+            .send_json(&chat_body("fast"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        response
+            .headers()
+            .get("x-tollgate-model")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned()
+    };
+    let hangup = || {
+        let pid = gateway.0.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-HUP", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    };
+    assert_eq!(model().await, "before-hup");
+
+    let text = std::fs::read_to_string(&config).unwrap();
+    let changed = text
+        .replace("primary/before-hup", "secondary/after-hup")
+        .replace("model = \"before-hup\"", "model = \"after-hup\"");
+    std::fs::write(
+        &config,
+        changed.replace("provider = \"primary\"", "provider = \"secondary\""),
+    )
+    .unwrap();
+    hangup();
+    let mut seen = String::new();
+    for _ in 0..50 {
+        seen = model().await;
+        if seen == "after-hup" {
+            break;
+        }
+        actix_rt::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(seen, "after-hup");
+
+    std::fs::write(&config, "this is = not [valid").unwrap();
+    hangup();
+    let mut logs = String::new();
+    for _ in 0..50 {
+        logs = std::fs::read_to_string(&log_path).unwrap();
+        if logs.contains("Configuration reload failed.") {
+            break;
+        }
+        actix_rt::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(logs.contains("Configuration reload failed."), "{logs}");
+    assert_eq!(
+        model().await,
+        "after-hup",
+        "the running configuration stays"
+    );
+    assert_eq!(stop(gateway).code(), Some(0));
+}

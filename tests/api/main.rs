@@ -20,6 +20,7 @@ mod ledger;
 mod lifecycle;
 mod metrics;
 mod rate_limit;
+mod resilience;
 mod sdk;
 mod shared_quota;
 mod storage;

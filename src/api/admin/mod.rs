@@ -1,6 +1,7 @@
 //! `/admin/v1/…`: every handler takes `AdminAuth`, so none can forget it.
 
 pub mod keys;
+pub mod reload;
 pub mod spend;
 pub mod tenants;
 
@@ -29,7 +30,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         )
         .route("/tenants/{id}/spend", web::get().to(spend::tenant_spend))
         .route("/spend", web::get().to(spend::all_spend))
-        .route("/reports/daily", web::get().to(spend::daily_report));
+        .route("/reports/daily", web::get().to(spend::daily_report))
+        .route("/reload", web::post().to(reload::reload_config));
 }
 
 fn now_ms(gw: &crate::state::Gateway) -> i64 {

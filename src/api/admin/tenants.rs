@@ -15,7 +15,7 @@ pub async fn create_tenant(
 ) -> Result<HttpResponse, ApiError> {
     let record = tenants::create(
         gw.directory.db(),
-        &gw.config,
+        &gw.live().config,
         body.into_inner(),
         now_ms(&gw),
     )
@@ -50,7 +50,7 @@ pub async fn update_tenant(
 ) -> Result<HttpResponse, ApiError> {
     let record = tenants::update(
         gw.directory.db(),
-        &gw.config,
+        &gw.live().config,
         &id,
         body.into_inner(),
         now_ms(&gw),

@@ -66,7 +66,21 @@ pub fn build_body(
     max_tokens: u32,
     stream: bool,
 ) -> Result<Bytes, AnthropicMapError> {
-    let body = map_request(request.body(), model, max_tokens, stream)?;
+    build_body_as(request, model, max_tokens, stream, None)
+}
+
+/// As `build_body`, with `metadata.user_id` set to `user` whatever the caller sent.
+pub fn build_body_as(
+    request: &ChatRequest,
+    model: &str,
+    max_tokens: u32,
+    stream: bool,
+    user: Option<&str>,
+) -> Result<Bytes, AnthropicMapError> {
+    let mut body = map_request(request.body(), model, max_tokens, stream)?;
+    if let Some(user) = user {
+        body.insert("metadata".to_owned(), json!({ "user_id": user }));
+    }
     // serde_json cannot fail to write a Map of Values.
     Ok(Bytes::from(
         serde_json::to_vec(&Value::Object(body)).unwrap_or_default(),

@@ -9,7 +9,7 @@ pub mod openai;
 use bytes::Bytes;
 use serde_json::Value;
 
-use crate::config::{Provider, ProviderKind};
+use crate::config::{Provider, ProviderKind, TenantIdField};
 use crate::error::ApiError;
 use crate::openai::chat::ChatRequest;
 use crate::pipeline::sse::{Inspected, inspect};
@@ -32,19 +32,24 @@ impl Adapter {
     }
 
     /// The upstream body; a request the provider's API cannot express is the caller's 400.
+    /// `tenant` is the tenant id and the field the provider takes it in, if it does.
     pub fn build_body(
         self,
         request: &ChatRequest,
         model: &str,
         max_tokens: u32,
+        tenant: Option<(TenantIdField, &str)>,
     ) -> Result<Bytes, ApiError> {
         match self {
-            Adapter::OpenAi => Ok(openai::build_body(request, model, max_tokens)),
+            Adapter::OpenAi => Ok(openai::build_body(request, model, max_tokens, tenant)),
             Adapter::Anthropic => {
-                anthropic::build_body(request, model, max_tokens, request.stream()).map_err(|e| {
-                    let param = e.field().unwrap_or("body").to_owned();
-                    ApiError::invalid_request(param, e.to_string())
-                })
+                // Validation allows only `user` here, which Anthropic spells metadata.user_id.
+                let user = tenant.map(|(_, id)| id);
+                anthropic::build_body_as(request, model, max_tokens, request.stream(), user)
+                    .map_err(|e| {
+                        let param = e.field().unwrap_or("body").to_owned();
+                        ApiError::invalid_request(param, e.to_string())
+                    })
             }
         }
     }

@@ -8,12 +8,21 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use crate::config::TenantIdField;
 use crate::openai::chat::ChatRequest;
 use crate::pricing::Usage;
 
-/// The body sent upstream for one target.
-pub fn build_body(request: &ChatRequest, model: &str, max_tokens: u32) -> Bytes {
+/// The body sent upstream for one target, with the tenant id in the given field if any.
+pub fn build_body(
+    request: &ChatRequest,
+    model: &str,
+    max_tokens: u32,
+    tenant: Option<(TenantIdField, &str)>,
+) -> Bytes {
     let mut body: Map<String, Value> = request.body().clone();
+    if let Some((field, tenant)) = tenant {
+        body.insert(field.as_str().to_owned(), Value::from(tenant));
+    }
     body.insert("model".to_owned(), Value::String(model.to_owned()));
     body.insert(
         request.max_tokens_field().to_owned(),

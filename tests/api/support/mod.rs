@@ -24,7 +24,7 @@ use tollgate::config::Config;
 use tollgate::fake_upstream::{self, FakeConfig, RunningFake};
 use tollgate::ids::TenantId;
 use tollgate::ledger::repo;
-use tollgate::state::Gateway;
+use tollgate::state::{ConfigSource, Gateway};
 
 pub use logs::LogCapture;
 
@@ -336,6 +336,10 @@ pub async fn spawn_app_with_logs(setup: TestSetup, logs: Option<&LogCapture>) ->
     let options = BuildOptions {
         clock,
         handle_signals: false,
+        reload_source: Some(ConfigSource {
+            path: config_path.clone(),
+            env: Box::new(setup.env.clone()),
+        }),
     };
     let app = match logs {
         Some(logs) => {
@@ -374,6 +378,10 @@ pub async fn spawn_replica(first: &TestApp, setup: &TestSetup) -> TestApp {
     let options = BuildOptions {
         clock,
         handle_signals: false,
+        reload_source: Some(ConfigSource {
+            path: first.config_path.clone(),
+            env: Box::new(setup.env.clone()),
+        }),
     };
     let app = Application::build(config, options).await.unwrap();
     let base_url = format!("http://{}", app.addr);
