@@ -103,7 +103,7 @@ impl Application {
             tenant_labels.clone(),
             quota_store.clone(),
         );
-        let (providers, _) = reload::start_providers(&config, &clock, None);
+        let (providers, _) = reload::start_providers(&config, &clock, None, quota_store.as_ref());
         let estimator = Estimator::new(&config.tokenizer);
         estimator.warm_up();
 

@@ -17,6 +17,7 @@ use crate::config::{Config, ConfigError};
 use crate::ids::ProviderName;
 use crate::provider::ProviderHandle;
 use crate::state::{Gateway, Live};
+use crate::tenant::SharedStore;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReloadError {
@@ -48,7 +49,8 @@ pub fn reload(gw: &Gateway) -> Result<ReloadReport, ReloadError> {
 
 fn apply(gw: &Gateway, config: Arc<Config>) -> ReloadReport {
     let previous = gw.live();
-    let (providers, started) = start_providers(&config, &gw.clock, Some(&previous));
+    let (providers, started) =
+        start_providers(&config, &gw.clock, Some(&previous), gw.quota_store.as_ref());
     let mut kept: Vec<String> = providers
         .keys()
         .map(ToString::to_string)
@@ -85,6 +87,7 @@ pub fn start_providers(
     config: &Config,
     clock: &SharedClock,
     previous: Option<&Live>,
+    shared: Option<&SharedStore>,
 ) -> (HashMap<ProviderName, ProviderHandle>, Vec<String>) {
     let mut providers = HashMap::new();
     let mut started = Vec::new();
@@ -115,7 +118,10 @@ pub fn start_providers(
         if !uri_ok {
             tracing::warn!(provider = %name, base_url = %provider.base_url, "providers.{name}.base_url is not an http(s) URL; its requests will fail with 500.");
         }
-        providers.insert(name.clone(), ProviderHandle::start(provider, clock.clone()));
+        providers.insert(
+            name.clone(),
+            ProviderHandle::start(provider, clock.clone(), shared),
+        );
         started.push(name.to_string());
     }
     (providers, started)

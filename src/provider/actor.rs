@@ -14,12 +14,16 @@ use tokio::sync::oneshot;
 use super::adaptive::{AdaptiveConfig, AdaptiveLimit};
 use super::breaker::{Breaker, BreakerConfig, BreakerState, Transition};
 use super::retry::{RetryBudget, RetryPolicy};
+use super::shared_breaker::SharedBreaker;
 use crate::clock::{SharedClock, elapsed_ms, monotonic};
 use crate::config::Provider;
 use crate::ids::ProviderName;
 use crate::telemetry::metrics::{Metric, as_gauge, gauge_set};
+use crate::tenant::SharedStore;
 
 const MAILBOX_CAPACITY: usize = 4096;
+/// How often a replica looks for breaker changes made by the others.
+const SHARED_POLL_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Why a call was not admitted; the request moves to the next target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -73,6 +77,11 @@ pub struct ProviderActor {
     queue: VecDeque<oneshot::Sender<Permit>>,
     max_queue: usize,
     clock: SharedClock,
+    /// With Redis: breaker changes shared with the other replicas.
+    shared: Option<SharedBreaker>,
+    /// When the breaker last changed here or was taken from another replica.
+    changed_at_ms: u64,
+    polling: bool,
 }
 
 impl ProviderActor {
@@ -102,10 +111,39 @@ impl ProviderActor {
     }
 
     /// Every breaker state change passes here: the one place to publish it.
-    fn on_transition(&self, transition: Option<Transition>) {
-        if let Some(Transition { from, to }) = transition {
-            tracing::warn!(provider = %self.name, from = ?from, to = ?to, "Circuit breaker changed state.");
+    fn on_transition(&mut self, transition: Option<Transition>, ctx: &mut Context<Self>) {
+        let Some(Transition { from, to }) = transition else {
+            return;
+        };
+        tracing::warn!(provider = %self.name, from = ?from, to = ?to, "Circuit breaker changed state.");
+        let now = self.clock.now_ms();
+        self.changed_at_ms = now;
+        if let Some(shared) = self.shared.clone() {
+            ctx.spawn(async move { shared.publish(to, now).await }.into_actor(self));
         }
+    }
+
+    /// Takes a newer breaker change another replica made.
+    fn poll_shared(&mut self, ctx: &mut Context<Self>) {
+        let Some(shared) = self.shared.clone() else {
+            return;
+        };
+        if self.polling {
+            return;
+        }
+        self.polling = true;
+        let fetch = async move { shared.fetch().await };
+        ctx.spawn(fetch.into_actor(self).map(|change, act, _| {
+            act.polling = false;
+            let Some(change) = change.filter(|c| c.at_ms > act.changed_at_ms) else {
+                return;
+            };
+            act.changed_at_ms = change.at_ms;
+            if let Some(Transition { from, to }) = act.breaker.adopt(change.state) {
+                tracing::warn!(provider = %act.name, from = ?from, to = ?to, "Circuit breaker changed state on another replica; following it.");
+                act.publish();
+            }
+        }));
     }
 }
 
@@ -114,6 +152,9 @@ impl Actor for ProviderActor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(MAILBOX_CAPACITY);
+        if self.shared.is_some() {
+            ctx.run_interval(SHARED_POLL_INTERVAL, Self::poll_shared);
+        }
         self.publish();
     }
 }
@@ -121,10 +162,10 @@ impl Actor for ProviderActor {
 impl Handler<Admit> for ProviderActor {
     type Result = Result<Admission, Skip>;
 
-    fn handle(&mut self, _msg: Admit, _ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, _msg: Admit, ctx: &mut Context<Self>) -> Self::Result {
         // The breaker decides first: an open one refuses at once, without queueing.
         let (admitted, transition) = self.breaker.admit(self.clock.now_ms());
-        self.on_transition(transition);
+        self.on_transition(transition, ctx);
         if !admitted {
             self.publish();
             return Err(Skip::BreakerOpen);
@@ -181,7 +222,7 @@ impl Handler<Done> for ProviderActor {
             Verdict::Failed => self.breaker.on_failure(now),
             Verdict::Abandoned => None,
         };
-        self.on_transition(transition);
+        self.on_transition(transition, ctx);
         self.publish();
     }
 }
@@ -196,7 +237,11 @@ pub struct ProviderHandle {
 }
 
 impl ProviderHandle {
-    pub fn start(provider: &Provider, clock: SharedClock) -> ProviderHandle {
+    pub fn start(
+        provider: &Provider,
+        clock: SharedClock,
+        shared: Option<&SharedStore>,
+    ) -> ProviderHandle {
         let adaptive = provider.adaptive_concurrency.then(|| {
             AdaptiveLimit::new(
                 AdaptiveConfig {
@@ -223,6 +268,9 @@ impl ProviderHandle {
             adaptive,
             queue: VecDeque::new(),
             max_queue: provider.max_queue,
+            shared: shared.map(|store| SharedBreaker::new(store.clone(), &provider.name)),
+            changed_at_ms: clock.now_ms(),
+            polling: false,
             clock,
         };
         ProviderHandle {

@@ -175,6 +175,11 @@ impl Breaker {
         }
     }
 
+    /// Takes the state another replica moved to (see `shared_breaker.rs`).
+    pub fn adopt(&mut self, state: BreakerState) -> Option<Transition> {
+        (state != self.state).then(|| self.enter(state))
+    }
+
     fn open(&mut self, now_ms: u64) -> Transition {
         self.enter(BreakerState::Open {
             until_ms: now_ms.saturating_add(self.config.cooldown_ms),

@@ -11,6 +11,7 @@ pub mod call;
 pub mod classify;
 pub mod clients;
 pub mod retry;
+pub mod shared_breaker;
 
 pub use actor::{Permit, ProviderHandle, Skip};
 pub use classify::Class;

@@ -341,3 +341,41 @@ async fn the_suite_runs_on_redis_when_asked_and_in_memory_otherwise() {
     };
     assert_eq!(readyz_store(&app).await, expected);
 }
+
+#[actix_web::test]
+async fn a_breaker_opened_on_one_replica_makes_the_others_skip_the_provider_too() {
+    let redis = RedisServer::start().await;
+    let setup = TestSetup::new()
+        .provider("[providers.brk]\nkind = \"openai\"\nbase_url = \"FAKE\"\nmax_attempts = 1\nbreaker_failures = 5\nbreaker_error_rate_percent = 0\nbreaker_cooldown_ms = 60000")
+        .route("fast", &["brk/status-503", "secondary/usage-10-0-5"])
+        .tier("free", &["fast"], 1000, 100)
+        .redis(&redis.url(), 2);
+    let apps = replicas(&setup, 2).await;
+    let (_tenant, key) = apps[0].tenant_with_key("free", json!({})).await;
+    until_known(&apps, &key).await;
+    let failing_calls = || apps[0].fake.stats.requests_for_model("status-503");
+    let body = chat_body("fast");
+
+    for _ in 0..5 {
+        let reply = apps[0].chat(&key, &body).await;
+        assert_eq!(reply.header("x-tollgate-provider"), Some("secondary"));
+    }
+    assert_eq!(
+        failing_calls(),
+        5,
+        "five failures open the first replica's breaker"
+    );
+
+    // The second replica never saw a failure; it follows the first within a poll or two.
+    actix_rt::time::sleep(Duration::from_secs(1)).await;
+    for _ in 0..10 {
+        let reply = apps[1].chat(&key, &body).await;
+        assert_eq!(reply.status, 200, "{}", reply.raw);
+        assert_eq!(reply.header("x-tollgate-provider"), Some("secondary"));
+    }
+    assert_eq!(
+        failing_calls(),
+        5,
+        "the second replica did not touch the failing provider"
+    );
+}

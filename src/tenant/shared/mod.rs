@@ -139,6 +139,37 @@ impl SharedStore {
         keys: &[String],
         args: &[String],
     ) -> Result<Vec<String>, StoreFailure> {
+        let mut invocation = script.prepare_invoke();
+        for key in keys {
+            invocation.key(key);
+        }
+        for arg in args {
+            invocation.arg(arg);
+        }
+        self.bounded(async |conn| invocation.invoke_async::<Vec<String>>(conn).await)
+            .await
+    }
+
+    /// A plain value (breaker states shared between replicas).
+    pub async fn get(&self, key: &str) -> Result<Option<String>, StoreFailure> {
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(key);
+        self.bounded(async |conn| cmd.query_async::<Option<String>>(conn).await)
+            .await
+    }
+
+    pub async fn set(&self, key: &str, value: &str, ttl_ms: u64) -> Result<(), StoreFailure> {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(key).arg(value).arg("PX").arg(ttl_ms);
+        self.bounded(async |conn| cmd.query_async::<()>(conn).await)
+            .await
+    }
+
+    /// One call on a pooled connection within the timeout; a failure marks the store down.
+    async fn bounded<T>(
+        &self,
+        call: impl AsyncFnOnce(&mut deadpool_redis::Connection) -> redis::RedisResult<T>,
+    ) -> Result<T, StoreFailure> {
         if !self.health.is_up() {
             return Err(StoreFailure("marked down".to_owned()));
         }
@@ -148,15 +179,7 @@ impl SharedStore {
                 .get()
                 .await
                 .map_err(|e| StoreFailure(e.to_string()))?;
-            let mut invocation = script.prepare_invoke();
-            for key in keys {
-                invocation.key(key);
-            }
-            for arg in args {
-                invocation.arg(arg);
-            }
-            invocation
-                .invoke_async::<Vec<String>>(&mut *conn)
+            call(&mut conn)
                 .await
                 .map_err(|e| StoreFailure(e.to_string()))
         };
