@@ -4,6 +4,7 @@
 //! a route naming an unknown provider, or a target without a price, refuses
 //! to start with the exact entry named. Env is read here and nowhere else.
 
+use crate::tokenize::{Counting, Encoding};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::net::SocketAddr;
@@ -481,6 +482,9 @@ struct RawProvider {
     extra_headers: BTreeMap<String, String>,
     /// `max_tokens` sent to this provider is lowered to this.
     max_tokens_ceiling: Option<u32>,
+    /// This provider's own tokenizer may count more than tiktoken: its
+    /// estimates get this factor instead of `tokenizer.safety_percent`.
+    tokenizer_safety_percent: Option<u32>,
 }
 
 /// Where a provider gets the tenant id, for its per-user isolation and abuse tracking.
@@ -656,6 +660,20 @@ struct RawPrice {
     cached_input: Option<String>,
     cache_write: Option<String>,
     output: String,
+    /// The model's tiktoken encoding; default `tokenizer.encoding`.
+    encoding: Option<String>,
+    /// Higher rates for calls whose prompt passes a length.
+    long_context: Option<RawLongContext>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLongContext {
+    above_tokens: u64,
+    input: String,
+    cached_input: Option<String>,
+    cache_write: Option<String>,
+    output: String,
 }
 
 // === validated ===
@@ -690,6 +708,38 @@ pub struct Price {
     pub cached_input: PricePerMTok,
     pub cache_write: PricePerMTok,
     pub output: PricePerMTok,
+    /// Rates for every token of a call whose prompt has more than
+    /// `above_tokens` tokens (how long-context models are priced).
+    pub long_context: Option<LongContext>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LongContext {
+    pub above_tokens: u64,
+    pub input: PricePerMTok,
+    pub cached_input: PricePerMTok,
+    pub cache_write: PricePerMTok,
+    pub output: PricePerMTok,
+}
+
+impl Price {
+    /// The rates a call with this many prompt tokens is charged at.
+    #[must_use]
+    pub fn for_prompt(&self, prompt_tokens: u64) -> Price {
+        match self.long_context {
+            Some(long) if prompt_tokens > long.above_tokens => Price {
+                input: long.input,
+                cached_input: long.cached_input,
+                cache_write: long.cache_write,
+                output: long.output,
+                long_context: None,
+            },
+            _ => Price {
+                long_context: None,
+                ..*self
+            },
+        }
+    }
 }
 
 /// Equality tells a reload whether a provider's actor may carry over.
@@ -730,6 +780,7 @@ pub struct Provider {
     /// Checked at load: valid header names and values, none of `RESERVED_HEADERS`.
     pub extra_headers: Vec<(String, String)>,
     pub max_tokens_ceiling: Option<u32>,
+    pub tokenizer_safety_percent: Option<u32>,
 }
 
 impl Provider {
@@ -748,6 +799,8 @@ pub struct Target {
     /// The model name sent upstream.
     pub model: String,
     pub price: Price,
+    /// How prompts sent here are counted for the reservation.
+    pub counting: Counting,
     /// Targets are tried by rank, lowest first.
     pub rank: u32,
     /// Among targets of equal rank, the share of requests tried here first.
@@ -758,9 +811,8 @@ pub struct Target {
 pub struct Route {
     pub name: RouteName,
     pub targets: Vec<Target>,
-    /// The highest per-token input price over every target (cache-write where higher).
-    pub worst_input_price: PricePerMTok,
-    pub worst_output_price: PricePerMTok,
+    /// Every distinct way the targets count prompts (usually one).
+    pub countings: Vec<Counting>,
     pub cache_ttl_ms: u64,
     /// The most output any target accepts (its `max_tokens_ceiling`), when every target has one:
     /// a reservation never needs more.
@@ -768,6 +820,21 @@ pub struct Route {
     pub degraded_answer: Option<String>,
     /// Set on a complexity route, which has no targets of its own.
     pub complexity: Option<ComplexityRoutes>,
+}
+
+impl Route {
+    /// The highest input (cache-write where higher) and output rates over
+    /// every target, at the price tier a prompt of `input_tokens` reaches.
+    pub fn worst_prices(&self, input_tokens: u64) -> (PricePerMTok, PricePerMTok) {
+        let mut input = PricePerMTok::default();
+        let mut output = PricePerMTok::default();
+        for target in &self.targets {
+            let price = target.price.for_prompt(input_tokens);
+            input = input.max(price.input).max(price.cache_write);
+            output = output.max(price.output);
+        }
+        (input, output)
+    }
 }
 
 /// The routes a complexity route hands each class of request to.
@@ -958,7 +1025,18 @@ fn validate(raw: RawConfig, env: &dyn EnvSource) -> Result<Config, ConfigError> 
 
     let providers = validate_providers(&raw.providers, env)?;
     let prices = validate_prices(&raw.prices)?;
-    let routes = validate_routes(&raw.routes, &providers, &prices)?;
+    let default_counting = Counting {
+        encoding: Encoding::parse(&raw.tokenizer.encoding).unwrap_or(Encoding::O200kBase),
+        safety_percent: raw.tokenizer.safety_percent,
+    };
+    let encodings = model_encodings(&raw.prices)?;
+    let routes = validate_routes(
+        &raw.routes,
+        &providers,
+        &prices,
+        &encodings,
+        default_counting,
+    )?;
     let tiers = validate_tiers(&raw.tiers, &routes)?;
 
     let key_pepper = env
@@ -1006,6 +1084,12 @@ fn validate_providers(
             return Err(invalid(
                 format!("{entry}.tenant_id_as"),
                 "Anthropic takes the tenant as metadata.user_id: use \"user\"",
+            ));
+        }
+        if p.tokenizer_safety_percent.is_some_and(|s| s < 100) {
+            return Err(invalid(
+                format!("{entry}.tokenizer_safety_percent"),
+                "must be at least 100",
             ));
         }
         if p.max_tokens_ceiling == Some(0) {
@@ -1081,6 +1165,7 @@ fn validate_providers(
                 tenant_id_as: p.tenant_id_as,
                 extra_headers: validate_extra_headers(&entry, &p.extra_headers)?,
                 max_tokens_ceiling: p.max_tokens_ceiling,
+                tokenizer_safety_percent: p.tokenizer_safety_percent,
             },
         );
     }
@@ -1114,18 +1199,37 @@ fn validate_prices(raw: &[RawPrice]) -> Result<HashMap<(String, String), Price>,
     for (i, p) in raw.iter().enumerate() {
         let entry = format!("prices[{i}]");
         let input = parse_price(&entry, "input", &p.input)?;
+        // Without a listed cached or cache-write price, those tokens are billed as plain input.
+        let or_input = |field: &str, text: &Option<String>, input| match text {
+            Some(text) => parse_price(&entry, field, text),
+            None => Ok(input),
+        };
+        let long_context = match &p.long_context {
+            None => None,
+            Some(long) => {
+                let entry = format!("{entry}.long_context");
+                let input = parse_price(&entry, "input", &long.input)?;
+                Some(LongContext {
+                    above_tokens: long.above_tokens,
+                    input,
+                    cached_input: match &long.cached_input {
+                        Some(text) => parse_price(&entry, "cached_input", text)?,
+                        None => input,
+                    },
+                    cache_write: match &long.cache_write {
+                        Some(text) => parse_price(&entry, "cache_write", text)?,
+                        None => input,
+                    },
+                    output: parse_price(&entry, "output", &long.output)?,
+                })
+            }
+        };
         let price = Price {
             input,
-            // Without a listed cached price, cached tokens are billed as plain input.
-            cached_input: match &p.cached_input {
-                Some(text) => parse_price(&entry, "cached_input", text)?,
-                None => input,
-            },
-            cache_write: match &p.cache_write {
-                Some(text) => parse_price(&entry, "cache_write", text)?,
-                None => input,
-            },
+            cached_input: or_input("cached_input", &p.cached_input, input)?,
+            cache_write: or_input("cache_write", &p.cache_write, input)?,
             output: parse_price(&entry, "output", &p.output)?,
+            long_context,
         };
         let key = (p.provider.clone(), p.model.clone());
         if prices.insert(key, price).is_some() {
@@ -1138,10 +1242,29 @@ fn validate_prices(raw: &[RawPrice]) -> Result<HashMap<(String, String), Price>,
     Ok(prices)
 }
 
+/// Models whose `[[prices]]` entry names an encoding.
+fn model_encodings(raw: &[RawPrice]) -> Result<HashMap<(String, String), Encoding>, ConfigError> {
+    let mut encodings = HashMap::new();
+    for (i, p) in raw.iter().enumerate() {
+        if let Some(name) = &p.encoding {
+            let encoding = Encoding::parse(name).ok_or_else(|| {
+                invalid(
+                    format!("prices[{i}].encoding"),
+                    format!("must be {}", Encoding::NAMES),
+                )
+            })?;
+            encodings.insert((p.provider.clone(), p.model.clone()), encoding);
+        }
+    }
+    Ok(encodings)
+}
+
 fn validate_routes(
     raw: &BTreeMap<String, RawRoute>,
     providers: &HashMap<ProviderName, Provider>,
     prices: &HashMap<(String, String), Price>,
+    encodings: &HashMap<(String, String), Encoding>,
+    default_counting: Counting,
 ) -> Result<HashMap<RouteName, Route>, ConfigError> {
     let mut routes = HashMap::new();
     for (name, r) in raw {
@@ -1182,54 +1305,39 @@ fn validate_routes(
                 return Err(invalid(entry, format!("no price for {provider}/{model}")));
             };
             ceilings.push(configured.max_tokens_ceiling);
+            let counting = Counting {
+                encoding: encodings
+                    .get(&(provider.to_owned(), model.to_owned()))
+                    .copied()
+                    .unwrap_or(default_counting.encoding),
+                safety_percent: configured
+                    .tokenizer_safety_percent
+                    .unwrap_or(default_counting.safety_percent),
+            };
             targets.push(Target {
                 provider: ProviderName::new(provider),
                 model: model.to_owned(),
                 price: *price,
+                counting,
                 rank,
                 weight,
             });
         }
         // Stable: entries of equal rank keep their written order.
         targets.sort_by_key(|t| t.rank);
-        let worst_input_price = targets
-            .iter()
-            .map(|t| t.price.input.max(t.price.cache_write))
-            .max()
-            .unwrap_or_default();
-        let worst_output_price = targets
-            .iter()
-            .map(|t| t.price.output)
-            .max()
-            .unwrap_or_default();
-        let complexity = match &r.complexity {
-            None => None,
-            Some(c) => {
-                let pick = |class: &str, route: &str| {
-                    let entry = format!("routes.{name}.complexity.{class}");
-                    match raw.get(route) {
-                        None => Err(invalid(entry, format!("unknown route `{route}`"))),
-                        Some(other) if other.complexity.is_some() => Err(invalid(
-                            entry,
-                            format!("`{route}` is a complexity route itself"),
-                        )),
-                        Some(_) => Ok(RouteName::new(route)),
-                    }
-                };
-                Some(ComplexityRoutes {
-                    simple: pick("simple", &c.simple)?,
-                    moderate: pick("moderate", &c.moderate)?,
-                    complex: pick("complex", &c.complex)?,
-                })
+        let mut countings: Vec<Counting> = Vec::new();
+        for target in &targets {
+            if !countings.contains(&target.counting) {
+                countings.push(target.counting);
             }
-        };
+        }
+        let complexity = complexity_routes(name, r, raw)?;
         routes.insert(
             RouteName::new(name.as_str()),
             Route {
                 name: RouteName::new(name.as_str()),
                 targets,
-                worst_input_price,
-                worst_output_price,
+                countings,
                 cache_ttl_ms: r.cache_ttl_ms,
                 // `None` (no ceiling) sorts first, so any uncapped target leaves the route uncapped.
                 max_tokens_ceiling: if ceilings.contains(&None) {
@@ -1243,6 +1351,35 @@ fn validate_routes(
         );
     }
     Ok(routes)
+}
+
+/// A complexity route's classes, each a plain route that exists.
+fn complexity_routes(
+    name: &str,
+    r: &RawRoute,
+    raw: &BTreeMap<String, RawRoute>,
+) -> Result<Option<ComplexityRoutes>, ConfigError> {
+    Ok(match &r.complexity {
+        None => None,
+        Some(c) => {
+            let pick = |class: &str, route: &str| {
+                let entry = format!("routes.{name}.complexity.{class}");
+                match raw.get(route) {
+                    None => Err(invalid(entry, format!("unknown route `{route}`"))),
+                    Some(other) if other.complexity.is_some() => Err(invalid(
+                        entry,
+                        format!("`{route}` is a complexity route itself"),
+                    )),
+                    Some(_) => Ok(RouteName::new(route)),
+                }
+            };
+            Some(ComplexityRoutes {
+                simple: pick("simple", &c.simple)?,
+                moderate: pick("moderate", &c.moderate)?,
+                complex: pick("complex", &c.complex)?,
+            })
+        }
+    })
 }
 
 fn validate_tiers(
@@ -1304,6 +1441,19 @@ fn price_version(prices: &[RawPrice]) -> String {
             hasher.update(field.as_bytes());
             hasher.update([0]);
         }
+        // Appended only when set, so tables without tiers keep their version.
+        if let Some(long) = &p.long_context {
+            for field in [
+                long.above_tokens.to_string().as_str(),
+                long.input.as_str(),
+                long.cached_input.as_deref().unwrap_or(""),
+                long.cache_write.as_deref().unwrap_or(""),
+                long.output.as_str(),
+            ] {
+                hasher.update(field.as_bytes());
+                hasher.update([1]);
+            }
+        }
     }
     let digest = hasher.finalize();
     digest.iter().take(6).fold(String::new(), |mut out, b| {
@@ -1361,12 +1511,11 @@ mod tests {
         let config = Config::from_toml(BASE, &pepper()).unwrap();
         let route = config.route("fast").unwrap();
         assert_eq!(
-            route.worst_input_price,
-            PricePerMTok::parse_decimal("3").unwrap()
-        );
-        assert_eq!(
-            route.worst_output_price,
-            PricePerMTok::parse_decimal("8").unwrap()
+            route.worst_prices(1000),
+            (
+                PricePerMTok::parse_decimal("3").unwrap(),
+                PricePerMTok::parse_decimal("8").unwrap()
+            )
         );
         let qwen = &config.providers[&ProviderName::new("qwen")];
         assert_eq!(

@@ -132,15 +132,16 @@ pub async fn handle_chat(
         counter_add(Metric::CacheRequestsTotal, &labels("miss"), 1);
     }
 
-    let input_tokens = gw.estimator.estimate_chat_input(request.body());
+    let input_tokens = gw.estimator.estimate_for(&route.countings, request.body());
+    let (input_price, output_price) = route.worst_prices(input_tokens);
     let max_tokens = wanted_max_tokens(request.max_tokens(), ctx, tier.default_max_tokens, route);
     let now = gw.clock.now_ms();
     let reservation = tenant
         .reserve(
             ReserveRequest {
                 input_tokens,
-                input_price: route.worst_input_price,
-                output_price: route.worst_output_price,
+                input_price,
+                output_price,
                 max_tokens,
                 expires_at_ms: now + gw.config.server.request_timeout_ms + RESERVATION_MARGIN_MS,
                 key: ctx.key.id.clone(),

@@ -1,7 +1,7 @@
 //! What a call may cost (the worst case reserved before it) and what it did
 //! cost (charged after it), both in integer nano-units.
 
-use crate::config::{Price, Route};
+use crate::config::Price;
 use crate::money::{CostAccumulator, Nanos};
 
 /// Token counts of one upstream call, as the upstream reported them.
@@ -16,23 +16,10 @@ pub struct Usage {
     pub completion_tokens: u64,
 }
 
-/// The most a call on `route` can cost: every target is priced at the route's highest rates.
-pub fn worst_case(route: &Route, input_tokens: u64, max_tokens: u64) -> Nanos {
-    let mut cost = CostAccumulator::default();
-    cost.add(input_tokens, route.worst_input_price)
-        .add(max_tokens, route.worst_output_price);
-    cost.total()
-}
-
-/// The cost of a call's input alone at the route's worst input price.
-pub fn worst_input(route: &Route, input_tokens: u64) -> Nanos {
-    let mut cost = CostAccumulator::default();
-    cost.add(input_tokens, route.worst_input_price);
-    cost.total()
-}
-
-/// The real cost of a call at one target's prices, rounded up once.
+/// The real cost of a call at one target's prices (at the tier its prompt
+/// length reaches), rounded up once.
 pub fn charge(price: &Price, usage: &Usage) -> Nanos {
+    let price = price.for_prompt(usage.prompt_tokens);
     let cached = usage.cached_tokens.min(usage.prompt_tokens);
     let cache_write = usage.cache_write_tokens.min(usage.prompt_tokens - cached);
     let uncached = usage.prompt_tokens - cached - cache_write;
@@ -56,7 +43,33 @@ mod tests {
             cached_input: p(cached),
             cache_write: p(input),
             output: p(output),
+            long_context: None,
         }
+    }
+
+    #[test]
+    fn a_long_prompt_is_charged_at_the_long_context_rates_on_every_token() {
+        let p = |s| PricePerMTok::parse_decimal(s).unwrap();
+        let tiered = Price {
+            long_context: Some(crate::config::LongContext {
+                above_tokens: 200_000,
+                input: p("6"),
+                cached_input: p("0.6"),
+                cache_write: p("7.5"),
+                output: p("22.5"),
+            }),
+            ..price("3", "0.3", "15")
+        };
+        let usage = |prompt_tokens| Usage {
+            prompt_tokens,
+            cached_tokens: 0,
+            cache_write_tokens: 0,
+            completion_tokens: 1000,
+        };
+        // 200000 × 3 + 1000 × 15 per 1M: at the threshold, the base rates.
+        assert_eq!(charge(&tiered, &usage(200_000)).to_string(), "0.615");
+        // 200001 × 6 + 1000 × 22.5 per 1M.
+        assert_eq!(charge(&tiered, &usage(200_001)).to_string(), "1.222506");
     }
 
     #[test]

@@ -120,6 +120,11 @@ mod tests {
                 cached_input: PricePerMTok::default(),
                 cache_write: PricePerMTok::default(),
                 output: PricePerMTok::default(),
+                long_context: None,
+            },
+            counting: crate::tokenize::Counting {
+                encoding: crate::tokenize::Encoding::O200kBase,
+                safety_percent: 100,
             },
             rank,
             weight,

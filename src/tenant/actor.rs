@@ -221,6 +221,8 @@ impl TenantActor {
             -> LocalBoxFuture<'static, Result<Result<T, QuotaError>, StoreFailure>>
         + 'static,
         local: impl FnOnce(&mut Self, u64) -> Result<T, QuotaError> + 'static,
+        // A reservation `shared` may leave in Redis although its reply is lost.
+        lost: Option<ReservationId>,
     ) -> Decision<Self, Result<T, QuotaError>> {
         match self.path() {
             Path::Book => {
@@ -267,6 +269,14 @@ impl TenantActor {
                             result
                         }
                         Outcome::Down(seed) => {
+                            if let Some(id) = lost {
+                                // The script may have run with its reply lost: release it once Redis answers.
+                                act.pending.push(PendingClose {
+                                    id,
+                                    charged: Nanos::ZERO,
+                                    tokens: 0,
+                                });
+                            }
                             act.fall_back(seed, now)?;
                             local(act, now)
                         }
@@ -604,6 +614,7 @@ impl Handler<CheckRate> for TenantActor {
                 Box::pin(async move { quota.check_rate(&limits, now).await.map(Ok) })
             },
             |act, now| Ok(act.book.check_rate(now)),
+            None,
         )
     }
 }
@@ -617,12 +628,14 @@ impl Handler<Reserve> for TenantActor {
         let meta_json = serde_json::to_string(&meta).unwrap_or_default();
         let thresholds = self.alerts_config.thresholds_percent.clone();
         let shared_request = request.clone();
+        // Below the local book's ids; random, so replicas never pick the same one.
+        let id = ReservationId(rand::random::<u64>() % LOCAL_IDS);
         self.decide(
             now,
             move |quota, source, limits| {
                 Box::pin(async move {
                     let mut reserved = quota
-                        .reserve(&shared_request, &limits, &meta_json, now)
+                        .reserve(id, &shared_request, &limits, &meta_json, now)
                         .await?;
                     if matches!(reserved, Reserved::NeedSeed) {
                         if let Err(error) =
@@ -631,7 +644,7 @@ impl Handler<Reserve> for TenantActor {
                             return Ok(Err(error));
                         }
                         reserved = quota
-                            .reserve(&shared_request, &limits, &meta_json, now)
+                            .reserve(id, &shared_request, &limits, &meta_json, now)
                             .await?;
                     }
                     Ok(match reserved {
@@ -649,6 +662,7 @@ impl Handler<Reserve> for TenantActor {
                 act.publish(now);
                 Ok(granted)
             },
+            Some(id),
         )
     }
 }
@@ -774,6 +788,7 @@ impl Handler<GetStatus> for TenantActor {
                     .map(|b| b.saturating_sub(status.committed.saturating_add(status.reserved)));
                 Ok(status)
             },
+            None,
         )
     }
 }

@@ -26,12 +26,46 @@ const MEMO_MIN_BYTES: usize = 256;
 const MEMO_MAX_ENTRIES: usize = 4_096;
 
 thread_local! {
-    static MEMO: RefCell<HashMap<u64, u64>> = RefCell::new(HashMap::new());
+    static MEMO: RefCell<HashMap<(Encoding, u64), u64>> = RefCell::new(HashMap::new());
+}
+
+/// A tiktoken encoding a model's prompts are counted with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Encoding {
+    O200kBase,
+    Cl100kBase,
+}
+
+impl Encoding {
+    pub const NAMES: &str = "o200k_base or cl100k_base";
+
+    pub fn parse(name: &str) -> Option<Encoding> {
+        match name {
+            "o200k_base" => Some(Encoding::O200kBase),
+            "cl100k_base" => Some(Encoding::Cl100kBase),
+            _ => None,
+        }
+    }
+
+    fn bpe(self) -> &'static CoreBPE {
+        match self {
+            Encoding::O200kBase => tiktoken_rs::o200k_base_singleton(),
+            Encoding::Cl100kBase => tiktoken_rs::cl100k_base_singleton(),
+        }
+    }
+}
+
+/// How one target's prompts are counted: its model's encoding, and the
+/// safety factor of its provider (whose own tokenizer may count more).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counting {
+    pub encoding: Encoding,
+    pub safety_percent: u32,
 }
 
 #[derive(Clone, Copy)]
 pub struct Estimator {
-    bpe: &'static CoreBPE,
+    encoding: Encoding,
     safety_percent: u32,
 }
 
@@ -45,34 +79,50 @@ impl std::fmt::Debug for Estimator {
 
 impl Estimator {
     pub fn new(config: &TokenizerConfig) -> Estimator {
-        let bpe = match config.encoding.as_str() {
-            "cl100k_base" => tiktoken_rs::cl100k_base_singleton(),
-            // config validation admits only these two encodings
-            _ => tiktoken_rs::o200k_base_singleton(),
-        };
         Estimator {
-            bpe,
+            // config validation admits only known encodings
+            encoding: Encoding::parse(&config.encoding).unwrap_or(Encoding::O200kBase),
             safety_percent: config.safety_percent,
         }
     }
 
-    /// Loads the encoding now, so the first request does not pay for it.
+    /// The default counting (`[tokenizer]`), for targets that set nothing of their own.
+    pub fn default_counting(&self) -> Counting {
+        Counting {
+            encoding: self.encoding,
+            safety_percent: self.safety_percent,
+        }
+    }
+
+    /// This estimator counting another way (one target's).
+    #[must_use]
+    pub fn with(self, counting: Counting) -> Estimator {
+        Estimator {
+            encoding: counting.encoding,
+            safety_percent: counting.safety_percent,
+        }
+    }
+
+    /// Loads the encodings now, so the first request does not pay for it.
     pub fn warm_up(&self) {
-        let _ = self.bpe.count_ordinary("warm up");
+        for encoding in [Encoding::O200kBase, Encoding::Cl100kBase] {
+            let _ = encoding.bpe().count_ordinary("warm up");
+        }
     }
 
     /// Tokens in one text, exact for this encoding.
     pub fn count_text(&self, text: &str) -> u64 {
+        let bpe = self.encoding.bpe();
         if text.len() < MEMO_MIN_BYTES {
-            return to_u64(self.bpe.count_ordinary(text));
+            return to_u64(bpe.count_ordinary(text));
         }
         let mut hasher = DefaultHasher::new();
         text.hash(&mut hasher);
-        let key = hasher.finish();
+        let key = (self.encoding, hasher.finish());
         if let Some(count) = MEMO.with(|memo| memo.borrow().get(&key).copied()) {
             return count;
         }
-        let count = to_u64(self.bpe.count_ordinary(text));
+        let count = to_u64(bpe.count_ordinary(text));
         MEMO.with(|memo| {
             let mut memo = memo.borrow_mut();
             if memo.len() >= MEMO_MAX_ENTRIES {
@@ -83,8 +133,34 @@ impl Estimator {
         count
     }
 
+    /// The largest estimate over several countings (a route's targets), each
+    /// encoding counted once.
+    pub fn estimate_for(&self, countings: &[Counting], body: &Map<String, Value>) -> u64 {
+        let mut worst = 0;
+        let mut counted: Vec<(Encoding, u64)> = Vec::with_capacity(countings.len());
+        for counting in countings {
+            let known = counted.iter().find(|(e, _)| *e == counting.encoding);
+            let raw = if let Some((_, raw)) = known {
+                *raw
+            } else {
+                let raw = self.with(*counting).raw_chat_input(body);
+                counted.push((counting.encoding, raw));
+                raw
+            };
+            worst = worst.max(with_safety(raw, counting.safety_percent));
+        }
+        if countings.is_empty() {
+            return self.estimate_chat_input(body);
+        }
+        worst
+    }
+
     /// Upper estimate of a chat request's input tokens (messages, tools, format overhead).
     pub fn estimate_chat_input(&self, body: &Map<String, Value>) -> u64 {
+        with_safety(self.raw_chat_input(body), self.safety_percent)
+    }
+
+    fn raw_chat_input(self, body: &Map<String, Value>) -> u64 {
         let mut tokens = REPLY_PRIMING_TOKENS;
         if let Some(Value::Array(messages)) = body.get("messages") {
             for message in messages {
@@ -96,7 +172,7 @@ impl Estimator {
                 tokens += self.count_text(&value.to_string());
             }
         }
-        self.with_safety(tokens)
+        tokens
     }
 
     /// Completion tokens of a text the upstream returned without usage.
@@ -104,7 +180,7 @@ impl Estimator {
         self.count_text(text)
     }
 
-    fn message_tokens(&self, message: &Value) -> u64 {
+    fn message_tokens(self, message: &Value) -> u64 {
         let Value::Object(message) = message else {
             return 0;
         };
@@ -122,7 +198,7 @@ impl Estimator {
         tokens
     }
 
-    fn content_tokens(&self, content: &Value) -> u64 {
+    fn content_tokens(self, content: &Value) -> u64 {
         match content {
             Value::String(text) => self.count_text(text),
             Value::Array(parts) => parts.iter().map(|part| self.part_tokens(part)).sum(),
@@ -131,7 +207,7 @@ impl Estimator {
         }
     }
 
-    fn part_tokens(&self, part: &Value) -> u64 {
+    fn part_tokens(self, part: &Value) -> u64 {
         let kind = part.get("type").and_then(Value::as_str).unwrap_or("");
         match (kind, part.get("text")) {
             ("text", Some(Value::String(text))) => self.count_text(text),
@@ -139,10 +215,10 @@ impl Estimator {
             _ => self.count_text(&part.to_string()),
         }
     }
+}
 
-    fn with_safety(&self, tokens: u64) -> u64 {
-        (tokens * u64::from(self.safety_percent)).div_ceil(100)
-    }
+fn with_safety(tokens: u64, safety_percent: u32) -> u64 {
+    (tokens * u64::from(safety_percent)).div_ceil(100)
 }
 
 fn to_u64(n: usize) -> u64 {
@@ -196,6 +272,39 @@ mod tests {
         let first = e.count_text(&long);
         assert_eq!(e.count_text(&long), first);
         assert!(first > 300);
+    }
+
+    #[test]
+    fn a_route_is_estimated_with_its_worst_counting_each_encoding_once() {
+        let e = estimator(100);
+        let request =
+            body(json!({"messages": [{"role": "user", "content": "Grüße, 世界! ".repeat(30)}]}));
+        let o200k = e.estimate_chat_input(&request);
+        let cl100k = e
+            .with(Counting {
+                encoding: Encoding::Cl100kBase,
+                safety_percent: 100,
+            })
+            .estimate_chat_input(&request);
+        assert_ne!(o200k, cl100k, "the encodings count this text differently");
+        let countings = [
+            Counting {
+                encoding: Encoding::O200kBase,
+                safety_percent: 100,
+            },
+            Counting {
+                encoding: Encoding::Cl100kBase,
+                safety_percent: 100,
+            },
+            Counting {
+                encoding: Encoding::O200kBase,
+                safety_percent: 150,
+            },
+        ];
+        assert_eq!(
+            e.estimate_for(&countings, &request),
+            o200k.max(cl100k).max((o200k * 150).div_ceil(100))
+        );
     }
 
     #[test]

@@ -374,3 +374,90 @@ async fn alert_mode_passes_and_the_webhook_fires_once_at_80_and_once_at_100_perc
     assert!(alerts[0]["period"].as_str().is_some());
     assert_eq!(app.budget(&tenant).await["committed"], "6");
 }
+
+/// The "needs up to" amount of a 402, in nanos.
+fn needed_nanos(reply: &crate::support::Reply) -> i64 {
+    let message = reply.error_message();
+    let amount = message.rsplit("needs up to ").next().unwrap();
+    tollgate::money::Nanos::parse_decimal(amount.trim())
+        .unwrap()
+        .to_db()
+}
+
+#[actix_web::test]
+async fn the_estimate_uses_each_models_encoding_and_each_providers_safety_factor() {
+    let app = spawn_app(
+        TestSetup::new()
+            .provider("[providers.strict_tok]\nkind = \"openai\"\nbase_url = \"FAKE\"\ntokenizer_safety_percent = 200")
+            .route("o200k", &["primary/ok"])
+            .route("cl100k", &["primary/cl"])
+            .route("doubled", &["strict_tok/ok"])
+            // 1 per 1M input tokens, output free: "needs up to" is the input estimate in micro-units.
+            .price("primary/ok", "1", "1", "0")
+            .price("primary/cl", "1", "1", "0")
+            .price("strict_tok/ok", "1", "1", "0")
+            .price_extra("primary/cl", "encoding = \"cl100k_base\"")
+            .tier("free", &["o200k", "cl100k", "doubled"], 1000, 100),
+    )
+    .await;
+    let (_tenant, key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "0.000001"}))
+        .await;
+    let text = "Grüße aus 東京 und 北京, 你好世界! ".repeat(20);
+    let tokens = |route: &str| {
+        let body = json!({"model": route, "max_tokens": 1, "messages": [{"role": "user", "content": text}]});
+        let app = &app;
+        let key = key.clone();
+        async move {
+            let reply = app.chat(&key, &body).await;
+            assert_eq!(reply.status, 402, "{}", reply.raw);
+            needed_nanos(&reply) / 1000
+        }
+    };
+    let raw = |bpe: &tiktoken_rs::CoreBPE| {
+        // Reply priming + one message's overhead + its content.
+        3 + 4 + i64::try_from(bpe.encode_ordinary(&text).len()).unwrap()
+    };
+    let o200k = raw(tiktoken_rs::o200k_base_singleton());
+    let cl100k = raw(tiktoken_rs::cl100k_base_singleton());
+    assert_ne!(o200k, cl100k);
+    // The default safety factor is 110%, rounded up.
+    assert_eq!(tokens("o200k").await, (o200k * 110 + 99) / 100);
+    assert_eq!(tokens("cl100k").await, (cl100k * 110 + 99) / 100);
+    assert_eq!(tokens("doubled").await, o200k * 2);
+}
+
+#[actix_web::test]
+async fn a_long_prompt_reserves_and_is_charged_at_the_long_context_tier() {
+    let app = spawn_app(
+        TestSetup::new()
+            .route("long", &["primary/usage-2000-0-100"])
+            .tier("free", &["long"], 1000, 100)
+            .price("primary/usage-2000-0-100", "2", "2", "8")
+            .price_extra(
+                "primary/usage-2000-0-100",
+                "long_context = { above_tokens = 1000, input = \"20\", output = \"80\" }",
+            ),
+    )
+    .await;
+    let (_tenant, key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "10"}))
+        .await;
+    let short = app.chat(&key, &chat_body("long")).await;
+    assert_eq!(short.status, 200, "{}", short.raw);
+    // The upstream reports 2000 prompt tokens: every token at the long rates.
+    // 2000 × 20 + 100 × 80 per 1M = 0.048.
+    assert_eq!(short.header("x-tollgate-cost"), Some("0.048"));
+
+    // A prompt the estimate puts above the threshold reserves at the long rates too.
+    let (_poor, poor_key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "0.03"}))
+        .await;
+    let long_text = "budget ".repeat(1200);
+    let body = json!({"model": "long", "max_tokens": 100, "messages": [{"role": "user", "content": long_text}]});
+    let refused = app.chat(&poor_key, &body).await;
+    assert_eq!(refused.status, 402, "{}", refused.raw);
+    let needed = needed_nanos(&refused);
+    // More than 1000 tokens at 20 per 1M is already more than 0.02, and the output adds 0.008.
+    assert!(needed > 28_000_000, "needed {needed} nanos");
+}

@@ -1391,6 +1391,7 @@ mod tests {
             cached_input: per_mtok("0.30"),
             cache_write: per_mtok("3.75"),
             output: per_mtok("15"),
+            long_context: None,
         };
         // 120 × 3 + 4096 × 0.30 + 2048 × 3.75 + 57 × 15, per million tokens.
         assert_eq!(

@@ -15,7 +15,7 @@ impl TenantKeys {
         }
     }
 
-    /// Request and token buckets, and the reservation id counter.
+    /// Request and token buckets.
     pub fn buckets(&self) -> String {
         format!("{}:b", self.prefix)
     }

@@ -278,8 +278,11 @@ impl SharedQuota {
 
     /// Holds the worst case against every scope in one script; `clamp` mode
     /// retries once with what the tightest scope affords.
+    /// `id` is the caller's: a refused attempt holds nothing, so the clamped
+    /// retry reuses it, and a reply lost to a timeout can be released by it.
     pub async fn reserve(
         &self,
+        id: ReservationId,
         request: &ReserveRequest,
         limits: &Limits,
         meta: &str,
@@ -287,7 +290,7 @@ impl SharedQuota {
     ) -> Result<Reserved, StoreFailure> {
         let full = worst_case(request, request.max_tokens);
         let first = self
-            .attempt(request, limits, request.max_tokens, full, meta, now_ms)
+            .attempt(id, request, limits, request.max_tokens, full, meta, now_ms)
             .await?;
         let (scope, remaining) = match first {
             Attempt::Ok(granted) => return Ok(Reserved::Granted(granted)),
@@ -312,7 +315,7 @@ impl SharedQuota {
         let amount = worst_case(request, max_tokens);
         Ok(
             match self
-                .attempt(request, limits, max_tokens, amount, meta, now_ms)
+                .attempt(id, request, limits, max_tokens, amount, meta, now_ms)
                 .await?
             {
                 Attempt::Ok(granted) => Reserved::Granted(Granted {
@@ -326,8 +329,13 @@ impl SharedQuota {
         )
     }
 
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one script call with everything it decides on"
+    )]
     async fn attempt(
         &self,
+        id: ReservationId,
         request: &ReserveRequest,
         limits: &Limits,
         max_tokens: u32,
@@ -370,6 +378,7 @@ impl SharedQuota {
                     limit(limits.tokens.monthly),
                     meta.to_owned(),
                     MONTH_TTL_MS.to_string(),
+                    id.0.to_string(),
                 ],
             )
             .await?;
@@ -399,12 +408,11 @@ impl SharedQuota {
                 Ok(Attempt::Refused(Refusal::Tokens(refusal)))
             }
             "ok" => {
-                let id = u64::try_from(number(&reply, 1)?).unwrap_or(0);
                 let committed = nanos(&reply, 3)?;
                 let reserved = nanos(&reply, 4)?;
                 let units = number(&reply, 5)?;
                 Ok(Attempt::Ok(Granted {
-                    id: ReservationId(id),
+                    id,
                     amount,
                     max_tokens,
                     clamped: false,

@@ -43,7 +43,8 @@ return {s(allowed), s(units)}
 /// KEYS: month, buckets, held, expiry.
 /// ARGV: now, day, month, expires_at, amount, over_ok (1: alert mode),
 /// tenant budget, key, key budget, feature, feature budget (-1: none),
-/// tokens, tpm, daily, monthly (-1: none), meta, ttl ms.
+/// tokens, tpm, daily, monthly (-1: none), meta, ttl ms, reservation id
+/// (chosen by the caller, so a reservation whose reply was lost can still be released).
 /// Returns {'seed'} | {'budget', scope, remaining} | {'tokens', kind, units or used}
 /// | {'ok', id, over, committed, reserved, tpm units (-1: none)}.
 pub const RESERVE: &str = concat!(
@@ -87,7 +88,7 @@ if tpm >= 0 then
   units = units - est * 60000
   redis.call('HSET', b, 'tu', s(units))
 end
-local id = redis.call('HINCRBY', b, 'id', 1)
+local id = ARGV[18]
 redis.call('HINCRBY', m, 'r', ARGV[5])
 redis.call('HINCRBY', m, kr, ARGV[5])
 redis.call('HINCRBY', m, fr, ARGV[5])
@@ -97,7 +98,7 @@ redis.call('HSET', h, id, table.concat({ARGV[5], ARGV[12], ARGV[3], ARGV[2], ARG
 redis.call('ZADD', x, ARGV[4], id)
 for _, key in ipairs({m, b, h, x}) do redis.call('PEXPIRE', key, ARGV[17]) end
 local totals = redis.call('HMGET', m, 'c', 'r')
-return {'ok', s(id), over, s(n(totals[1])), s(n(totals[2])), s(units)}
+return {'ok', id, over, s(n(totals[1])), s(n(totals[2])), s(units)}
 "
 );
 

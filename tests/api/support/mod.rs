@@ -38,6 +38,7 @@ pub struct TestSetup {
     tiers: Vec<String>,
     prices: BTreeMap<String, (String, String, String)>,
     cache_write_prices: BTreeMap<String, String>,
+    price_extras: BTreeMap<String, String>,
     extra_providers: Vec<String>,
     env: HashMap<String, String>,
     clock: Option<Arc<ManualClock>>,
@@ -59,6 +60,7 @@ impl TestSetup {
             tiers: Vec::new(),
             prices: BTreeMap::new(),
             cache_write_prices: BTreeMap::new(),
+            price_extras: BTreeMap::new(),
             extra_providers: Vec::new(),
             env,
             clock: None,
@@ -96,6 +98,12 @@ impl TestSetup {
             target.to_owned(),
             (input.into(), cached.into(), output.into()),
         );
+        self
+    }
+
+    /// More lines of a target's `[[prices]]` entry (`encoding = …`, `long_context = {…}`).
+    pub fn price_extra(mut self, target: &str, toml: &str) -> Self {
+        self.price_extras.insert(target.to_owned(), toml.to_owned());
         self
     }
 
@@ -148,6 +156,18 @@ impl TestSetup {
         self
     }
 
+    /// The `[storage]` lines. Tests share two cores with many gateways: a
+    /// healthy Redis call can take longer than the production default of
+    /// 100 ms there, so tests that do not set `redis_timeout_ms` get 1 s.
+    fn storage_lines(&self) -> Vec<String> {
+        let mut lines = self.storage.clone();
+        let has = |key: &str| lines.iter().any(|l| l.starts_with(key));
+        if has("redis_url") && !has("redis_timeout_ms") {
+            lines.push("redis_timeout_ms = 1000".to_owned());
+        }
+        lines
+    }
+
     /// Quotas shared through `redis_url` by `replicas` replicas.
     pub fn redis(self, url: &str, replicas: u32) -> Self {
         self.storage(&format!("redis_url = \"{url}\""))
@@ -187,7 +207,7 @@ timeout_ms = 5000
 "#,
             body_limit = self.body_limit_bytes,
             listen = self.listen,
-            storage = self.storage.join("\n"),
+            storage = self.storage_lines().join("\n"),
         );
         for provider in &self.extra_providers {
             text.push_str(
@@ -232,6 +252,9 @@ timeout_ms = 5000
             );
             if let Some(write) = self.cache_write_prices.get(&target) {
                 let _ = writeln!(text, "cache_write = \"{write}\"");
+            }
+            if let Some(extra) = self.price_extras.get(&target) {
+                let _ = writeln!(text, "{extra}");
             }
         }
         text
