@@ -105,6 +105,11 @@ impl EventId {
     pub fn generate() -> EventId {
         EventId(uuid::Uuid::now_v7())
     }
+
+    /// Reads the form `Display` writes (the journal stores ids as text).
+    pub fn parse(text: &str) -> Option<EventId> {
+        uuid::Uuid::try_parse(text).ok().map(EventId)
+    }
 }
 
 impl fmt::Display for EventId {

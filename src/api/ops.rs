@@ -18,6 +18,13 @@ pub async fn readyz(gw: web::Data<Gateway>) -> HttpResponse {
         "status": if database { "ready" } else { "unavailable" },
         "database": if database { "ok" } else { "unreachable" },
         "ledger_backlog_events": backlog,
+        "ledger": {
+            "backlog_events": backlog,
+            "max_backlog_events": gw.ledger.max_backlog(),
+            "backlog_full": gw.ledger.is_saturated(),
+            "journal": gw.ledger.journal().is_some(),
+            "in_flight_attempts": gw.ledger.journal().map_or(0, |j| j.open_reserves()),
+        },
     });
     if database {
         HttpResponse::Ok().json(body)

@@ -1,10 +1,16 @@
 //! LedgerActor: one per process, on its own arbiter so database writes never
 //! share a thread with quota decisions. Every database write runs inside
 //! `ctx.wait`, so writes are serialized and an awaited `Flush` returns only
-//! once every event recorded before it is in the database.
+//! once every event recorded before it is in the database. Events arrive in
+//! journal order (the journal hands them over under its lock) and leave in
+//! that order, so after each committed batch "every settle up to its last
+//! sequence is in the database" holds and is written as the checkpoint.
+//! A failed write keeps its batch and is retried with backoff; the journal
+//! keeps the events safe meanwhile.
 
+use std::borrow::Borrow;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -14,7 +20,13 @@ use super::batch::Batch;
 use super::event::UsageEvent;
 use super::repo;
 use crate::clock::SharedClock;
+use crate::config::{LedgerConfig, OnBacklogFull};
+use crate::journal::Journal;
+use crate::provider::retry::RetryPolicy;
 use crate::telemetry::metrics::{Metric, as_gauge, counter_add, gauge_set, observe, observe_ms};
+
+/// The longest wait between two tries of a database that keeps failing.
+const MAX_RETRY_DELAY_MS: u64 = 5_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
@@ -24,9 +36,22 @@ pub enum LedgerError {
     Database(String),
 }
 
+/// An event and its journal sequence number (0 when there is no journal).
+#[derive(Debug)]
+pub struct Journaled {
+    pub seq: u64,
+    pub event: UsageEvent,
+}
+
+impl Borrow<UsageEvent> for Journaled {
+    fn borrow(&self) -> &UsageEvent {
+        &self.event
+    }
+}
+
 #[derive(Message)]
 #[rtype(result = "()")]
-struct Record(UsageEvent);
+struct Record(Journaled);
 
 /// Writes every event recorded so far; replies once they are in the database.
 #[derive(Message)]
@@ -36,14 +61,22 @@ struct Flush;
 pub struct LedgerActor {
     db: DatabaseConnection,
     clock: SharedClock,
-    batch: Batch,
+    batch: Batch<Journaled>,
     flush_interval: Duration,
     /// Shared with the handle: events recorded and not yet in the database.
     backlog: Arc<AtomicUsize>,
+    journal: Option<Arc<Journal>>,
+    retry: RetryPolicy,
+    /// Consecutive failed writes; batch writes wait until `retry_at_ms`.
+    failures: u32,
+    retry_at_ms: u64,
 }
 
 impl LedgerActor {
     fn write_batch(&mut self, ctx: &mut Context<Self>) {
+        if self.clock.now_ms() < self.retry_at_ms {
+            return;
+        }
         let events = self.batch.take();
         if events.is_empty() {
             return;
@@ -60,23 +93,35 @@ impl LedgerActor {
         }));
     }
 
-    fn after_write(&mut self, events: Vec<UsageEvent>, result: Result<(), String>) {
+    fn after_write(&mut self, events: Vec<Journaled>, result: Result<(), String>) {
         match result {
             Ok(()) => {
+                self.failures = 0;
+                self.retry_at_ms = 0;
                 let n = events.len();
                 self.backlog.fetch_sub(n, Ordering::SeqCst);
                 let rows = u64::try_from(n).unwrap_or(u64::MAX);
                 counter_add(Metric::LedgerEventsFlushed, &[], rows);
                 observe(Metric::LedgerBatchRows, &[], as_gauge(n));
                 let now = self.clock.now_ms();
-                if let Some(oldest) = events.iter().map(|e| e.created_at_ms).min() {
+                if let Some(oldest) = events.iter().map(|e| e.event.created_at_ms).min() {
                     observe_ms(Metric::LedgerLagSeconds, &[], now.saturating_sub(oldest));
+                }
+                let upto = events.iter().map(|e| e.seq).max().unwrap_or(0);
+                if let (Some(journal), true) = (&self.journal, upto > 0) {
+                    journal.checkpoint(upto);
                 }
             }
             Err(error) => {
-                tracing::warn!(error = %error, events = events.len(), "Ledger write failed; keeping the batch for the next flush.");
-                counter_add(Metric::LedgerWriteErrors, &[], 1);
+                self.failures = self.failures.saturating_add(1);
+                let delay = self
+                    .retry
+                    .delay(self.failures + 1, None, RetryPolicy::random_jitter());
                 let now = self.clock.now_ms();
+                self.retry_at_ms =
+                    now.saturating_add(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
+                tracing::warn!(error = %error, events = events.len(), backlog = self.backlog.load(Ordering::SeqCst), retry_in_ms = delay.as_millis(), "Ledger write failed; keeping the batch and retrying.");
+                counter_add(Metric::LedgerWriteErrors, &[], 1);
                 self.batch.restore(events, now);
             }
         }
@@ -116,6 +161,8 @@ impl Handler<Flush> for LedgerActor {
     type Result = AtomicResponse<Self, Result<(), LedgerError>>;
 
     fn handle(&mut self, _msg: Flush, _ctx: &mut Context<Self>) -> Self::Result {
+        // An explicit flush tries at once, whatever the backoff says.
+        self.retry_at_ms = 0;
         let mut chunks = Vec::new();
         while !self.batch.is_empty() {
             chunks.push(self.batch.take());
@@ -140,9 +187,11 @@ impl Handler<Flush> for LedgerActor {
         };
         AtomicResponse::new(Box::pin(fut.into_actor(self).map(|outcomes, act, _ctx| {
             let mut first_error = None;
-            for (chunk, result) in outcomes {
+            // Last chunk first: each failed chunk goes back in front of the batch,
+            // so restoring in reverse keeps journal order (the checkpoint relies on it).
+            for (chunk, result) in outcomes.into_iter().rev() {
                 if let Err(e) = &result {
-                    first_error.get_or_insert_with(|| e.clone());
+                    first_error = Some(e.clone());
                 }
                 act.after_write(chunk, result);
             }
@@ -157,6 +206,10 @@ pub struct LedgerHandle {
     addr: Addr<LedgerActor>,
     backlog: Arc<AtomicUsize>,
     max_backlog: usize,
+    on_full: OnBacklogFull,
+    journal: Option<Arc<Journal>>,
+    /// Set while the backlog is full, so `continue` logs once per episode.
+    full_logged: Arc<AtomicBool>,
 }
 
 impl LedgerHandle {
@@ -164,42 +217,124 @@ impl LedgerHandle {
     pub fn start(
         db: DatabaseConnection,
         clock: SharedClock,
-        max_batch_rows: usize,
-        flush_interval_ms: u64,
-        max_backlog: usize,
+        config: &LedgerConfig,
+        journal: Option<Arc<Journal>>,
     ) -> LedgerHandle {
         let backlog = Arc::new(AtomicUsize::new(0));
         let shared = backlog.clone();
         let arbiter = Arbiter::new();
+        let flush_interval_ms = config.flush_interval_ms.max(1);
+        let max_batch_rows = config.max_batch_rows;
+        let actor_journal = journal.clone();
         let addr = LedgerActor::start_in_arbiter(&arbiter.handle(), move |_ctx| LedgerActor {
             db,
             clock,
             batch: Batch::new(max_batch_rows),
-            flush_interval: Duration::from_millis(flush_interval_ms.max(1)),
+            flush_interval: Duration::from_millis(flush_interval_ms),
             backlog: shared,
+            journal: actor_journal,
+            retry: RetryPolicy {
+                max_attempts: u32::MAX,
+                base_delay_ms: flush_interval_ms,
+                max_delay_ms: MAX_RETRY_DELAY_MS.max(flush_interval_ms),
+            },
+            failures: 0,
+            retry_at_ms: 0,
         });
         LedgerHandle {
             addr,
             backlog,
-            max_backlog,
+            max_backlog: config.max_backlog_events,
+            on_full: config.on_backlog_full,
+            journal,
+            full_logged: Arc::new(AtomicBool::new(false)),
         }
     }
 
-    /// Hands an event over. Delivery is unconditional: the upstream call already
+    /// Hands an event over: journaled (one write to the OS) and then queued
+    /// for the database. Delivery is unconditional: the upstream call already
     /// happened, so dropping its row would lose money. The bound is kept at
-    /// admission instead (`is_saturated`).
+    /// admission instead (`admit_paid`).
     pub fn record(&self, event: UsageEvent) {
-        self.backlog.fetch_add(1, Ordering::SeqCst);
-        self.addr.do_send(Record(event));
+        match &self.journal {
+            Some(journal) => journal.append_settle(event, |event, seq| self.deliver(event, seq)),
+            None => self.deliver(event, 0),
+        }
     }
 
-    /// Too many events wait for the database; new paid requests should be refused.
+    fn deliver(&self, event: UsageEvent, seq: u64) {
+        self.backlog.fetch_add(1, Ordering::SeqCst);
+        // Unbounded on purpose (see `record`); the backlog bound limits what reaches here.
+        self.addr.do_send(Record(Journaled { seq, event }));
+    }
+
+    /// Journals an attempt about to be sent upstream; `orphan` is its row if
+    /// the process dies before the attempt's own row is recorded. Returns once
+    /// the record is as durable as `ledger.fsync` makes it.
+    pub async fn reserve(&self, orphan: &UsageEvent, deadline_ms: u64) {
+        if let Some(journal) = &self.journal {
+            journal.append_reserve(orphan, deadline_ms).await;
+        }
+    }
+
+    /// Whether a new paid request may go ahead, per `ledger.on_backlog_full`.
+    pub fn admit_paid(&self) -> bool {
+        if !self.is_saturated() {
+            if self.full_logged.load(Ordering::Relaxed) {
+                self.full_logged.store(false, Ordering::Relaxed);
+                tracing::info!(
+                    backlog = self.backlog(),
+                    "Ledger backlog below its bound again."
+                );
+            }
+            return true;
+        }
+        let first = !self.full_logged.swap(true, Ordering::Relaxed);
+        match self.on_full {
+            OnBacklogFull::Refuse => {
+                counter_add(Metric::LedgerBacklogFullTotal, &[("action", "refused")], 1);
+                if first {
+                    tracing::error!(
+                        backlog = self.backlog(),
+                        max = self.max_backlog,
+                        "Ledger backlog full; refusing new paid requests until the database catches up."
+                    );
+                }
+                false
+            }
+            OnBacklogFull::Continue => {
+                counter_add(
+                    Metric::LedgerBacklogFullTotal,
+                    &[("action", "continued")],
+                    1,
+                );
+                if first {
+                    tracing::error!(
+                        backlog = self.backlog(),
+                        max = self.max_backlog,
+                        "Ledger backlog full; serving on (ledger.on_backlog_full = continue), the journal holds the rows."
+                    );
+                }
+                true
+            }
+        }
+    }
+
+    /// At least `ledger.max_backlog_events` events wait for the database.
     pub fn is_saturated(&self) -> bool {
         self.backlog.load(Ordering::SeqCst) >= self.max_backlog
     }
 
     pub fn backlog(&self) -> usize {
         self.backlog.load(Ordering::SeqCst)
+    }
+
+    pub fn max_backlog(&self) -> usize {
+        self.max_backlog
+    }
+
+    pub fn journal(&self) -> Option<&Arc<Journal>> {
+        self.journal.as_ref()
     }
 
     pub async fn flush(&self) -> Result<(), LedgerError> {

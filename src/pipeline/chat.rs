@@ -14,6 +14,7 @@ use super::context::{RequestContext, RequestMeter};
 use crate::clock::{elapsed_ms, monotonic};
 use crate::config::{Route, Target};
 use crate::error::{ApiError, ErrorCode};
+use crate::ids::EventId;
 use crate::ledger::{AttemptStatus, UsageKind};
 use crate::money::Nanos;
 use crate::openai::chat::ChatRequest;
@@ -102,14 +103,6 @@ pub async fn handle_chat(
         .with_retry_after(rate.retry_after_ms.div_ceil(1000));
         return Err(with_rate_headers(error, &rate));
     }
-    if gw.ledger.is_saturated() {
-        return Err(ApiError::new(
-            ErrorCode::Overloaded,
-            "the usage ledger is behind; try again shortly",
-        )
-        .with_retry_after(1));
-    }
-
     let cache_key = (route.cache_ttl_ms > 0 && !request.stream())
         .then(|| CacheKey::new(ctx.tenant.id.as_str(), route.name.as_str(), body));
     if let Some(key) = &cache_key {
@@ -119,6 +112,15 @@ pub async fn handle_chat(
             return Ok(serve_from_cache(gw, ctx, route, rate, hit));
         }
         counter_add(Metric::CacheRequestsTotal, &labels("miss"), 1);
+    }
+
+    // A cache hit costs nothing, so only paid requests wait for a full ledger to drain.
+    if !gw.ledger.admit_paid() {
+        return Err(ApiError::new(
+            ErrorCode::Overloaded,
+            "the usage ledger is behind; try again shortly",
+        )
+        .with_retry_after(1));
     }
 
     let input_tokens = gw.estimator.estimate_chat_input(request.body());
@@ -367,6 +369,15 @@ impl Dispatch<'_> {
                     }
                 };
                 attempt_number += 1;
+                let event_id = record::reserve(
+                    self.gw,
+                    self.ctx,
+                    self.route.name.as_str(),
+                    reserved,
+                    target,
+                    attempt_number,
+                )
+                .await;
                 let headers = CallHeaders {
                     traceparent: self.ctx.traceparent.as_deref(),
                 };
@@ -394,6 +405,7 @@ impl Dispatch<'_> {
                     attempt_number,
                     latency_ms,
                 );
+                row.event_id = event_id;
                 if let Ok(Opened::Complete(reply)) = &result {
                     row.upstream_status = Some(reply.status.as_u16());
                 }
@@ -429,6 +441,7 @@ impl Dispatch<'_> {
                                 ];
                                 observe_ms(Metric::UpstreamTtftSeconds, &labels, ttft_ms);
                                 let stream = StreamStart {
+                                    event_id,
                                     permit,
                                     first,
                                     body,
@@ -629,6 +642,7 @@ impl Dispatch<'_> {
             translator: Adapter::for_provider(provider)
                 .translator(&target.model, self.request.include_usage()),
             reservation,
+            event_id: stream.event_id,
             permit: stream.permit,
             started: stream.started,
             ttft_ms: stream.ttft_ms,
@@ -639,6 +653,8 @@ impl Dispatch<'_> {
 
 /// A stream whose first chunk arrived: from here on there is no failover.
 struct StreamStart {
+    /// The attempt's journal reserve.
+    event_id: EventId,
     permit: Permit,
     first: Bytes,
     body: UpstreamBody,

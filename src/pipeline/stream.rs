@@ -18,6 +18,7 @@ use super::record::{self, AttemptRow};
 use super::sse::SseSplitter;
 use crate::clock::{elapsed_ms, monotonic};
 use crate::config::{OnClientDisconnect, Provider, Target};
+use crate::ids::EventId;
 use crate::ledger::{AttemptStatus, UsageKind};
 use crate::pricing::{self, Usage};
 use crate::provider::actor::{Permit, Verdict};
@@ -46,6 +47,8 @@ pub struct Relay {
     /// Upstream events → the caller's OpenAI chunks (usage chunk only if asked for).
     pub translator: Translator,
     pub reservation: ReservationGuard,
+    /// The attempt's journal reserve; its row settles it.
+    pub event_id: EventId,
     pub permit: Permit,
     pub started: std::time::Instant,
     pub ttft_ms: u64,
@@ -209,6 +212,7 @@ impl Relay {
             self.attempt,
             elapsed_ms(self.started),
         );
+        row.event_id = self.event_id;
         row.status = status;
         row.upstream_status = Some(200);
         row.usage = usage;

@@ -6,6 +6,7 @@
 
 mod logs;
 pub mod postgres;
+pub mod process;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -43,6 +44,7 @@ pub struct TestSetup {
     listen: String,
     raw: Vec<String>,
     cache_ttl_ms: BTreeMap<String, u64>,
+    ledger: Vec<String>,
 }
 
 impl TestSetup {
@@ -63,6 +65,7 @@ impl TestSetup {
             listen: "127.0.0.1:0".to_owned(),
             raw: Vec::new(),
             cache_ttl_ms: BTreeMap::new(),
+            ledger: Vec::new(),
         }
     }
 
@@ -119,6 +122,12 @@ impl TestSetup {
         self
     }
 
+    /// One more `key = value` line of the `[ledger]` table.
+    pub fn ledger(mut self, line: &str) -> Self {
+        self.ledger.push(line.to_owned());
+        self
+    }
+
     pub fn listen(mut self, addr: std::net::SocketAddr) -> Self {
         self.listen = addr.to_string();
         self
@@ -143,7 +152,7 @@ impl TestSetup {
         self
     }
 
-    fn toml(&self, database_url: &str, fake_url: &str, anthropic_url: &str) -> String {
+    fn toml(&self, dir: &Path, database_url: &str, fake_url: &str, anthropic_url: &str) -> String {
         let mut text = format!(
             r#"
 [server]
@@ -158,6 +167,7 @@ sync_interval_ms = 100
 currency = "CNY"
 [ledger]
 flush_interval_ms = 50
+journal_dir = "{journal_dir}"
 [providers.primary]
 kind = "openai"
 base_url = "{fake_url}"
@@ -170,7 +180,11 @@ timeout_ms = 5000
 "#,
             body_limit = self.body_limit_bytes,
             listen = self.listen,
+            journal_dir = dir.join("journal").display(),
         );
+        for line in &self.ledger {
+            text = text.replacen("[ledger]\n", &format!("[ledger]\n{line}\n"), 1);
+        }
         for provider in &self.extra_providers {
             text.push_str(
                 &provider
@@ -293,7 +307,11 @@ fn write_config_with(
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tollgate.toml");
     let database_url = Backend::selected().fresh_database_url(dir.path());
-    std::fs::write(&path, setup.toml(&database_url, fake_url, anthropic_url)).unwrap();
+    std::fs::write(
+        &path,
+        setup.toml(dir.path(), &database_url, fake_url, anthropic_url),
+    )
+    .unwrap();
     (dir, path)
 }
 
@@ -483,6 +501,28 @@ impl TestApp {
         assert_eq!(reply.status, 200, "{}", reply.raw);
         reply.body
     }
+}
+
+/// Polls `check` with backoff until it holds; fails naming `what` after `timeout`.
+pub async fn wait_until(mut check: impl FnMut() -> bool, timeout: std::time::Duration, what: &str) {
+    let started = tollgate::clock::monotonic();
+    let mut pause = std::time::Duration::from_millis(5);
+    while !check() {
+        assert!(
+            started.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        actix_rt::time::sleep(pause).await;
+        pause = (pause * 2).min(std::time::Duration::from_millis(200));
+    }
+}
+
+/// The value of one series in a Prometheus text exposition (0 if absent).
+pub fn metric_value(exposition: &str, series: &str) -> u64 {
+    exposition
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .map_or(0, |v| v.trim().parse().unwrap())
 }
 
 /// Real time now, for a manual clock that starts in the present month.
