@@ -1118,6 +1118,36 @@ mod tests {
     }
 
     #[test]
+    fn the_journal_lives_next_to_a_sqlite_file_unless_configured() {
+        let with_db = |url: &str| {
+            let env = env(&[(KEY_PEPPER_ENV, "pepper"), (DATABASE_URL_ENV, url)]);
+            Config::from_toml(BASE, &env).unwrap().journal_dir()
+        };
+        assert_eq!(
+            with_db("sqlite:///var/lib/tollgate/t.db?mode=rwc"),
+            Some(std::path::PathBuf::from("/var/lib/tollgate/journal"))
+        );
+        assert_eq!(
+            with_db("sqlite://t.db?mode=rwc"),
+            Some(std::path::PathBuf::from("journal"))
+        );
+        assert_eq!(with_db("sqlite::memory:"), None);
+        assert_eq!(
+            with_db("postgres://u@db/tollgate"),
+            Some(std::path::PathBuf::from("tollgate-journal"))
+        );
+        let text = format!("{BASE}\n[ledger]\njournal_dir = \"/srv/j\"\nfsync = \"interval\"\n");
+        let config = Config::from_toml(&text, &pepper()).unwrap();
+        assert_eq!(
+            config.journal_dir(),
+            Some(std::path::PathBuf::from("/srv/j"))
+        );
+        assert_eq!(config.ledger.fsync, FsyncMode::Interval);
+        let text = format!("{BASE}\n[ledger]\nfsync = \"sometimes\"\n");
+        assert!(Config::from_toml(&text, &pepper()).is_err());
+    }
+
+    #[test]
     fn a_target_without_a_price_names_the_entry() {
         let text = BASE.replace("qwen-flash\"\n        input", "qwen-other\"\n        input");
         let error = Config::from_toml(&text, &pepper()).unwrap_err().to_string();

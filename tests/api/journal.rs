@@ -588,3 +588,78 @@ async fn with_on_backlog_full_continue_a_full_backlog_only_alerts() {
     drop(app);
     blocking(move || drop(pg)).await;
 }
+
+#[actix_web::test]
+async fn a_caller_that_leaves_mid_call_still_leaves_one_row_for_the_upstream_call() {
+    let app = spawn_app(
+        TestSetup::new()
+            .route("slow", &["primary/usage-10-0-10+delay-1500ms"])
+            .tier("free", &["slow"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let impatient = awc::Client::builder()
+        .timeout(Duration::from_millis(300))
+        .finish();
+    let left = impatient
+        .post(format!("{}/v1/chat/completions", app.base_url))
+        .insert_header(("authorization", format!("Bearer {key}")))
+        .send_json(&chat_body("slow"))
+        .await;
+    assert!(left.is_err(), "the caller was meant to give up first");
+    let mut rows = Vec::new();
+    for _ in 0..50 {
+        rows = app.ledger_rows(&tenant).await;
+        if !rows.is_empty() && app.fake.stats.requests() == 1 {
+            break;
+        }
+        actix_rt::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(app.fake.stats.requests(), 1);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let journal = app.gateway.ledger.journal().unwrap();
+    assert_eq!(journal.open_reserves(), 0);
+    let committed =
+        Nanos::parse_decimal(app.budget(&tenant).await["committed"].as_str().unwrap()).unwrap();
+    // The handler ran on after its caller left: the row is the call's own, settled.
+    assert_eq!(
+        (rows[0].status.as_str(), rows[0].charged_nanos),
+        ("ok", 100_000)
+    );
+    assert_eq!(committed.to_db(), rows[0].charged_nanos);
+}
+
+#[actix_web::test]
+async fn every_fsync_mode_keeps_what_reached_the_os() {
+    for fsync in [FsyncMode::Batch, FsyncMode::Interval, FsyncMode::Off] {
+        let dir = tempfile::tempdir().unwrap();
+        let options = JournalOptions {
+            fsync,
+            ..options(dir.path(), 64 * 1024 * 1024)
+        };
+        let (journal, _) = Journal::open(&options).unwrap();
+        let settled = event("t", "done", AttemptStatus::Ok, 7);
+        journal.append_reserve(&orphan_of(&settled), 0).await;
+        journal.append_settle(settled.clone(), |_, _| {});
+        let open = event("t", "open", AttemptStatus::Ok, 0);
+        journal.append_reserve(&orphan_of(&open), 0).await;
+        // Another process can hold the directory only once this one let go.
+        assert!(Journal::open(&options).is_err(), "{fsync:?}");
+        drop(journal);
+        let (_journal, recovered) = Journal::open(&options).unwrap();
+        let replayed: Vec<(&str, AttemptStatus)> = recovered
+            .events
+            .iter()
+            .map(|e| (e.request_id.as_str(), e.status))
+            .collect();
+        assert_eq!(
+            replayed,
+            [
+                ("done", AttemptStatus::Ok),
+                ("open", AttemptStatus::Orphaned)
+            ],
+            "{fsync:?}"
+        );
+        assert_eq!(recovered.events[0].event_id, settled.event_id, "{fsync:?}");
+    }
+}
