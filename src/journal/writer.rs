@@ -120,8 +120,9 @@ impl Journal {
     }
 
     /// Appends a ledger row and, under the same lock, hands it on with its
-    /// sequence number: hand-overs happen in sequence order.
-    pub fn append_settle(&self, event: UsageEvent, deliver: impl FnOnce(UsageEvent, u64)) {
+    /// sequence number: hand-overs happen in sequence order. Returns the
+    /// sequence number, for `wait_durable`.
+    pub fn append_settle(&self, event: UsageEvent, deliver: impl FnOnce(UsageEvent, u64)) -> u64 {
         let record = Record::Settle {
             event: EventRecord::from(&event),
         };
@@ -136,6 +137,12 @@ impl Journal {
         inner.open.remove(&event.event_id);
         let seq = inner.append(&record);
         deliver(event, seq);
+        seq
+    }
+
+    /// Returns once record `seq` is on disk (`batch`), at once in the other modes.
+    pub async fn wait_durable(&self, seq: u64) {
+        self.syncer.wait(seq).await;
     }
 
     /// Appends the reserve of an attempt about to be sent: `orphan` is the row
@@ -161,7 +168,7 @@ impl Journal {
             );
             inner.append_payload(&payload)
         };
-        self.syncer.wait(seq).await;
+        self.wait_durable(seq).await;
     }
 
     /// Every settle up to `upto` is in the database: segments wholly below it go.

@@ -256,10 +256,25 @@ impl LedgerHandle {
     /// happened, so dropping its row would lose money. The bound is kept at
     /// admission instead (`admit_paid`).
     pub fn record(&self, event: UsageEvent) {
-        match &self.journal {
-            Some(journal) => journal.append_settle(event, |event, seq| self.deliver(event, seq)),
-            None => self.deliver(event, 0),
+        self.append(event);
+    }
+
+    /// `record`, then waits until the row is as durable as `ledger.fsync`
+    /// makes it (group commit in `batch` mode). Dropping the future after the
+    /// call began loses nothing: the row was recorded before the first await.
+    pub async fn record_durable(&self, event: UsageEvent) {
+        let seq = self.append(event);
+        if let Some(journal) = &self.journal {
+            journal.wait_durable(seq).await;
         }
+    }
+
+    fn append(&self, event: UsageEvent) -> u64 {
+        if let Some(journal) = &self.journal {
+            return journal.append_settle(event, |event, seq| self.deliver(event, seq));
+        }
+        self.deliver(event, 0);
+        0
     }
 
     fn deliver(&self, event: UsageEvent, seq: u64) {

@@ -109,7 +109,7 @@ pub async fn handle_chat(
         let labels = |result| [("route", route.name.as_str()), ("result", result)];
         if let Some(hit) = gw.cache.get(key, gw.clock.now_ms()) {
             counter_add(Metric::CacheRequestsTotal, &labels("hit"), 1);
-            return Ok(serve_from_cache(gw, ctx, route, rate, hit));
+            return Ok(serve_from_cache(gw, ctx, route, rate, hit).await);
         }
         counter_add(Metric::CacheRequestsTotal, &labels("miss"), 1);
     }
@@ -168,7 +168,7 @@ pub async fn handle_chat(
 }
 
 /// A cache hit: no upstream call, no reservation, no charge; still a ledger row.
-fn serve_from_cache(
+async fn serve_from_cache(
     gw: &Gateway,
     ctx: &RequestContext,
     route: &Route,
@@ -179,7 +179,7 @@ fn serve_from_cache(
     row.status = AttemptStatus::CacheHit;
     row.usage = hit.usage;
     row.usage_kind = UsageKind::Reported;
-    record::record(gw, ctx, route.name.as_str(), Nanos::ZERO, row);
+    record::record(gw, ctx, route.name.as_str(), Nanos::ZERO, row).await;
     ChatOutcome {
         provider: hit.provider,
         model: hit.model,
@@ -477,7 +477,8 @@ impl Dispatch<'_> {
                         permit.finish(Verdict::Healthy);
                         row.status = AttemptStatus::ClientError;
                         row.error = Some(snippet(&reply.body));
-                        record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row);
+                        record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row)
+                            .await;
                         reservation.release();
                         let status = StatusCode::from_u16(reply.status.as_u16())
                             .unwrap_or(StatusCode::BAD_REQUEST);
@@ -487,7 +488,8 @@ impl Dispatch<'_> {
                         permit.finish(Verdict::Abandoned);
                         row.status = AttemptStatus::LocalError;
                         row.error = Some(error.to_string());
-                        record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row);
+                        record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row)
+                            .await;
                         reservation.release();
                         return Err(ApiError::new(
                             ErrorCode::ProviderMisconfigured,
@@ -511,7 +513,8 @@ impl Dispatch<'_> {
                         };
                         tracing::warn!(provider = %target.provider, request_id = %self.ctx.request_id, error = %message, "Upstream attempt failed; failing over.");
                         row.error = Some(message.clone());
-                        record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row);
+                        record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row)
+                            .await;
                         last_failure = Some(message);
                         last_failed_provider = Some(target.provider.to_string());
                         let policy = handle.retry_policy();
@@ -613,7 +616,7 @@ impl Dispatch<'_> {
                 .saturating_add(self.route.cache_ttl_ms);
             self.gw.cache.put(key, cached, expires);
         }
-        record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row);
+        record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row).await;
         OutcomeBody::Complete {
             body: reply.body,
             cost,

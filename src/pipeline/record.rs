@@ -54,8 +54,17 @@ impl AttemptRow {
     }
 }
 
-pub fn record(gw: &Gateway, ctx: &RequestContext, route: &str, reserved: Nanos, row: AttemptRow) {
-    gw.ledger.record(event(gw, ctx, route, reserved, row));
+/// Records the attempt's row; returns once it is durable (`ledger.fsync`).
+pub async fn record(
+    gw: &Gateway,
+    ctx: &RequestContext,
+    route: &str,
+    reserved: Nanos,
+    row: AttemptRow,
+) {
+    gw.ledger
+        .record_durable(event(gw, ctx, route, reserved, row))
+        .await;
 }
 
 /// Journals an attempt about to be sent upstream, before it is sent. If the
