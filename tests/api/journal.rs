@@ -346,6 +346,24 @@ async fn kill_9_under_load_leaves_exactly_one_row_per_upstream_call() {
         assert!(row.error.as_deref().unwrap().contains("reconcile"));
     }
 
+    // Those orphans are the restart's replay, nothing else.
+    let metrics = awc::Client::default()
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .body()
+        .await
+        .unwrap();
+    let metrics = String::from_utf8_lossy(&metrics);
+    assert_eq!(
+        metric_value(
+            &metrics,
+            "tollgate_journal_replayed_events_total{kind=\"orphan\"}"
+        ),
+        orphaned as u64
+    );
+
     // The restarted gateway's committed spend is the ledger's sum.
     let budget: Value = awc::Client::default()
         .get(format!("http://{addr}/admin/v1/tenants/{tenant}/budget"))
