@@ -489,6 +489,14 @@ async fn a_database_outage_fills_the_backlog_then_refuses_then_backfills_every_r
         })
         .await
     };
+    // The journal buffers: the gateway stays in the load balancer's pool.
+    let (status, body) = readyz(&app).await;
+    assert_eq!(
+        (status, &body["status"]),
+        (200, &json!("degraded")),
+        "{body}"
+    );
+    assert_eq!(body["database"], "unreachable");
     // Quota decisions never wait on the ledger's database: traffic flows, streams too.
     for i in 0..8 {
         let reply = if i % 4 == 3 {
@@ -506,8 +514,11 @@ async fn a_database_outage_fills_the_backlog_then_refuses_then_backfills_every_r
     )
     .await;
     let (status, body) = readyz(&app).await;
-    assert_eq!(status, 503);
-    assert_eq!(body["database"], "unreachable");
+    assert_eq!(
+        (status, &body["status"]),
+        (503, &json!("unavailable")),
+        "{body}"
+    );
     assert_eq!(body["ledger"]["backlog_events"], 8);
     assert_eq!(body["ledger"]["backlog_full"], true);
 
@@ -581,6 +592,13 @@ async fn with_on_backlog_full_continue_a_full_backlog_only_alerts() {
         assert_eq!(reply.status, 200, "{}", reply.raw);
     }
     assert_eq!(app.gateway.ledger.backlog(), 5);
+    let (status, body) = readyz(&app).await;
+    assert_eq!(
+        (status, &body["status"]),
+        (200, &json!("degraded")),
+        "{body}"
+    );
+    assert_eq!(body["ledger"]["backlog_full"], true);
     let metrics = app.get("/metrics", "").await.raw;
     assert!(
         metric_value(
