@@ -364,6 +364,17 @@ async fn kill_9_under_load_leaves_exactly_one_row_per_upstream_call() {
         orphaned as u64
     );
 
+    // The ledger checkpointed its committed batches: only rows past the last
+    // checkpoint were replayed, not every settled one.
+    let replayed_settles = metric_value(
+        &metrics,
+        "tollgate_journal_replayed_events_total{kind=\"settle\"}",
+    );
+    assert!(
+        replayed_settles < settled as u64,
+        "{replayed_settles} of {settled}"
+    );
+
     // The restarted gateway's committed spend is the ledger's sum.
     let budget: Value = awc::Client::default()
         .get(format!("http://{addr}/admin/v1/tenants/{tenant}/budget"))
@@ -698,4 +709,33 @@ async fn every_fsync_mode_keeps_what_reached_the_os() {
         );
         assert_eq!(recovered.events[0].event_id, settled.event_id, "{fsync:?}");
     }
+}
+
+#[actix_web::test]
+async fn while_serving_segments_below_the_checkpoint_are_deleted() {
+    let app = spawn_app(
+        TestSetup::new()
+            .route("fast", &["primary/usage-10-0-10"])
+            .tier("free", &["fast"], 100_000, 100)
+            .ledger("journal_segment_bytes = 4096"),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    for _ in 0..40 {
+        assert_eq!(app.chat(&key, &chat_body("fast")).await.status, 200);
+    }
+    // A reserve and a settle per request, ~1 KB each: about twenty segments were written.
+    assert_eq!(app.ledger_rows(&tenant).await.len(), 40);
+    let journal = app.gateway.ledger.journal().unwrap();
+    assert!(journal.segments() <= 2, "{} segments", journal.segments());
+    // Segments are named by their first sequence number: the journal did rotate.
+    let first_seqs: Vec<u64> = std::fs::read_dir(app.dir.path().join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension() == Some("seg".as_ref()))
+        .map(|p| p.file_stem().unwrap().to_str().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(first_seqs.len(), journal.segments());
+    assert!(first_seqs.iter().all(|&seq| seq > 40), "{first_seqs:?}");
+    assert_eq!(journal.open_reserves(), 0);
 }
