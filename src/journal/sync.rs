@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::clock::elapsed_ms;
-use crate::clock::monotonic;
+use crate::clock::{elapsed_ms, monotonic};
 use crate::config::FsyncMode;
 use crate::telemetry::metrics::{Metric, counter_add, observe_ms};
 
@@ -41,10 +40,6 @@ impl Syncer {
             wake: Condvar::new(),
             synced: watch::Sender::new(0),
         }
-    }
-
-    pub fn mode(&self) -> FsyncMode {
-        self.mode
     }
 
     /// Returns once `seq` is on disk (`batch`), at once otherwise.

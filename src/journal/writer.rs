@@ -53,6 +53,10 @@ struct Inner {
     file: Arc<File>,
     current: PathBuf,
     current_bytes: u64,
+    /// Bytes of reserves carried into the current segment when it began: they
+    /// do not count towards its size, or many long streams would rotate it on
+    /// every append.
+    carried_bytes: u64,
     /// Closed segments and the last sequence each holds.
     sealed: Vec<(PathBuf, u64)>,
     last_seq: u64,
@@ -97,6 +101,7 @@ impl Journal {
                 file: Arc::new(file),
                 current,
                 current_bytes: 0,
+                carried_bytes: 0,
                 sealed: Vec::new(),
                 last_seq: recovered.last_seq,
                 open: HashMap::new(),
@@ -231,7 +236,7 @@ impl Inner {
         self.last_seq += 1;
         let seq = self.last_seq;
         self.write_frame(seq, payload);
-        if self.current_bytes >= self.segment_bytes {
+        if self.current_bytes.saturating_sub(self.carried_bytes) >= self.segment_bytes {
             self.rotate();
         }
         seq
@@ -276,6 +281,7 @@ impl Inner {
             let seq = self.last_seq;
             self.write_frame(seq, &payload);
         }
+        self.carried_bytes = self.current_bytes;
     }
 }
 

@@ -173,6 +173,26 @@ async fn checkpoints_delete_old_segments_but_carry_open_reserves_forward() {
 }
 
 #[actix_web::test]
+async fn many_open_reserves_do_not_make_every_append_rotate() {
+    let dir = tempfile::tempdir().unwrap();
+    let (journal, _) = Journal::open(&options(dir.path(), 4096)).unwrap();
+    // Twenty long streams in flight: more than a segment's worth of reserves.
+    for i in 0..20 {
+        let stream = event("t", &format!("stream-{i}"), AttemptStatus::Ok, 0);
+        journal.append_reserve(&orphan_of(&stream), 0).await;
+    }
+    let after_reserves = journal.segments();
+    for i in 0..3 {
+        journal.append_settle(
+            event("t", &format!("r{i}"), AttemptStatus::Ok, 1),
+            |_, _| {},
+        );
+    }
+    assert_eq!(journal.segments(), after_reserves);
+    assert_eq!(journal.open_reserves(), 20);
+}
+
+#[actix_web::test]
 async fn a_torn_tail_is_ignored_and_an_orphan_settled_in_process_is_not_replayed_twice() {
     let dir = tempfile::tempdir().unwrap();
     let options = options(dir.path(), 64 * 1024 * 1024);
