@@ -285,6 +285,7 @@ pub struct LedgerConfig {
     #[serde(default)]
     pub fsync: FsyncMode,
     /// `batch`: how long one sync waits to gather the writers that share it.
+    /// 0: none; writers arriving during a sync share the next one.
     #[serde(default = "default_group_commit_ms")]
     pub group_commit_ms: u64,
     /// `interval`: how often the journal is synced.
@@ -329,7 +330,7 @@ fn default_max_backlog_events() -> usize {
     100_000
 }
 fn default_group_commit_ms() -> u64 {
-    2
+    0
 }
 fn default_fsync_interval_ms() -> u64 {
     100

@@ -95,8 +95,11 @@ fn run<T: SyncTarget>(syncer: &Syncer, target: &Weak<T>, window: Duration) {
                 if !wait_for_writer(syncer) {
                     continue;
                 }
-                // Writers arriving in this window share the sync below.
-                std::thread::sleep(window);
+                // Writers arriving in this window share the sync below; with no
+                // window, those arriving during a sync share the next one.
+                if !window.is_zero() {
+                    std::thread::sleep(window);
+                }
             }
             FsyncMode::Interval => std::thread::sleep(window),
             FsyncMode::Off => return,

@@ -113,12 +113,12 @@ impl Journal {
         });
         let window = match options.fsync {
             FsyncMode::Batch => options.group_commit_ms,
-            FsyncMode::Interval | FsyncMode::Off => options.fsync_interval_ms,
+            FsyncMode::Interval | FsyncMode::Off => options.fsync_interval_ms.max(1),
         };
         Syncer::spawn(
             journal.syncer.clone(),
             Arc::downgrade(&journal),
-            Duration::from_millis(window.max(1)),
+            Duration::from_millis(window),
         )
         .map_err(io)?;
         Ok((journal, recovered))
