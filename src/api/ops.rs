@@ -35,6 +35,7 @@ pub async fn readyz(gw: web::Data<Gateway>) -> HttpResponse {
             "backlog_events": backlog,
             "max_backlog_events": gw.ledger.max_backlog(),
             "backlog_full": full,
+            "journal_only": gw.ledger.journal_only(),
             "journal": buffering,
             "in_flight_attempts": gw.ledger.journal().map_or(0, |j| j.open_reserves()),
         },

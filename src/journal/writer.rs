@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use super::cursor::Cursor;
 use super::frame;
 use super::record::{EventRecord, Record};
 use super::replay::{self, Recovered};
@@ -125,8 +126,9 @@ impl Journal {
     }
 
     /// Appends a ledger row and, under the same lock, hands it on with its
-    /// sequence number: hand-overs happen in sequence order. Returns the
-    /// sequence number, for `wait_durable`.
+    /// sequence number: hand-overs happen in sequence order. A row that did
+    /// not reach the journal is handed on with 0: the ledger must keep it in
+    /// memory, it cannot be read back. Returns that number, for `wait_durable`.
     pub fn append_settle(&self, event: UsageEvent, deliver: impl FnOnce(UsageEvent, u64)) -> u64 {
         let record = Record::Settle {
             event: EventRecord::from(&event),
@@ -140,7 +142,7 @@ impl Journal {
             inner.open.retain(|_, open| open.request_id != request);
         }
         inner.open.remove(&event.event_id);
-        let seq = inner.append(&record);
+        let seq = inner.append(&record).unwrap_or(0);
         deliver(event, seq);
         seq
     }
@@ -171,7 +173,7 @@ impl Journal {
                     payload: payload.clone(),
                 },
             );
-            inner.append_payload(&payload)
+            inner.append_payload(&payload).unwrap_or(0)
         };
         self.wait_durable(seq).await;
     }
@@ -202,6 +204,16 @@ impl Journal {
         remove(segments.iter().cloned());
     }
 
+    /// The last sequence number written: every frame up to it is whole on disk.
+    pub fn last_seq(&self) -> u64 {
+        self.lock().last_seq
+    }
+
+    /// A reader of the settles from `from_seq` on, in order.
+    pub fn cursor(&self, from_seq: u64) -> Cursor {
+        Cursor::new(&self.lock().dir, from_seq)
+    }
+
     /// Attempts sent upstream and not settled yet.
     pub fn open_reserves(&self) -> usize {
         self.lock().open.len()
@@ -225,32 +237,35 @@ impl SyncTarget for Journal {
 }
 
 impl Inner {
-    fn append(&mut self, record: &Record) -> u64 {
-        match encode(record) {
-            Some(payload) => self.append_payload(&payload),
-            None => self.last_seq,
-        }
+    /// The record's sequence number, or `None` if it did not reach the file.
+    fn append(&mut self, record: &Record) -> Option<u64> {
+        let payload = encode(record)?;
+        self.append_payload(&payload)
     }
 
-    fn append_payload(&mut self, payload: &[u8]) -> u64 {
+    fn append_payload(&mut self, payload: &[u8]) -> Option<u64> {
         self.last_seq += 1;
         let seq = self.last_seq;
-        self.write_frame(seq, payload);
+        let written = self.write_frame(seq, payload);
         if self.current_bytes.saturating_sub(self.carried_bytes) >= self.segment_bytes {
             self.rotate();
         }
-        seq
+        written.then_some(seq)
     }
 
-    fn write_frame(&mut self, seq: u64, payload: &[u8]) {
+    fn write_frame(&mut self, seq: u64, payload: &[u8]) -> bool {
         let frame = frame::encode(seq, payload);
         // One write(2) per record: once it returns, a killed process loses nothing.
         match (&*self.file).write_all(&frame) {
-            Ok(()) => self.current_bytes += frame.len() as u64,
+            Ok(()) => {
+                self.current_bytes += frame.len() as u64;
+                true
+            }
             Err(error) => {
                 // The row still goes to the database; only its crash safety is lost.
                 tracing::error!(error = %error, "Journal write failed.");
                 counter_add(Metric::JournalErrorsTotal, &[("op", "write")], 1);
+                false
             }
         }
     }

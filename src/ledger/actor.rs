@@ -21,7 +21,7 @@ use super::event::UsageEvent;
 use super::repo;
 use crate::clock::SharedClock;
 use crate::config::{LedgerConfig, OnBacklogFull};
-use crate::journal::Journal;
+use crate::journal::{Cursor, Journal};
 use crate::provider::retry::RetryPolicy;
 use crate::telemetry::metrics::{Metric, as_gauge, counter_add, gauge_set, observe, observe_ms};
 
@@ -70,6 +70,17 @@ pub struct LedgerActor {
     /// Consecutive failed writes; batch writes wait until `retry_at_ms`.
     failures: u32,
     retry_at_ms: u64,
+    max_batch_rows: usize,
+    /// Rows kept in memory at most; past it the journal alone holds the
+    /// newer ones (`spill`) until the database has caught up.
+    memory_limit: usize,
+    /// Reads back, in order, the rows recorded since memory filled up.
+    spill: Option<Cursor>,
+    /// Shared with the handle: whether a spill is on.
+    spilling: Arc<AtomicBool>,
+    /// Rows up to this sequence were written from the journal: their own
+    /// `Record` messages, still queued, are dropped.
+    written_upto: u64,
 }
 
 impl LedgerActor {
@@ -77,7 +88,12 @@ impl LedgerActor {
         if self.clock.now_ms() < self.retry_at_ms {
             return;
         }
-        let events = self.batch.take();
+        // Memory first: it holds the oldest rows, and journal order is kept.
+        let events = if self.batch.is_empty() {
+            self.read_spilled().unwrap_or_default()
+        } else {
+            self.batch.take()
+        };
         if events.is_empty() {
             return;
         }
@@ -88,9 +104,41 @@ impl LedgerActor {
                 .map_err(|e| e.to_string());
             (events, result)
         };
-        ctx.wait(fut.into_actor(self).map(|(events, result), act, _ctx| {
+        ctx.wait(fut.into_actor(self).map(|(events, result), act, ctx| {
+            let written = result.is_ok();
             act.after_write(events, result);
+            // Catching up after an outage: the next batch at once, after the mailbox had its turn.
+            if written && (!act.batch.is_empty() || act.spill.is_some()) {
+                ctx.run_later(Duration::ZERO, LedgerActor::write_batch);
+            }
         }));
+    }
+
+    /// The next rows of the spill, in journal order; `None` (and the spill
+    /// over) once every row recorded so far has been read.
+    fn read_spilled(&mut self) -> Option<Vec<Journaled>> {
+        let (Some(cursor), Some(journal)) = (&mut self.spill, &self.journal) else {
+            return None;
+        };
+        let upto = journal.last_seq();
+        match cursor.next_batch(upto, self.max_batch_rows) {
+            Ok(events) if events.is_empty() => {
+                self.spill = None;
+                self.spilling.store(false, Ordering::SeqCst);
+                self.written_upto = upto;
+                tracing::info!(
+                    backlog = self.backlog.load(Ordering::SeqCst),
+                    "Ledger caught up with the rows kept in the journal only."
+                );
+                None
+            }
+            Ok(events) => Some(events),
+            Err(error) => {
+                tracing::error!(error = %error, "Cannot read ledger rows back from the journal; retrying.");
+                counter_add(Metric::JournalErrorsTotal, &[("op", "read")], 1);
+                None
+            }
+        }
     }
 
     fn after_write(&mut self, events: Vec<Journaled>, result: Result<(), String>) {
@@ -138,7 +186,7 @@ impl Actor for LedgerActor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.run_interval(self.flush_interval, |act, ctx| {
-            if !act.batch.is_empty() {
+            if !act.batch.is_empty() || act.spill.is_some() {
                 act.write_batch(ctx);
             }
         });
@@ -149,6 +197,28 @@ impl Handler<Record> for LedgerActor {
     type Result = ();
 
     fn handle(&mut self, msg: Record, ctx: &mut Context<Self>) {
+        // Sequence 0: no journal, or the row did not reach it; memory is its only copy.
+        let seq = msg.0.seq;
+        let journaled = seq != 0;
+        if journaled && seq <= self.written_upto {
+            return;
+        }
+        if journaled && self.spill.is_some() {
+            // The journal holds it; the spill reads it back in order.
+            return;
+        }
+        if journaled
+            && self.batch.len() >= self.memory_limit
+            && let Some(journal) = &self.journal
+        {
+            tracing::warn!(
+                rows = self.batch.len(),
+                "Ledger backlog past its bound: newer rows are kept in the journal only until the database catches up."
+            );
+            self.spill = Some(journal.cursor(seq));
+            self.spilling.store(true, Ordering::SeqCst);
+            return;
+        }
         let now = self.clock.now_ms();
         self.batch.push(msg.0, now);
         if self.batch.is_full() {
@@ -168,6 +238,10 @@ impl Handler<Flush> for LedgerActor {
             chunks.push(self.batch.take());
         }
         let db = self.db.clone();
+        // The spill's cursor travels with the flush and comes back with its outcome.
+        let mut spill = self.spill.take();
+        let upto = self.journal.as_ref().map_or(0, |j| j.last_seq());
+        let max_rows = self.max_batch_rows;
         let fut = async move {
             let mut outcomes = Vec::with_capacity(chunks.len());
             let mut failed = false;
@@ -183,20 +257,48 @@ impl Handler<Flush> for LedgerActor {
                 failed |= result.is_err();
                 outcomes.push((chunk, result));
             }
-            outcomes
-        };
-        AtomicResponse::new(Box::pin(fut.into_actor(self).map(|outcomes, act, _ctx| {
-            let mut first_error = None;
-            // Last chunk first: each failed chunk goes back in front of the batch,
-            // so restoring in reverse keeps journal order (the checkpoint relies on it).
-            for (chunk, result) in outcomes.into_iter().rev() {
-                if let Err(e) = &result {
-                    first_error = Some(e.clone());
+            let mut caught_up = false;
+            while let (Some(cursor), false) = (&mut spill, failed) {
+                match cursor.next_batch(upto, max_rows) {
+                    Ok(chunk) if chunk.is_empty() => {
+                        caught_up = true;
+                        break;
+                    }
+                    Ok(chunk) => {
+                        let result = repo::insert_batch(&db, &chunk)
+                            .await
+                            .map_err(|e| e.to_string());
+                        failed |= result.is_err();
+                        outcomes.push((chunk, result));
+                    }
+                    Err(error) => {
+                        failed = true;
+                        outcomes.push((Vec::new(), Err(format!("journal read: {error}"))));
+                    }
                 }
-                act.after_write(chunk, result);
             }
-            first_error.map_or(Ok(()), |e| Err(LedgerError::Database(e)))
-        })))
+            (outcomes, spill, caught_up)
+        };
+        AtomicResponse::new(Box::pin(fut.into_actor(self).map(
+            move |(outcomes, spill, caught_up), act, _ctx| {
+                act.spill = spill;
+                if caught_up {
+                    act.spill = None;
+                    act.spilling.store(false, Ordering::SeqCst);
+                    act.written_upto = upto;
+                }
+                let mut first_error = None;
+                // Last chunk first: each failed chunk goes back in front of the batch,
+                // so restoring in reverse keeps journal order (the checkpoint relies on it).
+                for (chunk, result) in outcomes.into_iter().rev() {
+                    if let Err(e) = &result {
+                        first_error = Some(e.clone());
+                    }
+                    act.after_write(chunk, result);
+                }
+                first_error.map_or(Ok(()), |e| Err(LedgerError::Database(e)))
+            },
+        )))
     }
 }
 
@@ -210,6 +312,7 @@ pub struct LedgerHandle {
     journal: Option<Arc<Journal>>,
     /// Set while the backlog is full, so `continue` logs once per episode.
     full_logged: Arc<AtomicBool>,
+    spilling: Arc<AtomicBool>,
 }
 
 impl LedgerHandle {
@@ -225,7 +328,10 @@ impl LedgerHandle {
         let arbiter = Arbiter::new();
         let flush_interval_ms = config.flush_interval_ms.max(1);
         let max_batch_rows = config.max_batch_rows;
+        let max_backlog_events = config.max_backlog_events;
         let actor_journal = journal.clone();
+        let spilling = Arc::new(AtomicBool::new(false));
+        let actor_spilling = spilling.clone();
         let addr = LedgerActor::start_in_arbiter(&arbiter.handle(), move |_ctx| LedgerActor {
             db,
             clock,
@@ -240,6 +346,11 @@ impl LedgerHandle {
             },
             failures: 0,
             retry_at_ms: 0,
+            max_batch_rows,
+            memory_limit: max_backlog_events.max(1),
+            spill: None,
+            spilling: actor_spilling,
+            written_upto: 0,
         });
         LedgerHandle {
             addr,
@@ -248,6 +359,7 @@ impl LedgerHandle {
             on_full: config.on_backlog_full,
             journal,
             full_logged: Arc::new(AtomicBool::new(false)),
+            spilling,
         }
     }
 
@@ -342,6 +454,12 @@ impl LedgerHandle {
 
     pub fn backlog(&self) -> usize {
         self.backlog.load(Ordering::SeqCst)
+    }
+
+    /// Whether rows past the backlog bound are kept in the journal only, to
+    /// be read back once the database has taken the older ones.
+    pub fn journal_only(&self) -> bool {
+        self.spilling.load(Ordering::SeqCst)
     }
 
     pub fn max_backlog(&self) -> usize {

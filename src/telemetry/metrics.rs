@@ -167,7 +167,7 @@ impl Metric {
             }
             Metric::JournalFsyncSeconds => "Duration of one journal fsync (shared by a group).",
             Metric::JournalErrorsTotal => {
-                "Journal I/O failures by operation (write, fsync, rotate, delete, encode)."
+                "Journal I/O failures by operation (write, fsync, rotate, delete, encode, read)."
             }
             Metric::JournalReplayedTotal => {
                 "Events replayed from the journal at start, by kind (settle, orphan)."
@@ -232,7 +232,7 @@ fn zero_unlabeled() {
     gauge_set(Metric::LedgerBacklogEvents, &[], 0.0);
     // The ledger's failure counters have small fixed label sets: all start at 0,
     // so an alert on their first increase fires.
-    for op in ["write", "fsync", "rotate", "delete", "encode"] {
+    for op in ["write", "fsync", "rotate", "delete", "encode", "read"] {
         counter_add(Metric::JournalErrorsTotal, &[("op", op)], 0);
     }
     for action in ["refused", "continued"] {

@@ -630,6 +630,8 @@ async fn with_on_backlog_full_continue_a_full_backlog_only_alerts() {
         "{body}"
     );
     assert_eq!(body["ledger"]["backlog_full"], true);
+    // Past the bound the rows are no longer held in memory, only in the journal.
+    assert_eq!(body["ledger"]["journal_only"], true);
     let metrics = app.get("/metrics", "").await.raw;
     assert!(
         metric_value(
@@ -652,6 +654,10 @@ async fn with_on_backlog_full_continue_a_full_backlog_only_alerts() {
     let rows = app.ledger_rows(&tenant).await;
     assert_eq!(rows.len(), 6);
     assert_unique_event_ids(&rows);
+    assert!(!app.gateway.ledger.journal_only());
+    // Rows recorded after the catch-up take the usual path.
+    assert_eq!(app.chat(&key, &chat_body("fast")).await.status, 200);
+    assert_eq!(app.ledger_rows(&tenant).await.len(), 7);
     drop(app);
     blocking(move || drop(pg)).await;
 }
@@ -758,4 +764,38 @@ async fn while_serving_segments_below_the_checkpoint_are_deleted() {
     assert_eq!(first_seqs.len(), journal.segments());
     assert!(first_seqs.iter().all(|&seq| seq > 40), "{first_seqs:?}");
     assert_eq!(journal.open_reserves(), 0);
+}
+
+#[actix_web::test]
+async fn a_cursor_reads_settles_back_in_order_across_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let (journal, _) = Journal::open(&options(dir.path(), 4096)).unwrap();
+    let mut seqs = Vec::new();
+    for i in 0..60 {
+        let settled = event("t", &format!("r{i}"), AttemptStatus::Ok, 1);
+        journal.append_reserve(&orphan_of(&settled), 0).await;
+        let seq = journal.append_settle(settled, |_, _| {});
+        seqs.push((seq, format!("r{i}")));
+    }
+    assert!(journal.segments() > 5);
+    // From the 11th settle on, up to the 50th, seven at a time.
+    let upto = seqs[49].0;
+    let mut cursor = journal.cursor(seqs[10].0);
+    let mut read = Vec::new();
+    loop {
+        let batch = cursor.next_batch(upto, 7).unwrap();
+        assert!(batch.len() <= 7);
+        if batch.is_empty() {
+            break;
+        }
+        read.extend(
+            batch
+                .into_iter()
+                .map(|j| (j.seq, j.event.request_id.to_string())),
+        );
+    }
+    assert_eq!(read, seqs[10..50]);
+    // Later settles come once the caller's bound moves.
+    let rest = cursor.next_batch(journal.last_seq(), 100).unwrap();
+    assert_eq!(rest.len(), 10);
 }
