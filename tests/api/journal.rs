@@ -799,3 +799,60 @@ async fn a_cursor_reads_settles_back_in_order_across_segments() {
     let rest = cursor.next_batch(journal.last_seq(), 100).unwrap();
     assert_eq!(rest.len(), 10);
 }
+
+#[actix_web::test]
+async fn every_attempt_of_a_failover_settles_its_own_reserve() {
+    let app = spawn_app(
+        TestSetup::new()
+            .route("fo", &["primary/status-503", "secondary/usage-10-0-10"])
+            .tier("free", &["fo"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let reply = app.chat(&key, &chat_body("fo")).await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    let rows = app.ledger_rows(&tenant).await;
+    let statuses: Vec<&str> = rows.iter().map(|r| r.status.as_str()).collect();
+    assert_eq!(rows.len() as u64, app.fake.stats.requests(), "{statuses:?}");
+    assert_eq!(statuses.last(), Some(&"fallback_ok"));
+    assert!(statuses.len() >= 2, "{statuses:?}");
+    assert_eq!(app.gateway.ledger.journal().unwrap().open_reserves(), 0);
+}
+
+#[actix_web::test]
+async fn after_a_failed_attempt_only_the_attempt_in_flight_becomes_an_orphan() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = options(dir.path(), 64 * 1024 * 1024);
+    let (journal, _) = Journal::open(&options).unwrap();
+    let first = UsageEvent {
+        status: AttemptStatus::UpstreamError,
+        charged: Nanos::ZERO,
+        ..event("t", "failover", AttemptStatus::Ok, 0)
+    };
+    journal.append_reserve(&orphan_of(&first), 0).await;
+    journal.append_settle(first, |_, _| {});
+    let second = UsageEvent {
+        attempt: 2,
+        provider: "secondary".to_owned(),
+        ..event("t", "failover", AttemptStatus::Ok, 0)
+    };
+    journal.append_reserve(&orphan_of(&second), 0).await;
+    drop(journal);
+    let (_journal, recovered) = Journal::open(&options).unwrap();
+    assert_eq!((recovered.settles, recovered.orphans), (1, 1));
+    let orphan = &recovered.events[1];
+    assert_eq!(
+        (
+            orphan.event_id,
+            orphan.attempt,
+            orphan.status,
+            orphan.charged
+        ),
+        (
+            second.event_id,
+            2,
+            AttemptStatus::Orphaned,
+            Nanos::new(5_000)
+        )
+    );
+}
