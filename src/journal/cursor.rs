@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use super::frame::{self, HEADER_BYTES};
 use super::record::Record;
-use super::writer::list_segments;
+use super::writer::{first_seq_of, list_segments};
 use crate::ledger::Journaled;
 
 pub struct Cursor {
@@ -91,9 +91,6 @@ impl Cursor {
 fn numbered(dir: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
     Ok(list_segments(dir)?
         .into_iter()
-        .filter_map(|path| {
-            let first = path.file_stem()?.to_str()?.parse().ok()?;
-            Some((first, path))
-        })
+        .filter_map(|path| Some((first_seq_of(&path)?, path)))
         .collect())
 }

@@ -94,7 +94,16 @@ impl Journal {
             return Err(JournalError::Locked(options.dir.display().to_string()));
         }
         let recovered = replay::recover(&options.dir).map_err(io)?;
-        let first_seq = recovered.last_seq + 1;
+        // Past every old segment's name too: an old segment left empty (a run that
+        // wrote nothing) must not share its name with the new one, which `retire`
+        // would then delete.
+        let named = recovered
+            .segments
+            .iter()
+            .filter_map(|p| first_seq_of(p))
+            .max()
+            .unwrap_or(0);
+        let first_seq = recovered.last_seq.max(named) + 1;
         let (file, current) = new_segment(&options.dir, first_seq).map_err(io)?;
         let journal = Arc::new(Journal {
             inner: Mutex::new(Inner {
@@ -104,7 +113,7 @@ impl Journal {
                 current_bytes: 0,
                 carried_bytes: 0,
                 sealed: Vec::new(),
-                last_seq: recovered.last_seq,
+                last_seq: first_seq - 1,
                 open: HashMap::new(),
                 segment_bytes: options.segment_bytes,
                 fsync: options.fsync,
@@ -201,7 +210,8 @@ impl Journal {
 
     /// Deletes segments an earlier process left, once their events are safe.
     pub fn retire(&self, segments: &[PathBuf]) {
-        remove(segments.iter().cloned());
+        let current = self.lock().current.clone();
+        remove(segments.iter().filter(|p| **p != current).cloned());
     }
 
     /// The last sequence number written: every frame up to it is whole on disk.
@@ -307,6 +317,11 @@ fn encode(record: &Record) -> Option<Vec<u8>> {
             counter_add(Metric::JournalErrorsTotal, &[("op", "encode")], 1);
         })
         .ok()
+}
+
+/// The first sequence number a segment's name carries.
+pub fn first_seq_of(path: &Path) -> Option<u64> {
+    path.file_stem()?.to_str()?.parse().ok()
 }
 
 fn segment_name(first_seq: u64) -> String {

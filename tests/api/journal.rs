@@ -856,3 +856,22 @@ async fn after_a_failed_attempt_only_the_attempt_in_flight_becomes_an_orphan() {
         )
     );
 }
+
+#[actix_web::test]
+async fn a_run_that_wrote_nothing_does_not_make_the_next_one_lose_its_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = options(dir.path(), 64 * 1024 * 1024);
+    // Started and stopped with no traffic: an empty first segment stays behind.
+    drop(Journal::open(&options).unwrap());
+    let (journal, recovered) = Journal::open(&options).unwrap();
+    assert!(recovered.events.is_empty());
+    journal.retire(&recovered.segments);
+    journal.append_settle(
+        event("t", "after-idle-run", AttemptStatus::Ok, 1),
+        |_, _| {},
+    );
+    drop(journal);
+    let (_journal, recovered) = Journal::open(&options).unwrap();
+    assert_eq!(recovered.settles, 1);
+    assert_eq!(recovered.events[0].request_id.as_str(), "after-idle-run");
+}
