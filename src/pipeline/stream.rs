@@ -103,9 +103,6 @@ impl Relay {
                     }
                 }
                 if done {
-                    if !client_gone {
-                        let _ = tx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
-                    }
                     break 'relay End::Done;
                 }
             }
@@ -149,17 +146,25 @@ impl Relay {
         }
         // Dropping the upstream body closes that connection: it never returns to the pool half-read.
         drop(upstream);
-        if let (End::Broken(reason), false) = (&end, client_gone) {
-            let error = serde_json::json!({"error": {
-                "message": format!("the upstream stream broke: {reason}"),
-                "type": "server_error",
-                "code": "stream_interrupted",
-                "param": null,
-            }});
-            let _ = tx.send(Ok(Bytes::from(format!("data: {error}\n\n")))).await;
-        }
-        drop(tx);
+        let last = match (&end, client_gone) {
+            (_, true) => None,
+            (End::Done, false) => Some(Bytes::from_static(b"data: [DONE]\n\n")),
+            (End::Broken(reason), false) => {
+                let error = serde_json::json!({"error": {
+                    "message": format!("the upstream stream broke: {reason}"),
+                    "type": "server_error",
+                    "code": "stream_interrupted",
+                    "param": null,
+                }});
+                Some(Bytes::from(format!("data: {error}\n\n")))
+            }
+        };
+        // The row is written before the caller's stream ends: a graceful shutdown
+        // waits for responses, not for this task, so it cannot outrun the row.
         self.settle(end, client_gone, usage, &content).await;
+        if let Some(last) = last {
+            let _ = tx.send(Ok(last)).await;
+        }
     }
 
     /// Whether this relay may keep reading after its caller left.
