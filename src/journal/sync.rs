@@ -104,10 +104,12 @@ fn run<T: SyncTarget>(syncer: &Syncer, target: &Weak<T>, window: Duration) {
             FsyncMode::Interval => std::thread::sleep(window),
             FsyncMode::Off => return,
         }
-        let Some(target) = target.upgrade() else {
+        // The journal is held only to read what to sync, never across the fsync:
+        // dropping it then releases its directory at once.
+        let Some((file, seq)) = target.upgrade().map(|t| t.current()) else {
             return;
         };
-        sync_once(syncer, &*target);
+        sync_once(syncer, &file, seq);
     }
 }
 
@@ -124,8 +126,7 @@ fn wait_for_writer(syncer: &Syncer) -> bool {
     *requested > syncer.synced()
 }
 
-fn sync_once<T: SyncTarget>(syncer: &Syncer, target: &T) {
-    let (file, seq) = target.current();
+fn sync_once(syncer: &Syncer, file: &File, seq: u64) {
     if seq <= syncer.synced() {
         return;
     }

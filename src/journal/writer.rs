@@ -24,6 +24,8 @@ use crate::ledger::{AttemptStatus, UsageEvent};
 use crate::telemetry::metrics::{Metric, counter_add};
 
 const SEGMENT_SUFFIX: &str = ".seg";
+/// Tries at taking the directory's lock, 10 ms apart.
+const LOCK_ATTEMPTS: u32 = 100;
 
 #[derive(Debug, Clone)]
 pub struct JournalOptions {
@@ -90,8 +92,15 @@ impl Journal {
             .write(true)
             .open(options.dir.join("LOCK"))
             .map_err(io)?;
-        if lock.try_lock().is_err() {
-            return Err(JournalError::Locked(options.dir.display().to_string()));
+        // A previous owner that is going away (a journal being dropped, a killed
+        // process the kernel is still reaping) lets go within moments.
+        let mut attempts = 0;
+        while lock.try_lock().is_err() {
+            attempts += 1;
+            if attempts == LOCK_ATTEMPTS {
+                return Err(JournalError::Locked(options.dir.display().to_string()));
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
         let recovered = replay::recover(&options.dir).map_err(io)?;
         // Past every old segment's name too: an old segment left empty (a run that
