@@ -599,7 +599,7 @@ async fn a_database_outage_fills_the_backlog_then_refuses_then_backfills_every_r
 }
 
 #[actix_web::test]
-async fn with_on_backlog_full_continue_a_full_backlog_only_alerts() {
+async fn on_backlog_full_continue_serves_on_and_keeps_rows_past_the_bound_in_the_journal() {
     let mut pg = blocking(PrivateServer::start).await;
     let app = spawn_app(
         TestSetup::new()
