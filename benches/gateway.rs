@@ -88,5 +88,78 @@ fn keys(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, tokenize, reserve, keys);
+/// One attempt's journal records (a reserve, then its settle) by one writer:
+/// the floor a request pays in each fsync mode on this disk.
+fn journal(c: &mut Criterion) {
+    use tollgate::config::FsyncMode;
+    use tollgate::ids::{EventId, KeyId, RequestId, TenantId};
+    use tollgate::journal::{Journal, JournalOptions};
+    use tollgate::ledger::{AttemptStatus, UsageEvent, UsageKind};
+
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return;
+    };
+    let event = UsageEvent {
+        event_id: EventId::generate(),
+        request_id: RequestId::new("bench"),
+        client_request_id: None,
+        trace_id: None,
+        tenant: TenantId::new("bench"),
+        key: KeyId::new("bench"),
+        feature: "bench".to_owned(),
+        route: "fast".to_owned(),
+        provider: "primary".to_owned(),
+        model: "model".to_owned(),
+        attempt: 1,
+        status: AttemptStatus::Orphaned,
+        upstream_status: None,
+        usage: tollgate::pricing::Usage::default(),
+        usage_kind: UsageKind::None,
+        reserved: Nanos::new(800_000),
+        charged: Nanos::new(800_000),
+        price_version: "bench".to_owned(),
+        latency_ms: 0,
+        ttft_ms: None,
+        error: None,
+        created_at_ms: 1_796_040_000_000,
+    };
+    let mut group = c.benchmark_group("journal");
+    group.sample_size(20);
+    for (name, fsync, group_commit_ms) in [
+        ("off", FsyncMode::Off, 0),
+        ("batch_0ms", FsyncMode::Batch, 0),
+        ("batch_2ms", FsyncMode::Batch, 2),
+    ] {
+        let Ok(dir) = tempfile::tempdir() else { return };
+        let options = JournalOptions {
+            dir: dir.path().join("journal"),
+            fsync,
+            group_commit_ms,
+            fsync_interval_ms: 100,
+            segment_bytes: 64 * 1024 * 1024,
+        };
+        let Ok((journal, _)) = Journal::open(&options) else {
+            return;
+        };
+        group.bench_function(format!("reserve+settle/{name}"), |b| {
+            b.iter(|| {
+                runtime.block_on(async {
+                    let attempt = UsageEvent {
+                        event_id: EventId::generate(),
+                        ..event.clone()
+                    };
+                    journal.append_reserve(&attempt, 0).await;
+                    let seq = journal.append_settle(attempt, |_, _| {});
+                    journal.wait_durable(seq).await;
+                });
+            });
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, tokenize, reserve, keys, journal);
 criterion_main!(benches);

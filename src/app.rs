@@ -13,13 +13,15 @@ use crate::api;
 use crate::clock::SharedClock;
 use crate::config::{Config, ConfigError};
 use crate::directory::Directory;
+use crate::journal::{Journal, JournalError, JournalOptions, Recovered};
 use crate::ledger::LedgerHandle;
 use crate::provider::clients::UpstreamClients;
 use crate::reload;
 use crate::state::{ConfigSource, Gateway, Live};
 use crate::storage::{self, StorageError};
 use crate::telemetry;
-use crate::telemetry::metrics::TenantLabels;
+use crate::telemetry::metrics::{Metric, TenantLabels, counter_add};
+use crate::tenant::shared::restart;
 use crate::tenant::{SharedStore, TenantRegistry};
 use crate::tokenize::Estimator;
 
@@ -34,6 +36,8 @@ pub enum AppError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Journal(#[from] JournalError),
     #[error("server error: {0}")]
     Server(std::io::Error),
     #[error("{0}")]
@@ -71,13 +75,8 @@ impl Application {
         .await?;
         let clock = options.clock;
         let directory = Directory::load(db.clone(), pepper, clock.now_ms()).await?;
-        let ledger = LedgerHandle::start(
-            db.clone(),
-            clock.clone(),
-            config.ledger.max_batch_rows,
-            config.ledger.flush_interval_ms,
-            config.ledger.max_backlog_events,
-        );
+        let ledger = open_ledger(&config, &db, &clock).await?;
+        let replica_id = restart::replica_id(config.journal_dir().as_deref());
         let tenant_labels = Arc::new(TenantLabels::new(
             config.telemetry.tenant_labels.clone(),
             config.telemetry.tenant_label_limit,
@@ -91,6 +90,14 @@ impl Application {
                 )
                 .map_err(AppError::QuotaStore)?;
                 store.start_prober();
+                // The replay above has put every row this replica journaled in the database.
+                let resolved = restart::resolve_own(&store, &db, &replica_id, clock.now_ms()).await;
+                if resolved > 0 {
+                    tracing::info!(
+                        resolved,
+                        "Settled this replica's shared reservations from before its restart by the ledger."
+                    );
+                }
                 Some(store)
             }
             None => None,
@@ -125,6 +132,7 @@ impl Application {
             tenant_labels,
             cache: crate::cache::ResponseCache::new(&config.cache),
             quota_store,
+            replica_id: replica_id.into(),
         });
         let data = web::Data::from(gateway.clone());
         let mut server = HttpServer::new(move || {
@@ -195,6 +203,84 @@ async fn reload_on_hangup(gateway: Arc<Gateway>) {
         if let Err(error) = reload::reload(&gateway) {
             tracing::error!(error = %error, "Configuration reload failed.");
         }
+    }
+}
+
+/// Opens the journal, starts the ledger on it and replays what an earlier
+/// process left, all before anything is served: tenants then load committed
+/// spend that includes the replayed rows.
+async fn open_ledger(
+    config: &Config,
+    db: &sea_orm::DatabaseConnection,
+    clock: &SharedClock,
+) -> Result<LedgerHandle, AppError> {
+    let Some(dir) = config.journal_dir() else {
+        return Ok(LedgerHandle::start(
+            db.clone(),
+            clock.clone(),
+            &config.ledger,
+            None,
+        ));
+    };
+    let options = JournalOptions {
+        dir,
+        fsync: config.ledger.fsync,
+        group_commit_ms: config.ledger.group_commit_ms,
+        fsync_interval_ms: config.ledger.fsync_interval_ms,
+        segment_bytes: config.ledger.journal_segment_bytes,
+    };
+    let (journal, recovered) = Journal::open(&options)?;
+    let ledger = LedgerHandle::start(
+        db.clone(),
+        clock.clone(),
+        &config.ledger,
+        Some(journal.clone()),
+    );
+    replay(&ledger, &journal, recovered).await;
+    Ok(ledger)
+}
+
+/// Re-records the recovered rows (journaled again in the new segment, so the
+/// old segments can go once that is synced) and tries to write them at once;
+/// an unreachable database leaves them in the backlog, not lost.
+async fn replay(ledger: &LedgerHandle, journal: &Journal, recovered: Recovered) {
+    let Recovered {
+        events,
+        settles,
+        orphans,
+        torn_bytes,
+        unreadable,
+        segments,
+        ..
+    } = recovered;
+    if events.is_empty() && torn_bytes == 0 && unreadable == 0 {
+        journal.retire(&segments);
+        return;
+    }
+    tracing::warn!(
+        settles,
+        orphans,
+        torn_bytes,
+        unreadable,
+        "Replaying the ledger journal of an earlier run."
+    );
+    counter_add(
+        Metric::JournalReplayedTotal,
+        &[("kind", "settle")],
+        settles as u64,
+    );
+    counter_add(
+        Metric::JournalReplayedTotal,
+        &[("kind", "orphan")],
+        orphans as u64,
+    );
+    for event in events {
+        ledger.record(event);
+    }
+    journal.sync_now();
+    journal.retire(&segments);
+    if let Err(error) = ledger.flush().await {
+        tracing::warn!(error = %error, backlog = ledger.backlog(), "Replayed ledger rows wait for the database.");
     }
 }
 

@@ -307,9 +307,51 @@ pub struct LedgerConfig {
     pub flush_interval_ms: u64,
     #[serde(default = "default_max_batch_rows")]
     pub max_batch_rows: usize,
-    /// Events waiting for the database past this bound make new requests 503.
+    /// Events waiting for the database past this bound trigger `on_backlog_full`.
     #[serde(default = "default_max_backlog_events")]
     pub max_backlog_events: usize,
+    #[serde(default)]
+    pub on_backlog_full: OnBacklogFull,
+    /// Where the journal's segments live. Default: `journal/` next to a SQLite
+    /// file, else `tollgate-journal/` in the working directory.
+    #[serde(default)]
+    pub journal_dir: Option<std::path::PathBuf>,
+    #[serde(default)]
+    pub fsync: FsyncMode,
+    /// `batch`: how long one sync waits to gather the writers that share it.
+    /// 0: none; writers arriving during a sync share the next one.
+    #[serde(default = "default_group_commit_ms")]
+    pub group_commit_ms: u64,
+    /// `interval`: how often the journal is synced.
+    #[serde(default = "default_fsync_interval_ms")]
+    pub fsync_interval_ms: u64,
+    /// A segment past this size is closed and a new one begun.
+    #[serde(default = "default_journal_segment_bytes")]
+    pub journal_segment_bytes: u64,
+}
+
+/// What happens once `max_backlog_events` events wait for the database.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum OnBacklogFull {
+    /// New paid requests get 503 with `Retry-After` until the backlog drains.
+    #[default]
+    Refuse,
+    /// Keep serving; the journal holds the rows; a log line and a metric alert.
+    Continue,
+}
+
+/// When the journal's writes are forced to disk (they reach the OS at once in every mode).
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum FsyncMode {
+    /// Group commit: a reserve waits for one sync shared by every writer of the last few ms.
+    #[default]
+    Batch,
+    /// A sync every `fsync_interval_ms`; nobody waits.
+    Interval,
+    /// Never synced by the gateway; the OS writes back on its own schedule.
+    Off,
 }
 
 fn default_flush_interval_ms() -> u64 {
@@ -321,6 +363,15 @@ fn default_max_batch_rows() -> usize {
 fn default_max_backlog_events() -> usize {
     100_000
 }
+fn default_group_commit_ms() -> u64 {
+    0
+}
+fn default_fsync_interval_ms() -> u64 {
+    100
+}
+fn default_journal_segment_bytes() -> u64 {
+    64 * 1024 * 1024
+}
 
 impl Default for LedgerConfig {
     fn default() -> Self {
@@ -328,6 +379,12 @@ impl Default for LedgerConfig {
             flush_interval_ms: default_flush_interval_ms(),
             max_batch_rows: default_max_batch_rows(),
             max_backlog_events: default_max_backlog_events(),
+            on_backlog_full: OnBacklogFull::default(),
+            journal_dir: None,
+            fsync: FsyncMode::default(),
+            group_commit_ms: default_group_commit_ms(),
+            fsync_interval_ms: default_fsync_interval_ms(),
+            journal_segment_bytes: default_journal_segment_bytes(),
         }
     }
 }
@@ -922,6 +979,27 @@ pub const DATABASE_URL_ENV: &str = "TOLLGATE_DATABASE_URL";
 pub const REDIS_URL_ENV: &str = "TOLLGATE_REDIS_URL";
 
 impl Config {
+    /// The journal's directory; `None` for an in-memory database, which
+    /// nothing outlives anyway.
+    pub fn journal_dir(&self) -> Option<std::path::PathBuf> {
+        if let Some(dir) = &self.ledger.journal_dir {
+            return Some(dir.clone());
+        }
+        let url = self.storage.database_url.as_str();
+        if url.contains(":memory:") {
+            return None;
+        }
+        let Some(rest) = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+        else {
+            return Some(std::path::PathBuf::from("tollgate-journal"));
+        };
+        let file = Path::new(rest.split('?').next().unwrap_or(rest));
+        let parent = file.parent().unwrap_or(Path::new(""));
+        Some(parent.join("journal"))
+    }
+
     /// The pepper, or an error naming its env var.
     pub fn require_pepper(&self) -> Result<&Secret, ConfigError> {
         self.key_pepper.as_ref().ok_or_else(|| {
@@ -1021,6 +1099,12 @@ fn validate(raw: RawConfig, env: &dyn EnvSource) -> Result<Config, ConfigError> 
     }
     if raw.ledger.max_batch_rows == 0 {
         return Err(invalid("ledger.max_batch_rows", "must be at least 1"));
+    }
+    if raw.ledger.journal_segment_bytes < 4096 {
+        return Err(invalid(
+            "ledger.journal_segment_bytes",
+            "must be at least 4096",
+        ));
     }
 
     let providers = validate_providers(&raw.providers, env)?;
@@ -1526,6 +1610,36 @@ mod tests {
         let deepseek = &config.providers[&ProviderName::new("deepseek")];
         assert_eq!(deepseek.missing_key_env(), None);
         assert_eq!(format!("{:?}", deepseek.api_key), "Some(*****)");
+    }
+
+    #[test]
+    fn the_journal_lives_next_to_a_sqlite_file_unless_configured() {
+        let with_db = |url: &str| {
+            let env = env(&[(KEY_PEPPER_ENV, "pepper"), (DATABASE_URL_ENV, url)]);
+            Config::from_toml(BASE, &env).unwrap().journal_dir()
+        };
+        assert_eq!(
+            with_db("sqlite:///var/lib/tollgate/t.db?mode=rwc"),
+            Some(std::path::PathBuf::from("/var/lib/tollgate/journal"))
+        );
+        assert_eq!(
+            with_db("sqlite://t.db?mode=rwc"),
+            Some(std::path::PathBuf::from("journal"))
+        );
+        assert_eq!(with_db("sqlite::memory:"), None);
+        assert_eq!(
+            with_db("postgres://u@db/tollgate"),
+            Some(std::path::PathBuf::from("tollgate-journal"))
+        );
+        let text = format!("{BASE}\n[ledger]\njournal_dir = \"/srv/j\"\nfsync = \"interval\"\n");
+        let config = Config::from_toml(&text, &pepper()).unwrap();
+        assert_eq!(
+            config.journal_dir(),
+            Some(std::path::PathBuf::from("/srv/j"))
+        );
+        assert_eq!(config.ledger.fsync, FsyncMode::Interval);
+        let text = format!("{BASE}\n[ledger]\nfsync = \"sometimes\"\n");
+        assert!(Config::from_toml(&text, &pepper()).is_err());
     }
 
     #[test]

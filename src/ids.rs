@@ -105,6 +105,25 @@ impl EventId {
     pub fn generate() -> EventId {
         EventId(uuid::Uuid::now_v7())
     }
+
+    /// The one `orphaned` row of a request: whoever writes it (this process's
+    /// tenant actor, another replica's sweep of a shared reservation, or a
+    /// journal replay after a crash) writes the same id, so the ledger keeps one.
+    pub fn orphan_of(request: &RequestId) -> EventId {
+        use sha2::{Digest as _, Sha256};
+        let digest = Sha256::new()
+            .chain_update(b"tollgate-orphan:")
+            .chain_update(request.as_str().as_bytes())
+            .finalize();
+        let mut bytes = [0u8; 16];
+        bytes.copy_from_slice(&digest[..16]);
+        EventId(uuid::Builder::from_custom_bytes(bytes).into_uuid())
+    }
+
+    /// Reads the form `Display` writes (the journal stores ids as text).
+    pub fn parse(text: &str) -> Option<EventId> {
+        uuid::Uuid::try_parse(text).ok().map(EventId)
+    }
 }
 
 impl fmt::Display for EventId {
@@ -115,6 +134,19 @@ impl fmt::Display for EventId {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_requests_orphan_id_is_the_same_everywhere_and_differs_between_requests() {
+        let a = RequestId::new("req-a");
+        assert_eq!(EventId::orphan_of(&a), EventId::orphan_of(&a.clone()));
+        assert_ne!(
+            EventId::orphan_of(&a),
+            EventId::orphan_of(&RequestId::new("req-b"))
+        );
+        let text = EventId::orphan_of(&a).to_string();
+        assert_eq!(EventId::parse(&text), Some(EventId::orphan_of(&a)));
+    }
+
     use super::*;
 
     #[test]

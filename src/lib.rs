@@ -13,6 +13,7 @@ pub mod directory;
 pub mod error;
 pub mod fake_upstream;
 pub mod ids;
+pub mod journal;
 pub mod ledger;
 pub mod money;
 pub mod openai;

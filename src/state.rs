@@ -44,6 +44,8 @@ pub struct Gateway {
     pub cache: ResponseCache,
     /// The shared quota store, when replicas share limits through Redis.
     pub quota_store: Option<crate::tenant::SharedStore>,
+    /// Survives restarts (kept in the journal directory); marks this replica's reservations.
+    pub replica_id: Arc<str>,
 }
 
 /// The reloadable configuration and the provider actors started for it.

@@ -1,8 +1,10 @@
-//! `/healthz` (alive), `/readyz` (the database answers), `/metrics`.
+//! `/healthz` (alive), `/readyz` (can serve: the database answers, or the
+//! ledger buffers without refusing), `/metrics`.
 
 use actix_web::{HttpResponse, web};
 use serde_json::json;
 
+use crate::config::OnBacklogFull;
 use crate::error::{ApiError, ErrorCode};
 use crate::state::Gateway;
 use crate::storage;
@@ -11,6 +13,9 @@ pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
 
+/// Ready while requests can be served: with the database away the ledger
+/// buffers in its journal, so the gateway stays in the pool (`degraded`)
+/// until its backlog bound makes it refuse paid requests.
 pub async fn readyz(gw: web::Data<Gateway>) -> HttpResponse {
     let database = storage::ping(gw.directory.db()).await;
     let backlog = gw.ledger.backlog();
@@ -22,16 +27,32 @@ pub async fn readyz(gw: web::Data<Gateway>) -> HttpResponse {
         Some(store) if store.health().is_up() => "redis",
         Some(_) => "redis_unreachable",
     };
+    let full = gw.ledger.is_saturated();
+    let buffering = gw.ledger.journal().is_some();
+    let refusing = full && gw.config.ledger.on_backlog_full == OnBacklogFull::Refuse;
+    let status = match (database, buffering && !refusing) {
+        (true, _) => "ready",
+        (false, true) => "degraded",
+        (false, false) => "unavailable",
+    };
     let body = json!({
-        "status": if database { "ready" } else { "unavailable" },
+        "status": status,
         "database": if database { "ok" } else { "unreachable" },
         "quota_store": quota_store,
         "ledger_backlog_events": backlog,
+        "ledger": {
+            "backlog_events": backlog,
+            "max_backlog_events": gw.ledger.max_backlog(),
+            "backlog_full": full,
+            "journal_only": gw.ledger.journal_only(),
+            "journal": buffering,
+            "in_flight_attempts": gw.ledger.journal().map_or(0, |j| j.open_reserves()),
+        },
     });
-    if database {
-        HttpResponse::Ok().json(body)
-    } else {
+    if status == "unavailable" {
         HttpResponse::ServiceUnavailable().json(body)
+    } else {
+        HttpResponse::Ok().json(body)
     }
 }
 

@@ -162,7 +162,14 @@ impl Directory {
     pub async fn sync(&self) -> Result<ChangedTenants, StorageError> {
         let marks = *read(&self.synced);
         let revoked = repo::keys_revoked_after(&self.db, marks.keys_revoked_after_ms).await?;
-        let changed = repo::tenants_updated_after(&self.db, marks.tenants_updated_after_ms).await?;
+        let mut changed =
+            repo::tenants_updated_after(&self.db, marks.tenants_updated_after_ms).await?;
+        // The look-back returns recent changes again on every sync; re-applying one
+        // would evict its tenant's keys each time, and a key re-read needs the database.
+        changed.retain(|t| {
+            self.tenant(&t.id)
+                .is_none_or(|known| known.updated_at_ms != t.updated_at_ms)
+        });
         let mut next = marks;
         {
             let mut keys = write(&self.keys);

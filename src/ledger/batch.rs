@@ -1,16 +1,14 @@
 //! Batch: events waiting for the database, flushed when full or old enough.
 
-use super::event::UsageEvent;
-
 #[derive(Debug)]
-pub struct Batch {
-    events: Vec<UsageEvent>,
+pub struct Batch<T> {
+    events: Vec<T>,
     max_rows: usize,
     oldest_at_ms: Option<u64>,
 }
 
-impl Batch {
-    pub fn new(max_rows: usize) -> Batch {
+impl<T> Batch<T> {
+    pub fn new(max_rows: usize) -> Batch<T> {
         Batch {
             events: Vec::with_capacity(max_rows),
             max_rows: max_rows.max(1),
@@ -18,7 +16,7 @@ impl Batch {
         }
     }
 
-    pub fn push(&mut self, event: UsageEvent, now_ms: u64) {
+    pub fn push(&mut self, event: T, now_ms: u64) {
         self.oldest_at_ms.get_or_insert(now_ms);
         self.events.push(event);
     }
@@ -40,7 +38,7 @@ impl Batch {
     }
 
     /// Up to `max_rows` of the oldest events; the rest stay for the next flush.
-    pub fn take(&mut self) -> Vec<UsageEvent> {
+    pub fn take(&mut self) -> Vec<T> {
         let n = self.events.len().min(self.max_rows);
         let rest = self.events.split_off(n);
         let taken = std::mem::replace(&mut self.events, rest);
@@ -51,7 +49,7 @@ impl Batch {
     }
 
     /// Puts a batch the database refused back in front, keeping order.
-    pub fn restore(&mut self, mut events: Vec<UsageEvent>, now_ms: u64) {
+    pub fn restore(&mut self, mut events: Vec<T>, now_ms: u64) {
         if events.is_empty() {
             return;
         }

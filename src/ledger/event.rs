@@ -45,6 +45,22 @@ impl AttemptStatus {
             AttemptStatus::Degraded => "degraded",
         }
     }
+
+    pub fn parse(text: &str) -> Option<AttemptStatus> {
+        [
+            AttemptStatus::Ok,
+            AttemptStatus::FallbackOk,
+            AttemptStatus::UpstreamError,
+            AttemptStatus::ClientError,
+            AttemptStatus::LocalError,
+            AttemptStatus::Orphaned,
+            AttemptStatus::Partial,
+            AttemptStatus::ClientCancelled,
+            AttemptStatus::CacheHit,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == text)
+    }
 }
 
 /// Where a row's token counts came from.
@@ -62,6 +78,12 @@ impl UsageKind {
             UsageKind::Estimated => "estimated",
             UsageKind::None => "none",
         }
+    }
+
+    pub fn parse(text: &str) -> Option<UsageKind> {
+        [UsageKind::Reported, UsageKind::Estimated, UsageKind::None]
+            .into_iter()
+            .find(|k| k.as_str() == text)
     }
 }
 

@@ -7,5 +7,5 @@ pub mod batch;
 pub mod event;
 pub mod repo;
 
-pub use actor::{LedgerActor, LedgerHandle};
+pub use actor::{Journaled, LedgerActor, LedgerHandle};
 pub use event::{AttemptStatus, UsageEvent, UsageKind};

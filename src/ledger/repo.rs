@@ -1,5 +1,6 @@
 //! sea-orm reads and writes of the usage ledger.
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
 
 use sea_orm::sea_query::{Expr, OnConflict};
@@ -25,16 +26,16 @@ const ROWS_PER_STATEMENT: usize = 500;
 
 /// Inserts a batch in one transaction; events already present (same event id)
 /// are skipped, so a replayed batch never duplicates a row.
-pub async fn insert_batch(
+pub async fn insert_batch<E: Borrow<UsageEvent>>(
     db: &DatabaseConnection,
-    events: &[UsageEvent],
+    events: &[E],
 ) -> Result<(), StorageError> {
     if events.is_empty() {
         return Ok(());
     }
     let txn = db.begin().await?;
     for chunk in events.chunks(ROWS_PER_STATEMENT) {
-        usage::Entity::insert_many(chunk.iter().map(UsageEvent::to_active_model))
+        usage::Entity::insert_many(chunk.iter().map(|e| e.borrow().to_active_model()))
             .on_conflict(
                 OnConflict::column(usage::Column::EventId)
                     .do_nothing()
@@ -333,6 +334,19 @@ pub async fn tenant_rows(
     Ok(usage::Entity::find()
         .filter(usage::Column::TenantId.eq(tenant.as_str()))
         .order_by_asc(usage::Column::Id)
+        .all(db)
+        .await?)
+}
+
+/// The rows of some requests of a tenant (resolving reservations after a restart).
+pub async fn rows_of_requests(
+    db: &DatabaseConnection,
+    tenant: &TenantId,
+    requests: &[String],
+) -> Result<Vec<usage::Model>, StorageError> {
+    Ok(usage::Entity::find()
+        .filter(usage::Column::TenantId.eq(tenant.as_str()))
+        .filter(usage::Column::RequestId.is_in(requests.iter().map(String::as_str)))
         .all(db)
         .await?)
 }

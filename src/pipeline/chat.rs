@@ -15,6 +15,7 @@ use super::degraded;
 use crate::clock::{elapsed_ms, monotonic};
 use crate::config::{Config, Route, Target};
 use crate::error::{ApiError, ErrorCode};
+use crate::ids::EventId;
 use crate::ledger::{AttemptStatus, UsageKind};
 use crate::money::Nanos;
 use crate::openai::chat::ChatRequest;
@@ -113,23 +114,24 @@ pub async fn handle_chat(
         .with_retry_after(rate.retry_after_ms.div_ceil(1000));
         return Err(with_rate_headers(error, &rate));
     }
-    if gw.ledger.is_saturated() {
-        return Err(ApiError::new(
-            ErrorCode::Overloaded,
-            "the usage ledger is behind; try again shortly",
-        )
-        .with_retry_after(1));
-    }
-
     let cache_key = (route.cache_ttl_ms > 0 && !request.stream())
         .then(|| CacheKey::new(ctx.tenant.id.as_str(), route.name.as_str(), body));
     if let Some(key) = &cache_key {
         let labels = |result| [("route", route.name.as_str()), ("result", result)];
         if let Some(hit) = gw.cache.get(key, gw.clock.now_ms()) {
             counter_add(Metric::CacheRequestsTotal, &labels("hit"), 1);
-            return Ok(serve_from_cache(gw, ctx, route, rate, hit));
+            return Ok(serve_from_cache(gw, ctx, route, rate, hit).await);
         }
         counter_add(Metric::CacheRequestsTotal, &labels("miss"), 1);
+    }
+
+    // A cache hit costs nothing, so only paid requests wait for a full ledger to drain.
+    if !gw.ledger.admit_paid() {
+        return Err(ApiError::new(
+            ErrorCode::Overloaded,
+            "the usage ledger is behind; try again shortly",
+        )
+        .with_retry_after(1));
     }
 
     let input_tokens = gw.estimator.estimate_for(&route.countings, request.body());
@@ -155,6 +157,7 @@ pub async fn handle_chat(
                 route: route.name.to_string(),
                 client_request_id: ctx.client_request_id.clone(),
                 trace_id: ctx.trace_id.clone(),
+                replica: gw.replica_id.to_string(),
             },
         )
         .await
@@ -176,7 +179,7 @@ pub async fn handle_chat(
 }
 
 /// A cache hit: no upstream call, no reservation, no charge; still a ledger row.
-fn serve_from_cache(
+async fn serve_from_cache(
     gw: &Gateway,
     ctx: &RequestContext,
     route: &Route,
@@ -187,7 +190,7 @@ fn serve_from_cache(
     row.status = AttemptStatus::CacheHit;
     row.usage = hit.usage;
     row.usage_kind = UsageKind::Reported;
-    record::record(gw, ctx, route.name.as_str(), Nanos::ZERO, row);
+    record::record(gw, ctx, route.name.as_str(), Nanos::ZERO, row).await;
     ChatOutcome {
         provider: hit.provider,
         model: hit.model,
@@ -412,6 +415,15 @@ impl Dispatch<'_> {
                     }
                 };
                 attempt_number += 1;
+                let event_id = record::reserve(
+                    self.gw,
+                    self.ctx,
+                    self.route.name.as_str(),
+                    reserved,
+                    target,
+                    attempt_number,
+                )
+                .await;
                 let headers = CallHeaders {
                     traceparent: self.ctx.traceparent.as_deref(),
                 };
@@ -440,6 +452,7 @@ impl Dispatch<'_> {
                     attempt_number,
                     latency_ms,
                 );
+                row.event_id = event_id;
                 if let Ok(Opened::Complete(reply)) = &result {
                     row.upstream_status = Some(reply.status.as_u16());
                 }
@@ -475,6 +488,7 @@ impl Dispatch<'_> {
                                 ];
                                 observe_ms(Metric::UpstreamTtftSeconds, &labels, ttft_ms);
                                 let stream = StreamStart {
+                                    event_id,
                                     permit,
                                     first,
                                     body,
@@ -512,7 +526,8 @@ impl Dispatch<'_> {
                         permit.finish(Verdict::Healthy);
                         row.status = AttemptStatus::ClientError;
                         row.error = Some(snippet(&reply.body));
-                        record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row);
+                        record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row)
+                            .await;
                         reservation.release();
                         let status = StatusCode::from_u16(reply.status.as_u16())
                             .unwrap_or(StatusCode::BAD_REQUEST);
@@ -522,7 +537,8 @@ impl Dispatch<'_> {
                         permit.finish(Verdict::Abandoned);
                         row.status = AttemptStatus::LocalError;
                         row.error = Some(error.to_string());
-                        record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row);
+                        record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row)
+                            .await;
                         reservation.release();
                         return Err(ApiError::new(
                             ErrorCode::ProviderMisconfigured,
@@ -546,7 +562,8 @@ impl Dispatch<'_> {
                         };
                         tracing::warn!(provider = %target.provider, request_id = %self.ctx.request_id, error = %message, "Upstream attempt failed; failing over.");
                         row.error = Some(message.clone());
-                        record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row);
+                        record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row)
+                            .await;
                         last_failure = Some(message);
                         last_failed_provider = Some(target.provider.to_string());
                         let policy = handle.retry_policy();
@@ -572,12 +589,14 @@ impl Dispatch<'_> {
         let error = self.exhausted(attempt_number, &missing_envs, &skipped, last_failure);
         match &self.route.degraded_answer {
             // A route with no configured provider is an operator's mistake: say so, loudly.
-            Some(text) if !unconfigured => Ok(self.degraded(text, attempt_number + 1, &error)),
+            Some(text) if !unconfigured => {
+                Ok(self.degraded(text, attempt_number + 1, &error).await)
+            }
             _ => Err(error),
         }
     }
 
-    fn degraded(&self, text: &str, attempt: u32, error: &ApiError) -> ChatOutcome {
+    async fn degraded(&self, text: &str, attempt: u32, error: &ApiError) -> ChatOutcome {
         let mut row = AttemptRow::new(DEGRADED_PROVIDER, DEGRADED_MODEL, attempt, 0);
         row.status = AttemptStatus::Degraded;
         row.error = Some(error.to_string());
@@ -587,7 +606,8 @@ impl Dispatch<'_> {
             self.route.name.as_str(),
             Nanos::ZERO,
             row,
-        );
+        )
+        .await;
         tracing::warn!(route = %self.route.name, request_id = %self.ctx.request_id, error = %error, "Every target failed; serving the route's degraded answer.");
         let stream = self.request.stream().then(|| self.request.include_usage());
         let created_s = self.gw.clock.now_ms() / 1000;
@@ -686,7 +706,7 @@ impl Dispatch<'_> {
                 .saturating_add(self.route.cache_ttl_ms);
             self.gw.cache.put(key, cached, expires);
         }
-        record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row);
+        record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row).await;
         OutcomeBody::Complete {
             body: reply.body,
             cost,
@@ -715,6 +735,7 @@ impl Dispatch<'_> {
             translator: Adapter::for_provider(provider)
                 .translator(&target.model, self.request.include_usage()),
             reservation,
+            event_id: stream.event_id,
             permit: stream.permit,
             started: stream.started,
             ttft_ms: stream.ttft_ms,
@@ -725,6 +746,8 @@ impl Dispatch<'_> {
 
 /// A stream whose first chunk arrived: from here on there is no failover.
 struct StreamStart {
+    /// The attempt's journal reserve.
+    event_id: EventId,
     permit: Permit,
     first: Bytes,
     body: UpstreamBody,

@@ -1,6 +1,7 @@
 //! What every attempt leaves behind: the settlement of its reservation, its
 //! ledger row and its metrics. Shared by complete and streamed calls.
 
+use crate::config::Target;
 use crate::ids::EventId;
 use crate::ledger::{AttemptStatus, UsageEvent, UsageKind};
 use crate::money::Nanos;
@@ -12,9 +13,15 @@ use crate::tenant::handle::committed;
 
 use super::context::RequestContext;
 
+/// The error text of a row replay writes for an attempt that was in flight
+/// when the gateway stopped: what reconciliation looks for.
+pub const ORPHAN_ERROR: &str = "in flight when the gateway stopped; charged at the reserved amount, reconcile with the provider";
+
 /// One finished attempt, as the ledger sees it.
 #[derive(Debug, Clone)]
 pub struct AttemptRow {
+    /// The id its journal reserve was written under, so replay can match them.
+    pub event_id: EventId,
     pub provider: String,
     pub model: String,
     pub number: u32,
@@ -31,6 +38,7 @@ pub struct AttemptRow {
 impl AttemptRow {
     pub fn new(provider: &str, model: &str, number: u32, latency_ms: u64) -> AttemptRow {
         AttemptRow {
+            event_id: EventId::generate(),
             provider: provider.to_owned(),
             model: model.to_owned(),
             number,
@@ -46,9 +54,53 @@ impl AttemptRow {
     }
 }
 
-pub fn record(gw: &Gateway, ctx: &RequestContext, route: &str, reserved: Nanos, row: AttemptRow) {
-    gw.ledger.record(UsageEvent {
-        event_id: EventId::generate(),
+/// Records the attempt's row; returns once it is durable (`ledger.fsync`).
+pub async fn record(
+    gw: &Gateway,
+    ctx: &RequestContext,
+    route: &str,
+    reserved: Nanos,
+    row: AttemptRow,
+) {
+    gw.ledger
+        .record_durable(event(gw, ctx, route, reserved, row))
+        .await;
+}
+
+/// Journals an attempt about to be sent upstream, before it is sent. If the
+/// gateway dies before the attempt's own row, replay writes this one: the
+/// upstream may have billed the call, so it is charged at the reserved amount.
+/// The attempt's row must then carry the returned event id.
+pub async fn reserve(
+    gw: &Gateway,
+    ctx: &RequestContext,
+    route: &str,
+    reserved: Nanos,
+    target: &Target,
+    attempt: u32,
+) -> EventId {
+    let mut row = AttemptRow::new(target.provider.as_str(), &target.model, attempt, 0);
+    row.status = AttemptStatus::Orphaned;
+    row.charged = reserved;
+    row.error = Some(ORPHAN_ERROR.to_owned());
+    let event_id = row.event_id;
+    let orphan = event(gw, ctx, route, reserved, row);
+    let deadline_ms = orphan
+        .created_at_ms
+        .saturating_add(gw.config.server.request_timeout_ms);
+    gw.ledger.reserve(&orphan, deadline_ms).await;
+    event_id
+}
+
+fn event(
+    gw: &Gateway,
+    ctx: &RequestContext,
+    route: &str,
+    reserved: Nanos,
+    row: AttemptRow,
+) -> UsageEvent {
+    UsageEvent {
+        event_id: row.event_id,
         request_id: ctx.request_id.clone(),
         client_request_id: ctx.client_request_id.clone(),
         trace_id: ctx.trace_id.clone(),
@@ -72,7 +124,7 @@ pub fn record(gw: &Gateway, ctx: &RequestContext, route: &str, reserved: Nanos, 
         ttft_ms: row.ttft_ms,
         error: row.error,
         created_at_ms: gw.clock.now_ms(),
-    });
+    }
 }
 
 /// Commits `cost` against the reservation and fills the row's charge: the

@@ -18,6 +18,7 @@ use super::record::{self, AttemptRow};
 use super::sse::SseSplitter;
 use crate::clock::{elapsed_ms, monotonic};
 use crate::config::{OnClientDisconnect, Provider, Target};
+use crate::ids::EventId;
 use crate::ledger::{AttemptStatus, UsageKind};
 use crate::pricing::{self, Usage};
 use crate::provider::actor::{Permit, Verdict};
@@ -46,6 +47,8 @@ pub struct Relay {
     /// Upstream events → the caller's OpenAI chunks (usage chunk only if asked for).
     pub translator: Translator,
     pub reservation: ReservationGuard,
+    /// The attempt's journal reserve; its row settles it.
+    pub event_id: EventId,
     pub permit: Permit,
     pub started: std::time::Instant,
     pub ttft_ms: u64,
@@ -100,9 +103,6 @@ impl Relay {
                     }
                 }
                 if done {
-                    if !client_gone {
-                        let _ = tx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
-                    }
                     break 'relay End::Done;
                 }
             }
@@ -146,17 +146,25 @@ impl Relay {
         }
         // Dropping the upstream body closes that connection: it never returns to the pool half-read.
         drop(upstream);
-        if let (End::Broken(reason), false) = (&end, client_gone) {
-            let error = serde_json::json!({"error": {
-                "message": format!("the upstream stream broke: {reason}"),
-                "type": "server_error",
-                "code": "stream_interrupted",
-                "param": null,
-            }});
-            let _ = tx.send(Ok(Bytes::from(format!("data: {error}\n\n")))).await;
-        }
-        drop(tx);
+        let last = match (&end, client_gone) {
+            (_, true) => None,
+            (End::Done, false) => Some(Bytes::from_static(b"data: [DONE]\n\n")),
+            (End::Broken(reason), false) => {
+                let error = serde_json::json!({"error": {
+                    "message": format!("the upstream stream broke: {reason}"),
+                    "type": "server_error",
+                    "code": "stream_interrupted",
+                    "param": null,
+                }});
+                Some(Bytes::from(format!("data: {error}\n\n")))
+            }
+        };
+        // The row is written before the caller's stream ends: a graceful shutdown
+        // waits for responses, not for this task, so it cannot outrun the row.
         self.settle(end, client_gone, usage, &content).await;
+        if let Some(last) = last {
+            let _ = tx.send(Ok(last)).await;
+        }
     }
 
     /// Whether this relay may keep reading after its caller left.
@@ -209,6 +217,7 @@ impl Relay {
             self.attempt,
             elapsed_ms(self.started),
         );
+        row.event_id = self.event_id;
         row.status = status;
         row.upstream_status = Some(200);
         row.usage = usage;
@@ -227,6 +236,6 @@ impl Relay {
         }
         let trace_id = self.ctx.trace_id.clone().unwrap_or_default();
         tracing::info!(request_id = %self.ctx.request_id, trace_id, tenant = %self.ctx.tenant.id, route = %self.route, provider = %row.provider, status = status.as_str(), cost = %cost, latency_ms = row.latency_ms, "Stream ended.");
-        record::record(&self.gw, &self.ctx, &self.route, reserved, row);
+        record::record(&self.gw, &self.ctx, &self.route, reserved, row).await;
     }
 }

@@ -33,6 +33,10 @@ pub enum Metric {
     LedgerBacklogEvents,
     LedgerBatchRows,
     LedgerLagSeconds,
+    LedgerBacklogFullTotal,
+    JournalFsyncSeconds,
+    JournalErrorsTotal,
+    JournalReplayedTotal,
     ProviderInFlight,
     ProviderQueued,
     BreakerState,
@@ -44,7 +48,7 @@ pub enum Metric {
 }
 
 impl Metric {
-    pub const ALL: [Metric; 31] = [
+    pub const ALL: [Metric; 35] = [
         Metric::RequestsTotal,
         Metric::RequestDurationSeconds,
         Metric::GatewayOverheadSeconds,
@@ -68,6 +72,10 @@ impl Metric {
         Metric::LedgerBacklogEvents,
         Metric::LedgerBatchRows,
         Metric::LedgerLagSeconds,
+        Metric::LedgerBacklogFullTotal,
+        Metric::JournalFsyncSeconds,
+        Metric::JournalErrorsTotal,
+        Metric::JournalReplayedTotal,
         Metric::ProviderInFlight,
         Metric::ProviderQueued,
         Metric::BreakerState,
@@ -103,6 +111,10 @@ impl Metric {
             Metric::LedgerBacklogEvents => "tollgate_ledger_backlog_events",
             Metric::LedgerBatchRows => "tollgate_ledger_batch_rows",
             Metric::LedgerLagSeconds => "tollgate_ledger_lag_seconds",
+            Metric::LedgerBacklogFullTotal => "tollgate_ledger_backlog_full_total",
+            Metric::JournalFsyncSeconds => "tollgate_journal_fsync_seconds",
+            Metric::JournalErrorsTotal => "tollgate_journal_errors_total",
+            Metric::JournalReplayedTotal => "tollgate_journal_replayed_events_total",
             Metric::ProviderInFlight => "tollgate_provider_in_flight",
             Metric::ProviderConcurrencyLimit => "tollgate_provider_concurrency_limit",
             Metric::ProviderQueued => "tollgate_provider_queued",
@@ -165,6 +177,16 @@ impl Metric {
             Metric::LedgerLagSeconds => {
                 "Age of the oldest event of a ledger batch when it was written."
             }
+            Metric::LedgerBacklogFullTotal => {
+                "Paid requests that found the ledger backlog full, by action (refused, continued)."
+            }
+            Metric::JournalFsyncSeconds => "Duration of one journal fsync (shared by a group).",
+            Metric::JournalErrorsTotal => {
+                "Journal I/O failures by operation (write, fsync, rotate, delete, encode, read)."
+            }
+            Metric::JournalReplayedTotal => {
+                "Events replayed from the journal at start, by kind (settle, orphan)."
+            }
             Metric::ProviderInFlight => "Upstream calls in flight, by provider.",
             Metric::ProviderConcurrencyLimit => {
                 "Calls a provider may have in flight (moves when its limit is adaptive)."
@@ -195,7 +217,8 @@ impl Metric {
             | Metric::UpstreamTtftSeconds
             | Metric::ReservationChargeRatio
             | Metric::LedgerBatchRows
-            | Metric::LedgerLagSeconds => MetricKind::Histogram,
+            | Metric::LedgerLagSeconds
+            | Metric::JournalFsyncSeconds => MetricKind::Histogram,
             m if m.as_str().ends_with("_total") => MetricKind::Counter,
             _ => MetricKind::Gauge,
         }
@@ -224,7 +247,7 @@ pub fn describe_all() {
     }
 }
 
-/// Unlabeled counters start at 0 so `rate()` and `increase()` see their first event.
+/// Counters start at 0 so `rate()` and `increase()` see their first event.
 fn zero_unlabeled() {
     for metric in [
         Metric::ReservationOverrunNanosTotal,
@@ -235,6 +258,17 @@ fn zero_unlabeled() {
         counter_add(metric, &[], 0);
     }
     gauge_set(Metric::LedgerBacklogEvents, &[], 0.0);
+    // The ledger's failure counters have small fixed label sets: all start at 0,
+    // so an alert on their first increase fires.
+    for op in ["write", "fsync", "rotate", "delete", "encode", "read"] {
+        counter_add(Metric::JournalErrorsTotal, &[("op", op)], 0);
+    }
+    for action in ["refused", "continued"] {
+        counter_add(Metric::LedgerBacklogFullTotal, &[("action", action)], 0);
+    }
+    for kind in ["settle", "orphan"] {
+        counter_add(Metric::JournalReplayedTotal, &[("kind", kind)], 0);
+    }
 }
 
 fn labels(pairs: &[(&'static str, &str)]) -> Vec<Label> {

@@ -471,7 +471,7 @@ impl TenantActor {
         let Some(meta) = meta else { return };
         tracing::warn!(tenant = %self.tenant, request_id = %meta.request_id, reserved = %amount, "Reservation expired unsettled; committed at its reserved amount.");
         self.ledger.record(UsageEvent {
-            event_id: EventId::generate(),
+            event_id: EventId::orphan_of(&meta.request_id),
             request_id: meta.request_id,
             client_request_id: meta.client_request_id,
             trace_id: meta.trace_id,

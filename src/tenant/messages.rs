@@ -24,6 +24,10 @@ pub struct ReservationMeta {
     pub route: String,
     pub client_request_id: Option<String>,
     pub trace_id: Option<String>,
+    /// The replica that reserved, so it can settle its reservations by the
+    /// ledger after a restart (see `shared/restart.rs`).
+    #[serde(default)]
+    pub replica: String,
 }
 
 #[derive(Message, Clone)]

@@ -16,6 +16,7 @@ mod chat;
 mod dashboards;
 mod errors;
 mod failover;
+mod journal;
 mod ledger;
 mod lifecycle;
 mod metrics;

@@ -6,6 +6,7 @@
 
 mod health;
 mod keys;
+pub mod restart;
 mod scripts;
 
 use std::sync::Arc;
@@ -45,6 +46,7 @@ struct Scripts {
     raise: Script,
     absorb: Script,
     status: Script,
+    close_request: Script,
 }
 
 #[derive(Clone)]
@@ -83,6 +85,7 @@ impl SharedStore {
                 raise: Script::new(scripts::RAISE),
                 absorb: Script::new(scripts::ABSORB),
                 status: Script::new(scripts::STATUS),
+                close_request: Script::new(scripts::CLOSE_REQUEST),
             }),
         })
     }
@@ -163,6 +166,57 @@ impl SharedStore {
         cmd.arg(key).arg(value).arg("PX").arg(ttl_ms);
         self.bounded(async |conn| cmd.query_async::<()>(conn).await)
             .await
+    }
+
+    /// Requests holding a reservation made by `replica`, by tenant. Each SCAN
+    /// step and each hash read is its own bounded call.
+    pub async fn held_by_replica(
+        &self,
+        replica: &str,
+    ) -> Result<Vec<(TenantId, String)>, StoreFailure> {
+        let mut found = Vec::new();
+        let mut cursor = 0u64;
+        loop {
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor)
+                .arg("MATCH")
+                .arg("tg:{*}:h")
+                .arg("COUNT")
+                .arg(500);
+            let (next, keys) = self
+                .bounded(async |conn| scan.query_async::<(u64, Vec<String>)>(conn).await)
+                .await?;
+            for key in keys {
+                let Some(tenant) = key
+                    .strip_prefix("tg:{")
+                    .and_then(|rest| rest.strip_suffix("}:h"))
+                    .and_then(TenantId::parse)
+                else {
+                    continue;
+                };
+                let mut read = redis::cmd("HVALS");
+                read.arg(&key);
+                let records = self
+                    .bounded(async |conn| read.query_async::<Vec<String>>(conn).await)
+                    .await?;
+                for record in records {
+                    let meta = record.splitn(7, '|').nth(6).unwrap_or_default();
+                    let Ok(meta) = serde_json::from_str::<serde_json::Value>(meta) else {
+                        continue;
+                    };
+                    if meta.get("replica").and_then(serde_json::Value::as_str) == Some(replica)
+                        && let Some(request) =
+                            meta.get("request_id").and_then(serde_json::Value::as_str)
+                    {
+                        found.push((tenant.clone(), request.to_owned()));
+                    }
+                }
+            }
+            if next == 0 {
+                return Ok(found);
+            }
+            cursor = next;
+        }
     }
 
     /// One call on a pooled connection within the timeout; a failure marks the store down.
@@ -598,6 +652,40 @@ impl SharedQuota {
             )
             .await?;
         Ok(())
+    }
+
+    /// After a journal replay: closes what `request` still holds, at
+    /// `charged` (`None`: at its reserved amount, an orphan). Returns whether
+    /// it held anything.
+    pub async fn close_request(
+        &self,
+        request: &str,
+        charged: Option<Nanos>,
+        tokens: Option<u64>,
+        now_ms: u64,
+    ) -> Result<bool, StoreFailure> {
+        let (month_key, previous_key, month) = self.month_keys(now_ms);
+        let reply = self
+            .store
+            .run(
+                &self.store.scripts.close_request,
+                &[
+                    month_key,
+                    self.keys.buckets(),
+                    self.keys.held(),
+                    self.keys.expiry(),
+                    previous_key,
+                ],
+                &[
+                    request.to_owned(),
+                    charged.map_or_else(|| "-1".to_owned(), |c| c.get().to_string()),
+                    tokens.map_or_else(|| "-1".to_owned(), |t| t.to_string()),
+                    month,
+                    Date::from_unix_ms(now_ms).day_key(),
+                ],
+            )
+            .await?;
+        Ok(field(&reply, 0)? == "closed")
     }
 
     /// Committed and reserved this month (`None`: not seeded yet).

@@ -267,3 +267,33 @@ if not v[1] then return {'seed'} end
 return {'ok', s(n(v[2])), s(n(v[3]))}
 "
 );
+
+/// Closes the held reservation of one request, found by the request id in
+/// its meta, after a journal replay: at `charged` (a settle the replica wrote
+/// to its journal but not to Redis before it died) or, with `-1`, at its
+/// reserved amount (an orphan). Held reservations are few (in flight only).
+/// KEYS: month, buckets, held, expiry, previous month.
+/// ARGV: request id, charged or -1, used tokens or -1, month, day.
+/// Returns {'closed', id} | {'none'}.
+pub const CLOSE_REQUEST: &str = concat!(
+    prelude!(),
+    close!(),
+    r#"
+local needle = '"request_id":"' .. ARGV[1] .. '"'
+local all = redis.call('HGETALL', KEYS[3])
+for i = 1, #all, 2 do
+  local id, rec = all[i], all[i + 1]
+  if string.find(rec, needle, 1, true) then
+    redis.call('HDEL', KEYS[3], id)
+    redis.call('ZREM', KEYS[4], id)
+    local a, est = parse(rec)
+    local charged, used = ARGV[2], ARGV[3]
+    if charged == '-1' then charged = a end
+    if used == '-1' then used = est end
+    close(rec, charged, used, KEYS[1], KEYS[5], ARGV[4], ARGV[5], KEYS[2], -1)
+    return {'closed', id}
+  end
+end
+return {'none'}
+"#
+);

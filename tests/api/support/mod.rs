@@ -6,6 +6,7 @@
 
 mod logs;
 pub mod postgres;
+pub mod process;
 pub mod redis;
 
 use std::collections::{BTreeMap, HashMap};
@@ -47,6 +48,7 @@ pub struct TestSetup {
     raw: Vec<String>,
     cache_ttl_ms: BTreeMap<String, u64>,
     storage: Vec<String>,
+    ledger: Vec<String>,
 }
 
 impl TestSetup {
@@ -69,6 +71,7 @@ impl TestSetup {
             raw: Vec::new(),
             cache_ttl_ms: BTreeMap::new(),
             storage: Vec::new(),
+            ledger: Vec::new(),
         }
     }
 
@@ -131,6 +134,12 @@ impl TestSetup {
         self
     }
 
+    /// One more `key = value` line of the `[ledger]` table.
+    pub fn ledger(mut self, line: &str) -> Self {
+        self.ledger.push(line.to_owned());
+        self
+    }
+
     pub fn listen(mut self, addr: std::net::SocketAddr) -> Self {
         self.listen = addr.to_string();
         self
@@ -179,7 +188,7 @@ impl TestSetup {
         self
     }
 
-    fn toml(&self, database_url: &str, fake_url: &str, anthropic_url: &str) -> String {
+    fn toml(&self, dir: &Path, database_url: &str, fake_url: &str, anthropic_url: &str) -> String {
         let mut text = format!(
             r#"
 [server]
@@ -195,6 +204,7 @@ sync_interval_ms = 100
 currency = "CNY"
 [ledger]
 flush_interval_ms = 50
+journal_dir = "{journal_dir}"
 [providers.primary]
 kind = "openai"
 base_url = "{fake_url}"
@@ -208,7 +218,11 @@ timeout_ms = 5000
             body_limit = self.body_limit_bytes,
             listen = self.listen,
             storage = self.storage_lines().join("\n"),
+            journal_dir = dir.join("journal").display(),
         );
+        for line in &self.ledger {
+            text = text.replacen("[ledger]\n", &format!("[ledger]\n{line}\n"), 1);
+        }
         for provider in &self.extra_providers {
             text.push_str(
                 &provider
@@ -338,7 +352,11 @@ fn write_config_with(
     if redis::suite_on_redis() && !setup.storage.iter().any(|l| l.starts_with("redis_url")) {
         setup = setup.redis(&redis::fresh_database_url(), 1);
     }
-    std::fs::write(&path, setup.toml(&database_url, fake_url, anthropic_url)).unwrap();
+    std::fs::write(
+        &path,
+        setup.toml(dir.path(), &database_url, fake_url, anthropic_url),
+    )
+    .unwrap();
     (dir, path)
 }
 
@@ -393,7 +411,12 @@ pub async fn spawn_app_with_logs(setup: TestSetup, logs: Option<&LogCapture>) ->
 pub async fn spawn_replica(first: &TestApp, setup: &TestSetup) -> TestApp {
     let fake = fake_upstream::start(FakeConfig::default(), ([127, 0, 0, 1], 0).into(), 1).unwrap();
     let anthropic = tollgate::fake_upstream::anthropic::start(([127, 0, 0, 1], 0).into()).unwrap();
-    let config = Config::load(&first.config_path, &setup.env).unwrap();
+    let shared = Config::load(&first.config_path, &setup.env).unwrap();
+    // A journal belongs to one process: each replica writes its own.
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = (*shared).clone();
+    config.ledger.journal_dir = Some(dir.path().join("journal"));
+    let config = Arc::new(config);
     let clock: SharedClock = match &setup.clock {
         Some(clock) => clock.clone(),
         None => Arc::new(SystemClock),
@@ -420,7 +443,7 @@ pub async fn spawn_replica(first: &TestApp, setup: &TestSetup) -> TestApp {
         client: awc::Client::builder()
             .timeout(std::time::Duration::from_secs(30))
             .finish(),
-        dir: tempfile::tempdir().unwrap(),
+        dir,
     }
 }
 
@@ -568,6 +591,28 @@ impl TestApp {
         assert_eq!(reply.status, 200, "{}", reply.raw);
         reply.body
     }
+}
+
+/// Polls `check` with backoff until it holds; fails naming `what` after `timeout`.
+pub async fn wait_until(mut check: impl FnMut() -> bool, timeout: std::time::Duration, what: &str) {
+    let started = tollgate::clock::monotonic();
+    let mut pause = std::time::Duration::from_millis(5);
+    while !check() {
+        assert!(
+            started.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        actix_rt::time::sleep(pause).await;
+        pause = (pause * 2).min(std::time::Duration::from_millis(200));
+    }
+}
+
+/// The value of one series in a Prometheus text exposition (0 if absent).
+pub fn metric_value(exposition: &str, series: &str) -> u64 {
+    exposition
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .map_or(0, |v| v.trim().parse().unwrap())
 }
 
 /// Real time now, for a manual clock that starts in the present month.

@@ -35,7 +35,7 @@ trap '' INT
 read -r _line
 kill -INT "$pg" 2>/dev/null
 wait "$pg"
-rm -rf "$TOLLGATE_PG_DIR"
+[ -n "$TOLLGATE_PG_DIR" ] && rm -rf "$TOLLGATE_PG_DIR"
 "#;
 
 struct Server {
@@ -212,7 +212,30 @@ fn free_port() -> u16 {
 /// Starts the server under its watchdog; `Err(log)` when it could not listen
 /// on `port` (someone took it), after which this attempt's dir is gone.
 fn launch(bin: &Path, owner: Option<(u32, u32)>, dir: &Path, port: u16) -> Result<Server, String> {
+    let watchdog = launch_watchdog(bin, owner, dir, port, true)?;
+    Ok(Server {
+        port,
+        _watchdog: Mutex::new(watchdog),
+    })
+}
+
+/// postgres on `dir/data` under a watchdog; `remove_dir` says whether the
+/// watchdog deletes `dir` after stopping it (a server to be restarted keeps it).
+fn launch_watchdog(
+    bin: &Path,
+    owner: Option<(u32, u32)>,
+    dir: &Path,
+    port: u16,
+    remove_dir: bool,
+) -> Result<(Child, ChildStdin), String> {
     let log = dir.join("postgres.log");
+    // A restart appends to the same log: only what this start wrote counts.
+    let log_start = std::fs::metadata(&log).map_or(0, |m| m.len());
+    let log_text = || {
+        let bytes = std::fs::read(&log).unwrap_or_default();
+        let start = usize::try_from(log_start).unwrap().min(bytes.len());
+        String::from_utf8_lossy(&bytes[start..]).into_owned()
+    };
     let mut child = command(owner, Path::new("sh"))
         .args(["-c", WATCHDOG, "sh"])
         .arg(bin.join("postgres"))
@@ -225,7 +248,10 @@ fn launch(bin: &Path, owner: Option<(u32, u32)>, dir: &Path, port: u16) -> Resul
         .args(["-F", "-c", "full_page_writes=off", "-c", "synchronous_commit=off"])
         .args(["-c", "max_connections=300"])
         .env("TOLLGATE_PG_LOG", &log)
-        .env("TOLLGATE_PG_DIR", dir)
+        .env(
+            "TOLLGATE_PG_DIR",
+            if remove_dir { dir.as_os_str() } else { "".as_ref() },
+        )
         .current_dir(dir)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
@@ -234,14 +260,15 @@ fn launch(bin: &Path, owner: Option<(u32, u32)>, dir: &Path, port: u16) -> Resul
         .unwrap_or_else(|e| panic!("cannot start the postgres watchdog: {e}"));
     let stdin = child.stdin.take().unwrap();
     for _ in 0..READY_POLLS {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let text = log_text();
         if text.contains("database system is ready to accept connections") {
-            return Ok(Server {
-                port,
-                _watchdog: Mutex::new((child, stdin)),
-            });
+            return Ok((child, stdin));
         }
-        if text.contains("FATAL") || text.contains("PANIC") {
+        // Clients connecting during start-up get "the database system is starting up": not a failure.
+        let failed = text.lines().any(|line| {
+            (line.contains("FATAL") || line.contains("PANIC")) && !line.contains("starting up")
+        });
+        if failed {
             // Closing the pipe lets the watchdog reap postgres and remove the dir.
             drop(stdin);
             let _ = child.wait();
@@ -252,8 +279,77 @@ fn launch(bin: &Path, owner: Option<(u32, u32)>, dir: &Path, port: u16) -> Resul
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let text = log_text();
     drop(stdin);
     let _ = child.wait();
     panic!("PostgreSQL was not ready after 60 s:\n{text}");
+}
+
+/// A PostgreSQL of one test's own, which the test may stop and start again on
+/// the same data dir and port (a database outage). Stopped and removed on drop.
+pub struct PrivateServer {
+    bin: PathBuf,
+    owner: Option<(u32, u32)>,
+    dir: PathBuf,
+    port: u16,
+    watchdog: Option<(Child, ChildStdin)>,
+}
+
+impl PrivateServer {
+    pub fn start() -> PrivateServer {
+        let bin = bin_dir();
+        let owner = unprivileged_owner();
+        let mut collisions = Vec::new();
+        for _ in 0..PORT_ATTEMPTS {
+            let dir = new_data_dir(&bin, owner);
+            let port = free_port();
+            match launch_watchdog(&bin, owner, &dir, port, false) {
+                Ok(watchdog) => {
+                    return PrivateServer {
+                        bin,
+                        owner,
+                        dir,
+                        port,
+                        watchdog: Some(watchdog),
+                    };
+                }
+                Err(log) => {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    collisions.push(format!("port {port}:\n{log}"));
+                }
+            }
+        }
+        panic!(
+            "PostgreSQL could not bind a loopback port in {PORT_ATTEMPTS} attempts:\n{}",
+            collisions.join("\n")
+        );
+    }
+
+    /// The server's own maintenance database.
+    pub fn url(&self) -> String {
+        url(self.port, "postgres")
+    }
+
+    /// A fast shutdown (the watchdog sends SIGINT to the postgres it started); returns once it is down.
+    pub fn stop(&mut self) {
+        if let Some((mut child, stdin)) = self.watchdog.take() {
+            drop(stdin);
+            child.wait().unwrap();
+        }
+    }
+
+    /// Starts it again on the same data dir and port.
+    pub fn restart(&mut self) {
+        assert!(self.watchdog.is_none(), "the server is running");
+        let watchdog = launch_watchdog(&self.bin, self.owner, &self.dir, self.port, false)
+            .unwrap_or_else(|log| panic!("PostgreSQL did not restart:\n{log}"));
+        self.watchdog = Some(watchdog);
+    }
+}
+
+impl Drop for PrivateServer {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }

@@ -1,0 +1,123 @@
+//! What the journal stores, as JSON inside a frame. The wire types are plain
+//! data kept apart from the in-memory ones, so a refactor of `UsageEvent`
+//! cannot silently change how existing journals read back.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{EventId, KeyId, RequestId, TenantId};
+use crate::ledger::{AttemptStatus, UsageEvent, UsageKind};
+use crate::money::Nanos;
+use crate::pricing::Usage;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Record {
+    /// An attempt about to be sent upstream. Without a later `settle` of the
+    /// same event id it becomes its `orphan` row on replay.
+    Reserve {
+        deadline_ms: u64,
+        orphan: EventRecord,
+    },
+    /// A ledger row, as handed to the ledger.
+    Settle { event: EventRecord },
+    /// Every settle up to this sequence number is in the database.
+    Checkpoint { upto: u64 },
+}
+
+/// `UsageEvent` on disk.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EventRecord {
+    pub event_id: String,
+    pub request_id: String,
+    pub client_request_id: Option<String>,
+    pub trace_id: Option<String>,
+    pub tenant: String,
+    pub key: String,
+    pub feature: String,
+    pub route: String,
+    pub provider: String,
+    pub model: String,
+    pub attempt: u32,
+    pub status: String,
+    pub upstream_status: Option<u16>,
+    pub prompt_tokens: u64,
+    pub cached_tokens: u64,
+    pub cache_write_tokens: u64,
+    pub completion_tokens: u64,
+    pub usage_kind: String,
+    pub reserved_nanos: u64,
+    pub charged_nanos: u64,
+    pub price_version: String,
+    pub latency_ms: u64,
+    pub ttft_ms: Option<u64>,
+    pub error: Option<String>,
+    pub created_at_ms: u64,
+}
+
+impl From<&UsageEvent> for EventRecord {
+    fn from(e: &UsageEvent) -> EventRecord {
+        EventRecord {
+            event_id: e.event_id.to_string(),
+            request_id: e.request_id.to_string(),
+            client_request_id: e.client_request_id.clone(),
+            trace_id: e.trace_id.clone(),
+            tenant: e.tenant.to_string(),
+            key: e.key.to_string(),
+            feature: e.feature.clone(),
+            route: e.route.clone(),
+            provider: e.provider.clone(),
+            model: e.model.clone(),
+            attempt: e.attempt,
+            status: e.status.as_str().to_owned(),
+            upstream_status: e.upstream_status,
+            prompt_tokens: e.usage.prompt_tokens,
+            cached_tokens: e.usage.cached_tokens,
+            cache_write_tokens: e.usage.cache_write_tokens,
+            completion_tokens: e.usage.completion_tokens,
+            usage_kind: e.usage_kind.as_str().to_owned(),
+            reserved_nanos: e.reserved.get(),
+            charged_nanos: e.charged.get(),
+            price_version: e.price_version.clone(),
+            latency_ms: e.latency_ms,
+            ttft_ms: e.ttft_ms,
+            error: e.error.clone(),
+            created_at_ms: e.created_at_ms,
+        }
+    }
+}
+
+impl EventRecord {
+    /// `None` when the record names an unknown status or a malformed id:
+    /// replay reports it rather than inventing a row.
+    pub fn to_event(&self) -> Option<UsageEvent> {
+        Some(UsageEvent {
+            event_id: EventId::parse(&self.event_id)?,
+            request_id: RequestId::new(self.request_id.as_str()),
+            client_request_id: self.client_request_id.clone(),
+            trace_id: self.trace_id.clone(),
+            tenant: TenantId::new(self.tenant.as_str()),
+            key: KeyId::new(self.key.as_str()),
+            feature: self.feature.clone(),
+            route: self.route.clone(),
+            provider: self.provider.clone(),
+            model: self.model.clone(),
+            attempt: self.attempt,
+            status: AttemptStatus::parse(&self.status)?,
+            upstream_status: self.upstream_status,
+            usage: Usage {
+                prompt_tokens: self.prompt_tokens,
+                cached_tokens: self.cached_tokens,
+                cache_write_tokens: self.cache_write_tokens,
+                completion_tokens: self.completion_tokens,
+            },
+            usage_kind: UsageKind::parse(&self.usage_kind)?,
+            reserved: Nanos::new(self.reserved_nanos),
+            charged: Nanos::new(self.charged_nanos),
+            price_version: self.price_version.clone(),
+            latency_ms: self.latency_ms,
+            ttft_ms: self.ttft_ms,
+            error: self.error.clone(),
+            created_at_ms: self.created_at_ms,
+        })
+    }
+}
