@@ -29,6 +29,7 @@ use super::messages::{
 use super::registry::RegistryInner;
 use super::seed::SeedSource;
 use super::share::{local_share, share_budget};
+use super::shared::expiry;
 use super::shared::{
     Reserved, SharedQuota, SharedSettled, SharedStore, StoreFailure, threshold_amount,
 };
@@ -51,8 +52,6 @@ const MAILBOX_CAPACITY: usize = 4096;
 /// Reservations of the local book beside a shared store get ids from here,
 /// so they never collide with the store's.
 const LOCAL_IDS: u64 = 1 << 62;
-/// Expired shared reservations committed per sweep.
-const EXPIRE_BATCH: usize = 100;
 
 /// What every tenant actor shares.
 pub struct TenantDeps {
@@ -420,6 +419,8 @@ impl TenantActor {
         let pending = std::mem::take(&mut self.pending);
         let limits = self.limits.clone();
         let retry = quota.clone();
+        let db = self.db.clone();
+        let tenant = self.tenant.clone();
         let work = async move {
             let mut missed = Vec::new();
             for close in pending {
@@ -431,16 +432,25 @@ impl TenantActor {
                     missed.push(close);
                 }
             }
-            let expired = retry.expire(now, EXPIRE_BATCH).await.unwrap_or_default();
-            (missed, expired)
+            // Settles this replica still owed go first: their reservations must not expire.
+            let orphaned = if missed.is_empty() {
+                expiry::sweep(&retry, &db, &tenant, now)
+                    .await
+                    .unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            (missed, orphaned)
         };
-        ctx.wait(work.into_actor(self).map(move |(missed, expired), act, _| {
-            act.pending.extend(missed);
-            for orphan in expired {
-                let meta = serde_json::from_str::<ReservationMeta>(&orphan.meta).ok();
-                act.record_orphan(meta, orphan.amount, now);
-            }
-        }));
+        ctx.spawn(
+            work.into_actor(self)
+                .map(move |(missed, orphaned), act, _| {
+                    act.pending.extend(missed);
+                    for orphan in orphaned {
+                        act.record_orphan(Some(orphan.meta), orphan.amount, now);
+                    }
+                }),
+        );
         if now.saturating_sub(self.last_reconcile_ms) >= self.reconcile_interval_ms {
             self.last_reconcile_ms = now;
             let source = self.seed_source();

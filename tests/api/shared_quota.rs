@@ -384,3 +384,121 @@ async fn a_breaker_opened_on_one_replica_makes_the_others_skip_the_provider_too(
         "the second replica did not touch the failing provider"
     );
 }
+
+/// A shared reservation of a request the ledger already has rows for (its
+/// replica wrote them and died before its Redis settle) is charged what the
+/// rows say, with no orphan row; one with no row is an orphan.
+#[actix_web::test]
+async fn the_expiry_sweep_asks_the_ledger_before_committing_an_orphan() {
+    use tollgate::config::StoreErrorPolicy;
+    use tollgate::directory::BudgetMode;
+    use tollgate::ids::{EventId, KeyId, RequestId, ReservationId, TenantId};
+    use tollgate::ledger::{AttemptStatus, UsageEvent, UsageKind, repo};
+    use tollgate::money::PricePerMTok;
+    use tollgate::pricing::Usage;
+    use tollgate::tenant::book::{Limits, Seed};
+    use tollgate::tenant::shared::{Reserved, expiry};
+    use tollgate::tenant::{ReservationMeta, ReserveRequest, TokenLimits};
+
+    let redis = RedisServer::start().await;
+    let app = spawn_app(
+        TestSetup::new()
+            .route("fast", &["primary/ok"])
+            .tier("free", &["fast"], 1000, 100)
+            .redis(&redis.url(), 1),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let tenant = TenantId::new(tenant);
+    let store = app.gateway.quota_store.clone().unwrap();
+    let quota = store.tenant(&tenant);
+    let db = app.gateway.directory.db();
+    let now = now_ms();
+    quota.seed(&Seed::default(), &[], now).await.unwrap();
+    let limits = Limits {
+        rpm: 1000,
+        burst: 1000,
+        budget: Some(Nanos::parse_decimal("100").unwrap()),
+        mode: BudgetMode::Strict,
+        clamp_floor_tokens: 1,
+        feature_budgets: std::collections::BTreeMap::new(),
+        tokens: TokenLimits::default(),
+        on_store_error: StoreErrorPolicy::FailClosed,
+    };
+    let key_id = KeyId::new(key.split('_').nth(1).unwrap());
+
+    for id in [1u64, 2] {
+        let request = ReserveRequest {
+            input_tokens: 0,
+            input_price: PricePerMTok::parse_decimal("0").unwrap(),
+            output_price: PricePerMTok::parse_decimal("1000").unwrap(),
+            max_tokens: 1000,
+            expires_at_ms: now + 1000,
+            key: key_id.clone(),
+            key_budget: None,
+            feature: "default".to_owned(),
+        };
+        let meta = ReservationMeta {
+            request_id: RequestId::new(format!("req-{id}")),
+            key: key_id.clone(),
+            feature: "default".to_owned(),
+            route: "fast".to_owned(),
+            client_request_id: None,
+            trace_id: None,
+            replica: "gone".to_owned(),
+        };
+        let meta = serde_json::to_string(&meta).unwrap();
+        let reserved = quota
+            .reserve(ReservationId(id), &request, &limits, &meta, now)
+            .await
+            .unwrap();
+        assert!(matches!(reserved, Reserved::Granted(_)), "{reserved:?}");
+    }
+    // req-1's replica wrote its row (charged 0.25) before dying; req-2 has none.
+    let row = UsageEvent {
+        event_id: EventId::generate(),
+        request_id: RequestId::new("req-1"),
+        client_request_id: None,
+        trace_id: None,
+        tenant: tenant.clone(),
+        key: key_id.clone(),
+        feature: "default".to_owned(),
+        route: "fast".to_owned(),
+        provider: "primary".to_owned(),
+        model: "ok".to_owned(),
+        attempt: 1,
+        status: AttemptStatus::Ok,
+        upstream_status: Some(200),
+        usage: Usage::default(),
+        usage_kind: UsageKind::Reported,
+        reserved: Nanos::parse_decimal("1").unwrap(),
+        charged: Nanos::parse_decimal("0.25").unwrap(),
+        price_version: String::new(),
+        latency_ms: 1,
+        ttft_ms: None,
+        error: None,
+        created_at_ms: now,
+    };
+    repo::insert_batch(db, &[row]).await.unwrap();
+
+    let orphaned = expiry::sweep(&quota, db, &tenant, now + 2000)
+        .await
+        .unwrap();
+    assert_eq!(
+        orphaned.len(),
+        1,
+        "only the request with no row is an orphan"
+    );
+    assert_eq!(orphaned[0].meta.request_id.as_str(), "req-2");
+    assert_eq!(orphaned[0].amount, Nanos::parse_decimal("1").unwrap());
+    let (committed, reserved) = quota.status(now + 2000).await.unwrap().unwrap();
+    assert_eq!(committed, Nanos::parse_decimal("1.25").unwrap());
+    assert_eq!(reserved, Nanos::ZERO);
+    // A second sweep finds nothing left.
+    assert!(
+        expiry::sweep(&quota, db, &tenant, now + 3000)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}

@@ -4,6 +4,7 @@
 //! Each call gives up after `storage.redis_timeout_ms`; a failure marks the
 //! store down (`health.rs`) and the actor falls back to its tenant's policy.
 
+pub mod expiry;
 mod health;
 mod keys;
 pub mod restart;
@@ -41,7 +42,7 @@ struct Scripts {
     rate: Script,
     reserve: Script,
     settle: Script,
-    expire: Script,
+    expired: Script,
     seed: Script,
     raise: Script,
     absorb: Script,
@@ -80,7 +81,7 @@ impl SharedStore {
                 rate: Script::new(scripts::RATE),
                 reserve: Script::new(scripts::RESERVE),
                 settle: Script::new(scripts::SETTLE),
-                expire: Script::new(scripts::EXPIRE),
+                expired: Script::new(scripts::EXPIRED),
                 seed: Script::new(scripts::SEED),
                 raise: Script::new(scripts::RAISE),
                 absorb: Script::new(scripts::ABSORB),
@@ -269,7 +270,7 @@ pub struct SharedSettled {
     pub fired: Vec<u32>,
 }
 
-/// A reservation committed at its reserved amount by the expiry sweep.
+/// A held reservation past its expiry.
 #[derive(Debug)]
 pub struct Expired {
     pub id: ReservationId,
@@ -545,40 +546,26 @@ impl SharedQuota {
         })
     }
 
-    /// Commits reservations past their expiry at their reserved amount.
-    pub async fn expire(&self, now_ms: u64, limit: usize) -> Result<Vec<Expired>, StoreFailure> {
-        let (month_key, previous_key, month) = self.month_keys(now_ms);
+    /// Reservations past their expiry, still held (see `EXPIRED`).
+    pub async fn expired(&self, now_ms: u64, limit: usize) -> Result<Vec<Expired>, StoreFailure> {
         let reply = self
             .store
             .run(
-                &self.store.scripts.expire,
-                &[
-                    month_key,
-                    self.keys.buckets(),
-                    self.keys.held(),
-                    self.keys.expiry(),
-                    previous_key,
-                ],
-                &[
-                    now_ms.to_string(),
-                    month,
-                    Date::from_unix_ms(now_ms).day_key(),
-                    limit.to_string(),
-                ],
+                &self.store.scripts.expired,
+                &[self.keys.expiry(), self.keys.held()],
+                &[now_ms.to_string(), limit.to_string()],
             )
             .await?;
         reply
-            .chunks(3)
+            .chunks(2)
             .map(|chunk| {
                 let id = number(chunk, 0)?;
+                let record = field(chunk, 1)?;
+                let amount = record.split('|').next().unwrap_or_default();
                 Ok(Expired {
                     id: ReservationId(u64::try_from(id).unwrap_or(0)),
-                    amount: nanos(chunk, 1)?,
-                    meta: chunk
-                        .get(2)
-                        .and_then(|rec| rec.splitn(7, '|').nth(6))
-                        .unwrap_or_default()
-                        .to_owned(),
+                    amount: Nanos::new(amount.parse().unwrap_or(0)),
+                    meta: record.splitn(7, '|').nth(6).unwrap_or_default().to_owned(),
                 })
             })
             .collect()

@@ -159,31 +159,23 @@ return out
 "
 );
 
-/// Commits every reservation expired by `now` at its reserved amount: its
-/// replica died mid-call and the upstream may have charged us.
-/// KEYS: month, buckets, held, expiry, previous month. ARGV: now, month, day, limit.
-/// Returns {id, amount, record, ...}.
-pub const EXPIRE: &str = concat!(
-    prelude!(),
-    close!(),
-    r"
-local ids = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[4]))
+/// Lists reservations past their expiry without closing them: the sweeping
+/// replica first asks the ledger how each request ended (`CLOSE_REQUEST`).
+/// KEYS: expiry, held. ARGV: now, limit. Returns {id, record, ...}.
+pub const EXPIRED: &str = r"
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
 local out = {}
 for _, id in ipairs(ids) do
-  redis.call('ZREM', KEYS[4], id)
-  local rec = redis.call('HGET', KEYS[3], id)
+  local rec = redis.call('HGET', KEYS[2], id)
   if rec then
-    redis.call('HDEL', KEYS[3], id)
-    local a, est = parse(rec)
-    close(rec, a, est, KEYS[1], KEYS[5], ARGV[2], ARGV[3], KEYS[2], -1)
     out[#out + 1] = id
-    out[#out + 1] = a
     out[#out + 1] = rec
+  else
+    redis.call('ZREM', KEYS[1], id)
   end
 end
 return out
-"
-);
+";
 
 /// Starts a tenant's month from the ledger, once: a concurrent seed from
 /// another replica wins and this one changes nothing. Adds to what is there

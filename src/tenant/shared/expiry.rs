@@ -1,0 +1,78 @@
+//! The expiry sweep of shared reservations. A reservation still held past
+//! its request's deadline (plus a margin) belongs to a call whose replica
+//! died or lost Redis. Before closing it the sweeping replica asks the
+//! ledger how the request ended: rows there (the replica wrote them but died
+//! before its Redis settle) are what it is charged, with no new row; with no
+//! row it is committed at its reserved amount with an `orphaned` row, since
+//! the upstream may have billed the call. While the ledger cannot be asked,
+//! the reservations stay held: they still count against the budget.
+
+use sea_orm::DatabaseConnection;
+
+use super::{SharedQuota, StoreFailure};
+use crate::ids::TenantId;
+use crate::ledger::{AttemptStatus, repo};
+use crate::money::Nanos;
+use crate::tenant::messages::ReservationMeta;
+
+/// At most this many expired reservations are closed per sweep.
+const BATCH: usize = 100;
+
+/// A reservation the sweep committed at its reserved amount: its orphan row is due.
+pub struct Orphaned {
+    pub meta: ReservationMeta,
+    pub amount: Nanos,
+}
+
+pub async fn sweep(
+    quota: &SharedQuota,
+    db: &DatabaseConnection,
+    tenant: &TenantId,
+    now_ms: u64,
+) -> Result<Vec<Orphaned>, StoreFailure> {
+    let expired = quota.expired(now_ms, BATCH).await?;
+    if expired.is_empty() {
+        return Ok(Vec::new());
+    }
+    let held: Vec<(ReservationMeta, Nanos)> = expired
+        .into_iter()
+        .filter_map(|e| {
+            serde_json::from_str::<ReservationMeta>(&e.meta)
+                .ok()
+                .map(|meta| (meta, e.amount))
+        })
+        .collect();
+    let requests: Vec<String> = held.iter().map(|(m, _)| m.request_id.to_string()).collect();
+    let Ok(rows) = repo::rows_of_requests(db, tenant, &requests).await else {
+        return Ok(Vec::new());
+    };
+    let mut orphaned = Vec::new();
+    for (meta, amount) in held {
+        let request = meta.request_id.to_string();
+        let mine: Vec<_> = rows.iter().filter(|r| r.request_id == request).collect();
+        let settled = !mine.is_empty()
+            && mine
+                .iter()
+                .all(|r| r.status != AttemptStatus::Orphaned.as_str());
+        let (charged, tokens) = if settled {
+            let charged = mine
+                .iter()
+                .map(|r| Nanos::from_db(r.charged_nanos))
+                .fold(Nanos::ZERO, Nanos::saturating_add);
+            let tokens = mine
+                .iter()
+                .map(|r| u64::try_from(r.prompt_tokens + r.completion_tokens).unwrap_or(0))
+                .sum();
+            (Some(charged), Some(tokens))
+        } else {
+            (None, None)
+        };
+        let closed = quota
+            .close_request(&request, charged, tokens, now_ms)
+            .await?;
+        if closed && mine.is_empty() {
+            orphaned.push(Orphaned { meta, amount });
+        }
+    }
+    Ok(orphaned)
+}
