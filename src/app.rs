@@ -141,7 +141,10 @@ impl Application {
                 .app_data(web::Data::new(UpstreamClients::default()))
                 .configure(api::configure)
         })
-        .shutdown_timeout(config.server.shutdown_grace_ms.div_ceil(1000));
+        .shutdown_timeout(config.server.shutdown_grace_ms.div_ceil(1000))
+        // A stream's head and first event go out as separate writes; with
+        // Nagle on, the event waited for the client's delayed ACK (~40 ms).
+        .tcp_nodelay(true);
         if config.server.workers > 0 {
             server = server.workers(config.server.workers);
         }

@@ -10,11 +10,12 @@ mod keys;
 pub mod restart;
 mod scripts;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use deadpool_redis::{Pool, PoolConfig, Runtime, Timeouts};
 use redis::Script;
+use redis::aio::MultiplexedConnection;
 
 pub use health::StoreHealth;
 use keys::TenantKeys;
@@ -53,6 +54,12 @@ struct Scripts {
 #[derive(Clone)]
 pub struct SharedStore {
     pool: Pool,
+    /// One multiplexed connection taken from the pool and shared by every
+    /// call: it pipelines concurrent requests itself, and checking a
+    /// connection out of the pool per call cost a round trip (the pool's
+    /// UNWATCH + PING health check) on every decision. Dropped on any error,
+    /// so the next call takes a fresh one from the pool.
+    shared: Arc<Mutex<Option<MultiplexedConnection>>>,
     timeout: Duration,
     health: Arc<StoreHealth>,
     scripts: Arc<Scripts>,
@@ -75,6 +82,7 @@ impl SharedStore {
             .map_err(|e| format!("storage.redis_url: {e}"))?;
         Ok(SharedStore {
             pool,
+            shared: Arc::new(Mutex::new(None)),
             timeout,
             health: Arc::new(StoreHealth::default()),
             scripts: Arc::new(Scripts {
@@ -220,20 +228,35 @@ impl SharedStore {
         }
     }
 
-    /// One call on a pooled connection within the timeout; a failure marks the store down.
+    async fn connection(&self) -> Result<MultiplexedConnection, StoreFailure> {
+        if let Some(conn) = self.lock_shared().clone() {
+            return Ok(conn);
+        }
+        let pooled = self
+            .pool
+            .get()
+            .await
+            .map_err(|e| StoreFailure(e.to_string()))?;
+        let conn = deadpool_redis::Connection::take(pooled);
+        *self.lock_shared() = Some(conn.clone());
+        Ok(conn)
+    }
+
+    fn lock_shared(&self) -> std::sync::MutexGuard<'_, Option<MultiplexedConnection>> {
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// One call on the shared connection within the timeout; a failure
+    /// marks the store down and drops the connection.
     async fn bounded<T>(
         &self,
-        call: impl AsyncFnOnce(&mut deadpool_redis::Connection) -> redis::RedisResult<T>,
+        call: impl AsyncFnOnce(&mut MultiplexedConnection) -> redis::RedisResult<T>,
     ) -> Result<T, StoreFailure> {
         if !self.health.is_up() {
             return Err(StoreFailure("marked down".to_owned()));
         }
         let call = async {
-            let mut conn = self
-                .pool
-                .get()
-                .await
-                .map_err(|e| StoreFailure(e.to_string()))?;
+            let mut conn = self.connection().await?;
             call(&mut conn)
                 .await
                 .map_err(|e| StoreFailure(e.to_string()))
@@ -246,6 +269,7 @@ impl SharedStore {
             ))),
         };
         if let Err(failure) = &result {
+            self.lock_shared().take();
             self.health.mark_down(&failure.0);
         }
         result
