@@ -1,8 +1,10 @@
 //! The load harness of issue 8: `cargo bench --bench load` (add `-- --quick` for a smoke run).
 //!
 //! It starts the fake upstreams, the gateway (this build's release binary, every governance
-//! feature on) and a reference nginx as child processes on loopback, measures a direct-to-upstream
-//! baseline and the gateway under open-loop and closed-loop load, prints the tables, writes
+//! feature on), a reference nginx and a `redis-server` with a second gateway as child processes on
+//! loopback, measures a direct-to-upstream baseline and the gateways under open-loop and
+//! closed-loop load (plain, streaming and Redis mode), holds 1,000 requests open in a fresh
+//! gateway to read its memory and file descriptors, prints the tables, writes
 //! `target/load/results.json` and regenerates `BENCHMARKS.md`. Every child is stopped by PID when
 //! the harness ends, fails or panics. Under `cargo test` (no `--bench` flag) only self-checks run.
 #![expect(clippy::print_stdout, reason = "a benchmark harness reports on stdout")]
@@ -11,6 +13,7 @@ mod clock;
 mod config;
 mod generator;
 mod http;
+mod inflight;
 mod machine;
 mod plan;
 mod priority;
@@ -32,11 +35,15 @@ use crate::machine::Machine;
 use crate::plan::{Runner, Timing};
 use crate::procs::rss_kib;
 use crate::report::{GatewayAfter, Results, ScenarioInfo};
-use crate::stack::{Nginx, Stack};
+use crate::stack::{Nginx, Redis, Stack};
 
 const USAGE: &str = "usage: cargo bench --bench load [-- [--quick] [--runs N] [--seconds S] \
-                     [--wait-quiet S] [--nginx-workers N] [--skip-nginx] [--no-renice] [--no-profile]]";
+                     [--wait-quiet S] [--soak-seconds N] [--nginx-workers N] [--skip-nginx] \
+                     [--skip-redis] [--no-renice] [--no-profile]]";
 const DEFAULT_NGINX_WORKERS: u32 = 2;
+/// The soak of a full run; the 10-minute soak of the target is `--soak-seconds 600`.
+pub const DEFAULT_SOAK_S: u64 = 60;
+const MAX_SOAK_S: u64 = 3_600;
 
 #[derive(Debug, Clone, Copy)]
 struct Options {
@@ -45,6 +52,10 @@ struct Options {
     nginx: Option<u32>,
     renice: bool,
     profile: bool,
+    redis: bool,
+    soak_seconds: u64,
+    /// How long the 1,000 requests are held for the peak reading.
+    hold_seconds: u64,
 }
 
 fn parse_options(args: &[String]) -> Result<Options> {
@@ -55,6 +66,8 @@ fn parse_options(args: &[String]) -> Result<Options> {
     let mut wait_quiet = None;
     let mut renice = true;
     let mut profile = true;
+    let mut redis = true;
+    let mut soak = None;
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -64,6 +77,17 @@ fn parse_options(args: &[String]) -> Result<Options> {
             "--skip-nginx" => nginx = None,
             "--no-renice" => renice = false,
             "--no-profile" => profile = false,
+            "--skip-redis" => redis = false,
+            "--soak-seconds" => {
+                soak = Some(
+                    args.next()
+                        .and_then(|v| v.parse().ok())
+                        .filter(|v| *v <= MAX_SOAK_S)
+                        .with_context(|| {
+                            format!("--soak-seconds needs 0 to {MAX_SOAK_S}\n{USAGE}")
+                        })?,
+                );
+            }
             "--nginx-workers" => {
                 nginx = Some(
                     args.next()
@@ -112,6 +136,10 @@ fn parse_options(args: &[String]) -> Result<Options> {
         nginx,
         renice,
         profile,
+        redis,
+        // --quick skips the soak unless one is asked for.
+        soak_seconds: soak.unwrap_or(if quick { 0 } else { DEFAULT_SOAK_S }),
+        hold_seconds: if quick { 4 } else { 8 },
     })
 }
 
@@ -194,7 +222,7 @@ async fn run(options: Options, priority: String) -> Result<()> {
         );
     }
     let scenarios = scenarios::all()?;
-    let mut stack = Stack::start(options.nginx).await?;
+    let mut stack = Stack::start(options.nginx, options.redis).await?;
     let outcome = measure(&mut stack, &scenarios, options, machine, started, priority).await;
     if outcome.is_err() {
         eprintln!("logs of the children:\n{}", stack.log_tails());
@@ -237,7 +265,11 @@ async fn measure(
         Nginx::Running { version, .. } => version.clone(),
         Nginx::Skipped(reason) => format!("nginx row skipped: {reason}"),
     };
-    println!("reference: {nginx}; the harness runs with {priority}");
+    let (redis, redis_running) = match &stack.redis {
+        Redis::Running { version, .. } => (version.clone(), true),
+        Redis::Skipped(reason) => (format!("Redis mode skipped: {reason}"), false),
+    };
+    println!("reference: {nginx}; Redis mode: {redis}; the harness runs with {priority}");
     for s in scenarios {
         println!(
             "scenario {:<8} {} ({} body bytes, {} prompt tokens)",
@@ -252,7 +284,7 @@ async fn measure(
     println!("gateway answers with {first_gateway_answer}\n");
 
     let mut cells = Vec::new();
-    for plan in plan::cells(options.timing.quick) {
+    for plan in plan::cells(options.timing.quick, redis_running) {
         cells.push(runner.run_cell(&plan).await?);
     }
     let waited_for_quiet_s = runner.waited.as_secs();
@@ -266,7 +298,8 @@ async fn measure(
     } else {
         Err("--no-profile was given".to_owned())
     };
-    let targets = report::checks(&cells, &nginx);
+    let (in_flight, in_flight_failed) = in_flight(&runner, options).await;
+    let targets = report::checks(&cells, &nginx, in_flight.as_ref());
     let noisy_runs = cells
         .iter()
         .flat_map(|cell| &cell.runs)
@@ -276,6 +309,12 @@ async fn measure(
     println!();
     println!("{}", report::open_tables(&cells));
     println!("{}", report::closed_table(&cells));
+    println!("{}", report::stream_table(&cells));
+    println!("{}", report::redis_table(&cells, &redis));
+    println!(
+        "{}",
+        report::in_flight_section(in_flight.as_ref(), in_flight_failed.as_deref())
+    );
     println!("{}", report::targets_table(&targets));
     let (profile, profile_skipped) = match profile {
         Ok(profile) => (Some(profile), None),
@@ -302,11 +341,14 @@ async fn measure(
                 prompt_tokens: s.prompt_tokens,
             })
             .collect(),
+        not_measured: report::not_measured(&cells, in_flight.as_ref(), &redis),
         nginx,
+        redis,
         first_gateway_answer,
         cells,
+        in_flight,
+        in_flight_failed,
         targets,
-        not_measured: report::NOT_MEASURED.to_vec(),
         gateway_after,
         profile,
         profile_skipped,
@@ -315,6 +357,22 @@ async fn measure(
         priority,
         elapsed_s: clock::now().saturating_duration_since(started).as_secs(),
     })
+}
+
+/// The in-flight scenario, or why it failed: a failure there leaves the other results standing.
+async fn in_flight(
+    runner: &Runner<'_>,
+    options: Options,
+) -> (Option<inflight::InFlight>, Option<String>) {
+    let hold = std::time::Duration::from_secs(options.hold_seconds);
+    match inflight::run(runner, hold, options.soak_seconds).await {
+        Ok(measured) => (Some(measured), None),
+        Err(error) => {
+            let reason = format!("{error:#}");
+            println!("the in-flight scenario failed: {reason}");
+            (None, Some(reason))
+        }
+    }
 }
 
 /// Memory, ledger size and the governance counters once the load is over.

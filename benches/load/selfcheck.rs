@@ -11,6 +11,20 @@ pub fn run() -> Result<()> {
     http_parsing()?;
     statistics()?;
     configuration()?;
+    memory_trend()?;
+    Ok(())
+}
+
+fn memory_trend() -> Result<()> {
+    use crate::inflight::slope_per_minute;
+    // 1 KiB per second is 60 KiB per minute, whatever the offset.
+    let rising: Vec<(u64, u64)> = (0..10).map(|s| (s * 5, 100_000 + s * 5)).collect();
+    ensure!(slope_per_minute(&rising) == Some(60));
+    let flat: Vec<(u64, u64)> = (0..10).map(|s| (s * 5, 100_000 + s % 2)).collect();
+    ensure!(slope_per_minute(&flat) == Some(0));
+    ensure!(slope_per_minute(&[(0, 5)]).is_none());
+    ensure!(slope_per_minute(&[(3, 5), (3, 9)]).is_none());
+    ensure!(crate::inflight::TARGET_KIB == 146_484);
     Ok(())
 }
 
@@ -64,11 +78,39 @@ fn configuration() -> Result<()> {
         route: "fast".to_owned(),
         port: 9,
     }];
-    let toml = crate::config::gateway_toml(8, std::path::Path::new("/tmp/x"), &upstreams);
+    let extra = [crate::config::ModelRoute {
+        route: "stream20x2ms".to_owned(),
+        provider: "fake0".to_owned(),
+        model: "bench-model+chunks-20+chunk-delay-2ms".to_owned(),
+    }];
+    let toml =
+        crate::config::gateway_toml(8, std::path::Path::new("/tmp/x"), &upstreams, &[], None);
+    ensure!(!toml.contains("redis_url"));
     ensure!(toml.contains("database_url = \"sqlite:///tmp/x/tollgate.db?mode=rwc\""));
     ensure!(toml.contains("targets = [\"fake0/bench-model\"]"));
     ensure!(toml.contains("routes = [\"fast\"]"));
     ensure!(!toml.contains("api_key_env"));
     ensure!(toml.contains("\ntpm = ") && toml.contains("\nmonthly_tokens = "));
+
+    let toml = crate::config::gateway_toml(
+        8,
+        std::path::Path::new("/tmp/x"),
+        &upstreams,
+        &extra,
+        Some("redis://127.0.0.1:7/0"),
+    );
+    ensure!(toml.contains("[storage]\ndatabase_url = \"sqlite:///tmp/x/tollgate.db?mode=rwc\"\nredis_url = \"redis://127.0.0.1:7/0\"\n"));
+    ensure!(toml.contains(
+        "[routes.\"stream20x2ms\"]\ntargets = [\"fake0/bench-model+chunks-20+chunk-delay-2ms\"]"
+    ));
+    ensure!(toml.contains("model = \"bench-model+chunks-20+chunk-delay-2ms\""));
+    ensure!(toml.contains("routes = [\"fast\", \"stream20x2ms\"]"));
+    let parsed: toml::Value = toml::from_str(&toml)?;
+    ensure!(
+        parsed
+            .get("storage")
+            .and_then(|s| s.get("redis_url"))
+            .is_some()
+    );
     Ok(())
 }
