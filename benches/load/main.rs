@@ -34,7 +34,7 @@ use crate::http::{Conn, Template};
 use crate::machine::Machine;
 use crate::plan::{Runner, Timing};
 use crate::procs::rss_kib;
-use crate::report::{GatewayAfter, Results, ScenarioInfo};
+use crate::report::{GatewayAfter, RedisCommands, Results, ScenarioInfo};
 use crate::stack::{Nginx, Redis, Stack};
 
 const USAGE: &str = "usage: cargo bench --bench load [-- [--quick] [--runs N] [--seconds S] \
@@ -261,24 +261,7 @@ async fn measure(
     started: std::time::Instant,
     priority: String,
 ) -> Result<Results> {
-    let nginx = match &stack.nginx {
-        Nginx::Running { version, .. } => version.clone(),
-        Nginx::Skipped(reason) => format!("nginx row skipped: {reason}"),
-    };
-    let (redis, redis_running) = match &stack.redis {
-        Redis::Running { version, .. } => (version.clone(), true),
-        Redis::Skipped(reason) => (format!("Redis mode skipped: {reason}"), false),
-    };
-    println!("reference: {nginx}; Redis mode: {redis}; the harness runs with {priority}");
-    for s in scenarios {
-        println!(
-            "scenario {:<8} {} ({} body bytes, {} prompt tokens)",
-            s.name,
-            s.description,
-            s.body_bytes(),
-            s.prompt_tokens
-        );
-    }
+    let (nginx, redis, redis_running) = describe(stack, scenarios, &priority);
     let mut runner = Runner::new(stack, scenarios, options.timing);
     let first_gateway_answer = runner.sanity_check().await?;
     println!("gateway answers with {first_gateway_answer}\n");
@@ -288,6 +271,7 @@ async fn measure(
         cells.push(runner.run_cell(&plan).await?);
     }
     let waited_for_quiet_s = runner.waited.as_secs();
+    let redis_commands = redis_commands(runner.stack).await;
     let gateway_after = gateway_after(runner.stack).await;
     let profile = if options.profile {
         let target = runner.gateway_target("short")?;
@@ -310,7 +294,10 @@ async fn measure(
     println!("{}", report::open_tables(&cells));
     println!("{}", report::closed_table(&cells));
     println!("{}", report::stream_table(&cells));
-    println!("{}", report::redis_table(&cells, &redis));
+    println!(
+        "{}",
+        report::redis_table(&cells, &redis, redis_commands.as_ref())
+    );
     println!(
         "{}",
         report::in_flight_section(in_flight.as_ref(), in_flight_failed.as_deref())
@@ -344,6 +331,7 @@ async fn measure(
         not_measured: report::not_measured(&cells, in_flight.as_ref(), &redis),
         nginx,
         redis,
+        redis_commands,
         first_gateway_answer,
         cells,
         in_flight,
@@ -357,6 +345,33 @@ async fn measure(
         priority,
         elapsed_s: clock::now().saturating_duration_since(started).as_secs(),
     })
+}
+
+/// Prints what is measured: the reference, the Redis mode and the scenarios.
+fn describe(
+    stack: &Stack,
+    scenarios: &[scenarios::Scenario],
+    priority: &str,
+) -> (String, String, bool) {
+    let nginx = match &stack.nginx {
+        Nginx::Running { version, .. } => version.clone(),
+        Nginx::Skipped(reason) => format!("nginx row skipped: {reason}"),
+    };
+    let (redis, redis_running) = match &stack.redis {
+        Redis::Running { version, .. } => (version.clone(), true),
+        Redis::Skipped(reason) => (format!("Redis mode skipped: {reason}"), false),
+    };
+    println!("reference: {nginx}; Redis mode: {redis}; the harness runs with {priority}");
+    for s in scenarios {
+        println!(
+            "scenario {:<8} {} ({} body bytes, {} prompt tokens)",
+            s.name,
+            s.description,
+            s.body_bytes(),
+            s.prompt_tokens
+        );
+    }
+    (nginx, redis, redis_running)
 }
 
 /// The in-flight scenario, or why it failed: a failure there leaves the other results standing.
@@ -375,6 +390,40 @@ async fn in_flight(
     }
 }
 
+/// What the Redis-mode gateway asked of Redis, per request it answered (warm-ups included).
+async fn redis_commands(stack: &Stack) -> Option<RedisCommands> {
+    let Redis::Running { gateway, addr, .. } = &stack.redis else {
+        return None;
+    };
+    let info = match stack::redis_info(*addr, "commandstats").await {
+        Ok(info) => info,
+        Err(error) => {
+            println!("no Redis command statistics: {error:#}");
+            return None;
+        }
+    };
+    let requests = metric_lines(gateway.addr, &["tollgate_requests_total"])
+        .await
+        .iter()
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    Some(RedisCommands::parse(requests, &info))
+}
+
+/// The lines of the gateway's `/metrics` that start with one of `names`.
+async fn metric_lines(addr: std::net::SocketAddr, names: &[&str]) -> Vec<String> {
+    let template = Template::get(addr, "/metrics");
+    let mut conn = Conn::new(addr, &template);
+    match conn.exchange(0).await {
+        Ok(response) => String::from_utf8_lossy(&conn.body(&response))
+            .lines()
+            .filter(|line| names.iter().any(|name| line.starts_with(name)))
+            .map(str::to_owned)
+            .collect(),
+        Err(error) => vec![format!("# /metrics failed: {error}")],
+    }
+}
+
 /// Memory, ledger size and the governance counters once the load is over.
 async fn gateway_after(stack: &Stack) -> GatewayAfter {
     const WANTED: [&str; 6] = [
@@ -387,16 +436,7 @@ async fn gateway_after(stack: &Stack) -> GatewayAfter {
     ];
     // Let the ledger's last batch land first.
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
-    let template = Template::get(stack.gateway_addr, "/metrics");
-    let mut conn = Conn::new(stack.gateway_addr, &template);
-    let metrics = match conn.exchange(0).await {
-        Ok(response) => String::from_utf8_lossy(&conn.body(&response))
-            .lines()
-            .filter(|line| WANTED.iter().any(|name| line.starts_with(name)))
-            .map(str::to_owned)
-            .collect(),
-        Err(error) => vec![format!("# /metrics failed: {error}")],
-    };
+    let metrics = metric_lines(stack.gateway_addr, &WANTED).await;
     GatewayAfter {
         rss_kib: rss_kib(stack.gateway.pid()),
         database_bytes: stack.database_bytes(),

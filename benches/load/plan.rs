@@ -16,7 +16,7 @@ use crate::procs::{
     CpuSample, busy_neighbours, clock_ticks_per_second, cpu_ticks, cpu_ticks_with_children,
 };
 use crate::scenarios::Scenario;
-use crate::stack::{Nginx, Stack, stream_route};
+use crate::stack::{Nginx, Redis, Stack, stream_route};
 use crate::stats::{self, Percentiles};
 
 pub const OPEN_RATES: [u64; 3] = [200, 1_000, 2_000];
@@ -181,6 +181,8 @@ pub struct Cpu {
     pub upstream: Option<u64>,
     pub gateway: Option<u64>,
     pub nginx: Option<u64>,
+    /// Redis-mode gateway runs: the Redis server.
+    pub redis: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -518,7 +520,7 @@ impl<'a> Runner<'a> {
         }
     }
 
-    fn cpu_snapshot(&self, plan: &CellPlan, kind: Kind) -> Result<[Option<u64>; 4]> {
+    fn cpu_snapshot(&self, plan: &CellPlan, kind: Kind) -> Result<[Option<u64>; 5]> {
         let upstream = self.stack.fake(plan.delay_ms)?.process.pid();
         let nginx = match (&self.stack.nginx, kind) {
             (Nginx::Running { process, .. }, Kind::Nginx) => cpu_ticks_with_children(process.pid()),
@@ -529,18 +531,23 @@ impl<'a> Runner<'a> {
         } else {
             None
         };
+        let redis = match (&self.stack.redis, plan.mode, kind) {
+            (Redis::Running { server, .. }, Mode::Redis, Kind::Gateway) => cpu_ticks(server.pid()),
+            _ => None,
+        };
         Ok([
             cpu_ticks(std::process::id()),
             cpu_ticks(upstream),
             gateway,
             nginx,
+            redis,
         ])
     }
 
     fn per_request(
         &self,
-        before: &[Option<u64>; 4],
-        after: &[Option<u64>; 4],
+        before: &[Option<u64>; 5],
+        after: &[Option<u64>; 5],
         requests: u64,
     ) -> Cpu {
         let each = |i: usize| -> Option<u64> {
@@ -555,6 +562,7 @@ impl<'a> Runner<'a> {
             upstream: each(1),
             gateway: each(2),
             nginx: each(3),
+            redis: each(4),
         }
     }
 }
@@ -611,6 +619,7 @@ fn summarize(kind: Kind, runs: &[Run]) -> Option<Summary> {
             upstream: cpu(|c| c.upstream),
             gateway: cpu(|c| c.gateway),
             nginx: cpu(|c| c.nginx),
+            redis: cpu(|c| c.redis),
         },
     })
 }

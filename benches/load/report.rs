@@ -40,6 +40,39 @@ pub struct GatewayAfter {
     pub metrics: Vec<String>,
 }
 
+/// Redis's `INFO commandstats` after the Redis-mode cells.
+#[derive(Debug, Serialize)]
+pub struct RedisCommands {
+    /// Requests the Redis-mode gateway answered (its `tollgate_requests_total`).
+    pub requests: u64,
+    /// (command, calls, microseconds in Redis per call), most calls first.
+    pub commands: Vec<(String, u64, u64)>,
+}
+
+impl RedisCommands {
+    /// `info`: the text of `INFO commandstats` (`cmdstat_get:calls=14,usec=126,...` lines).
+    pub fn parse(requests: u64, info: &str) -> Self {
+        let mut commands: Vec<(String, u64, u64)> = info
+            .lines()
+            .filter_map(|line| {
+                let (name, fields) = line.trim().strip_prefix("cmdstat_")?.split_once(':')?;
+                let field = |wanted: &str| {
+                    fields.split(',').find_map(|pair| {
+                        let (key, value) = pair.split_once('=')?;
+                        (key == wanted).then(|| value.parse::<u64>().ok())?
+                    })
+                };
+                let calls = field("calls")?;
+                let per_call = field("usec")?.checked_div(calls).unwrap_or(0);
+                Some((name.to_owned(), calls, per_call))
+            })
+            .filter(|(name, _, _)| !name.starts_with("info") && !name.starts_with("config"))
+            .collect();
+        commands.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        Self { requests, commands }
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct Results {
     pub command: String,
@@ -50,6 +83,7 @@ pub struct Results {
     pub nginx: String,
     /// The Redis server's version, or why the Redis mode was skipped.
     pub redis: String,
+    pub redis_commands: Option<RedisCommands>,
     pub first_gateway_answer: String,
     pub cells: Vec<Cell>,
     pub in_flight: Option<InFlight>,
@@ -624,7 +658,7 @@ pub fn stream_table(cells: &[Cell]) -> String {
 }
 
 /// Redis-mode cells beside the in-memory gateway's figures for the same load.
-pub fn redis_table(cells: &[Cell], redis: &str) -> String {
+pub fn redis_table(cells: &[Cell], redis: &str, commands: Option<&RedisCommands>) -> String {
     let mut out = format!(
         "Redis mode ({redis}): a second gateway, configured like the first plus `[storage] redis_url`, keeps its request and token limits, \
          quotas, budget reservations and settlements in Redis. Short prompt, 0 ms fake upstream. \
@@ -632,8 +666,8 @@ pub fn redis_table(cells: &[Cell], redis: &str) -> String {
          The in-memory gateway's added latency for the same load is from the tables above.\n\n",
         crate::plan::CLOSED_CONNS
     );
-    out.push_str("| load | direct | gateway (Redis) | added p50 | added p95 | added p99 | added p99.9 | in-memory gateway added p50 / p99 | gateway errors |\n");
-    out.push_str("|---|---|---|---:|---:|---:|---:|---|---|\n");
+    out.push_str("| load | direct | gateway (Redis) | added p50 | added p95 | added p99 | added p99.9 | in-memory gateway added p50 / p99 | CPU µs/req gateway / Redis | gateway errors |\n");
+    out.push_str("|---|---|---|---:|---:|---:|---:|---|---|---|\n");
     let mut rows = 0;
     for cell in cells.iter().filter(|c| c.mode == Mode::Redis) {
         rows += 1;
@@ -672,9 +706,20 @@ pub fn redis_table(cells: &[Cell], redis: &str) -> String {
             || "—".to_owned(),
             |a| format!("{} / {}", signed_ms(a[0]), signed_ms(a[2])),
         );
+        let cpu = cell.summary(Kind::Gateway).map_or_else(
+            || "—".to_owned(),
+            |s| {
+                let show = |v: Option<u64>| v.map_or_else(|| "?".to_owned(), |v| v.to_string());
+                format!(
+                    "{} / {}",
+                    show(s.cpu_us_per_request.gateway),
+                    show(s.cpu_us_per_request.redis)
+                )
+            },
+        );
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {in_memory} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {in_memory} | {cpu} | {} |",
             shape_label(cell.shape),
             show(cell.summary(Kind::Direct)),
             show(cell.summary(Kind::Gateway)),
@@ -686,7 +731,26 @@ pub fn redis_table(cells: &[Cell], redis: &str) -> String {
         );
     }
     if rows == 0 {
-        out.push_str("| not measured | — | — | — | — | — | — | — | — |\n");
+        out.push_str("| not measured | — | — | — | — | — | — | — | — | — |\n");
+    }
+    if let Some(c) = commands.filter(|c| c.requests > 0) {
+        let listed: Vec<String> = c
+            .commands
+            .iter()
+            .map(|(name, calls, per_call)| {
+                format!(
+                    "`{name}` {} (≈ {per_call} µs each)",
+                    ratio(*calls, c.requests).unwrap_or_default()
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "\nRedis commands per request the Redis-mode gateway answered ({} requests, warm-ups included; Redis's `INFO commandstats`, \
+             time spent inside Redis per call): {}.",
+            grouped(c.requests),
+            listed.join(", ")
+        );
     }
     out
 }
@@ -1006,7 +1070,11 @@ fn results_section(results: &Results) -> String {
     doc.push_str("\n### Streaming\n\n");
     doc.push_str(&stream_table(&results.cells));
     doc.push_str("\n### Redis mode\n\n");
-    doc.push_str(&redis_table(&results.cells, &results.redis));
+    doc.push_str(&redis_table(
+        &results.cells,
+        &results.redis,
+        results.redis_commands.as_ref(),
+    ));
     doc.push_str("\n### 1,000 requests in flight\n\n");
     doc.push_str(&in_flight_section(
         results.in_flight.as_ref(),

@@ -12,7 +12,65 @@ pub fn run() -> Result<()> {
     statistics()?;
     configuration()?;
     memory_trend()?;
+    redis_commands()?;
+    first_event()?;
     Ok(())
+}
+
+fn redis_commands() -> Result<()> {
+    let info = "# Commandstats\r\ncmdstat_evalsha:calls=6,usec=1404,usec_per_call=234.00,rejected_calls=0\r\n\
+                cmdstat_ping:calls=18,usec=46,usec_per_call=2.56\r\ncmdstat_info:calls=1,usec=9\r\n";
+    let parsed = crate::report::RedisCommands::parse(2, info);
+    ensure!(parsed.requests == 2);
+    ensure!(
+        parsed.commands == [("ping".to_owned(), 18, 2), ("evalsha".to_owned(), 6, 234)],
+        "{:?}",
+        parsed.commands
+    );
+    Ok(())
+}
+
+/// An SSE answer whose first event comes 30 ms after its head: the stamp must be that late,
+/// and the end of the chunked body must still be found.
+fn first_event() -> Result<()> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let server = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await?;
+            let mut request = vec![0_u8; 4096];
+            let _ = socket.read(&mut request).await?;
+            socket
+                .write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                .await?;
+            tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+            socket.write_all(b"9\r\ndata: x\n\n\r\n").await?;
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            socket.write_all(b"0\r\n\r\n").await?;
+            Ok::<_, std::io::Error>(socket)
+        });
+        let template = crate::http::Template::post(addr, "/", &[], b"{}").streaming();
+        let mut conn = crate::http::Conn::new(addr, &template);
+        let sent = crate::clock::now();
+        let response = conn.exchange(1).await?;
+        let done = crate::clock::now();
+        let first = response
+            .first_data
+            .ok_or_else(|| anyhow::anyhow!("the first event was not stamped"))?;
+        let first_ms = crate::clock::micros_between(sent, first) / 1000;
+        ensure!(
+            (30..40).contains(&first_ms),
+            "first event after {first_ms} ms"
+        );
+        ensure!(crate::clock::micros_between(first, done) >= 5_000);
+        ensure!(conn.body(&response) == b"data: x\n\n");
+        let _ = server.await;
+        Ok(())
+    })
 }
 
 fn memory_trend() -> Result<()> {

@@ -44,6 +44,7 @@ pub enum Redis {
         // Field order is drop order: the gateway stops before its Redis.
         gateway: Box<Gateway>,
         server: Child,
+        addr: SocketAddr,
         version: String,
     },
     Skipped(String),
@@ -371,12 +372,47 @@ async fn start_redis(dir: &Path, fakes: &[Fake]) -> Result<Redis> {
     Ok(Redis::Running {
         gateway: Box::new(gateway),
         server,
+        addr,
         version: version
             .split_whitespace()
             .take(3)
             .collect::<Vec<_>>()
             .join(" "),
     })
+}
+
+/// The text of `INFO <section>` (a RESP bulk string).
+pub async fn redis_info(addr: SocketAddr, section: &str) -> Result<String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let ask = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        stream
+            .write_all(format!("INFO {section}\r\n").as_bytes())
+            .await?;
+        let mut buf = Vec::new();
+        loop {
+            let mut chunk = [0_u8; 4096];
+            let read = stream.read(&mut chunk).await?;
+            if read == 0 {
+                break;
+            }
+            buf.extend_from_slice(chunk.get(..read).unwrap_or_default());
+            // `$<length>\r\n<payload>\r\n`: done once the payload is in.
+            let text = String::from_utf8_lossy(&buf);
+            if let Some((length, rest)) = text.strip_prefix('$').and_then(|t| t.split_once("\r\n"))
+                && length
+                    .parse::<usize>()
+                    .is_ok_and(|length| rest.len() >= length)
+            {
+                break;
+            }
+        }
+        Ok::<_, std::io::Error>(String::from_utf8_lossy(&buf).into_owned())
+    };
+    tokio::time::timeout(Duration::from_secs(2), ask)
+        .await
+        .context("INFO took over 2 s")?
+        .with_context(|| format!("INFO {section} from {addr}"))
 }
 
 /// Redis speaks RESP, not HTTP: ready once `PING` is answered with `+PONG`.
