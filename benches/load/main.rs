@@ -42,7 +42,7 @@ const USAGE: &str = "usage: cargo bench --bench load [-- [--quick] [--runs N] [-
                      [--skip-redis] [--no-renice] [--no-profile]]";
 const DEFAULT_NGINX_WORKERS: u32 = 2;
 /// The soak of a full run; the 10-minute soak of the target is `--soak-seconds 600`.
-pub const DEFAULT_SOAK_S: u64 = 60;
+const DEFAULT_SOAK_S: u64 = 60;
 const MAX_SOAK_S: u64 = 3_600;
 
 #[derive(Debug, Clone, Copy)]
@@ -239,7 +239,14 @@ async fn run(options: Options, priority: String) -> Result<()> {
     report::write_json(&json_path, &results)?;
     println!("\nwrote {}", json_path.display());
     if options.timing.quick {
-        println!("(--quick: BENCHMARKS.md left as it is)");
+        // A smoke run's figures are too thin to publish; its document is only a preview.
+        let preview = target_dir().join("load").join("BENCHMARKS-quick.md");
+        std::fs::write(&preview, report::markdown(&results))
+            .with_context(|| format!("writing {}", preview.display()))?;
+        println!(
+            "(--quick: BENCHMARKS.md left as it is; preview in {})",
+            preview.display()
+        );
     } else {
         let doc_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("BENCHMARKS.md");
         std::fs::write(&doc_path, report::markdown(&results))

@@ -443,13 +443,13 @@ fn clean(summary: Option<&Summary>) -> bool {
 fn stream_checks(cells: &[Cell]) -> Vec<Check> {
     let mut checks = Vec::new();
     for cell in cells {
-        let (Mode::Stream { chunks, .. }, Shape::Open { rate: 1_000 }) = (cell.mode, cell.shape)
-        else {
+        let (Mode::Stream { chunks, .. }, Shape::Open { rate }) = (cell.mode, cell.shape) else {
             continue;
         };
         let first = |kind| cell.summary(kind).and_then(|s| s.first_event_us.as_ref());
         let target = format!(
-            "streaming: added time to first token p99 ≤ 1 ms at 1,000 req/s ({chunks} chunks)"
+            "streaming: added time to first token p99 ≤ 1 ms at {} req/s ({chunks} chunks)",
+            grouped(rate)
         );
         checks.push(match (first(Kind::Gateway), first(Kind::Direct)) {
             (Some(g), Some(d)) => {
@@ -765,12 +765,12 @@ pub fn in_flight_section(in_flight: Option<&InFlight>, failed: Option<&str>) -> 
         );
     };
     let mut out = format!(
-        "1,000 requests in flight: a freshly started gateway (configured like the first), {conns} keep-alive connections \
+        "A freshly started gateway (configured like the first), {conns} keep-alive connections \
          each sending its next request as soon as the previous one is answered, to a route whose fake upstream answers after {delay} ms, \
          for {hold} s. Resident memory (`VmRSS`) and open file descriptors (`/proc/<pid>/fd`) of the gateway process: \
          before the load, the largest sample (every 250 ms) under it, and {wait} s after it. \
          The gateway keeps idle upstream connections alive for a while, so some descriptors outlive the load.\n\n",
-        conns = f.conns,
+        conns = grouped(u64::try_from(f.conns).unwrap_or(0)),
         delay = grouped(f.upstream_delay_ms),
         hold = f.hold_s,
         wait = f.after_wait_s,
@@ -809,11 +809,12 @@ pub fn in_flight_section(in_flight: Option<&InFlight>, failed: Option<&str>) -> 
         Some(soak) => {
             let _ = writeln!(
                 out,
-                "Soak: {conns} in flight for {s} s, `VmRSS` every {every} s ({n} samples): first {first}, last {last}, max {max}, \
-                 least-squares slope {slope}; {flat}. {ok} answered, {errors} errors; at most {fds} open descriptors. \
+                "Soak: {conns} in flight for {s} s, `VmRSS` every {every} s ({n} samples; the first {ramp} s, while the connections ramp up, left out): \
+                 first {first}, last {last}, max {max}, least-squares slope {slope}; {flat}. {ok} answered, {errors} errors; at most {fds} open descriptors. \
                  This run's soak is `--soak-seconds {s}`; the target's 10 minutes is `--soak-seconds 600`.\n",
-                conns = f.conns,
+                conns = grouped(u64::try_from(f.conns).unwrap_or(0)),
                 s = soak.seconds,
+                ramp = soak.ramp_s,
                 every = soak.interval_s,
                 n = soak.samples.len(),
                 first = mib(soak.first_kib),
@@ -984,7 +985,7 @@ fn method_section(results: &Results) -> String {
     );
     let _ = writeln!(
         doc,
-        "{COMMAND} -- --quick   # a smoke run (fewer cells, one 1 s run each); writes target/load/results-quick.json only"
+        "{COMMAND} -- --quick   # a smoke run (fewer cells, one 1 s run each); writes target/load/results-quick.json and BENCHMARKS-quick.md there"
     );
     doc.push_str("```\n\nOptions after `--`: `--runs N` (default 3), `--seconds S` (measured seconds per run, default 2.5), \
         `--wait-quiet S` (seconds the run may wait in total, before its measurements, for other busy processes on the machine to finish; default 60), \

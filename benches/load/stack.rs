@@ -133,7 +133,12 @@ impl Stack {
             None => Nginx::Skipped("--skip-nginx was given".to_owned()),
         };
         let redis = if redis {
-            start_redis(&path, &fakes).await?
+            // A broken Redis mode is reported beside the other results rather than losing them.
+            start_redis(&path, &fakes).await.unwrap_or_else(|error| {
+                let reason = format!("the Redis mode did not start: {error:#}");
+                println!("{reason}");
+                Redis::Skipped(reason)
+            })
         } else {
             Redis::Skipped("--skip-redis was given".to_owned())
         };
