@@ -88,7 +88,8 @@ pub const STREAM_MODES: [Mode; 1] = [Mode::Stream {
     chunks: 20,
     chunk_delay_ms: 2,
 }];
-/// The open-loop rates of the streaming and Redis cells in a full run.
+/// The open-loop rates of the streaming cells, and of the Redis cells in a full run (a smoke
+/// run keeps 1,000 for those).
 pub const MODE_RATES: [u64; 2] = [200, 1_000];
 
 #[derive(Debug, Clone)]
