@@ -27,10 +27,26 @@ pub struct Upstream {
     pub port: u16,
 }
 
+/// A further route to one of the fakes under a scripted model string: the fake reads its
+/// behaviour (a delay, stream pacing) from the model it is asked for.
+pub struct ModelRoute {
+    pub route: String,
+    pub provider: String,
+    pub model: String,
+}
+
 /// The gateway's TOML: key auth, request and token rate limits and token quotas, strict
 /// budgets with the real tokenizer, the ledger on the default SQLite and metrics all stay on;
-/// only the limits are set high.
-pub fn gateway_toml(listen_port: u16, dir: &Path, upstreams: &[Upstream]) -> String {
+/// only the limits are set high. With `redis_url`, limits, quotas and budgets live in Redis
+/// (the mode replicas share them in).
+pub fn gateway_toml(
+    listen_port: u16,
+    dir: &Path,
+    upstreams: &[Upstream],
+    extra: &[ModelRoute],
+    redis_url: Option<&str>,
+) -> String {
+    let redis = redis_url.map_or_else(String::new, |url| format!("redis_url = \"{url}\"\n"));
     let mut toml = format!(
         r#"# Written by benches/load (cargo bench --bench load).
 [server]
@@ -39,7 +55,7 @@ shutdown_grace_ms = 5000
 
 [storage]
 database_url = "sqlite://{db}?mode=rwc"
-
+{redis}
 [billing]
 currency = "USD"
 
@@ -48,7 +64,12 @@ encoding = "o200k_base"
 "#,
         db = dir.join("tollgate.db").display(),
     );
-    let routes: Vec<String> = upstreams.iter().map(|u| format!("{:?}", u.route)).collect();
+    let routes: Vec<String> = upstreams
+        .iter()
+        .map(|u| &u.route)
+        .chain(extra.iter().map(|r| &r.route))
+        .map(|route| format!("{route:?}"))
+        .collect();
     for upstream in upstreams {
         let _ = write!(
             toml,
@@ -70,6 +91,25 @@ output = "1.5"
             provider = upstream.provider,
             port = upstream.port,
             route = upstream.route,
+        );
+    }
+    for extra in extra {
+        let _ = write!(
+            toml,
+            r#"
+[routes.{route:?}]
+targets = ["{provider}/{model}"]
+
+[[prices]]
+provider = "{provider}"
+model = "{model}"
+input = "0.5"
+cached_input = "0.05"
+output = "1.5"
+"#,
+            route = extra.route,
+            provider = extra.provider,
+            model = extra.model,
         );
     }
     let _ = write!(

@@ -41,6 +41,8 @@ pub struct Outcome {
     pub latencies_us: Vec<u64>,
     /// Open-loop only: how late the generator actually started each measured request.
     pub lags_us: Vec<u64>,
+    /// Streaming templates only: time to the first SSE event, counted like `latencies_us`.
+    pub first_data_us: Vec<u64>,
     /// Successful responses in the measured window.
     pub ok: u64,
     /// Successful responses including the warm-up (for CPU time per request).
@@ -55,12 +57,13 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// `from`: where this request's latency counts from.
     fn record(
         &mut self,
         conn: &Conn,
         result: &io::Result<Response>,
         measured: bool,
-        latency_us: u64,
+        (from, done): (Instant, Instant),
         lag_us: Option<u64>,
     ) {
         match result {
@@ -68,9 +71,12 @@ impl Outcome {
                 self.ok_total += 1;
                 if measured {
                     self.ok += 1;
-                    self.latencies_us.push(latency_us);
+                    self.latencies_us.push(micros_between(from, done));
                     if let Some(lag) = lag_us {
                         self.lags_us.push(lag);
+                    }
+                    if let Some(first) = response.first_data {
+                        self.first_data_us.push(micros_between(from, first));
                     }
                 }
             }
@@ -209,7 +215,7 @@ async fn open_request(shared: Rc<Shared>, due: Instant, measured: bool) {
         &conn,
         &result,
         measured,
-        micros_between(due.min(began), done),
+        (due.min(began), done),
         Some(micros_between(due, began)),
     );
     shared.idle.borrow_mut().push(conn);
@@ -270,13 +276,10 @@ async fn closed_worker(shared: Rc<Shared>, from: Instant, until: Instant) {
         let done = now();
         let measured = began >= from && done < until;
         let failed = result.is_err();
-        shared.outcome.borrow_mut().record(
-            &conn,
-            &result,
-            measured,
-            micros_between(began, done),
-            None,
-        );
+        shared
+            .outcome
+            .borrow_mut()
+            .record(&conn, &result, measured, (began, done), None);
         if failed {
             // A refusing server must not turn this loop into a busy spin.
             tokio::time::sleep(Duration::from_millis(1)).await;

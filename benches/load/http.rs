@@ -2,24 +2,31 @@
 //! generator: the request bytes are built once per connection and only a fixed-width decimal
 //! counter is patched in per request (so every prompt is distinct and no content-hash cache can
 //! hide the tokenizer's cost); the response is parsed just far enough to know its status and
-//! where it ends (`Content-Length` or chunked).
+//! where it ends (`Content-Length` or chunked). A streaming template also notes when the first
+//! SSE `data:` line of the body arrived (time to first token).
 
 use std::io;
 use std::net::SocketAddr;
+use std::time::Instant;
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
+
+use crate::clock::now;
 
 /// Put this marker in a request body; its ten zeros are replaced by each request's number.
 pub const COUNTER_MARK: &str = "REQ-0000000000";
 const COUNTER_DIGITS: usize = 10;
 const READ_RESERVE: usize = 16 * 1024;
+const SSE_DATA: &[u8] = b"data:";
 
 /// The bytes of one request, with the position of its counter digits.
 #[derive(Debug, Clone)]
 pub struct Template {
     bytes: Vec<u8>,
     counter_at: Option<usize>,
+    /// Watch the body for its first SSE event.
+    stream: bool,
 }
 
 impl Template {
@@ -36,7 +43,17 @@ impl Template {
         bytes.extend_from_slice(body);
         let counter_at = find(&bytes, COUNTER_MARK.as_bytes(), 0)
             .map(|at| at + COUNTER_MARK.len() - COUNTER_DIGITS);
-        Self { bytes, counter_at }
+        Self {
+            bytes,
+            counter_at,
+            stream: false,
+        }
+    }
+
+    /// The same request, answered with an SSE stream whose first event is timed.
+    pub fn streaming(mut self) -> Self {
+        self.stream = true;
+        self
     }
 
     pub fn get(addr: SocketAddr, path: &str) -> Self {
@@ -44,6 +61,7 @@ impl Template {
         Self {
             bytes,
             counter_at: None,
+            stream: false,
         }
     }
 }
@@ -58,6 +76,8 @@ pub struct Response {
     pub head_len: usize,
     /// Head and body.
     pub len: usize,
+    /// Streaming templates only: when the first SSE `data:` line of the body arrived.
+    pub first_data: Option<Instant>,
 }
 
 /// One keep-alive connection that reconnects lazily (after `Connection: close`, an error, or a
@@ -67,6 +87,7 @@ pub struct Conn {
     stream: Option<TcpStream>,
     request: Vec<u8>,
     counter_at: Option<usize>,
+    watch_data: bool,
     buf: Vec<u8>,
     served: u64,
 }
@@ -78,6 +99,7 @@ impl Conn {
             stream: None,
             request: template.bytes.clone(),
             counter_at: template.counter_at,
+            watch_data: template.stream,
             buf: Vec::with_capacity(READ_RESERVE),
             served: 0,
         }
@@ -124,7 +146,7 @@ impl Conn {
             .as_mut()
             .ok_or_else(|| io::Error::other("no connection after connect"))?;
         stream.write_all(&self.request).await?;
-        let response = read_response(stream, &mut self.buf).await?;
+        let response = read_response(stream, &mut self.buf, self.watch_data).await?;
         self.served += 1;
         if response.close {
             self.stream = None;
@@ -166,10 +188,29 @@ pub fn write_counter(digits: &mut [u8], mut value: u64) {
     }
 }
 
-async fn read_response(stream: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<Response> {
+async fn read_response(
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    watch_data: bool,
+) -> io::Result<Response> {
+    let mut first_data = None;
+    // Where the search for `data:` resumes: everything before it has been searched already.
+    let mut searched = None;
     loop {
         buf.reserve(READ_RESERVE);
         let read = stream.read_buf(buf).await?;
+        // Stamped right after the read that brought it, before any parsing.
+        if watch_data && first_data.is_none() && read > 0 {
+            let arrived = now();
+            let from = searched.or_else(|| find(buf, b"\r\n\r\n", 0).map(|end| end + 4));
+            if let Some(from) = from {
+                if find(buf, SSE_DATA, from).is_some() {
+                    first_data = Some(arrived);
+                } else {
+                    searched = Some(buf.len().saturating_sub(SSE_DATA.len()).max(from));
+                }
+            }
+        }
         if read == 0 {
             if let Ok(Parsed::UntilClose { status, head_len }) = parse(buf) {
                 return Ok(Response {
@@ -178,6 +219,7 @@ async fn read_response(stream: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<
                     chunked: false,
                     head_len,
                     len: buf.len(),
+                    first_data,
                 });
             }
             let what = if buf.is_empty() {
@@ -188,7 +230,12 @@ async fn read_response(stream: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<
             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, what));
         }
         match parse(buf) {
-            Ok(Parsed::Complete(response)) => return Ok(response),
+            Ok(Parsed::Complete(response)) => {
+                return Ok(Response {
+                    first_data,
+                    ..response
+                });
+            }
             Ok(Parsed::Partial | Parsed::UntilClose { .. }) => {}
             Err(reason) => return Err(io::Error::new(io::ErrorKind::InvalidData, reason)),
         }
@@ -255,6 +302,7 @@ pub fn parse(buf: &[u8]) -> Result<Parsed, String> {
         chunked,
         head_len,
         len,
+        first_data: None,
     };
     if status / 100 == 1 || status == 204 || status == 304 {
         return Ok(Parsed::Complete(response(head_len)));

@@ -1,8 +1,10 @@
 //! The load harness of issue 8: `cargo bench --bench load` (add `-- --quick` for a smoke run).
 //!
 //! It starts the fake upstreams, the gateway (this build's release binary, every governance
-//! feature on) and a reference nginx as child processes on loopback, measures a direct-to-upstream
-//! baseline and the gateway under open-loop and closed-loop load, prints the tables, writes
+//! feature on), a reference nginx and a `redis-server` with a second gateway as child processes on
+//! loopback, measures a direct-to-upstream baseline and the gateways under open-loop and
+//! closed-loop load (plain, streaming and Redis mode), holds 1,000 requests open in a fresh
+//! gateway to read its memory and file descriptors, prints the tables, writes
 //! `target/load/results.json` and regenerates `BENCHMARKS.md`. Every child is stopped by PID when
 //! the harness ends, fails or panics. Under `cargo test` (no `--bench` flag) only self-checks run.
 #![expect(clippy::print_stdout, reason = "a benchmark harness reports on stdout")]
@@ -11,6 +13,7 @@ mod clock;
 mod config;
 mod generator;
 mod http;
+mod inflight;
 mod machine;
 mod plan;
 mod priority;
@@ -31,12 +34,16 @@ use crate::http::{Conn, Template};
 use crate::machine::Machine;
 use crate::plan::{Runner, Timing};
 use crate::procs::rss_kib;
-use crate::report::{GatewayAfter, Results, ScenarioInfo};
-use crate::stack::{Nginx, Stack};
+use crate::report::{GatewayAfter, RedisCommands, Results, ScenarioInfo};
+use crate::stack::{Nginx, Redis, Stack};
 
 const USAGE: &str = "usage: cargo bench --bench load [-- [--quick] [--runs N] [--seconds S] \
-                     [--wait-quiet S] [--nginx-workers N] [--skip-nginx] [--no-renice] [--no-profile]]";
+                     [--wait-quiet S] [--soak-seconds N] [--nginx-workers N] [--skip-nginx] \
+                     [--skip-redis] [--no-renice] [--no-profile]]";
 const DEFAULT_NGINX_WORKERS: u32 = 2;
+/// The soak of a full run; the 10-minute soak of the target is `--soak-seconds 600`.
+const DEFAULT_SOAK_S: u64 = 60;
+const MAX_SOAK_S: u64 = 3_600;
 
 #[derive(Debug, Clone, Copy)]
 struct Options {
@@ -45,6 +52,10 @@ struct Options {
     nginx: Option<u32>,
     renice: bool,
     profile: bool,
+    redis: bool,
+    soak_seconds: u64,
+    /// How long the 1,000 requests are held for the peak reading.
+    hold_seconds: u64,
 }
 
 fn parse_options(args: &[String]) -> Result<Options> {
@@ -55,6 +66,8 @@ fn parse_options(args: &[String]) -> Result<Options> {
     let mut wait_quiet = None;
     let mut renice = true;
     let mut profile = true;
+    let mut redis = true;
+    let mut soak = None;
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -64,6 +77,17 @@ fn parse_options(args: &[String]) -> Result<Options> {
             "--skip-nginx" => nginx = None,
             "--no-renice" => renice = false,
             "--no-profile" => profile = false,
+            "--skip-redis" => redis = false,
+            "--soak-seconds" => {
+                soak = Some(
+                    args.next()
+                        .and_then(|v| v.parse().ok())
+                        .filter(|v| *v <= MAX_SOAK_S)
+                        .with_context(|| {
+                            format!("--soak-seconds needs 0 to {MAX_SOAK_S}\n{USAGE}")
+                        })?,
+                );
+            }
             "--nginx-workers" => {
                 nginx = Some(
                     args.next()
@@ -112,6 +136,10 @@ fn parse_options(args: &[String]) -> Result<Options> {
         nginx,
         renice,
         profile,
+        redis,
+        // --quick skips the soak unless one is asked for.
+        soak_seconds: soak.unwrap_or(if quick { 0 } else { DEFAULT_SOAK_S }),
+        hold_seconds: if quick { 4 } else { 8 },
     })
 }
 
@@ -194,7 +222,7 @@ async fn run(options: Options, priority: String) -> Result<()> {
         );
     }
     let scenarios = scenarios::all()?;
-    let mut stack = Stack::start(options.nginx).await?;
+    let mut stack = Stack::start(options.nginx, options.redis).await?;
     let outcome = measure(&mut stack, &scenarios, options, machine, started, priority).await;
     if outcome.is_err() {
         eprintln!("logs of the children:\n{}", stack.log_tails());
@@ -211,7 +239,14 @@ async fn run(options: Options, priority: String) -> Result<()> {
     report::write_json(&json_path, &results)?;
     println!("\nwrote {}", json_path.display());
     if options.timing.quick {
-        println!("(--quick: BENCHMARKS.md left as it is)");
+        // A smoke run's figures are too thin to publish; its document is only a preview.
+        let preview = target_dir().join("load").join("BENCHMARKS-quick.md");
+        std::fs::write(&preview, report::markdown(&results))
+            .with_context(|| format!("writing {}", preview.display()))?;
+        println!(
+            "(--quick: BENCHMARKS.md left as it is; preview in {})",
+            preview.display()
+        );
     } else {
         let doc_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("BENCHMARKS.md");
         std::fs::write(&doc_path, report::markdown(&results))
@@ -233,29 +268,17 @@ async fn measure(
     started: std::time::Instant,
     priority: String,
 ) -> Result<Results> {
-    let nginx = match &stack.nginx {
-        Nginx::Running { version, .. } => version.clone(),
-        Nginx::Skipped(reason) => format!("nginx row skipped: {reason}"),
-    };
-    println!("reference: {nginx}; the harness runs with {priority}");
-    for s in scenarios {
-        println!(
-            "scenario {:<8} {} ({} body bytes, {} prompt tokens)",
-            s.name,
-            s.description,
-            s.body_bytes(),
-            s.prompt_tokens
-        );
-    }
+    let (nginx, redis, redis_running) = describe(stack, scenarios, &priority);
     let mut runner = Runner::new(stack, scenarios, options.timing);
     let first_gateway_answer = runner.sanity_check().await?;
     println!("gateway answers with {first_gateway_answer}\n");
 
     let mut cells = Vec::new();
-    for plan in plan::cells(options.timing.quick) {
+    for plan in plan::cells(options.timing.quick, redis_running) {
         cells.push(runner.run_cell(&plan).await?);
     }
     let waited_for_quiet_s = runner.waited.as_secs();
+    let redis_commands = redis_commands(runner.stack).await;
     let gateway_after = gateway_after(runner.stack).await;
     let profile = if options.profile {
         let target = runner.gateway_target("short")?;
@@ -266,7 +289,8 @@ async fn measure(
     } else {
         Err("--no-profile was given".to_owned())
     };
-    let targets = report::checks(&cells, &nginx);
+    let (in_flight, in_flight_failed) = in_flight(&runner, options).await;
+    let targets = report::checks(&cells, &nginx, in_flight.as_ref());
     let noisy_runs = cells
         .iter()
         .flat_map(|cell| &cell.runs)
@@ -276,6 +300,15 @@ async fn measure(
     println!();
     println!("{}", report::open_tables(&cells));
     println!("{}", report::closed_table(&cells));
+    println!("{}", report::stream_table(&cells));
+    println!(
+        "{}",
+        report::redis_table(&cells, &redis, redis_commands.as_ref())
+    );
+    println!(
+        "{}",
+        report::in_flight_section(in_flight.as_ref(), in_flight_failed.as_deref())
+    );
     println!("{}", report::targets_table(&targets));
     let (profile, profile_skipped) = match profile {
         Ok(profile) => (Some(profile), None),
@@ -302,11 +335,15 @@ async fn measure(
                 prompt_tokens: s.prompt_tokens,
             })
             .collect(),
+        not_measured: report::not_measured(&cells, in_flight.as_ref(), &redis),
         nginx,
+        redis,
+        redis_commands,
         first_gateway_answer,
         cells,
+        in_flight,
+        in_flight_failed,
         targets,
-        not_measured: report::NOT_MEASURED.to_vec(),
         gateway_after,
         profile,
         profile_skipped,
@@ -315,6 +352,83 @@ async fn measure(
         priority,
         elapsed_s: clock::now().saturating_duration_since(started).as_secs(),
     })
+}
+
+/// Prints what is measured: the reference, the Redis mode and the scenarios.
+fn describe(
+    stack: &Stack,
+    scenarios: &[scenarios::Scenario],
+    priority: &str,
+) -> (String, String, bool) {
+    let nginx = match &stack.nginx {
+        Nginx::Running { version, .. } => version.clone(),
+        Nginx::Skipped(reason) => format!("nginx row skipped: {reason}"),
+    };
+    let (redis, redis_running) = match &stack.redis {
+        Redis::Running { version, .. } => (version.clone(), true),
+        Redis::Skipped(reason) => (format!("Redis mode skipped: {reason}"), false),
+    };
+    println!("reference: {nginx}; Redis mode: {redis}; the harness runs with {priority}");
+    for s in scenarios {
+        println!(
+            "scenario {:<8} {} ({} body bytes, {} prompt tokens)",
+            s.name,
+            s.description,
+            s.body_bytes(),
+            s.prompt_tokens
+        );
+    }
+    (nginx, redis, redis_running)
+}
+
+/// The in-flight scenario, or why it failed: a failure there leaves the other results standing.
+async fn in_flight(
+    runner: &Runner<'_>,
+    options: Options,
+) -> (Option<inflight::InFlight>, Option<String>) {
+    let hold = std::time::Duration::from_secs(options.hold_seconds);
+    match inflight::run(runner, hold, options.soak_seconds).await {
+        Ok(measured) => (Some(measured), None),
+        Err(error) => {
+            let reason = format!("{error:#}");
+            println!("the in-flight scenario failed: {reason}");
+            (None, Some(reason))
+        }
+    }
+}
+
+/// What the Redis-mode gateway asked of Redis, per request it answered (warm-ups included).
+async fn redis_commands(stack: &Stack) -> Option<RedisCommands> {
+    let Redis::Running { gateway, addr, .. } = &stack.redis else {
+        return None;
+    };
+    let info = match stack::redis_info(*addr, "commandstats").await {
+        Ok(info) => info,
+        Err(error) => {
+            println!("no Redis command statistics: {error:#}");
+            return None;
+        }
+    };
+    let requests = metric_lines(gateway.addr, &["tollgate_requests_total"])
+        .await
+        .iter()
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    Some(RedisCommands::parse(requests, &info))
+}
+
+/// The lines of the gateway's `/metrics` that start with one of `names`.
+async fn metric_lines(addr: std::net::SocketAddr, names: &[&str]) -> Vec<String> {
+    let template = Template::get(addr, "/metrics");
+    let mut conn = Conn::new(addr, &template);
+    match conn.exchange(0).await {
+        Ok(response) => String::from_utf8_lossy(&conn.body(&response))
+            .lines()
+            .filter(|line| names.iter().any(|name| line.starts_with(name)))
+            .map(str::to_owned)
+            .collect(),
+        Err(error) => vec![format!("# /metrics failed: {error}")],
+    }
 }
 
 /// Memory, ledger size and the governance counters once the load is over.
@@ -329,16 +443,7 @@ async fn gateway_after(stack: &Stack) -> GatewayAfter {
     ];
     // Let the ledger's last batch land first.
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
-    let template = Template::get(stack.gateway_addr, "/metrics");
-    let mut conn = Conn::new(stack.gateway_addr, &template);
-    let metrics = match conn.exchange(0).await {
-        Ok(response) => String::from_utf8_lossy(&conn.body(&response))
-            .lines()
-            .filter(|line| WANTED.iter().any(|name| line.starts_with(name)))
-            .map(str::to_owned)
-            .collect(),
-        Err(error) => vec![format!("# /metrics failed: {error}")],
-    };
+    let metrics = metric_lines(stack.gateway_addr, &WANTED).await;
     GatewayAfter {
         rss_kib: rss_kib(stack.gateway.pid()),
         database_bytes: stack.database_bytes(),

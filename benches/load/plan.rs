@@ -3,6 +3,7 @@
 //! slow drift of the machine cannot favour one side; the table quotes per-run medians.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
@@ -15,7 +16,7 @@ use crate::procs::{
     CpuSample, busy_neighbours, clock_ticks_per_second, cpu_ticks, cpu_ticks_with_children,
 };
 use crate::scenarios::Scenario;
-use crate::stack::{Nginx, Stack};
+use crate::stack::{Nginx, Redis, Stack, stream_route};
 use crate::stats::{self, Percentiles};
 
 pub const OPEN_RATES: [u64; 3] = [200, 1_000, 2_000];
@@ -69,8 +70,31 @@ pub enum Shape {
     Closed { conns: usize },
 }
 
+/// Which gateway, and how it is asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase", tag = "kind")]
+pub enum Mode {
+    /// The gateway with quotas in memory, plain JSON answers.
+    Plain,
+    /// `"stream": true` to the plain gateway; the 0 ms fake sends `chunks` content events
+    /// `chunk_delay_ms` apart (the fake's `chunks-N+chunk-delay-Nms` model string).
+    Stream { chunks: u32, chunk_delay_ms: u64 },
+    /// The second gateway, whose limits, quotas and budgets live in Redis.
+    Redis,
+}
+
+/// The streaming shapes measured (each gets a route in every gateway's configuration).
+pub const STREAM_MODES: [Mode; 1] = [Mode::Stream {
+    chunks: 20,
+    chunk_delay_ms: 2,
+}];
+/// The open-loop rates of the streaming cells, and of the Redis cells in a full run (a smoke
+/// run keeps 1,000 for those).
+pub const MODE_RATES: [u64; 2] = [200, 1_000];
+
 #[derive(Debug, Clone)]
 pub struct CellPlan {
+    pub mode: Mode,
     pub shape: Shape,
     pub scenario: &'static str,
     pub delay_ms: u64,
@@ -78,8 +102,47 @@ pub struct CellPlan {
 }
 
 /// The cells of a run. `--quick` keeps one of each kind of cell, so every path is exercised.
-pub fn cells(quick: bool) -> Vec<CellPlan> {
+/// `redis`: the Redis mode is running.
+pub fn cells(quick: bool, redis: bool) -> Vec<CellPlan> {
+    let mut cells = plain_cells(quick);
+    let both = [Kind::Direct, Kind::Gateway];
+    let rates: &[u64] = if quick { &[1_000] } else { &MODE_RATES };
+    // Both rates even in a smoke run: whether the first event waits on load shows only beside
+    // the lower one.
+    for mode in STREAM_MODES {
+        for rate in MODE_RATES {
+            cells.push(CellPlan {
+                mode,
+                shape: Shape::Open { rate },
+                scenario: "short",
+                delay_ms: 0,
+                kinds: both.to_vec(),
+            });
+        }
+    }
+    if redis {
+        let shapes = rates
+            .iter()
+            .map(|rate| Shape::Open { rate: *rate })
+            .chain([Shape::Closed {
+                conns: CLOSED_CONNS,
+            }]);
+        for shape in shapes {
+            cells.push(CellPlan {
+                mode: Mode::Redis,
+                shape,
+                scenario: "short",
+                delay_ms: 0,
+                kinds: both.to_vec(),
+            });
+        }
+    }
+    cells
+}
+
+fn plain_cells(quick: bool) -> Vec<CellPlan> {
     let cell = |shape, scenario, delay_ms, kinds: &[Kind]| CellPlan {
+        mode: Mode::Plain,
         shape,
         scenario,
         delay_ms,
@@ -121,6 +184,8 @@ pub struct Cpu {
     pub upstream: Option<u64>,
     pub gateway: Option<u64>,
     pub nginx: Option<u64>,
+    /// Redis-mode gateway runs: the Redis server.
+    pub redis: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -135,6 +200,8 @@ pub struct Run {
     pub first_error: Option<String>,
     /// Open-loop: from each request's intended start; closed-loop: from its send.
     pub latency_us: Option<Percentiles>,
+    /// Streaming cells: time to the first SSE event, counted like `latency_us`.
+    pub first_event_us: Option<Percentiles>,
     /// Open-loop: how late the generator started requests (its own scheduling error).
     pub lag_us: Option<Percentiles>,
     pub rps: u64,
@@ -160,6 +227,8 @@ pub struct Summary {
     pub runs: usize,
     /// Per-percentile medians over the runs.
     pub latency_us: Option<Percentiles>,
+    /// Streaming cells: per-percentile medians of the time to the first SSE event.
+    pub first_event_us: Option<Percentiles>,
     pub rps: Option<u64>,
     pub errors: u64,
     pub unfinished: u64,
@@ -168,6 +237,7 @@ pub struct Summary {
 
 #[derive(Debug, Serialize)]
 pub struct Cell {
+    pub mode: Mode,
     pub shape: Shape,
     pub scenario: &'static str,
     pub delay_ms: u64,
@@ -206,7 +276,7 @@ impl<'a> Runner<'a> {
     /// One request through the gateway, checked for the governance headers.
     pub async fn sanity_check(&self) -> Result<String> {
         let scenario = self.scenarios.first().context("no scenarios")?;
-        let target = self.target(scenario, 0, Kind::Gateway)?;
+        let target = self.target(scenario, Mode::Plain, 0, Kind::Gateway)?;
         let mut conn = Conn::new(target.addr, &target.template);
         let response = conn
             .exchange(0)
@@ -256,7 +326,7 @@ impl<'a> Runner<'a> {
                 if kind == Kind::Nginx && matches!(self.stack.nginx, Nginx::Skipped(_)) {
                     continue;
                 }
-                let target = self.target(&scenario, plan.delay_ms, kind)?;
+                let target = self.target(&scenario, plan.mode, plan.delay_ms, kind)?;
                 let record = self.run_one(plan, kind, run, &target).await?;
                 crate::report::progress(plan, &record);
                 runs.push(record);
@@ -268,6 +338,7 @@ impl<'a> Runner<'a> {
             .filter_map(|kind| summarize(*kind, &runs))
             .collect();
         Ok(Cell {
+            mode: plan.mode,
             shape: plan.shape,
             scenario: plan.scenario,
             delay_ms: plan.delay_ms,
@@ -283,37 +354,43 @@ impl<'a> Runner<'a> {
             .iter()
             .find(|s| s.name == scenario)
             .with_context(|| format!("no scenario {scenario}"))?;
-        self.target(scenario, 0, Kind::Gateway)
+        self.target(scenario, Mode::Plain, 0, Kind::Gateway)
     }
 
-    fn target(&self, scenario: &Scenario, delay_ms: u64, kind: Kind) -> Result<Target> {
+    /// A gateway request on `route` (the in-flight scenario's slow route, say).
+    pub fn route_target(&self, addr: SocketAddr, key: &str, route: &str) -> Result<Target> {
+        let scenario = self.scenarios.first().context("no scenarios")?;
+        Ok(gateway_target(addr, key, &scenario.gateway_body(route)?))
+    }
+
+    fn target(&self, scenario: &Scenario, mode: Mode, delay_ms: u64, kind: Kind) -> Result<Target> {
         let fake = self.stack.fake(delay_ms)?;
-        Ok(match kind {
+        let (route, model) = match mode {
+            Mode::Stream {
+                chunks,
+                chunk_delay_ms,
+            } => {
+                if delay_ms != 0 {
+                    bail!("streaming cells use the 0 ms fake upstream");
+                }
+                stream_route(chunks, chunk_delay_ms)
+            }
+            Mode::Plain | Mode::Redis => (fake.route.clone(), UPSTREAM_MODEL.to_owned()),
+        };
+        let streaming = matches!(mode, Mode::Stream { .. });
+        let target = match kind {
             Kind::Direct => Target {
                 addr: fake.addr,
                 template: Template::post(
                     fake.addr,
                     CHAT_PATH,
                     &[],
-                    &scenario.upstream_body(UPSTREAM_MODEL)?,
+                    &scenario.upstream_body_for(&model, streaming)?,
                 ),
             },
             Kind::Gateway => {
-                let auth = format!("Bearer {}", self.stack.key);
-                let headers = [
-                    ("Authorization", auth.as_str()),
-                    ("X-Tollgate-Feature", "load"),
-                ];
-                let addr = self.stack.gateway_addr;
-                Target {
-                    addr,
-                    template: Template::post(
-                        addr,
-                        CHAT_PATH,
-                        &headers,
-                        &scenario.gateway_body(&fake.route)?,
-                    ),
-                }
+                let (addr, key, _) = self.stack.gateway_for(mode)?;
+                gateway_target(addr, key, &scenario.gateway_body_for(&route, streaming)?)
             }
             Kind::Nginx => {
                 let Nginx::Running { addr, .. } = &self.stack.nginx else {
@@ -321,6 +398,9 @@ impl<'a> Runner<'a> {
                 };
                 if delay_ms != 0 {
                     bail!("nginx proxies the 0 ms fake upstream only");
+                }
+                if mode != Mode::Plain {
+                    bail!("nginx proxies plain requests only");
                 }
                 Target {
                     addr: *addr,
@@ -332,6 +412,14 @@ impl<'a> Runner<'a> {
                     ),
                 }
             }
+        };
+        Ok(if streaming {
+            Target {
+                template: target.template.streaming(),
+                ..target
+            }
+        } else {
+            target
         })
     }
 
@@ -347,7 +435,7 @@ impl<'a> Runner<'a> {
         let mut neighbours = busy_neighbours();
         let pids = self.stack.pids();
         let machine_before = CpuSample::take(&pids);
-        let before = self.cpu_snapshot(plan.delay_ms, kind)?;
+        let before = self.cpu_snapshot(plan, kind)?;
         let warmup = Duration::from_millis(self.timing.warmup_ms);
         let measure = Duration::from_millis(self.timing.measure_ms);
         let mut outcome = match plan.shape {
@@ -373,7 +461,7 @@ impl<'a> Runner<'a> {
                 generator::closed_loop(target, closed).await
             }
         };
-        let after = self.cpu_snapshot(plan.delay_ms, kind)?;
+        let after = self.cpu_snapshot(plan, kind)?;
         let foreign = machine_before
             .zip(CpuSample::take(&pids))
             .and_then(|(before, after)| after.foreign_percent_since(&before));
@@ -435,27 +523,34 @@ impl<'a> Runner<'a> {
         }
     }
 
-    fn cpu_snapshot(&self, delay_ms: u64, kind: Kind) -> Result<[Option<u64>; 4]> {
-        let upstream = self.stack.fake(delay_ms)?.process.pid();
+    fn cpu_snapshot(&self, plan: &CellPlan, kind: Kind) -> Result<[Option<u64>; 5]> {
+        let upstream = self.stack.fake(plan.delay_ms)?.process.pid();
         let nginx = match (&self.stack.nginx, kind) {
             (Nginx::Running { process, .. }, Kind::Nginx) => cpu_ticks_with_children(process.pid()),
             _ => None,
         };
-        let gateway = (kind == Kind::Gateway)
-            .then(|| cpu_ticks(self.stack.gateway.pid()))
-            .flatten();
+        let gateway = if kind == Kind::Gateway {
+            cpu_ticks(self.stack.gateway_for(plan.mode)?.2)
+        } else {
+            None
+        };
+        let redis = match (&self.stack.redis, plan.mode, kind) {
+            (Redis::Running { server, .. }, Mode::Redis, Kind::Gateway) => cpu_ticks(server.pid()),
+            _ => None,
+        };
         Ok([
             cpu_ticks(std::process::id()),
             cpu_ticks(upstream),
             gateway,
             nginx,
+            redis,
         ])
     }
 
     fn per_request(
         &self,
-        before: &[Option<u64>; 4],
-        after: &[Option<u64>; 4],
+        before: &[Option<u64>; 5],
+        after: &[Option<u64>; 5],
         requests: u64,
     ) -> Cpu {
         let each = |i: usize| -> Option<u64> {
@@ -470,6 +565,7 @@ impl<'a> Runner<'a> {
             upstream: each(1),
             gateway: each(2),
             nginx: each(3),
+            redis: each(4),
         }
     }
 }
@@ -484,6 +580,7 @@ fn record(kind: Kind, run: u32, outcome: &mut Outcome, cpu: Cpu, neighbours: Vec
         statuses: std::mem::take(&mut outcome.statuses),
         first_error: outcome.first_error.take(),
         latency_us: stats::percentiles(&mut outcome.latencies_us),
+        first_event_us: stats::percentiles(&mut outcome.first_data_us),
         lag_us: stats::percentiles(&mut outcome.lags_us),
         rps: outcome.rps(),
         cpu_us_per_request: cpu,
@@ -498,6 +595,7 @@ fn summarize(kind: Kind, runs: &[Run]) -> Option<Summary> {
         return None;
     }
     let latencies: Vec<Percentiles> = mine.iter().filter_map(|run| run.latency_us).collect();
+    let first_events: Vec<Percentiles> = mine.iter().filter_map(|run| run.first_event_us).collect();
     let rps: Vec<u64> = mine
         .iter()
         .filter(|run| run.ok > 0)
@@ -515,6 +613,7 @@ fn summarize(kind: Kind, runs: &[Run]) -> Option<Summary> {
         target: kind,
         runs: mine.len(),
         latency_us: stats::median_percentiles(&latencies),
+        first_event_us: stats::median_percentiles(&first_events),
         rps: stats::median(&rps),
         errors: mine.iter().map(|run| run.errors).sum(),
         unfinished: mine.iter().map(|run| run.unfinished).sum(),
@@ -523,6 +622,19 @@ fn summarize(kind: Kind, runs: &[Run]) -> Option<Summary> {
             upstream: cpu(|c| c.upstream),
             gateway: cpu(|c| c.gateway),
             nginx: cpu(|c| c.nginx),
+            redis: cpu(|c| c.redis),
         },
     })
+}
+
+fn gateway_target(addr: SocketAddr, key: &str, body: &[u8]) -> Target {
+    let auth = format!("Bearer {key}");
+    let headers = [
+        ("Authorization", auth.as_str()),
+        ("X-Tollgate-Feature", "load"),
+    ];
+    Target {
+        addr,
+        template: Template::post(addr, CHAT_PATH, &headers, body),
+    }
 }

@@ -270,3 +270,9 @@ impl CpuSample {
         (busy.saturating_sub(ours) * 100).checked_div(total)
     }
 }
+
+/// Open file descriptors of a process (sockets included).
+pub fn open_fds(pid: u32) -> Option<u64> {
+    let entries = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    u64::try_from(entries.count()).ok()
+}

@@ -6,8 +6,11 @@ use std::path::Path;
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 
+use crate::inflight::{self, InFlight};
 use crate::machine::Machine;
-use crate::plan::{Cell, CellPlan, Kind, OPEN_RATES, Run, Shape, Summary, Timing};
+use crate::plan::{
+    Cell, CellPlan, Kind, MODE_RATES, Mode, OPEN_RATES, Run, Shape, Summary, Timing,
+};
 use crate::profile::Profile;
 use crate::stats::{self, Percentiles, grouped, ms, ratio, signed_ms};
 
@@ -37,6 +40,39 @@ pub struct GatewayAfter {
     pub metrics: Vec<String>,
 }
 
+/// Redis's `INFO commandstats` after the Redis-mode cells.
+#[derive(Debug, Serialize)]
+pub struct RedisCommands {
+    /// Requests the Redis-mode gateway answered (its `tollgate_requests_total`).
+    pub requests: u64,
+    /// (command, calls, microseconds in Redis per call), most calls first.
+    pub commands: Vec<(String, u64, u64)>,
+}
+
+impl RedisCommands {
+    /// `info`: the text of `INFO commandstats` (`cmdstat_get:calls=14,usec=126,...` lines).
+    pub fn parse(requests: u64, info: &str) -> Self {
+        let mut commands: Vec<(String, u64, u64)> = info
+            .lines()
+            .filter_map(|line| {
+                let (name, fields) = line.trim().strip_prefix("cmdstat_")?.split_once(':')?;
+                let field = |wanted: &str| {
+                    fields.split(',').find_map(|pair| {
+                        let (key, value) = pair.split_once('=')?;
+                        (key == wanted).then(|| value.parse::<u64>().ok())?
+                    })
+                };
+                let calls = field("calls")?;
+                let per_call = field("usec")?.checked_div(calls).unwrap_or(0);
+                Some((name.to_owned(), calls, per_call))
+            })
+            .filter(|(name, _, _)| !name.starts_with("info") && !name.starts_with("config"))
+            .collect();
+        commands.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        Self { requests, commands }
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct Results {
     pub command: String,
@@ -45,10 +81,16 @@ pub struct Results {
     pub generator: &'static str,
     pub scenarios: Vec<ScenarioInfo>,
     pub nginx: String,
+    /// The Redis server's version, or why the Redis mode was skipped.
+    pub redis: String,
+    pub redis_commands: Option<RedisCommands>,
     pub first_gateway_answer: String,
     pub cells: Vec<Cell>,
+    pub in_flight: Option<InFlight>,
+    /// Why there is no in-flight measurement.
+    pub in_flight_failed: Option<String>,
     pub targets: Vec<Check>,
-    pub not_measured: Vec<&'static str>,
+    pub not_measured: Vec<String>,
     pub gateway_after: GatewayAfter,
     pub profile: Option<Profile>,
     /// Why there is no profile.
@@ -61,11 +103,27 @@ pub struct Results {
 
 pub const GENERATOR: &str = "written for this harness: raw HTTP/1.1 over tokio TcpStream keep-alive connections on one runtime thread, plus one pacing thread for open-loop";
 
-pub const NOT_MEASURED: [&str; 3] = [
-    "streaming: added time to first token and per-chunk relay (target p99 ≤ 1 ms)",
-    "Redis mode: shared limits and budgets (target p99 added ≤ 2 ms at 1,000 req/s)",
-    "1,000 requests in flight with a 2 s upstream delay: memory and file descriptors (target ≤ 150 MB resident, flat over 10 minutes)",
-];
+/// What this run could not measure, and why.
+pub fn not_measured(cells: &[Cell], in_flight: Option<&InFlight>, redis: &str) -> Vec<String> {
+    let mut missing = Vec::new();
+    if !cells.iter().any(|c| c.mode == Mode::Redis) {
+        missing.push(format!(
+            "Redis mode: shared limits and budgets (target p99 added ≤ 2 ms at 1,000 req/s): {redis}"
+        ));
+    }
+    match in_flight {
+        None => missing.push(
+            "1,000 requests in flight with a 2 s upstream delay (target ≤ 150 MB resident): the scenario failed"
+                .to_owned(),
+        ),
+        Some(f) if f.soak.is_none() => missing.push(
+            "memory over a soak with 1,000 in flight: skipped (`--quick` runs none unless `--soak-seconds N` is given)"
+                .to_owned(),
+        ),
+        Some(_) => {}
+    }
+    missing
+}
 
 fn capitalized(text: &str) -> String {
     let mut chars = text.chars();
@@ -78,7 +136,7 @@ pub fn progress(plan: &CellPlan, run: &Run) {
     let mut line = format!(
         "{:<14} {:<8} {:>2} ms  {:<7} run {}: ",
         shape_label(plan.shape),
-        plan.scenario,
+        scenario_label(plan.mode, plan.scenario),
         plan.delay_ms,
         run.target.name(),
         run.number
@@ -100,6 +158,14 @@ pub fn progress(plan: &CellPlan, run: &Run) {
             );
         }
         None => line.push_str("no successful request"),
+    }
+    if let Some(first) = &run.first_event_us {
+        let _ = write!(
+            line,
+            "  first event p50 {} p99 {} ms",
+            ms(first.p50),
+            ms(first.p99)
+        );
     }
     if let Some(lag) = &run.lag_us {
         let _ = write!(line, "  (send lag p99 {} ms)", ms(lag.p99));
@@ -124,6 +190,14 @@ pub fn progress(plan: &CellPlan, run: &Run) {
         );
     }
     println!("{line}");
+}
+
+fn scenario_label(mode: Mode, scenario: &str) -> String {
+    match mode {
+        Mode::Plain => scenario.to_owned(),
+        Mode::Stream { .. } => format!("{scenario} SSE"),
+        Mode::Redis => format!("{scenario} Redis"),
+    }
 }
 
 fn shape_label(shape: Shape) -> String {
@@ -171,7 +245,7 @@ pub fn open_tables(cells: &[Cell]) -> String {
     let mut out = String::new();
     let mut delays: Vec<u64> = cells
         .iter()
-        .filter(|c| matches!(c.shape, Shape::Open { .. }))
+        .filter(|c| c.mode == Mode::Plain && matches!(c.shape, Shape::Open { .. }))
         .map(|c| c.delay_ms)
         .collect();
     delays.dedup();
@@ -182,7 +256,10 @@ pub fn open_tables(cells: &[Cell]) -> String {
         );
         out.push_str("| scenario | rate (req/s) | direct | gateway | added p50 | added p95 | added p99 | added p99.9 | gateway errors |\n");
         out.push_str("|---|---:|---|---|---:|---:|---:|---:|---|\n");
-        for cell in cells.iter().filter(|c| c.delay_ms == delay) {
+        for cell in cells
+            .iter()
+            .filter(|c| c.mode == Mode::Plain && c.delay_ms == delay)
+        {
             let Shape::Open { rate } = cell.shape else {
                 continue;
             };
@@ -218,7 +295,7 @@ pub fn closed_table(cells: &[Cell]) -> String {
     );
     out.push_str("| scenario | delay | direct req/s | gateway req/s | nginx req/s | gateway ÷ nginx | gateway ÷ direct | gateway p50 / p99 | nginx p50 / p99 | gateway CPU µs/req | nginx CPU µs/req | errors |\n");
     out.push_str("|---|---:|---:|---:|---:|---:|---:|---|---|---|---|---|\n");
-    for cell in cells {
+    for cell in cells.iter().filter(|c| c.mode == Mode::Plain) {
         let Shape::Closed { .. } = cell.shape else {
             continue;
         };
@@ -283,9 +360,9 @@ pub fn closed_table(cells: &[Cell]) -> String {
 }
 
 /// Issue 8's targets against what this run measured.
-pub fn checks(cells: &[Cell], nginx: &str) -> Vec<Check> {
+pub fn checks(cells: &[Cell], nginx: &str, in_flight: Option<&InFlight>) -> Vec<Check> {
     let mut checks = Vec::new();
-    for cell in cells {
+    for cell in cells.iter().filter(|c| c.mode == Mode::Plain) {
         if cell.shape != (Shape::Open { rate: 1_000 }) {
             continue;
         }
@@ -324,7 +401,10 @@ pub fn checks(cells: &[Cell], nginx: &str) -> Vec<Check> {
     for (scenario, share, label) in [("short", 2, "½"), ("8kb", 4, "¼")] {
         let target = format!("max throughput, {scenario} prompt: ≥ {label} of nginx");
         let cell = cells.iter().find(|c| {
-            matches!(c.shape, Shape::Closed { .. }) && c.delay_ms == 0 && c.scenario == scenario
+            c.mode == Mode::Plain
+                && matches!(c.shape, Shape::Closed { .. })
+                && c.delay_ms == 0
+                && c.scenario == scenario
         });
         let gateway = cell
             .and_then(|c| c.summary(Kind::Gateway))
@@ -350,14 +430,416 @@ pub fn checks(cells: &[Cell], nginx: &str) -> Vec<Check> {
             },
         });
     }
-    for item in NOT_MEASURED {
-        checks.push(Check {
-            target: item.to_owned(),
-            measured: "not measured yet (later work of issue 8)".to_owned(),
-            met: None,
+    checks.extend(stream_checks(cells));
+    checks.push(redis_check(cells));
+    checks.extend(memory_checks(in_flight));
+    checks
+}
+
+fn clean(summary: Option<&Summary>) -> bool {
+    summary.is_some_and(|s| s.errors == 0 && s.unfinished == 0)
+}
+
+fn stream_checks(cells: &[Cell]) -> Vec<Check> {
+    let mut checks = Vec::new();
+    for cell in cells {
+        let (Mode::Stream { chunks, .. }, Shape::Open { rate }) = (cell.mode, cell.shape) else {
+            continue;
+        };
+        let first = |kind| cell.summary(kind).and_then(|s| s.first_event_us.as_ref());
+        let target = format!(
+            "streaming: added time to first token p99 ≤ 1 ms at {} req/s ({chunks} chunks)",
+            grouped(rate)
+        );
+        checks.push(match (first(Kind::Gateway), first(Kind::Direct)) {
+            (Some(g), Some(d)) => {
+                let p99 = stats::difference(g.p99, d.p99);
+                Check {
+                    target,
+                    measured: format!(
+                        "{} ms (direct {}, gateway {})",
+                        signed_ms(p99),
+                        ms(d.p99),
+                        ms(g.p99)
+                    ),
+                    met: Some(clean(cell.summary(Kind::Gateway)) && p99 <= 1_000),
+                }
+            }
+            _ => Check {
+                target,
+                measured: "no successful stream".to_owned(),
+                met: Some(false),
+            },
         });
     }
     checks
+}
+
+fn redis_check(cells: &[Cell]) -> Check {
+    let target = "Redis mode: added p99 ≤ 2 ms at 1,000 req/s (short, 0 ms upstream)".to_owned();
+    let Some(cell) = cells
+        .iter()
+        .find(|c| c.mode == Mode::Redis && c.shape == (Shape::Open { rate: 1_000 }))
+    else {
+        return Check {
+            target,
+            measured: "not measured (see below)".to_owned(),
+            met: None,
+        };
+    };
+    match (
+        latency(cell.summary(Kind::Gateway)),
+        latency(cell.summary(Kind::Direct)),
+    ) {
+        (Some(g), Some(d)) => {
+            let p99 = stats::difference(g.p99, d.p99);
+            Check {
+                target,
+                measured: format!(
+                    "{} ms (direct {}, gateway {})",
+                    signed_ms(p99),
+                    ms(d.p99),
+                    ms(g.p99)
+                ),
+                met: Some(clean(cell.summary(Kind::Gateway)) && p99 <= 2_000),
+            }
+        }
+        _ => Check {
+            target,
+            measured: "no successful request".to_owned(),
+            met: Some(false),
+        },
+    }
+}
+
+fn memory_checks(in_flight: Option<&InFlight>) -> Vec<Check> {
+    let resident =
+        "memory: ≤ 150 MB resident with 1,000 requests in flight (2 s upstream)".to_owned();
+    let flat = "memory: flat over a 10-minute run with 1,000 in flight".to_owned();
+    let Some(f) = in_flight else {
+        return vec![
+            Check {
+                target: resident,
+                measured: "the scenario failed (see below)".to_owned(),
+                met: Some(false),
+            },
+            Check {
+                target: flat,
+                measured: "the scenario failed (see below)".to_owned(),
+                met: None,
+            },
+        ];
+    };
+    let mut checks = vec![Check {
+        target: resident,
+        measured: format!(
+            "peak {} (before {}), {} fds; {} answered, {} errors",
+            mib(f.peak.rss_kib),
+            mib(f.before.rss_kib),
+            f.peak.fds.map_or_else(|| "?".to_owned(), grouped),
+            grouped(f.ok),
+            f.errors + f.unfinished
+        ),
+        met: Some(
+            f.clean()
+                && f.peak
+                    .rss_kib
+                    .is_some_and(|kib| kib <= inflight::TARGET_KIB),
+        ),
+    }];
+    checks.push(match &f.soak {
+        Some(soak) => {
+            let slope = soak
+                .slope_kib_per_min
+                .map_or_else(|| "?".to_owned(), |kib| format!("{kib:+} KiB/min"));
+            let measured = format!(
+                "{} s soak: first {}, last {}, max {}, slope {slope}",
+                soak.seconds,
+                mib(soak.first_kib),
+                mib(soak.last_kib),
+                mib(soak.max_kib)
+            );
+            // Only a soak of the target's length decides it; a shorter one is shown, not judged.
+            if soak.seconds >= 600 {
+                Check {
+                    target: flat,
+                    measured,
+                    met: Some(soak.errors == 0 && soak.flat() == Some(true)),
+                }
+            } else {
+                Check {
+                    target: flat,
+                    measured: format!(
+                        "{measured} (shorter than 10 minutes: `--soak-seconds 600` decides it)"
+                    ),
+                    met: None,
+                }
+            }
+        }
+        None => Check {
+            target: flat,
+            measured: "no soak in this run".to_owned(),
+            met: None,
+        },
+    });
+    checks
+}
+
+fn mib(kib: Option<u64>) -> String {
+    kib.map_or_else(
+        || "?".to_owned(),
+        |kib| format!("{}.{} MiB", kib / 1024, kib % 1024 * 10 / 1024),
+    )
+}
+
+/// Streaming cells: time to the first SSE event and the whole stream, gateway against direct.
+pub fn stream_table(cells: &[Cell]) -> String {
+    let mut out = String::from(
+        "Streaming (`\"stream\": true`, short prompt, 0 ms fake upstream sending N content events 2 ms apart), open loop. \
+         Time to first event = until the first SSE `data:` line of the body, from each request's intended start; ms, medians of the runs. \
+         Per chunk = added whole-stream p50 ÷ N: an upper bound on the relay's cost per event, since the added time of the request itself is in it too.\n\n",
+    );
+    out.push_str("| rate (req/s) | N chunks | direct first event p50 / p95 / p99 | gateway first event p50 / p95 / p99 | added first event p50 / p95 / p99 | direct whole stream p50 / p99 | gateway whole stream p50 / p99 | added per chunk p50 (µs) | gateway CPU µs/req | gateway errors |\n");
+    out.push_str("|---:|---:|---|---|---|---|---|---:|---:|---|\n");
+    for cell in cells {
+        let (Mode::Stream { chunks, .. }, Shape::Open { rate }) = (cell.mode, cell.shape) else {
+            continue;
+        };
+        let first = |kind| cell.summary(kind).and_then(|s| s.first_event_us.as_ref());
+        let three = |p: Option<&Percentiles>| {
+            p.map_or_else(
+                || "—".to_owned(),
+                |p| format!("{} / {} / {}", ms(p.p50), ms(p.p95), ms(p.p99)),
+            )
+        };
+        let two = |p: Option<&Percentiles>| {
+            p.map_or_else(
+                || "—".to_owned(),
+                |p| format!("{} / {}", ms(p.p50), ms(p.p99)),
+            )
+        };
+        let added_first = first(Kind::Gateway).zip(first(Kind::Direct)).map(|(g, d)| {
+            [
+                stats::difference(g.p50, d.p50),
+                stats::difference(g.p95, d.p95),
+                stats::difference(g.p99, d.p99),
+            ]
+        });
+        let whole = |kind| latency(cell.summary(kind));
+        // Includes the per-request overhead as well, so it bounds the relay's cost from above.
+        let per_chunk = whole(Kind::Gateway)
+            .zip(whole(Kind::Direct))
+            .and_then(|(g, d)| stats::difference(g.p50, d.p50).checked_div(i64::from(chunks)));
+        let cpu = cell
+            .summary(Kind::Gateway)
+            .and_then(|s| s.cpu_us_per_request.gateway)
+            .map_or_else(|| "—".to_owned(), |us| us.to_string());
+        let _ = writeln!(
+            out,
+            "| {} | {chunks} | {} | {} | {} | {} | {} | {} | {cpu} | {} |",
+            grouped(rate),
+            three(first(Kind::Direct)),
+            three(first(Kind::Gateway)),
+            added_first.map_or_else(
+                || "—".to_owned(),
+                |a| format!(
+                    "{} / {} / {}",
+                    signed_ms(a[0]),
+                    signed_ms(a[1]),
+                    signed_ms(a[2])
+                )
+            ),
+            two(whole(Kind::Direct)),
+            two(whole(Kind::Gateway)),
+            per_chunk.map_or_else(|| "—".to_owned(), |us| format!("{us:+}")),
+            problems(cell.summary(Kind::Gateway))
+        );
+    }
+    out
+}
+
+/// Redis-mode cells beside the in-memory gateway's figures for the same load.
+pub fn redis_table(cells: &[Cell], redis: &str, commands: Option<&RedisCommands>) -> String {
+    let mut out = format!(
+        "Redis mode ({redis}): a second gateway, configured like the first plus `[storage] redis_url`, keeps its request and token limits, \
+         quotas, budget reservations and settlements in Redis. Short prompt, 0 ms fake upstream. \
+         Open loop: latency in ms (p50 / p95 / p99 / p99.9) from each request's intended start; closed loop ({} connections): req/s and p50 / p99. \
+         The in-memory gateway's added latency for the same load is from the tables above.\n\n",
+        crate::plan::CLOSED_CONNS
+    );
+    out.push_str("| load | direct | gateway (Redis) | added p50 | added p95 | added p99 | added p99.9 | in-memory gateway added p50 / p99 | CPU µs/req gateway / Redis | gateway errors |\n");
+    out.push_str("|---|---|---|---:|---:|---:|---:|---|---|---|\n");
+    let mut rows = 0;
+    for cell in cells.iter().filter(|c| c.mode == Mode::Redis) {
+        rows += 1;
+        let plain = cells.iter().find(|c| {
+            c.mode == Mode::Plain
+                && c.shape == cell.shape
+                && c.scenario == cell.scenario
+                && c.delay_ms == cell.delay_ms
+        });
+        let closed = matches!(cell.shape, Shape::Closed { .. });
+        let show = |summary: Option<&Summary>| {
+            let Some(s) = summary else {
+                return "—".to_owned();
+            };
+            match (&s.latency_us, closed) {
+                (Some(p), true) => format!(
+                    "{} req/s, {} / {}",
+                    s.rps.map_or_else(|| "?".to_owned(), grouped),
+                    ms(p.p50),
+                    ms(p.p99)
+                ),
+                (Some(p), false) => four(p),
+                (None, _) => "—".to_owned(),
+            }
+        };
+        let pair = |c: &Cell| {
+            latency(c.summary(Kind::Gateway))
+                .zip(latency(c.summary(Kind::Direct)))
+                .map(|(g, d)| added(g, d))
+        };
+        let diffs = pair(cell).map_or_else(
+            || std::array::from_fn(|_| "—".to_owned()),
+            |a| a.map(signed_ms),
+        );
+        let in_memory = plain.and_then(pair).map_or_else(
+            || "—".to_owned(),
+            |a| format!("{} / {}", signed_ms(a[0]), signed_ms(a[2])),
+        );
+        let cpu = cell.summary(Kind::Gateway).map_or_else(
+            || "—".to_owned(),
+            |s| {
+                let show = |v: Option<u64>| v.map_or_else(|| "?".to_owned(), |v| v.to_string());
+                format!(
+                    "{} / {}",
+                    show(s.cpu_us_per_request.gateway),
+                    show(s.cpu_us_per_request.redis)
+                )
+            },
+        );
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {in_memory} | {cpu} | {} |",
+            shape_label(cell.shape),
+            show(cell.summary(Kind::Direct)),
+            show(cell.summary(Kind::Gateway)),
+            diffs[0],
+            diffs[1],
+            diffs[2],
+            diffs[3],
+            problems(cell.summary(Kind::Gateway))
+        );
+    }
+    if rows == 0 {
+        out.push_str("| not measured | — | — | — | — | — | — | — | — | — |\n");
+    }
+    if let Some(c) = commands.filter(|c| c.requests > 0) {
+        let listed: Vec<String> = c
+            .commands
+            .iter()
+            .map(|(name, calls, per_call)| {
+                format!(
+                    "`{name}` {} (≈ {per_call} µs each)",
+                    ratio(*calls, c.requests).unwrap_or_default()
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "\nRedis commands per request the Redis-mode gateway answered ({} requests, warm-ups included; Redis's `INFO commandstats`, \
+             time spent inside Redis per call): {}.",
+            grouped(c.requests),
+            listed.join(", ")
+        );
+    }
+    out
+}
+
+/// The fresh gateway holding 1,000 requests, and the soak.
+pub fn in_flight_section(in_flight: Option<&InFlight>, failed: Option<&str>) -> String {
+    let Some(f) = in_flight else {
+        return format!(
+            "1,000 requests in flight: not measured ({}).\n",
+            failed.unwrap_or("not run")
+        );
+    };
+    let mut out = format!(
+        "A freshly started gateway (configured like the first), {conns} keep-alive connections \
+         each sending its next request as soon as the previous one is answered, to a route whose fake upstream answers after {delay} ms, \
+         for {hold} s. Resident memory (`VmRSS`) and open file descriptors (`/proc/<pid>/fd`) of the gateway process: \
+         before the load, the largest sample (every 250 ms) under it, and {wait} s after it. \
+         The gateway keeps idle upstream connections alive for a while, so some descriptors outlive the load.\n\n",
+        conns = grouped(u64::try_from(f.conns).unwrap_or(0)),
+        delay = grouped(f.upstream_delay_ms),
+        hold = f.hold_s,
+        wait = f.after_wait_s,
+    );
+    out.push_str("| | before | peak | after |\n|---|---:|---:|---:|\n");
+    let fds = |v: Option<u64>| v.map_or_else(|| "?".to_owned(), grouped);
+    let _ = writeln!(
+        out,
+        "| resident memory | {} | {} | {} |",
+        mib(f.before.rss_kib),
+        mib(f.peak.rss_kib),
+        mib(f.after.rss_kib)
+    );
+    let _ = writeln!(
+        out,
+        "| open file descriptors | {} | {} | {} |",
+        fds(f.before.fds),
+        fds(f.peak.fds),
+        fds(f.after.fds)
+    );
+    let _ = writeln!(
+        out,
+        "\n{} requests answered within the hold (latency from each send p50 / p99 / max: {}); errors {}, unfinished {}{}.\n",
+        grouped(f.ok),
+        f.latency_us.as_ref().map_or_else(
+            || "—".to_owned(),
+            |p| format!("{} / {} / {} ms", ms(p.p50), ms(p.p99), ms(p.max))
+        ),
+        f.errors,
+        f.unfinished,
+        f.first_error
+            .as_deref()
+            .map_or_else(String::new, |e| format!(" (first: {e})"))
+    );
+    match &f.soak {
+        Some(soak) => {
+            let _ = writeln!(
+                out,
+                "Soak: {conns} in flight for {s} s, `VmRSS` every {every} s ({n} samples; the first {ramp} s, while the connections ramp up, left out): \
+                 first {first}, last {last}, max {max}, least-squares slope {slope}; {flat}. {ok} answered, {errors} errors; at most {fds} open descriptors. \
+                 This run's soak is `--soak-seconds {s}`; the target's 10 minutes is `--soak-seconds 600`.\n",
+                conns = grouped(u64::try_from(f.conns).unwrap_or(0)),
+                s = soak.seconds,
+                ramp = soak.ramp_s,
+                every = soak.interval_s,
+                n = soak.samples.len(),
+                first = mib(soak.first_kib),
+                last = mib(soak.last_kib),
+                max = mib(soak.max_kib),
+                slope = soak
+                    .slope_kib_per_min
+                    .map_or_else(|| "?".to_owned(), |kib| format!("{kib:+} KiB/min")),
+                flat = match soak.flat() {
+                    Some(true) =>
+                        "flat (the fitted line grows by at most 5% of the first sample over the soak)",
+                    Some(false) =>
+                        "**not flat** (the fitted line grows by more than 5% of the first sample over the soak)",
+                    None => "too few samples to fit a line",
+                },
+                ok = grouped(soak.ok),
+                errors = soak.errors,
+                fds = fds(soak.max_fds),
+            );
+        }
+        None => out.push_str(
+            "No soak in this run (`--quick` runs none unless `--soak-seconds N` is given).\n",
+        ),
+    }
+    out
 }
 
 pub fn targets_table(checks: &[Check]) -> String {
@@ -377,7 +859,10 @@ pub fn targets_table(checks: &[Check]) -> String {
 pub fn profile_section(profile: Option<&Profile>, skipped: Option<&str>, cells: &[Cell]) -> String {
     let mut out = String::from("## Where the gateway's time goes\n\n");
     let short = cells.iter().find(|c| {
-        matches!(c.shape, Shape::Closed { .. }) && c.delay_ms == 0 && c.scenario == "short"
+        c.mode == Mode::Plain
+            && matches!(c.shape, Shape::Closed { .. })
+            && c.delay_ms == 0
+            && c.scenario == "short"
     });
     let cpu = |kind: Kind, own: fn(&crate::plan::Cpu) -> Option<u64>| {
         short
@@ -463,6 +948,7 @@ fn machine_section(results: &Results) -> String {
          - memory: {mem}; {os}, Linux {kernel}\n\
          - {rustc}; gateway built from {source} with the release profile\n\
          - reference: {nginx}\n\
+         - Redis mode: {redis}\n\
          - the harness and its children ran with {priority}, so that a build beside them takes less CPU from the measured processes\n\
          - load average when the run started: {load}\n\n\
          The load generator, the fake upstream, the gateway and nginx all share these {cpus} cores, \
@@ -475,6 +961,7 @@ fn machine_section(results: &Results) -> String {
         rustc = m.rustc,
         source = m.source,
         nginx = results.nginx,
+        redis = results.redis,
         priority = results.priority,
         load = m.load_at_start,
     );
@@ -498,11 +985,12 @@ fn method_section(results: &Results) -> String {
     );
     let _ = writeln!(
         doc,
-        "{COMMAND} -- --quick   # a smoke run (fewer cells, one 1 s run each); writes target/load/results-quick.json only"
+        "{COMMAND} -- --quick   # a smoke run (fewer cells, one 1 s run each); writes target/load/results-quick.json and BENCHMARKS-quick.md there"
     );
     doc.push_str("```\n\nOptions after `--`: `--runs N` (default 3), `--seconds S` (measured seconds per run, default 2.5), \
         `--wait-quiet S` (seconds the run may wait in total, before its measurements, for other busy processes on the machine to finish; default 60), \
-        `--nginx-workers N` (default 2), `--skip-nginx`, `--no-renice`.\n\n");
+        `--soak-seconds N` (the in-flight soak, default 60; none under `--quick` unless given; the target's 10-minute run is `--soak-seconds 600`), \
+        `--nginx-workers N` (default 2), `--skip-nginx`, `--skip-redis`, `--no-renice`, `--no-profile`.\n\n");
     let _ = writeln!(
         doc,
         "This run took {} s, {} s of it waiting for other busy processes to finish.\n",
@@ -533,11 +1021,21 @@ fn method_section(results: &Results) -> String {
          - **Runs.** Each cell runs each side {runs} time(s), {warm} ms warm-up + {measure} ms measured per run; \
          the table quotes the median over runs of each percentile (and of req/s). Only 200 answers count as successes; \
          every other answer or I/O error is reported as an error.\n\
+         - **Streaming** ({mode_rates} req/s): the same open loop with `\"stream\": true` on a route whose fake upstream sends 20 content events 2 ms apart \
+         (the fake's `chunks-20+chunk-delay-2ms` model string); the direct baseline asks the fake for the same stream, with the usage event the gateway always asks for. \
+         The generator stamps the read that brings the first SSE `data:` line of the body (time to first token) and the end of the chunked body.\n\
+         - **Redis mode** ({mode_rates} req/s open loop, and closed loop): the harness starts Debian's `redis-server` on a free loopback port \
+         (`--save \"\" --appendonly no`) and a second gateway configured like the first plus `[storage] redis_url` (default timeout and pool), \
+         with its own SQLite ledger; its `/readyz` must report the Redis quota store before it is measured.\n\
+         - **1,000 in flight**: after everything else, a fresh gateway and {in_flight} connections to a route whose fake answers after 2 s (the fake's `delay-2000ms` model string); \
+         its memory and descriptors are read from `/proc`, and the soak keeps the same load on while sampling memory.\n\
          - **Scenarios.** Every request carries its own number in the user message, so no two prompts are equal and no \
          cache keyed on the whole prompt can skip the tokenizer; only the system prompt repeats.\n",
         budget = crate::config::BUDGET,
         max = crate::scenarios::MAX_TOKENS,
         rates = OPEN_RATES.map(grouped).join(", "),
+        mode_rates = MODE_RATES.map(grouped).join(" and "),
+        in_flight = grouped(u64::try_from(inflight::IN_FLIGHT).unwrap_or(0)),
         runs = t.runs,
         warm = t.warmup_ms,
         measure = t.measure_ms,
@@ -571,6 +1069,19 @@ fn results_section(results: &Results) -> String {
     doc.push_str("## Results\n\n");
     doc.push_str(&open_tables(&results.cells));
     doc.push_str(&closed_table(&results.cells));
+    doc.push_str("\n### Streaming\n\n");
+    doc.push_str(&stream_table(&results.cells));
+    doc.push_str("\n### Redis mode\n\n");
+    doc.push_str(&redis_table(
+        &results.cells,
+        &results.redis,
+        results.redis_commands.as_ref(),
+    ));
+    doc.push_str("\n### 1,000 requests in flight\n\n");
+    doc.push_str(&in_flight_section(
+        results.in_flight.as_ref(),
+        results.in_flight_failed.as_deref(),
+    ));
     doc.push_str("\n## Targets of issue 8\n\n");
     doc.push_str(&targets_table(&results.targets));
     doc.push('\n');
@@ -591,9 +1102,11 @@ fn results_section(results: &Results) -> String {
         db = g.database_bytes / (1024 * 1024),
         metrics = g.metrics.join("\n"),
     );
-    doc.push_str("## Not measured yet\n\n");
-    for item in NOT_MEASURED {
-        let _ = writeln!(doc, "- {item}");
+    if !results.not_measured.is_empty() {
+        doc.push_str("## Not measured in this run\n\n");
+        for item in &results.not_measured {
+            let _ = writeln!(doc, "- {item}");
+        }
     }
     doc
 }

@@ -27,18 +27,36 @@ impl Scenario {
     /// The body sent to the gateway: the route's name as `model`, no `max_tokens` (the
     /// tier's default applies, as for most callers).
     pub fn gateway_body(&self, route: &str) -> Result<Vec<u8>> {
-        serde_json::to_vec(&json!({"model": route, "messages": self.messages}))
-            .context("serializing a request body")
+        self.gateway_body_for(route, false)
+    }
+
+    /// `stream`: ask for an SSE stream, without the usage event.
+    pub fn gateway_body_for(&self, route: &str, stream: bool) -> Result<Vec<u8>> {
+        let mut body = json!({"model": route, "messages": self.messages});
+        if stream {
+            body["stream"] = json!(true);
+        }
+        serde_json::to_vec(&body).context("serializing a request body")
     }
 
     /// The body the gateway forwards upstream, sent directly (and through nginx).
     pub fn upstream_body(&self, model: &str) -> Result<Vec<u8>> {
-        serde_json::to_vec(&json!({
+        self.upstream_body_for(model, false)
+    }
+
+    /// `stream`: as the gateway forwards a streaming request, which always asks the upstream
+    /// for the usage event (it bills from it).
+    pub fn upstream_body_for(&self, model: &str, stream: bool) -> Result<Vec<u8>> {
+        let mut body = json!({
             "model": model,
             "messages": self.messages,
             "max_tokens": MAX_TOKENS,
-        }))
-        .context("serializing a request body")
+        });
+        if stream {
+            body["stream"] = json!(true);
+            body["stream_options"] = json!({"include_usage": true});
+        }
+        serde_json::to_vec(&body).context("serializing a request body")
     }
 
     pub fn body_bytes(&self) -> usize {

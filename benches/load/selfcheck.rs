@@ -11,6 +11,78 @@ pub fn run() -> Result<()> {
     http_parsing()?;
     statistics()?;
     configuration()?;
+    memory_trend()?;
+    redis_commands()?;
+    first_event()?;
+    Ok(())
+}
+
+fn redis_commands() -> Result<()> {
+    let info = "# Commandstats\r\ncmdstat_evalsha:calls=6,usec=1404,usec_per_call=234.00,rejected_calls=0\r\n\
+                cmdstat_ping:calls=18,usec=46,usec_per_call=2.56\r\ncmdstat_info:calls=1,usec=9\r\n";
+    let parsed = crate::report::RedisCommands::parse(2, info);
+    ensure!(parsed.requests == 2);
+    ensure!(
+        parsed.commands == [("ping".to_owned(), 18, 2), ("evalsha".to_owned(), 6, 234)],
+        "{:?}",
+        parsed.commands
+    );
+    Ok(())
+}
+
+/// An SSE answer whose first event comes 30 ms after its head: the stamp must be that late,
+/// and the end of the chunked body must still be found.
+fn first_event() -> Result<()> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let server = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await?;
+            let mut request = vec![0_u8; 4096];
+            let _ = socket.read(&mut request).await?;
+            socket
+                .write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                .await?;
+            tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+            socket.write_all(b"9\r\ndata: x\n\n\r\n").await?;
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            socket.write_all(b"0\r\n\r\n").await?;
+            Ok::<_, std::io::Error>(socket)
+        });
+        let template = crate::http::Template::post(addr, "/", &[], b"{}").streaming();
+        let mut conn = crate::http::Conn::new(addr, &template);
+        let sent = crate::clock::now();
+        let response = conn.exchange(1).await?;
+        let done = crate::clock::now();
+        let first = response
+            .first_data
+            .ok_or_else(|| anyhow::anyhow!("the first event was not stamped"))?;
+        let first_ms = crate::clock::micros_between(sent, first) / 1000;
+        ensure!(
+            (30..40).contains(&first_ms),
+            "first event after {first_ms} ms"
+        );
+        ensure!(crate::clock::micros_between(first, done) >= 5_000);
+        ensure!(conn.body(&response) == b"data: x\n\n");
+        let _ = server.await;
+        Ok(())
+    })
+}
+
+fn memory_trend() -> Result<()> {
+    use crate::inflight::slope_per_minute;
+    // 1 KiB per second is 60 KiB per minute, whatever the offset.
+    let rising: Vec<(u64, u64)> = (0..10).map(|s| (s * 5, 100_000 + s * 5)).collect();
+    ensure!(slope_per_minute(&rising) == Some(60));
+    let flat: Vec<(u64, u64)> = (0..10).map(|s| (s * 5, 100_000 + s % 2)).collect();
+    ensure!(slope_per_minute(&flat) == Some(0));
+    ensure!(slope_per_minute(&[(0, 5)]).is_none());
+    ensure!(slope_per_minute(&[(3, 5), (3, 9)]).is_none());
+    ensure!(crate::inflight::TARGET_KIB == 146_484);
     Ok(())
 }
 
@@ -64,11 +136,39 @@ fn configuration() -> Result<()> {
         route: "fast".to_owned(),
         port: 9,
     }];
-    let toml = crate::config::gateway_toml(8, std::path::Path::new("/tmp/x"), &upstreams);
+    let extra = [crate::config::ModelRoute {
+        route: "stream20x2ms".to_owned(),
+        provider: "fake0".to_owned(),
+        model: "bench-model+chunks-20+chunk-delay-2ms".to_owned(),
+    }];
+    let toml =
+        crate::config::gateway_toml(8, std::path::Path::new("/tmp/x"), &upstreams, &[], None);
+    ensure!(!toml.contains("redis_url"));
     ensure!(toml.contains("database_url = \"sqlite:///tmp/x/tollgate.db?mode=rwc\""));
     ensure!(toml.contains("targets = [\"fake0/bench-model\"]"));
     ensure!(toml.contains("routes = [\"fast\"]"));
     ensure!(!toml.contains("api_key_env"));
     ensure!(toml.contains("\ntpm = ") && toml.contains("\nmonthly_tokens = "));
+
+    let toml = crate::config::gateway_toml(
+        8,
+        std::path::Path::new("/tmp/x"),
+        &upstreams,
+        &extra,
+        Some("redis://127.0.0.1:7/0"),
+    );
+    ensure!(toml.contains("[storage]\ndatabase_url = \"sqlite:///tmp/x/tollgate.db?mode=rwc\"\nredis_url = \"redis://127.0.0.1:7/0\"\n"));
+    ensure!(toml.contains(
+        "[routes.\"stream20x2ms\"]\ntargets = [\"fake0/bench-model+chunks-20+chunk-delay-2ms\"]"
+    ));
+    ensure!(toml.contains("model = \"bench-model+chunks-20+chunk-delay-2ms\""));
+    ensure!(toml.contains("routes = [\"fast\", \"stream20x2ms\"]"));
+    let parsed: toml::Value = toml::from_str(&toml)?;
+    ensure!(
+        parsed
+            .get("storage")
+            .and_then(|s| s.get("redis_url"))
+            .is_some()
+    );
     Ok(())
 }

@@ -1,6 +1,8 @@
 //! The system under test, started in a temporary directory: two fake upstreams (0 ms and
 //! 50 ms), the gateway (release build, every governance feature on) with a tenant and key made
-//! by its own CLI, and the reference nginx.
+//! by its own CLI, the reference nginx, and a `redis-server` with a second gateway that keeps
+//! its limits, quotas and budgets there. Further gateways (the in-flight scenario's fresh one)
+//! are started on demand with the same configuration in a directory of their own.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -10,7 +12,8 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail};
 use serde_json::Value;
 
-use crate::config::{self, BUDGET, TENANT, TIER, Upstream};
+use crate::config::{self, BUDGET, ModelRoute, TENANT, TIER, UPSTREAM_MODEL, Upstream};
+use crate::plan::Mode;
 use crate::procs::{Child, free_port};
 
 /// The gateway binary of this build (the bench profile, i.e. release).
@@ -28,6 +31,63 @@ pub struct Fake {
     pub process: Child,
 }
 
+/// A running gateway with its tenant's key.
+pub struct Gateway {
+    pub process: Child,
+    pub addr: SocketAddr,
+    pub key: String,
+}
+
+/// The Redis mode's server and gateway, or why they are missing.
+pub enum Redis {
+    Running {
+        // Field order is drop order: the gateway stops before its Redis.
+        gateway: Box<Gateway>,
+        server: Child,
+        addr: SocketAddr,
+        version: String,
+    },
+    Skipped(String),
+}
+
+/// The route of the in-flight scenario: every answer takes this long.
+pub const SLOW_ROUTE: &str = "slow2s";
+pub const SLOW_MS: u64 = 2_000;
+
+/// The route (and the fake's model string) of a streaming shape, on the 0 ms fake.
+pub fn stream_route(chunks: u32, chunk_delay_ms: u64) -> (String, String) {
+    (
+        format!("stream{chunks}x{chunk_delay_ms}ms"),
+        format!("{UPSTREAM_MODEL}+chunks-{chunks}+chunk-delay-{chunk_delay_ms}ms"),
+    )
+}
+
+/// The routes to scripted models of the 0 ms fake: one per streaming shape, and the slow one.
+fn model_routes() -> Vec<ModelRoute> {
+    let provider = "fake0".to_owned();
+    let mut routes: Vec<ModelRoute> = crate::plan::STREAM_MODES
+        .iter()
+        .filter_map(|mode| match mode {
+            Mode::Stream {
+                chunks,
+                chunk_delay_ms,
+            } => Some(stream_route(*chunks, *chunk_delay_ms)),
+            _ => None,
+        })
+        .map(|(route, model)| ModelRoute {
+            route,
+            provider: provider.clone(),
+            model,
+        })
+        .collect();
+    routes.push(ModelRoute {
+        route: SLOW_ROUTE.to_owned(),
+        provider,
+        model: format!("{UPSTREAM_MODEL}+delay-{SLOW_MS}ms"),
+    });
+    routes
+}
+
 /// Why the nginx row is missing, or the running nginx.
 pub enum Nginx {
     Running {
@@ -41,6 +101,7 @@ pub enum Nginx {
 pub struct Stack {
     // Field order is drop order: the processes stop before their directory is removed.
     pub nginx: Nginx,
+    pub redis: Redis,
     pub gateway: Child,
     pub fakes: Vec<Fake>,
     pub gateway_addr: SocketAddr,
@@ -49,8 +110,8 @@ pub struct Stack {
 }
 
 impl Stack {
-    /// `nginx_workers`: `None` leaves nginx out.
-    pub async fn start(nginx_workers: Option<u32>) -> Result<Self> {
+    /// `nginx_workers`: `None` leaves nginx out; `redis`: false leaves the Redis mode out.
+    pub async fn start(nginx_workers: Option<u32>, redis: bool) -> Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("tollgate-load-")
             .tempdir()
@@ -61,56 +122,57 @@ impl Stack {
         for delay_ms in DELAYS_MS {
             fakes.push(start_fake(&path, delay_ms).await?);
         }
-
-        let gateway_port = free_port()?;
-        let upstreams: Vec<Upstream> = fakes
-            .iter()
-            .map(|fake| Upstream {
-                provider: format!("fake{}", fake.delay_ms),
-                route: fake.route.clone(),
-                port: fake.addr.port(),
-            })
-            .collect();
-        let config_path = path.join("tollgate.toml");
-        std::fs::write(
-            &config_path,
-            config::gateway_toml(gateway_port, &path, &upstreams),
-        )
-        .context("writing the gateway configuration")?;
-        cli(
-            &config_path,
-            &[
-                "tenant", "create", "--id", TENANT, "--tier", TIER, "--budget", BUDGET,
-            ],
-        )?;
-        let issued: Value = serde_json::from_str(&cli(&config_path, &["key", "issue", TENANT])?)
-            .context("`key issue` did not print JSON")?;
-        let key = issued
-            .get("key")
-            .and_then(Value::as_str)
-            .context("`key issue` printed no \"key\"")?
-            .to_owned();
-
-        let gateway_addr = SocketAddr::from(([127, 0, 0, 1], gateway_port));
-        let mut command = tollgate();
-        command.arg("--config").arg(&config_path).arg("serve");
-        let mut gateway = Child::spawn("the gateway", command, &path.join("gateway.log"))?;
-        gateway
-            .wait_ready(gateway_addr, "/readyz", READY_LIMIT)
-            .await?;
+        let Gateway {
+            process: gateway,
+            addr: gateway_addr,
+            key,
+        } = start_gateway(&path, "the gateway", &fakes, None).await?;
 
         let nginx = match nginx_workers {
             Some(workers) => start_nginx(&path, fakes_addr(&fakes, 0)?, workers).await?,
             None => Nginx::Skipped("--skip-nginx was given".to_owned()),
         };
+        let redis = if redis {
+            // A broken Redis mode is reported beside the other results rather than losing them.
+            start_redis(&path, &fakes).await.unwrap_or_else(|error| {
+                let reason = format!("the Redis mode did not start: {error:#}");
+                println!("{reason}");
+                Redis::Skipped(reason)
+            })
+        } else {
+            Redis::Skipped("--skip-redis was given".to_owned())
+        };
         Ok(Self {
             nginx,
+            redis,
             gateway,
             fakes,
             gateway_addr,
             key,
             dir,
         })
+    }
+
+    /// A further gateway like the first, with a database of its own in `subdir`.
+    pub async fn start_gateway(&self, subdir: &str, name: &str) -> Result<Gateway> {
+        let path = self.dir.path().join(subdir);
+        std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
+        start_gateway(&path, name, &self.fakes, None).await
+    }
+
+    /// The gateway a mode's cells go through: (address, key, pid).
+    pub fn gateway_for(&self, mode: Mode) -> Result<(SocketAddr, &str, u32)> {
+        match mode {
+            Mode::Redis => match &self.redis {
+                Redis::Running { gateway, .. } => {
+                    Ok((gateway.addr, gateway.key.as_str(), gateway.process.pid()))
+                }
+                Redis::Skipped(reason) => bail!("the Redis mode is not running: {reason}"),
+            },
+            Mode::Plain | Mode::Stream { .. } => {
+                Ok((self.gateway_addr, self.key.as_str(), self.gateway.pid()))
+            }
+        }
     }
 
     /// The harness and every process it started.
@@ -120,6 +182,13 @@ impl Stack {
         if let Nginx::Running { process, .. } = &self.nginx {
             pids.push(process.pid());
             pids.extend(crate::procs::children_of(process.pid()));
+        }
+        if let Redis::Running {
+            gateway, server, ..
+        } = &self.redis
+        {
+            pids.push(gateway.process.pid());
+            pids.push(server.pid());
         }
         pids
     }
@@ -139,6 +208,13 @@ impl Stack {
         if let Nginx::Running { process, .. } = &mut self.nginx {
             process.check_running()?;
         }
+        if let Redis::Running {
+            gateway, server, ..
+        } = &mut self.redis
+        {
+            gateway.process.check_running()?;
+            server.check_running()?;
+        }
         Ok(())
     }
 
@@ -148,6 +224,13 @@ impl Stack {
         children.extend(self.fakes.iter().map(|fake| &fake.process));
         if let Nginx::Running { process, .. } = &self.nginx {
             children.push(process);
+        }
+        if let Redis::Running {
+            gateway, server, ..
+        } = &self.redis
+        {
+            children.push(&gateway.process);
+            children.push(server);
         }
         children
             .iter()
@@ -213,6 +296,161 @@ fn cli(config: &Path, args: &[&str]) -> Result<String> {
     String::from_utf8(output.stdout).context("the CLI printed invalid UTF-8")
 }
 
+/// Writes a configuration into `dir`, creates the tenant and its key with the CLI and starts
+/// `tollgate serve`.
+async fn start_gateway(
+    dir: &Path,
+    name: &str,
+    fakes: &[Fake],
+    redis_url: Option<&str>,
+) -> Result<Gateway> {
+    let port = free_port()?;
+    let upstreams: Vec<Upstream> = fakes
+        .iter()
+        .map(|fake| Upstream {
+            provider: format!("fake{}", fake.delay_ms),
+            route: fake.route.clone(),
+            port: fake.addr.port(),
+        })
+        .collect();
+    let config_path = dir.join("tollgate.toml");
+    std::fs::write(
+        &config_path,
+        config::gateway_toml(port, dir, &upstreams, &model_routes(), redis_url),
+    )
+    .context("writing the gateway configuration")?;
+    cli(
+        &config_path,
+        &[
+            "tenant", "create", "--id", TENANT, "--tier", TIER, "--budget", BUDGET,
+        ],
+    )?;
+    let issued: Value = serde_json::from_str(&cli(&config_path, &["key", "issue", TENANT])?)
+        .context("`key issue` did not print JSON")?;
+    let key = issued
+        .get("key")
+        .and_then(Value::as_str)
+        .context("`key issue` printed no \"key\"")?
+        .to_owned();
+
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut command = tollgate();
+    command.arg("--config").arg(&config_path).arg("serve");
+    let mut process = Child::spawn(name, command, &dir.join("gateway.log"))?;
+    process.wait_ready(addr, "/readyz", READY_LIMIT).await?;
+    Ok(Gateway { process, addr, key })
+}
+
+/// `redis-server` on a free loopback port, persistence off, and a gateway that keeps its
+/// quotas there; skipped (with the reason) when the server cannot be had.
+async fn start_redis(dir: &Path, fakes: &[Fake]) -> Result<Redis> {
+    let binary = match find_or_install("redis-server", "redis-server") {
+        Ok(binary) => binary,
+        Err(reason) => return Ok(Redis::Skipped(reason)),
+    };
+    let version = Command::new(&binary)
+        .arg("--version")
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        .unwrap_or_default();
+    let path = dir.join("redis");
+    std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+    let mut command = Command::new(&binary);
+    command
+        .args(["--port", &addr.port().to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .arg("--dir")
+        .arg(&path);
+    let mut server = Child::spawn("redis-server", command, &path.join("redis.log"))?;
+    wait_for_pong(&mut server, addr).await?;
+    let url = format!("redis://{addr}/0");
+    let gateway = start_gateway(&path, "the Redis-mode gateway", fakes, Some(&url)).await?;
+    // The gateway starts on memory quotas when Redis is unreachable; this mode must not.
+    let template = crate::http::Template::get(gateway.addr, "/readyz");
+    let mut conn = crate::http::Conn::new(gateway.addr, &template);
+    let response = conn.exchange(0).await.context("GET /readyz")?;
+    let body = String::from_utf8_lossy(&conn.body(&response)).into_owned();
+    if !body.contains("\"quota_store\":\"redis\"") {
+        bail!("the Redis-mode gateway does not use Redis: /readyz says {body}");
+    }
+    Ok(Redis::Running {
+        gateway: Box::new(gateway),
+        server,
+        addr,
+        version: version
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" "),
+    })
+}
+
+/// The text of `INFO <section>` (a RESP bulk string).
+pub async fn redis_info(addr: SocketAddr, section: &str) -> Result<String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let ask = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        stream
+            .write_all(format!("INFO {section}\r\n").as_bytes())
+            .await?;
+        let mut buf = Vec::new();
+        loop {
+            let mut chunk = [0_u8; 4096];
+            let read = stream.read(&mut chunk).await?;
+            if read == 0 {
+                break;
+            }
+            buf.extend_from_slice(chunk.get(..read).unwrap_or_default());
+            // `$<length>\r\n<payload>\r\n`: done once the payload is in.
+            let text = String::from_utf8_lossy(&buf);
+            if let Some((length, rest)) = text.strip_prefix('$').and_then(|t| t.split_once("\r\n"))
+                && length
+                    .parse::<usize>()
+                    .is_ok_and(|length| rest.len() >= length)
+            {
+                break;
+            }
+        }
+        Ok::<_, std::io::Error>(String::from_utf8_lossy(&buf).into_owned())
+    };
+    tokio::time::timeout(Duration::from_secs(2), ask)
+        .await
+        .context("INFO took over 2 s")?
+        .with_context(|| format!("INFO {section} from {addr}"))
+}
+
+/// Redis speaks RESP, not HTTP: ready once `PING` is answered with `+PONG`.
+async fn wait_for_pong(server: &mut Child, addr: SocketAddr) -> Result<()> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let deadline = crate::clock::now() + READY_LIMIT;
+    let mut last = String::from("no answer yet");
+    while crate::clock::now() < deadline {
+        server.check_running()?;
+        match tokio::net::TcpStream::connect(addr).await {
+            Ok(mut stream) => {
+                let mut answer = [0_u8; 7];
+                let pong = async {
+                    stream.write_all(b"PING\r\n").await?;
+                    stream.read_exact(&mut answer).await
+                };
+                match tokio::time::timeout(Duration::from_secs(1), pong).await {
+                    Ok(Ok(_)) if &answer == b"+PONG\r\n" => return Ok(()),
+                    Ok(Ok(_)) => last = String::from_utf8_lossy(&answer).into_owned(),
+                    Ok(Err(error)) => last = error.to_string(),
+                    Err(_) => "no answer within 1 s".clone_into(&mut last),
+                }
+            }
+            Err(error) => last = error.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bail!(
+        "redis-server did not answer PING on {addr} within {READY_LIMIT:?} (last: {last}):\n{}",
+        server.log_tail(30)
+    )
+}
+
 async fn start_fake(dir: &Path, delay_ms: u64) -> Result<Fake> {
     let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
     let mut command = tollgate();
@@ -239,7 +477,7 @@ async fn start_fake(dir: &Path, delay_ms: u64) -> Result<Fake> {
 }
 
 async fn start_nginx(dir: &Path, upstream: SocketAddr, workers: u32) -> Result<Nginx> {
-    let binary = match find_or_install_nginx() {
+    let binary = match find_or_install("nginx", "nginx") {
         Ok(binary) => binary,
         Err(reason) => return Ok(Nginx::Skipped(reason)),
     };
@@ -285,17 +523,19 @@ async fn start_nginx(dir: &Path, upstream: SocketAddr, workers: u32) -> Result<N
     })
 }
 
-/// nginx from PATH or /usr/sbin, else Debian's package installed with apt-get; the reason
-/// when neither works.
-fn find_or_install_nginx() -> Result<PathBuf, String> {
-    if let Some(found) = find_nginx() {
+/// `binary` from PATH or /usr/sbin, else Debian's `package` installed with apt-get; the
+/// reason (with the command to run by hand) when neither works.
+fn find_or_install(binary: &str, package: &str) -> Result<PathBuf, String> {
+    if let Some(found) = find_binary(binary) {
         return Ok(found);
     }
-    println!("nginx is not installed; installing Debian's package (apt-get install -y nginx)");
+    println!(
+        "{binary} is not installed; installing Debian's package (apt-get install -y {package})"
+    );
     let install = || {
         Command::new("apt-get")
             // Wait for another apt/dpkg run to finish rather than fail on its lock.
-            .args(["-o", "DPkg::Lock::Timeout=300", "install", "-y", "-q", "nginx"])
+            .args(["-o", "DPkg::Lock::Timeout=300", "install", "-y", "-q", package])
             .env("DEBIAN_FRONTEND", "noninteractive")
             .output()
     };
@@ -316,17 +556,18 @@ fn find_or_install_nginx() -> Result<PathBuf, String> {
             .trim()
             .to_owned();
         return Err(format!(
-            "`apt-get install -y nginx` failed ({}): {last}",
+            "`apt-get install -y {package}` failed ({}): {last}",
             output.status
         ));
     }
-    find_nginx().ok_or_else(|| "nginx was installed but its binary was not found".to_owned())
+    find_binary(binary)
+        .ok_or_else(|| format!("{package} was installed but `{binary}` was not found"))
 }
 
-fn find_nginx() -> Option<PathBuf> {
+fn find_binary(binary: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/local/sbin")])
-        .map(|dir| dir.join("nginx"))
+        .map(|dir| dir.join(binary))
         .find(|candidate| candidate.is_file())
 }
