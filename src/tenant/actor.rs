@@ -1,9 +1,11 @@
 //! TenantActor: every quota decision of one tenant on this replica goes
 //! through it, one at a time. Without Redis the decisions are made on the
 //! in-memory `QuotaBook`, synchronously, so they serialize by construction.
-//! With Redis (`shared`) each decision is one atomic script, and the actor
-//! waits for it before the next message, so replicas agree and this replica
-//! still decides one at a time. When Redis fails the tenant's
+//! With Redis (`shared`) each decision is one atomic script: Redis runs them
+//! one at a time for every replica, so replicas agree, and the actor does not
+//! hold its next message back while a reply is on its way (see `decision.rs`);
+//! the state it keeps (mode, local book, pending settles) changes only in the
+//! synchronous parts, between awaits. When Redis fails the tenant's
 //! `on_store_error` policy decides: `fail_closed` refuses with 503, `local`
 //! continues on the book with this replica's share of the limits (reseeded
 //! from the ledger), and the tenant rejoins Redis by itself once it answers.

@@ -1,7 +1,11 @@
 //! The reply of a quota decision: made on the spot from the in-memory book,
-//! or a future through the shared store during which the actor handles no
-//! other message of its tenant (one decision at a time per replica, as with
-//! the book; Redis makes them atomic across replicas).
+//! or a future through the shared store. The in-memory book decides
+//! synchronously, one message at a time. A decision through Redis is one
+//! atomic script, and Redis runs scripts one at a time for every replica:
+//! that is where a tenant's shared decisions are serialized, so the actor
+//! sends the next one without waiting for the last reply. Waiting here cut
+//! a tenant's throughput to one Redis round trip per decision (825 req/s in
+//! the load harness's closed loop, 2,291 without the wait).
 
 use std::pin::Pin;
 
@@ -34,7 +38,7 @@ where
                 }
             }
             Decision::Wait(future) => {
-                ctx.wait(future.map(move |result, _, _| {
+                ctx.spawn(future.map(move |result, _, _| {
                     if let Some(tx) = tx {
                         let _ = tx.send(result);
                     }

@@ -95,20 +95,17 @@ async fn four_replicas_on_one_redis_admit_exactly_30_of_120_requests_at_30_rpm()
         90,
         "{statuses:?}"
     );
-    let served: Vec<usize> = (0..4)
-        .map(|r| {
-            replies
-                .iter()
-                .skip(r)
-                .step_by(4)
-                .filter(|x| x.status == 200)
-                .count()
-        })
-        .collect();
-    assert!(
-        served.iter().filter(|n| **n > 0).count() > 1,
-        "the limit is shared, not one replica's: {served:?}"
-    );
+    // Each replica got 30 of the requests: with limits of its own each would
+    // have admitted all of them. Which replica wins the shared tokens is a race.
+    let refused_by =
+        (0..4)
+            .filter(|r| {
+                replies.iter().skip(*r).step_by(4).any(|x| {
+                    x.status == 429 && x.header("x-ratelimit-limit-requests") == Some("30")
+                })
+            })
+            .count();
+    assert!(refused_by >= 1, "{statuses:?}");
     assert_eq!(apps[0].fake.stats.requests(), 30);
 }
 
