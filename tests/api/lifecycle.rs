@@ -1,93 +1,11 @@
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use tollgate::fake_upstream::{self, FakeConfig};
 use tollgate::ids::TenantId;
 
+use crate::support::process::{GatewayProcess, cli, free_port};
 use crate::support::{TestSetup, chat_body, write_config};
-
-/// The gateway binary as a child process, killed on drop if still running.
-struct Gateway(Child);
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> std::net::SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
-fn cli(
-    config: &std::path::Path,
-    env: &std::collections::HashMap<String, String>,
-    args: &[&str],
-) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .envs(env)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
-}
-
-/// Starts `tollgate serve` on `addr` and waits until it is ready.
-async fn serve(
-    config: &std::path::Path,
-    env: &std::collections::HashMap<String, String>,
-    addr: std::net::SocketAddr,
-    stderr: Stdio,
-) -> Gateway {
-    let child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .arg("--config")
-        .arg(config)
-        .arg("serve")
-        .envs(env)
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        .spawn()
-        .unwrap();
-    let gateway = Gateway(child);
-    let client = awc::Client::default();
-    for _ in 0..100 {
-        if client
-            .get(format!("http://{addr}/readyz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-        {
-            return gateway;
-        }
-        actix_rt::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the gateway did not become ready");
-}
-
-fn stop(gateway: Gateway) -> std::process::ExitStatus {
-    let pid = gateway.0.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let mut gateway = gateway;
-    gateway.0.wait().unwrap()
-}
 
 #[actix_web::test]
 async fn logs_never_carry_keys_secrets_or_prompts_unless_a_tenant_opted_in() {
@@ -117,7 +35,7 @@ async fn logs_never_carry_keys_secrets_or_prompts_unless_a_tenant_opted_in() {
     }
     let log_path = dir.path().join("gateway.log");
     let log = std::fs::File::create(&log_path).unwrap();
-    let gateway = serve(&config, &env, addr, Stdio::from(log)).await;
+    let mut gateway = GatewayProcess::serve(&config, &env, addr, Stdio::from(log)).await;
 
     let client = awc::Client::default();
     let chat = |key: &str, prompt: &str| {
@@ -157,7 +75,8 @@ async fn logs_never_carry_keys_secrets_or_prompts_unless_a_tenant_opted_in() {
         .await
         .unwrap();
     assert_eq!(admin.status(), 200);
-    assert_eq!(stop(gateway).code(), Some(0));
+    gateway.terminate();
+    assert_eq!(gateway.exit_status().await.code(), Some(0));
 
     let logs = std::fs::read_to_string(&log_path).unwrap();
     assert!(logs.contains("Request served."), "{logs}");
@@ -223,34 +142,11 @@ async fn sigterm_lets_in_flight_requests_finish_and_flushes_the_ledger() {
         serde_json::from_str(&cli(&config, &env, &["key", "issue", "lifecycle"])).unwrap();
     let key = issued["key"].as_str().unwrap().to_owned();
 
-    let child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .arg("--config")
-        .arg(&config)
-        .arg("serve")
-        .envs(&env)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut gateway = Gateway(child);
+    let mut gateway = GatewayProcess::serve(&config, &env, addr, Stdio::null()).await;
     let client = awc::Client::builder()
         .timeout(Duration::from_secs(20))
         .finish();
     let base = format!("http://{addr}");
-    let mut ready = false;
-    for _ in 0..100 {
-        if client
-            .get(format!("{base}/readyz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-        {
-            ready = true;
-            break;
-        }
-        actix_rt::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(ready, "the gateway did not become ready");
 
     let request = client
         .post(format!("{base}/v1/chat/completions"))
@@ -268,25 +164,11 @@ async fn sigterm_lets_in_flight_requests_finish_and_flushes_the_ledger() {
         actix_rt::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(fake.stats.requests(), 1);
-    let pid = gateway.0.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    gateway.terminate();
 
     let (status, body) = in_flight.await.unwrap();
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
-    let exit = actix_web::rt::task::spawn_blocking(move || {
-        let status = gateway.0.wait().unwrap();
-        drop(gateway);
-        status
-    })
-    .await
-    .unwrap();
-    assert_eq!(exit.code(), Some(0));
+    assert_eq!(gateway.exit_status().await.code(), Some(0));
 
     // The configured database, SQLite or PostgreSQL (TOLLGATE_TEST_DATABASE).
     let db_url = crate::support::configured_database_url(&config);
@@ -321,7 +203,7 @@ async fn sighup_reloads_the_configuration_and_a_bad_file_is_logged_and_ignored()
     let key = issued["key"].as_str().unwrap().to_owned();
     let log_path = dir.path().join("gateway.log");
     let log = std::fs::File::create(&log_path).unwrap();
-    let gateway = serve(&config, &env, addr, Stdio::from(log)).await;
+    let mut gateway = GatewayProcess::serve(&config, &env, addr, Stdio::from(log)).await;
     let client = awc::Client::default();
     let model = || async {
         let response = client
@@ -338,16 +220,7 @@ async fn sighup_reloads_the_configuration_and_a_bad_file_is_logged_and_ignored()
             .unwrap_or("")
             .to_owned()
     };
-    let hangup = || {
-        let pid = gateway.0.id().to_string();
-        assert!(
-            Command::new("kill")
-                .args(["-HUP", &pid])
-                .status()
-                .unwrap()
-                .success()
-        );
-    };
+
     assert_eq!(model().await, "before-hup");
 
     let text = std::fs::read_to_string(&config).unwrap();
@@ -359,7 +232,7 @@ async fn sighup_reloads_the_configuration_and_a_bad_file_is_logged_and_ignored()
         changed.replace("provider = \"primary\"", "provider = \"secondary\""),
     )
     .unwrap();
-    hangup();
+    gateway.hangup();
     let mut seen = String::new();
     for _ in 0..50 {
         seen = model().await;
@@ -371,7 +244,7 @@ async fn sighup_reloads_the_configuration_and_a_bad_file_is_logged_and_ignored()
     assert_eq!(seen, "after-hup");
 
     std::fs::write(&config, "this is = not [valid").unwrap();
-    hangup();
+    gateway.hangup();
     let mut logs = String::new();
     for _ in 0..50 {
         logs = std::fs::read_to_string(&log_path).unwrap();
@@ -386,5 +259,6 @@ async fn sighup_reloads_the_configuration_and_a_bad_file_is_logged_and_ignored()
         "after-hup",
         "the running configuration stays"
     );
-    assert_eq!(stop(gateway).code(), Some(0));
+    gateway.terminate();
+    assert_eq!(gateway.exit_status().await.code(), Some(0));
 }

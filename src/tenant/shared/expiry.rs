@@ -7,6 +7,7 @@
 //! the upstream may have billed the call. While the ledger cannot be asked,
 //! the reservations stay held: they still count against the budget.
 
+use entity::usage;
 use sea_orm::DatabaseConnection;
 
 use super::{SharedQuota, StoreFailure};
@@ -22,6 +23,50 @@ const BATCH: usize = 100;
 pub struct Orphaned {
     pub meta: ReservationMeta,
     pub amount: Nanos,
+}
+
+/// How the ledger says a request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Its rows charged this much (and used these tokens): it settled.
+    Settled { charged: Nanos, tokens: u64 },
+    /// It has an `orphaned` row: committed at its reserved amount.
+    Orphaned,
+    /// No row at all.
+    NoRow,
+}
+
+impl Outcome {
+    /// What `close_request` commits: the rows' charge, or (`None`) the reserved amount.
+    pub fn close_with(self) -> (Option<Nanos>, Option<u64>) {
+        match self {
+            Outcome::Settled { charged, tokens } => (Some(charged), Some(tokens)),
+            Outcome::Orphaned | Outcome::NoRow => (None, None),
+        }
+    }
+}
+
+pub fn ledger_outcome(rows: &[usage::Model], request: &str) -> Outcome {
+    let mine: Vec<&usage::Model> = rows.iter().filter(|r| r.request_id == request).collect();
+    if mine.is_empty() {
+        return Outcome::NoRow;
+    }
+    if mine
+        .iter()
+        .any(|r| r.status == AttemptStatus::Orphaned.as_str())
+    {
+        return Outcome::Orphaned;
+    }
+    Outcome::Settled {
+        charged: mine
+            .iter()
+            .map(|r| Nanos::from_db(r.charged_nanos))
+            .fold(Nanos::ZERO, Nanos::saturating_add),
+        tokens: mine
+            .iter()
+            .map(|r| u64::try_from(r.prompt_tokens + r.completion_tokens).unwrap_or(0))
+            .sum(),
+    }
 }
 
 pub async fn sweep(
@@ -49,28 +94,12 @@ pub async fn sweep(
     let mut orphaned = Vec::new();
     for (meta, amount) in held {
         let request = meta.request_id.to_string();
-        let mine: Vec<_> = rows.iter().filter(|r| r.request_id == request).collect();
-        let settled = !mine.is_empty()
-            && mine
-                .iter()
-                .all(|r| r.status != AttemptStatus::Orphaned.as_str());
-        let (charged, tokens) = if settled {
-            let charged = mine
-                .iter()
-                .map(|r| Nanos::from_db(r.charged_nanos))
-                .fold(Nanos::ZERO, Nanos::saturating_add);
-            let tokens = mine
-                .iter()
-                .map(|r| u64::try_from(r.prompt_tokens + r.completion_tokens).unwrap_or(0))
-                .sum();
-            (Some(charged), Some(tokens))
-        } else {
-            (None, None)
-        };
+        let outcome = ledger_outcome(&rows, &request);
+        let (charged, tokens) = outcome.close_with();
         let closed = quota
             .close_request(&request, charged, tokens, now_ms)
             .await?;
-        if closed && mine.is_empty() {
+        if closed && outcome == Outcome::NoRow {
             orphaned.push(Orphaned { meta, amount });
         }
     }

@@ -13,8 +13,9 @@ use std::path::Path;
 use sea_orm::DatabaseConnection;
 
 use super::SharedStore;
+use super::expiry;
 use crate::ids::TenantId;
-use crate::ledger::{AttemptStatus, repo};
+use crate::ledger::repo;
 use crate::money::Nanos;
 
 const REPLICA_FILE: &str = "replica-id";
@@ -64,22 +65,10 @@ pub async fn resolve_own(
         };
         let quota = store.tenant(&tenant);
         for request in requests {
-            let mine: Vec<_> = rows.iter().filter(|r| r.request_id == request).collect();
-            let orphaned = mine
-                .iter()
-                .any(|r| r.status == AttemptStatus::Orphaned.as_str());
-            let (charged, tokens) = if orphaned {
-                (None, None)
-            } else {
-                let charged = mine
-                    .iter()
-                    .map(|r| Nanos::from_db(r.charged_nanos))
-                    .fold(Nanos::ZERO, Nanos::saturating_add);
-                let tokens = mine
-                    .iter()
-                    .map(|r| u64::try_from(r.prompt_tokens + r.completion_tokens).unwrap_or(0))
-                    .sum();
-                (Some(charged), Some(tokens))
+            let (charged, tokens) = match expiry::ledger_outcome(&rows, &request) {
+                // The replay wrote a row for every attempt sent: none means never sent.
+                expiry::Outcome::NoRow => (Some(Nanos::ZERO), Some(0)),
+                outcome => outcome.close_with(),
             };
             match quota.close_request(&request, charged, tokens, now_ms).await {
                 Ok(true) => resolved += 1,

@@ -79,6 +79,11 @@ impl GatewayProcess {
         self.signal("-TERM");
     }
 
+    /// SIGHUP: reload the configuration.
+    pub fn hangup(&mut self) {
+        self.signal("-HUP");
+    }
+
     /// Waits for the process to exit, off the test's runtime thread.
     pub async fn exit_status(mut self) -> ExitStatus {
         wait(self.0.take().unwrap()).await
