@@ -2,13 +2,15 @@
 //! killed process loses nothing; fsync only matters for a machine that loses
 //! power. `batch` is group commit: writers that must be durable register the
 //! sequence they wait for, and one thread runs one sync for all of them after
-//! a short gathering window. `interval` syncs on a timer; `off` never does.
+//! a short gathering window, then wakes exactly the writers it made durable
+//! (a broadcast would wake every waiter on every sync). `interval` syncs on a
+//! timer; `off` never does.
 
 use std::fs::File;
 use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::oneshot;
 
 use crate::clock::{elapsed_ms, monotonic};
 use crate::config::FsyncMode;
@@ -19,10 +21,18 @@ const IDLE_CHECK: Duration = Duration::from_millis(200);
 
 pub struct Syncer {
     mode: FsyncMode,
-    /// The highest sequence a writer waits for.
-    requested: Mutex<u64>,
+    state: Mutex<State>,
     wake: Condvar,
-    synced: watch::Sender<u64>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The highest sequence a writer waits for.
+    requested: u64,
+    /// Every record up to this one is on disk.
+    synced: u64,
+    /// Writers waiting, with the sequence each needs on disk.
+    waiters: Vec<(u64, oneshot::Sender<()>)>,
 }
 
 /// What the sync thread needs from the journal: the file to sync and the last
@@ -36,9 +46,8 @@ impl Syncer {
     pub fn new(mode: FsyncMode) -> Syncer {
         Syncer {
             mode,
-            requested: Mutex::new(0),
+            state: Mutex::new(State::default()),
             wake: Condvar::new(),
-            synced: watch::Sender::new(0),
         }
     }
 
@@ -47,20 +56,22 @@ impl Syncer {
         if self.mode != FsyncMode::Batch {
             return;
         }
-        let mut synced = self.synced.subscribe();
-        if *synced.borrow() >= seq {
-            return;
-        }
+        let (done, synced) = oneshot::channel();
         {
-            let mut requested = self
-                .requested
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            *requested = (*requested).max(seq);
+            let mut state = self.lock();
+            if state.synced >= seq {
+                return;
+            }
+            state.requested = state.requested.max(seq);
+            state.waiters.push((seq, done));
         }
         self.wake.notify_one();
         // An error means the sync thread is gone with its journal: nothing left to wait for.
-        let _ = synced.wait_for(|s| *s >= seq).await;
+        let _ = synced.await;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Starts the sync thread; it ends once the journal is dropped. It holds
@@ -81,7 +92,25 @@ impl Syncer {
     }
 
     fn synced(&self) -> u64 {
-        *self.synced.borrow()
+        self.lock().synced
+    }
+
+    /// Records that everything up to `seq` is on disk and wakes the writers waiting for it.
+    fn mark_synced(&self, seq: u64) {
+        let ready = {
+            let mut state = self.lock();
+            state.synced = state.synced.max(seq);
+            let synced = state.synced;
+            let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut state.waiters)
+                .into_iter()
+                .partition(|(needed, _)| *needed <= synced);
+            state.waiters = waiting;
+            ready
+        };
+        for (_, done) in ready {
+            // A waiter that went away needs no wake.
+            let _ = done.send(());
+        }
     }
 }
 
@@ -115,15 +144,12 @@ fn run<T: SyncTarget>(syncer: &Syncer, target: &Weak<T>, window: Duration) {
 
 /// Whether a writer waits for a sequence not yet synced (false after an idle spell).
 fn wait_for_writer(syncer: &Syncer) -> bool {
-    let requested = syncer
-        .requested
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    let (requested, _) = syncer
+    let state = syncer.lock();
+    let (state, _) = syncer
         .wake
-        .wait_timeout_while(requested, IDLE_CHECK, |r| *r <= syncer.synced())
+        .wait_timeout_while(state, IDLE_CHECK, |s| s.requested <= s.synced)
         .unwrap_or_else(PoisonError::into_inner);
-    *requested > syncer.synced()
+    state.requested > state.synced
 }
 
 fn sync_once(syncer: &Syncer, file: &File, seq: u64) {
@@ -137,5 +163,5 @@ fn sync_once(syncer: &Syncer, file: &File, seq: u64) {
         counter_add(Metric::JournalErrorsTotal, &[("op", "fsync")], 1);
     }
     observe_ms(Metric::JournalFsyncSeconds, &[], elapsed_ms(started));
-    syncer.synced.send_replace(seq);
+    syncer.mark_synced(seq);
 }

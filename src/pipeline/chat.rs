@@ -32,7 +32,9 @@ use crate::routing::{self, Complexity};
 use crate::state::{Gateway, Live};
 use crate::telemetry::metrics::{Metric, counter_add, observe_ms};
 use crate::tenant::tokens::{TokenLimitKind, TokenWindow};
-use crate::tenant::{QuotaError, RateDecision, ReservationGuard, ReservationMeta, ReserveRequest};
+use crate::tenant::{
+    QuotaError, RateDecision, ReservationGuard, ReservationMeta, ReserveRequest, TenantHandle,
+};
 
 use super::record::{self, AttemptRow};
 use super::stream::{ClientBody, Relay};
@@ -100,30 +102,24 @@ pub async fn handle_chat(
         .handle(&ctx.tenant)
         .map_err(|e| ApiError::internal(e.to_string()))?;
 
-    let rate = tenant.check_rate().await.map_err(|e| quota_error(&e))?;
-    if !rate.allowed {
-        counter_add(
-            Metric::RejectionsTotal,
-            &[("kind", "rate_limit_requests")],
-            1,
-        );
-        let error = ApiError::new(
-            ErrorCode::RateLimited,
-            format!("rate limit reached: {} requests per minute", rate.limit),
-        )
-        .with_retry_after(rate.retry_after_ms.div_ceil(1000));
-        return Err(with_rate_headers(error, &rate));
-    }
     let cache_key = (route.cache_ttl_ms > 0 && !request.stream())
         .then(|| CacheKey::new(ctx.tenant.id.as_str(), route.name.as_str(), body));
     if let Some(key) = &cache_key {
         let labels = |result| [("route", route.name.as_str()), ("result", result)];
         if let Some(hit) = gw.cache.get(key, gw.clock.now_ms()) {
+            // A hit costs nothing but still counts against the request rate.
+            let rate = allowed_rate(&tenant).await?;
             counter_add(Metric::CacheRequestsTotal, &labels("hit"), 1);
             return Ok(serve_from_cache(gw, ctx, route, rate, hit).await);
         }
         counter_add(Metric::CacheRequestsTotal, &labels("miss"), 1);
     }
+    // While the tenant is being rate limited its refusals come before any other work.
+    let limited = if tenant.rate_limited() {
+        Some(allowed_rate(&tenant).await?)
+    } else {
+        None
+    };
 
     // A cache hit costs nothing, so only paid requests wait for a full ledger to drain.
     if !gw.ledger.admit_paid() {
@@ -138,30 +134,38 @@ pub async fn handle_chat(
     let (input_price, output_price) = route.worst_prices(input_tokens);
     let max_tokens = wanted_max_tokens(request.max_tokens(), ctx, tier.default_max_tokens, route);
     let now = gw.clock.now_ms();
-    let reservation = tenant
-        .reserve(
-            ReserveRequest {
-                input_tokens,
-                input_price,
-                output_price,
-                max_tokens,
-                expires_at_ms: now + gw.config.server.request_timeout_ms + RESERVATION_MARGIN_MS,
-                key: ctx.key.id.clone(),
-                key_budget: ctx.key.monthly_budget,
-                feature: ctx.feature.clone(),
-            },
-            ReservationMeta {
-                request_id: ctx.request_id.clone(),
-                key: ctx.key.id.clone(),
-                feature: ctx.feature.clone(),
-                route: route.name.to_string(),
-                client_request_id: ctx.client_request_id.clone(),
-                trace_id: ctx.trace_id.clone(),
-                replica: gw.replica_id.to_string(),
-            },
-        )
-        .await
-        .map_err(|e| budget_error(&e, &rate))?;
+    let reserve = ReserveRequest {
+        input_tokens,
+        input_price,
+        output_price,
+        max_tokens,
+        expires_at_ms: now + gw.config.server.request_timeout_ms + RESERVATION_MARGIN_MS,
+        key: ctx.key.id.clone(),
+        key_budget: ctx.key.monthly_budget,
+        feature: ctx.feature.clone(),
+    };
+    let meta = ReservationMeta {
+        request_id: ctx.request_id.clone(),
+        key: ctx.key.id.clone(),
+        feature: ctx.feature.clone(),
+        route: route.name.to_string(),
+        client_request_id: ctx.client_request_id.clone(),
+        trace_id: ctx.trace_id.clone(),
+        replica: gw.replica_id.to_string(),
+    };
+    let (rate, reservation) = if let Some(rate) = limited {
+        (rate, tenant.reserve(reserve, meta).await)
+    } else {
+        let admission = tenant
+            .check_rate_and_reserve(reserve, meta)
+            .await
+            .map_err(|e| quota_error(&e))?;
+        let Some(reservation) = admission.reservation else {
+            return Err(rate_refusal(&admission.rate));
+        };
+        (admission.rate, reservation)
+    };
+    let reservation = reservation.map_err(|e| budget_error(&e, &rate))?;
 
     let dispatch = Dispatch {
         meter,
@@ -252,6 +256,30 @@ fn resolve_route<'a>(
         .routes
         .get(chosen)
         .ok_or_else(|| ApiError::internal(format!("routes.{chosen} is not configured")))
+}
+
+/// The tenant's rate decision, or the 429 that refuses the request.
+async fn allowed_rate(tenant: &TenantHandle) -> Result<RateDecision, ApiError> {
+    let rate = tenant.check_rate().await.map_err(|e| quota_error(&e))?;
+    if rate.allowed {
+        Ok(rate)
+    } else {
+        Err(rate_refusal(&rate))
+    }
+}
+
+fn rate_refusal(rate: &RateDecision) -> ApiError {
+    counter_add(
+        Metric::RejectionsTotal,
+        &[("kind", "rate_limit_requests")],
+        1,
+    );
+    let error = ApiError::new(
+        ErrorCode::RateLimited,
+        format!("rate limit reached: {} requests per minute", rate.limit),
+    )
+    .with_retry_after(rate.retry_after_ms.div_ceil(1000));
+    with_rate_headers(error, rate)
 }
 
 fn quota_error(error: &QuotaError) -> ApiError {
@@ -526,8 +554,13 @@ impl Dispatch<'_> {
                         permit.finish(Verdict::Healthy);
                         row.status = AttemptStatus::ClientError;
                         row.error = Some(snippet(&reply.body));
-                        record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row)
-                            .await;
+                        record::record_attempt(
+                            self.gw,
+                            self.ctx,
+                            self.route.name.as_str(),
+                            reserved,
+                            row,
+                        );
                         reservation.release();
                         let status = StatusCode::from_u16(reply.status.as_u16())
                             .unwrap_or(StatusCode::BAD_REQUEST);
@@ -537,8 +570,13 @@ impl Dispatch<'_> {
                         permit.finish(Verdict::Abandoned);
                         row.status = AttemptStatus::LocalError;
                         row.error = Some(error.to_string());
-                        record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row)
-                            .await;
+                        record::record_attempt(
+                            self.gw,
+                            self.ctx,
+                            self.route.name.as_str(),
+                            reserved,
+                            row,
+                        );
                         reservation.release();
                         return Err(ApiError::new(
                             ErrorCode::ProviderMisconfigured,
@@ -562,8 +600,13 @@ impl Dispatch<'_> {
                         };
                         tracing::warn!(provider = %target.provider, request_id = %self.ctx.request_id, error = %message, "Upstream attempt failed; failing over.");
                         row.error = Some(message.clone());
-                        record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row)
-                            .await;
+                        record::record_attempt(
+                            self.gw,
+                            self.ctx,
+                            self.route.name.as_str(),
+                            reserved,
+                            row,
+                        );
                         last_failure = Some(message);
                         last_failed_provider = Some(target.provider.to_string());
                         let policy = handle.retry_policy();
@@ -706,7 +749,7 @@ impl Dispatch<'_> {
                 .saturating_add(self.route.cache_ttl_ms);
             self.gw.cache.put(key, cached, expires);
         }
-        record::record(self.gw, self.ctx, self.route.name.as_str(), reserved, row).await;
+        record::record_attempt(self.gw, self.ctx, self.route.name.as_str(), reserved, row);
         OutcomeBody::Complete {
             body: reply.body,
             cost,

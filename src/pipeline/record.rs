@@ -54,7 +54,8 @@ impl AttemptRow {
     }
 }
 
-/// Records the attempt's row; returns once it is durable (`ledger.fsync`).
+/// Records a row that has no reserve in the journal (a cache hit, a degraded
+/// answer); returns once it is durable (`ledger.fsync`).
 pub async fn record(
     gw: &Gateway,
     ctx: &RequestContext,
@@ -65,6 +66,21 @@ pub async fn record(
     gw.ledger
         .record_durable(event(gw, ctx, route, reserved, row))
         .await;
+}
+
+/// Records the row of an attempt whose reserve (`reserve`, same event id) is
+/// already durable. It does not wait for the fsync: if the machine loses power
+/// before this row reaches the disk, replay writes the reserve's row instead,
+/// charged at the reserved amount, so the attempt is never without a row and
+/// the budget is never under-charged.
+pub fn record_attempt(
+    gw: &Gateway,
+    ctx: &RequestContext,
+    route: &str,
+    reserved: Nanos,
+    row: AttemptRow,
+) {
+    gw.ledger.record(event(gw, ctx, route, reserved, row));
 }
 
 /// Journals an attempt about to be sent upstream, before it is sent. If the

@@ -236,6 +236,6 @@ impl Relay {
         }
         let trace_id = self.ctx.trace_id.clone().unwrap_or_default();
         tracing::info!(request_id = %self.ctx.request_id, trace_id, tenant = %self.ctx.tenant.id, route = %self.route, provider = %row.provider, status = status.as_str(), cost = %cost, latency_ms = row.latency_ms, "Stream ended.");
-        record::record(&self.gw, &self.ctx, &self.route, reserved, row).await;
+        record::record_attempt(&self.gw, &self.ctx, &self.route, reserved, row);
     }
 }

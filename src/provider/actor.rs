@@ -15,6 +15,7 @@ use super::adaptive::{AdaptiveConfig, AdaptiveLimit};
 use super::breaker::{Breaker, BreakerConfig, BreakerState, Transition};
 use super::retry::{RetryBudget, RetryPolicy};
 use super::shared_breaker::SharedBreaker;
+use super::slots::Slots;
 use crate::clock::{SharedClock, elapsed_ms, monotonic};
 use crate::config::Provider;
 use crate::ids::ProviderName;
@@ -24,6 +25,9 @@ use crate::tenant::SharedStore;
 const MAILBOX_CAPACITY: usize = 4096;
 /// How often a replica looks for breaker changes made by the others.
 const SHARED_POLL_INTERVAL: Duration = Duration::from_millis(250);
+/// How often the actor counts the successes of calls it did not hear of, and
+/// publishes its gauges.
+const TALLY_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Why a call was not admitted; the request moves to the next target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -49,6 +53,11 @@ pub enum Verdict {
     Abandoned,
 }
 
+/// A slot was freed without a message while callers queue: hand it over.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct SlotFreed;
+
 /// A slot now, or a place in the queue.
 enum Admission {
     Now,
@@ -70,7 +79,8 @@ struct Done {
 pub struct ProviderActor {
     name: ProviderName,
     breaker: Breaker,
-    in_flight: u32,
+    /// In-flight calls and the limit, shared with the handles' fast path.
+    slots: Arc<Slots>,
     max_concurrency: u32,
     /// When on, moves `max_concurrency` with the provider's latency.
     adaptive: Option<AdaptiveLimit>,
@@ -90,7 +100,7 @@ impl ProviderActor {
         gauge_set(
             Metric::ProviderInFlight,
             &[("provider", name)],
-            as_gauge(self.in_flight as usize),
+            as_gauge(self.slots.in_flight() as usize),
         );
         gauge_set(
             Metric::ProviderQueued,
@@ -110,11 +120,46 @@ impl ProviderActor {
         );
     }
 
+    /// Whether calls may skip the actor: only a closed breaker with a fixed limit.
+    fn sync_fast_path(&self) {
+        let closed = matches!(self.breaker.state(), BreakerState::Closed);
+        self.slots.set_fast(closed && self.adaptive.is_none());
+    }
+
+    /// Counts the successes of calls that did not message the actor.
+    fn tally(&mut self, ctx: &mut Context<Self>) {
+        let successes = self.slots.take_successes();
+        let transition = self.breaker.on_successes(successes, self.clock.now_ms());
+        self.on_transition(transition, ctx);
+    }
+
+    /// The freed slots go to the oldest waiters still waiting.
+    fn hand_over(&mut self, ctx: &mut Context<Self>) {
+        while !self.queue.is_empty() && self.slots.try_take() {
+            let Some(waiter) = self.queue.pop_front() else {
+                break;
+            };
+            let permit = Permit {
+                addr: ctx.address(),
+                slots: self.slots.clone(),
+                granted: monotonic(),
+                done: false,
+            };
+            if let Err(mut unclaimed) = waiter.send(permit) {
+                // The waiter timed out: take the slot back without a second `Done`.
+                unclaimed.done = true;
+                self.slots.give_back();
+            }
+        }
+        self.slots.set_queued(self.queue.len());
+    }
+
     /// Every breaker state change passes here: the one place to publish it.
     fn on_transition(&mut self, transition: Option<Transition>, ctx: &mut Context<Self>) {
         let Some(Transition { from, to }) = transition else {
             return;
         };
+        self.sync_fast_path();
         tracing::warn!(provider = %self.name, from = ?from, to = ?to, "Circuit breaker changed state.");
         let now = self.clock.now_ms();
         self.changed_at_ms = now;
@@ -140,6 +185,7 @@ impl ProviderActor {
             };
             act.changed_at_ms = change.at_ms;
             if let Some(Transition { from, to }) = act.breaker.adopt(change.state) {
+                act.sync_fast_path();
                 tracing::warn!(provider = %act.name, from = ?from, to = ?to, "Circuit breaker changed state on another replica; following it.");
                 act.publish();
             }
@@ -155,6 +201,13 @@ impl Actor for ProviderActor {
         if self.shared.is_some() {
             ctx.run_interval(SHARED_POLL_INTERVAL, Self::poll_shared);
         }
+        ctx.run_interval(TALLY_INTERVAL, |act, ctx| {
+            act.tally(ctx);
+            // A slot freed just as a caller queued is not left idle.
+            act.hand_over(ctx);
+            act.publish();
+        });
+        self.sync_fast_path();
         self.publish();
     }
 }
@@ -164,24 +217,36 @@ impl Handler<Admit> for ProviderActor {
 
     fn handle(&mut self, _msg: Admit, ctx: &mut Context<Self>) -> Self::Result {
         // The breaker decides first: an open one refuses at once, without queueing.
+        self.tally(ctx);
         let (admitted, transition) = self.breaker.admit(self.clock.now_ms());
         self.on_transition(transition, ctx);
         if !admitted {
             self.publish();
             return Err(Skip::BreakerOpen);
         }
-        if self.in_flight >= self.max_concurrency {
+        if !self.queue.is_empty() || !self.slots.try_take() {
             if self.queue.len() >= self.max_queue {
                 return Err(Skip::QueueFull);
             }
             let (sender, receiver) = oneshot::channel();
             self.queue.push_back(sender);
+            // Published before the second look, so a slot given back on the fast
+            // path meanwhile either is seen here or sends `SlotFreed`.
+            self.slots.set_queued(self.queue.len());
+            self.hand_over(ctx);
             self.publish();
             return Ok(Admission::Queued(receiver));
         }
-        self.in_flight += 1;
         self.publish();
         Ok(Admission::Now)
+    }
+}
+
+impl Handler<SlotFreed> for ProviderActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: SlotFreed, ctx: &mut Context<Self>) {
+        self.hand_over(ctx);
     }
 }
 
@@ -189,7 +254,9 @@ impl Handler<Done> for ProviderActor {
     type Result = ();
 
     fn handle(&mut self, msg: Done, ctx: &mut Context<Self>) {
-        self.in_flight = self.in_flight.saturating_sub(1);
+        self.slots.give_back();
+        // Successes that came before this verdict, so a failure streak is one.
+        self.tally(ctx);
         let now = self.clock.now_ms();
         // Only answered calls say how fast the provider is; failures may be instant or timeouts.
         if let (Some(adaptive), Verdict::Healthy) = (&mut self.adaptive, msg.verdict)
@@ -199,24 +266,9 @@ impl Handler<Done> for ProviderActor {
                 tracing::info!(provider = %self.name, from = self.max_concurrency, to = limit, "Adaptive concurrency limit changed.");
             }
             self.max_concurrency = limit;
+            self.slots.set_limit(limit);
         }
-        // The freed slot goes to the oldest waiter still waiting.
-        while self.in_flight < self.max_concurrency {
-            let Some(waiter) = self.queue.pop_front() else {
-                break;
-            };
-            let permit = Permit {
-                addr: ctx.address(),
-                granted: monotonic(),
-                done: false,
-            };
-            self.in_flight += 1;
-            if let Err(mut unclaimed) = waiter.send(permit) {
-                // The waiter timed out: take the slot back without a second `Done`.
-                unclaimed.done = true;
-                self.in_flight -= 1;
-            }
-        }
+        self.hand_over(ctx);
         let transition = match msg.verdict {
             Verdict::Healthy => self.breaker.on_success(now),
             Verdict::Failed => self.breaker.on_failure(now),
@@ -231,6 +283,7 @@ impl Handler<Done> for ProviderActor {
 #[derive(Clone)]
 pub struct ProviderHandle {
     addr: Addr<ProviderActor>,
+    slots: Arc<Slots>,
     queue_timeout: Duration,
     retry_policy: RetryPolicy,
     retry_budget: Arc<RetryBudget>,
@@ -253,6 +306,7 @@ impl ProviderHandle {
                 clock.now_ms(),
             )
         });
+        let slots = Arc::new(Slots::new(provider.max_concurrency));
         let actor = ProviderActor {
             name: provider.name.clone(),
             breaker: Breaker::new(BreakerConfig {
@@ -263,7 +317,7 @@ impl ProviderHandle {
                 cooldown_ms: provider.breaker_cooldown_ms,
                 ramp_window_ms: provider.breaker_ramp_window_ms,
             }),
-            in_flight: 0,
+            slots: slots.clone(),
             max_concurrency: provider.max_concurrency,
             adaptive,
             queue: VecDeque::new(),
@@ -275,6 +329,7 @@ impl ProviderHandle {
         };
         ProviderHandle {
             addr: actor.start(),
+            slots,
             queue_timeout: Duration::from_millis(provider.queue_timeout_ms),
             retry_policy: RetryPolicy {
                 max_attempts: provider.max_attempts.max(1),
@@ -299,12 +354,17 @@ impl ProviderHandle {
 
     /// A slot now, after waiting in the queue (at most the queue timeout), or a skip.
     pub async fn admit(&self) -> Result<Permit, Skip> {
+        let permit = || Permit {
+            addr: self.addr.clone(),
+            slots: self.slots.clone(),
+            granted: monotonic(),
+            done: false,
+        };
+        if self.slots.try_take_fast() {
+            return Ok(permit());
+        }
         match self.addr.send(Admit).await.map_err(|_| Skip::Stopped)?? {
-            Admission::Now => Ok(Permit {
-                addr: self.addr.clone(),
-                granted: monotonic(),
-                done: false,
-            }),
+            Admission::Now => Ok(permit()),
             // A permit sent just as the timeout fires is dropped with the receiver, freeing its slot.
             Admission::Queued(receiver) => {
                 match actix_rt::time::timeout(self.queue_timeout, receiver).await {
@@ -322,6 +382,7 @@ impl ProviderHandle {
 #[must_use = "a permit must be finished with the call's verdict"]
 pub struct Permit {
     addr: Addr<ProviderActor>,
+    slots: Arc<Slots>,
     granted: Instant,
     done: bool,
 }
@@ -329,6 +390,14 @@ pub struct Permit {
 impl Permit {
     pub fn finish(mut self, verdict: Verdict) {
         self.done = true;
+        if verdict == Verdict::Healthy
+            && let Some(queued) = self.slots.finish_fast()
+        {
+            if queued {
+                self.addr.do_send(SlotFreed);
+            }
+            return;
+        }
         self.addr.do_send(Done {
             verdict,
             latency_ms: elapsed_ms(self.granted),

@@ -123,10 +123,18 @@ impl Breaker {
 
     /// A call answered (2xx, or a 4xx about the request itself).
     pub fn on_success(&mut self, now_ms: u64) -> Option<Transition> {
+        self.on_successes(1, now_ms)
+    }
+
+    /// `n` calls answered since the breaker last heard of any.
+    pub fn on_successes(&mut self, n: u32, now_ms: u64) -> Option<Transition> {
+        if n == 0 {
+            return None;
+        }
         self.consecutive_failures = 0;
-        self.count(now_ms, false);
+        self.count(now_ms, n, false);
         if matches!(self.state, BreakerState::HalfOpen { .. }) {
-            self.successes += 1;
+            self.successes += u64::from(n);
         }
         self.tick(now_ms)
     }
@@ -134,7 +142,7 @@ impl Breaker {
     /// A call failed in a way that says the provider is unwell (timeout, 5xx, 429…).
     pub fn on_failure(&mut self, now_ms: u64) -> Option<Transition> {
         self.consecutive_failures = self.consecutive_failures.saturating_add(1);
-        self.count(now_ms, true);
+        self.count(now_ms, 1, true);
         let trip = match self.state {
             BreakerState::HalfOpen { .. } => true,
             BreakerState::Closed => {
@@ -205,7 +213,7 @@ impl Breaker {
         self.config.window_ms / BUCKETS
     }
 
-    fn count(&mut self, now_ms: u64, failed: bool) {
+    fn count(&mut self, now_ms: u64, n: u32, failed: bool) {
         let slot = now_ms / self.bucket_width();
         let index = usize::try_from(slot % BUCKETS).unwrap_or(0);
         let bucket = &mut self.buckets[index];
@@ -216,9 +224,9 @@ impl Breaker {
                 failures: 0,
             };
         }
-        bucket.total = bucket.total.saturating_add(1);
+        bucket.total = bucket.total.saturating_add(n);
         if failed {
-            bucket.failures = bucket.failures.saturating_add(1);
+            bucket.failures = bucket.failures.saturating_add(n);
         }
     }
 

@@ -22,11 +22,12 @@ use futures_util::future::LocalBoxFuture;
 use sea_orm::DatabaseConnection;
 
 use super::alerts::{self, AlertBook, AlertNotice};
-use super::book::{BudgetStatus, Granted, Limits, QuotaBook, RateDecision, Seed};
+use super::book::{BudgetStatus, Granted, Limits, QuotaBook, RateDecision, ReserveRequest, Seed};
 use super::decision::Decision;
 use super::handle::QuotaError;
 use super::messages::{
-    CheckRate, GetStatus, Release, ReservationMeta, Reserve, Settle, SettleReply, UpdateLimits,
+    Admitted, CheckRate, GetStatus, RateAndReserve, Release, ReservationMeta, Reserve, Settle,
+    SettleReply, UpdateLimits,
 };
 use super::registry::RegistryInner;
 use super::seed::SeedSource;
@@ -636,46 +637,153 @@ impl Handler<Reserve> for TenantActor {
 
     fn handle(&mut self, msg: Reserve, _ctx: &mut Context<Self>) -> Self::Result {
         let now = self.touch();
-        let Reserve { request, meta } = msg;
-        let meta_json = serde_json::to_string(&meta).unwrap_or_default();
-        let thresholds = self.alerts_config.thresholds_percent.clone();
-        let shared_request = request.clone();
-        // Below the local book's ids; random, so replicas never pick the same one.
-        let id = ReservationId(rand::random::<u64>() % LOCAL_IDS);
+        let plan = self.plan_reserve(msg);
+        let id = plan.id;
+        let (shared, local) = plan.split();
+        self.decide(
+            now,
+            move |quota, source, limits| Box::pin(shared.run(quota, source, limits, now)),
+            move |act, now| local.run(act, now),
+            Some(id),
+        )
+    }
+}
+
+impl Handler<RateAndReserve> for TenantActor {
+    type Result = Decision<Self, Result<Admitted, QuotaError>>;
+
+    fn handle(&mut self, msg: RateAndReserve, _ctx: &mut Context<Self>) -> Self::Result {
+        let now = self.touch();
+        let plan = self.plan_reserve(msg.0);
+        let id = plan.id;
+        let (shared, local) = plan.split();
         self.decide(
             now,
             move |quota, source, limits| {
                 Box::pin(async move {
-                    let mut reserved = quota
-                        .reserve(id, &shared_request, &limits, &meta_json, now)
-                        .await?;
-                    if matches!(reserved, Reserved::NeedSeed) {
-                        if let Err(error) =
-                            seed_shared(&quota, source, &limits, &thresholds, now).await?
-                        {
-                            return Ok(Err(error));
-                        }
-                        reserved = quota
-                            .reserve(id, &shared_request, &limits, &meta_json, now)
-                            .await?;
+                    let rate = quota.check_rate(&limits, now).await?;
+                    if !rate.allowed {
+                        return Ok(Ok(Admitted {
+                            rate,
+                            reservation: None,
+                        }));
                     }
-                    Ok(match reserved {
-                        Reserved::Granted(granted) => Ok(granted),
-                        Reserved::Refused(refusal) => Err(refusal.into()),
-                        Reserved::NeedSeed => Err(QuotaError::Unavailable),
-                    })
+                    let granted = shared.run(quota, source, limits, now).await?;
+                    Ok(Ok(Admitted {
+                        rate,
+                        reservation: Some(granted),
+                    }))
                 })
             },
             move |act, now| {
-                let mut request = request;
-                request.key_budget = act.local_key_budget(&request.key, request.key_budget);
-                let granted = act.book.reserve(request, now)?;
-                act.meta.insert(granted.id, meta);
-                act.publish(now);
-                Ok(granted)
+                let rate = act.book.check_rate(now);
+                let reservation = rate.allowed.then(|| local.run(act, now));
+                Ok(Admitted { rate, reservation })
             },
             Some(id),
         )
+    }
+}
+
+/// One reservation, ready to be decided through Redis or on the book.
+struct ReservePlan {
+    id: ReservationId,
+    request: ReserveRequest,
+    meta: ReservationMeta,
+    thresholds: Vec<u32>,
+    /// The meta as Redis stores it; empty without a shared store.
+    meta_json: String,
+}
+
+struct SharedReserve {
+    id: ReservationId,
+    request: ReserveRequest,
+    meta_json: String,
+    thresholds: Vec<u32>,
+}
+
+struct LocalReserve {
+    request: ReserveRequest,
+    meta: ReservationMeta,
+}
+
+impl TenantActor {
+    fn plan_reserve(&self, msg: Reserve) -> ReservePlan {
+        let Reserve { request, meta } = msg;
+        let meta_json = if self.shared.is_some() {
+            serde_json::to_string(&meta).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        ReservePlan {
+            // Below the local book's ids; random, so replicas never pick the same one.
+            id: ReservationId(rand::random::<u64>() % LOCAL_IDS),
+            request,
+            meta,
+            thresholds: self.alerts_config.thresholds_percent.clone(),
+            meta_json,
+        }
+    }
+}
+
+impl ReservePlan {
+    fn split(self) -> (SharedReserve, LocalReserve) {
+        (
+            SharedReserve {
+                id: self.id,
+                request: self.request.clone(),
+                meta_json: self.meta_json,
+                thresholds: self.thresholds,
+            },
+            LocalReserve {
+                request: self.request,
+                meta: self.meta,
+            },
+        )
+    }
+}
+
+impl SharedReserve {
+    async fn run(
+        self,
+        quota: SharedQuota,
+        source: SeedSource,
+        limits: Limits,
+        now: u64,
+    ) -> Result<Result<Granted, QuotaError>, StoreFailure> {
+        let SharedReserve {
+            id,
+            request,
+            meta_json,
+            thresholds,
+        } = self;
+        let mut reserved = quota
+            .reserve(id, &request, &limits, &meta_json, now)
+            .await?;
+        if matches!(reserved, Reserved::NeedSeed) {
+            if let Err(error) = seed_shared(&quota, source, &limits, &thresholds, now).await? {
+                return Ok(Err(error));
+            }
+            reserved = quota
+                .reserve(id, &request, &limits, &meta_json, now)
+                .await?;
+        }
+        Ok(match reserved {
+            Reserved::Granted(granted) => Ok(granted),
+            Reserved::Refused(refusal) => Err(refusal.into()),
+            Reserved::NeedSeed => Err(QuotaError::Unavailable),
+        })
+    }
+}
+
+impl LocalReserve {
+    fn run(self, act: &mut TenantActor, now: u64) -> Result<Granted, QuotaError> {
+        let LocalReserve { mut request, meta } = self;
+        request.key_budget = act.local_key_budget(&request.key, request.key_budget);
+        let granted = act.book.reserve(request, now)?;
+        act.meta.insert(granted.id, meta);
+        act.publish(now);
+        Ok(granted)
     }
 }
 

@@ -3,14 +3,18 @@
 //! inside a `ReservationGuard` that releases it on drop unless settled, which
 //! covers a handler future dropped when the client disconnects.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use actix::{Addr, MailboxError};
 
 use super::actor::TenantActor;
 use super::book::{BudgetStatus, Granted, RateDecision, Refusal, Refused, ReserveRequest, Settled};
 use super::messages::{
-    CheckRate, GetStatus, Release, ReservationMeta, Reserve, Settle, SettleReply,
+    Admitted, CheckRate, GetStatus, RateAndReserve, Release, ReservationMeta, Reserve, Settle,
+    SettleReply,
 };
-use super::registry::TenantRegistry;
+use super::registry::{RunningActor, TenantRegistry};
 use super::tokens::TokenRefusal;
 use crate::directory::TenantRecord;
 use crate::money::Nanos;
@@ -31,18 +35,26 @@ pub enum QuotaError {
 #[derive(Clone)]
 pub struct TenantHandle {
     addr: Addr<TenantActor>,
+    rate_limited: Arc<AtomicBool>,
     registry: TenantRegistry,
     tenant: TenantRecord,
 }
 
+/// The rate decision, and the reservation when the rate allowed one.
+pub struct Admission {
+    pub rate: RateDecision,
+    pub reservation: Option<Result<ReservationGuard, QuotaError>>,
+}
+
 impl TenantHandle {
     pub(super) fn new(
-        addr: Addr<TenantActor>,
+        running: RunningActor,
         registry: TenantRegistry,
         tenant: TenantRecord,
     ) -> Self {
         TenantHandle {
-            addr,
+            addr: running.addr,
+            rate_limited: running.rate_limited,
             registry,
             tenant,
         }
@@ -59,17 +71,47 @@ impl TenantHandle {
         match self.addr.send(msg.clone()).await {
             Ok(reply) => Ok(reply),
             Err(MailboxError::Closed | MailboxError::Timeout) => {
-                let addr = self
+                let running = self
                     .registry
-                    .addr(&self.tenant)
+                    .running_actor(&self.tenant)
                     .map_err(|_| QuotaError::Unavailable)?;
-                addr.send(msg).await.map_err(|_| QuotaError::Unavailable)
+                running
+                    .addr
+                    .send(msg)
+                    .await
+                    .map_err(|_| QuotaError::Unavailable)
             }
         }
     }
 
     pub async fn check_rate(&self) -> Result<RateDecision, QuotaError> {
-        self.call(CheckRate).await?
+        let rate = self.call(CheckRate).await??;
+        self.rate_limited.store(!rate.allowed, Ordering::Relaxed);
+        Ok(rate)
+    }
+
+    /// Whether the tenant's last rate check refused: while it is limited, its
+    /// requests take the rate check alone first, so a refusal costs no
+    /// token count.
+    pub fn rate_limited(&self) -> bool {
+        self.rate_limited.load(Ordering::Relaxed)
+    }
+
+    /// The rate check and, if it allows the request, the reservation, in one
+    /// decision of the tenant's actor.
+    pub async fn check_rate_and_reserve(
+        &self,
+        request: ReserveRequest,
+        meta: ReservationMeta,
+    ) -> Result<Admission, QuotaError> {
+        let Admitted { rate, reservation } = self
+            .call(RateAndReserve(Reserve { request, meta }))
+            .await??;
+        self.rate_limited.store(!rate.allowed, Ordering::Relaxed);
+        Ok(Admission {
+            rate,
+            reservation: reservation.map(|granted| granted.map(|granted| self.guard(granted))),
+        })
     }
 
     pub async fn reserve(
@@ -78,11 +120,15 @@ impl TenantHandle {
         meta: ReservationMeta,
     ) -> Result<ReservationGuard, QuotaError> {
         let granted = self.call(Reserve { request, meta }).await??;
-        Ok(ReservationGuard {
+        Ok(self.guard(granted))
+    }
+
+    fn guard(&self, granted: Granted) -> ReservationGuard {
+        ReservationGuard {
             handle: self.clone(),
             granted,
             closed: false,
-        })
+        }
     }
 
     pub async fn status(&self) -> Result<BudgetStatus, QuotaError> {

@@ -37,6 +37,19 @@ pub struct Reserve {
     pub meta: ReservationMeta,
 }
 
+/// `CheckRate` and, if the rate allows, `Reserve`: one decision of the actor
+/// instead of two round trips to it.
+#[derive(Message, Clone)]
+#[rtype(result = "Result<Admitted, QuotaError>")]
+pub struct RateAndReserve(pub Reserve);
+
+/// The rate decision, and the reservation's when the rate allowed one.
+#[derive(Debug)]
+pub struct Admitted {
+    pub rate: RateDecision,
+    pub reservation: Option<Result<Granted, QuotaError>>,
+}
+
 #[derive(Message, Clone, Copy)]
 #[rtype(result = "Result<SettleReply, QuotaError>")]
 pub struct Settle {

@@ -15,7 +15,7 @@ pub mod shared;
 pub mod tokens;
 
 pub use book::{BudgetStatus, Granted, Limits, RateDecision, Refusal, Refused, ReserveRequest};
-pub use handle::{QuotaError, ReservationGuard, TenantHandle};
+pub use handle::{Admission, QuotaError, ReservationGuard, TenantHandle};
 pub use messages::ReservationMeta;
 pub use registry::TenantRegistry;
 pub use shared::SharedStore;

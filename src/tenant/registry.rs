@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use actix::{Actor, Addr, Arbiter, ArbiterHandle};
@@ -22,8 +23,16 @@ use crate::ids::TenantId;
 use crate::ledger::LedgerHandle;
 use crate::telemetry::metrics::TenantLabels;
 
+/// A running actor, and whether its last rate check refused (shared by the
+/// handles, so a limited tenant's requests are refused before any other work).
+#[derive(Clone)]
+pub(super) struct RunningActor {
+    pub addr: Addr<TenantActor>,
+    pub rate_limited: Arc<AtomicBool>,
+}
+
 pub struct RegistryInner {
-    actors: Mutex<HashMap<TenantId, Addr<TenantActor>>>,
+    actors: Mutex<HashMap<TenantId, RunningActor>>,
     arbiters: Vec<ArbiterHandle>,
     clock: SharedClock,
     ledger: LedgerHandle,
@@ -38,7 +47,10 @@ impl RegistryInner {
     /// Called by a stopping actor; a newer actor for the same tenant is left alone.
     pub(super) fn remove(&self, tenant: &TenantId, addr: &Addr<TenantActor>) {
         let mut actors = self.actors.lock().unwrap_or_else(PoisonError::into_inner);
-        if actors.get(tenant).is_some_and(|current| current == addr) {
+        if actors
+            .get(tenant)
+            .is_some_and(|current| current.addr == *addr)
+        {
             actors.remove(tenant);
         }
     }
@@ -141,23 +153,26 @@ impl TenantRegistry {
 
     /// The tenant's actor, started if it is not running.
     pub fn handle(&self, tenant: &TenantRecord) -> Result<TenantHandle, UnknownTier> {
-        let addr = self.addr(tenant)?;
-        Ok(TenantHandle::new(addr, self.clone(), tenant.clone()))
+        let running = self.running_actor(tenant)?;
+        Ok(TenantHandle::new(running, self.clone(), tenant.clone()))
     }
 
-    pub(super) fn addr(&self, tenant: &TenantRecord) -> Result<Addr<TenantActor>, UnknownTier> {
+    pub(super) fn running_actor(&self, tenant: &TenantRecord) -> Result<RunningActor, UnknownTier> {
         let mut actors = self
             .inner
             .actors
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some(addr) = actors.get(&tenant.id).filter(|a| a.connected()) {
-            return Ok(addr.clone());
+        if let Some(running) = actors.get(&tenant.id).filter(|r| r.addr.connected()) {
+            return Ok(running.clone());
         }
         let limits = self.limits_for(tenant)?;
-        let addr = self.spawn(tenant.id.clone(), limits);
-        actors.insert(tenant.id.clone(), addr.clone());
-        Ok(addr)
+        let running = RunningActor {
+            addr: self.spawn(tenant.id.clone(), limits),
+            rate_limited: Arc::new(AtomicBool::new(false)),
+        };
+        actors.insert(tenant.id.clone(), running.clone());
+        Ok(running)
     }
 
     fn spawn(&self, tenant: TenantId, limits: Limits) -> Addr<TenantActor> {
@@ -195,8 +210,8 @@ impl TenantRegistry {
             .actors
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some(addr) = actors.get(&tenant.id) {
-            addr.do_send(UpdateLimits(limits));
+        if let Some(running) = actors.get(&tenant.id) {
+            running.addr.do_send(UpdateLimits(limits));
         }
     }
 

@@ -1,9 +1,9 @@
 //! Input-token estimates for reservations. The estimate must be an upper
 //! bound in practice: tiktoken counts of every text the request carries, the
 //! per-message overhead of the chat format, a fixed allowance per image, and
-//! a safety factor for providers whose tokenizer differs. Counts of long texts
-//! are memoized per worker thread by content hash, because agents resend the
-//! same system prompt and history on every call.
+//! a safety factor for providers whose tokenizer differs. Counts of all but
+//! the shortest texts are memoized per worker thread by content hash, because
+//! agents resend the same system prompt and history on every call.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -22,7 +22,7 @@ const REPLY_PRIMING_TOKENS: u64 = 3;
 /// An image can cost up to this many input tokens (high detail, large tiles).
 const TOKENS_PER_IMAGE: u64 = 1_600;
 /// Texts shorter than this are cheaper to count than to hash and look up.
-const MEMO_MIN_BYTES: usize = 256;
+const MEMO_MIN_BYTES: usize = 16;
 const MEMO_MAX_ENTRIES: usize = 4_096;
 
 thread_local! {
