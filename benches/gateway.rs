@@ -28,7 +28,7 @@ fn tokenize(c: &mut Criterion) {
         encoding: "o200k_base".into(),
         safety_percent: 110,
     });
-    estimator.warm_up();
+    estimator.warm_up([]);
     let english = "The quick brown fox jumps over the lazy dog. ".repeat(24);
     let cjk = "敏捷的棕色狐狸跳过了懒狗。".repeat(28);
     for (name, text) in [

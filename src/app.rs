@@ -112,7 +112,7 @@ impl Application {
         );
         let (providers, _) = reload::start_providers(&config, &clock, None, quota_store.as_ref());
         let estimator = Estimator::new(&config.tokenizer);
-        estimator.warm_up();
+        estimator.warm_up(config.routes.values().flat_map(|route| &route.countings));
 
         let gateway = Arc::new(Gateway {
             config: config.clone(),

@@ -6,6 +6,8 @@
 use std::sync::OnceLock;
 
 use metrics::{Label, Unit, describe_counter, describe_gauge, describe_histogram};
+
+use super::handles::{self, Handle};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -283,7 +285,10 @@ fn labels(pairs: &[(&'static str, &str)]) -> Vec<Label> {
     reason = "this module is the one user of the raw macros"
 )]
 pub fn counter_add(metric: Metric, pairs: &[(&'static str, &str)], value: u64) {
-    metrics::counter!(metric.as_str(), labels(pairs)).increment(value);
+    let make = || Handle::Counter(metrics::counter!(metric.as_str(), labels(pairs)));
+    if let Handle::Counter(counter) = handle(metric, pairs, make) {
+        counter.increment(value);
+    }
 }
 
 #[expect(
@@ -291,15 +296,14 @@ pub fn counter_add(metric: Metric, pairs: &[(&'static str, &str)], value: u64) {
     reason = "this module is the one user of the raw macros"
 )]
 pub fn gauge_set(metric: Metric, pairs: &[(&'static str, &str)], value: f64) {
-    metrics::gauge!(metric.as_str(), labels(pairs)).set(value);
+    let make = || Handle::Gauge(metrics::gauge!(metric.as_str(), labels(pairs)));
+    if let Handle::Gauge(gauge) = handle(metric, pairs, make) {
+        gauge.set(value);
+    }
 }
 
-#[expect(
-    clippy::disallowed_macros,
-    reason = "this module is the one user of the raw macros"
-)]
 pub fn observe_ms(metric: Metric, pairs: &[(&'static str, &str)], ms: u64) {
-    metrics::histogram!(metric.as_str(), labels(pairs)).record(ms_to_seconds(ms));
+    observe(metric, pairs, ms_to_seconds(ms));
 }
 
 #[expect(
@@ -307,7 +311,20 @@ pub fn observe_ms(metric: Metric, pairs: &[(&'static str, &str)], ms: u64) {
     reason = "this module is the one user of the raw macros"
 )]
 pub fn observe(metric: Metric, pairs: &[(&'static str, &str)], value: f64) {
-    metrics::histogram!(metric.as_str(), labels(pairs)).record(value);
+    let make = || Handle::Histogram(metrics::histogram!(metric.as_str(), labels(pairs)));
+    if let Handle::Histogram(histogram) = handle(metric, pairs, make) {
+        histogram.record(value);
+    }
+}
+
+/// A handle from this thread's cache once the recorder is installed; before
+/// that the macros hand out handles that record nothing, which must not be kept.
+fn handle(metric: Metric, pairs: &[(&'static str, &str)], make: impl FnOnce() -> Handle) -> Handle {
+    if INSTALLED.get().is_some() {
+        handles::cached(metric, pairs, make)
+    } else {
+        make()
+    }
 }
 
 #[expect(
@@ -413,9 +430,10 @@ impl TenantLabels {
 
 /// Installs the process-wide recorder once; later calls get the same handle,
 /// so tests that build several apps in one binary share it.
+static INSTALLED: OnceLock<PrometheusHandle> = OnceLock::new();
+
 pub fn install() -> PrometheusHandle {
-    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-    HANDLE
+    INSTALLED
         .get_or_init(|| {
             let builder = PrometheusBuilder::new()
                 .set_buckets_for_metric(

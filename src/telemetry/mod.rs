@@ -1,4 +1,5 @@
 //! Metrics and logs.
 
+pub mod handles;
 pub mod logging;
 pub mod metrics;

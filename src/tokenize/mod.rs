@@ -103,10 +103,17 @@ impl Estimator {
         }
     }
 
-    /// Loads the encodings now, so the first request does not pay for it.
-    pub fn warm_up(&self) {
-        for encoding in [Encoding::O200kBase, Encoding::Cl100kBase] {
-            let _ = encoding.bpe().count_ordinary("warm up");
+    /// Loads the encodings routes count with now, so the first request does
+    /// not pay for it. Only those: each loaded encoding keeps tens of MiB.
+    pub fn warm_up<'a>(&self, countings: impl IntoIterator<Item = &'a Counting>) {
+        let mut loaded = Vec::new();
+        for encoding in
+            std::iter::once(self.encoding).chain(countings.into_iter().map(|c| c.encoding))
+        {
+            if !loaded.contains(&encoding) {
+                let _ = encoding.bpe().count_ordinary("warm up");
+                loaded.push(encoding);
+            }
         }
     }
 
