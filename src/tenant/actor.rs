@@ -659,22 +659,7 @@ impl Handler<RateAndReserve> for TenantActor {
         let (shared, local) = plan.split();
         self.decide(
             now,
-            move |quota, source, limits| {
-                Box::pin(async move {
-                    let rate = quota.check_rate(&limits, now).await?;
-                    if !rate.allowed {
-                        return Ok(Ok(Admitted {
-                            rate,
-                            reservation: None,
-                        }));
-                    }
-                    let granted = shared.run(quota, source, limits, now).await?;
-                    Ok(Ok(Admitted {
-                        rate,
-                        reservation: Some(granted),
-                    }))
-                })
-            },
+            move |quota, source, limits| Box::pin(shared.run_with_rate(quota, source, limits, now)),
             move |act, now| {
                 let rate = act.book.check_rate(now);
                 let reservation = rate.allowed.then(|| local.run(act, now));
@@ -751,21 +736,51 @@ impl SharedReserve {
         limits: Limits,
         now: u64,
     ) -> Result<Result<Granted, QuotaError>, StoreFailure> {
-        let SharedReserve {
-            id,
-            request,
-            meta_json,
-            thresholds,
-        } = self;
-        let mut reserved = quota
-            .reserve(id, &request, &limits, &meta_json, now)
+        let reserved = quota
+            .reserve(self.id, &self.request, &limits, &self.meta_json, now)
             .await?;
+        self.finish(reserved, quota, source, limits, now).await
+    }
+
+    /// The rate check and the first attempt in one script.
+    async fn run_with_rate(
+        self,
+        quota: SharedQuota,
+        source: SeedSource,
+        limits: Limits,
+        now: u64,
+    ) -> Result<Result<Admitted, QuotaError>, StoreFailure> {
+        let (rate, reserved) = quota
+            .check_rate_and_reserve(self.id, &self.request, &limits, &self.meta_json, now)
+            .await?;
+        let Some(reserved) = reserved else {
+            return Ok(Ok(Admitted {
+                rate,
+                reservation: None,
+            }));
+        };
+        let granted = self.finish(reserved, quota, source, limits, now).await?;
+        Ok(Ok(Admitted {
+            rate,
+            reservation: Some(granted),
+        }))
+    }
+
+    /// A month no replica has seeded yet is seeded from the ledger, then reserved in.
+    async fn finish(
+        self,
+        mut reserved: Reserved,
+        quota: SharedQuota,
+        source: SeedSource,
+        limits: Limits,
+        now: u64,
+    ) -> Result<Result<Granted, QuotaError>, StoreFailure> {
         if matches!(reserved, Reserved::NeedSeed) {
-            if let Err(error) = seed_shared(&quota, source, &limits, &thresholds, now).await? {
+            if let Err(error) = seed_shared(&quota, source, &limits, &self.thresholds, now).await? {
                 return Ok(Err(error));
             }
             reserved = quota
-                .reserve(id, &request, &limits, &meta_json, now)
+                .reserve(self.id, &self.request, &limits, &self.meta_json, now)
                 .await?;
         }
         Ok(match reserved {

@@ -42,6 +42,7 @@ pub struct StoreFailure(String);
 struct Scripts {
     rate: Script,
     reserve: Script,
+    rate_reserve: Script,
     settle: Script,
     expired: Script,
     seed: Script,
@@ -88,6 +89,7 @@ impl SharedStore {
             scripts: Arc::new(Scripts {
                 rate: Script::new(scripts::RATE),
                 reserve: Script::new(scripts::RESERVE),
+                rate_reserve: Script::new(scripts::RATE_RESERVE),
                 settle: Script::new(scripts::SETTLE),
                 expired: Script::new(scripts::EXPIRED),
                 seed: Script::new(scripts::SEED),
@@ -338,21 +340,47 @@ impl SharedQuota {
             .run(
                 &self.store.scripts.rate,
                 &[self.keys.buckets()],
-                &[
-                    now_ms.to_string(),
-                    limits.rpm.max(1).to_string(),
-                    bucket_capacity(limits).to_string(),
-                    UNITS_PER_REQUEST.to_string(),
-                ],
+                &rate_args(limits, now_ms),
             )
             .await?;
-        let allowed = field(&reply, 0)? == "1";
-        let units = number(&reply, 1)?;
-        Ok(RateDecision::from_bucket(
-            allowed,
-            u64::try_from(units).unwrap_or(0),
+        rate_decision(&reply, limits)
+    }
+
+    /// `check_rate`, then `reserve` if the rate allows: one script for both
+    /// on the first attempt. `None` when the rate refused.
+    pub async fn check_rate_and_reserve(
+        &self,
+        id: ReservationId,
+        request: &ReserveRequest,
+        limits: &Limits,
+        meta: &str,
+        now_ms: u64,
+    ) -> Result<(RateDecision, Option<Reserved>), StoreFailure> {
+        let full = worst_case(request, request.max_tokens);
+        let call = self.attempt_call(id, request, limits, request.max_tokens, full, meta, now_ms);
+        let mut args = rate_args(limits, now_ms);
+        args.extend(call.args);
+        let reply = self
+            .store
+            .run(&self.store.scripts.rate_reserve, &call.keys, &args)
+            .await?;
+        let rate = rate_decision(&reply, limits)?;
+        if !rate.allowed {
+            return Ok((rate, None));
+        }
+        let first = Self::parse_attempt(
+            reply.get(2..).unwrap_or_default(),
+            id,
+            request,
             limits,
-        ))
+            request.max_tokens,
+            full,
+            now_ms,
+        )?;
+        let reserved = self
+            .after_first(first, id, request, limits, meta, now_ms)
+            .await?;
+        Ok((rate, Some(reserved)))
     }
 
     /// Holds the worst case against every scope in one script; `clamp` mode
@@ -371,6 +399,22 @@ impl SharedQuota {
         let first = self
             .attempt(id, request, limits, request.max_tokens, full, meta, now_ms)
             .await?;
+        self.after_first(first, id, request, limits, meta, now_ms)
+            .await
+    }
+
+    /// What follows a first attempt at the full worst case: in `clamp` mode a
+    /// budget refusal is retried once with what the tightest scope affords.
+    async fn after_first(
+        &self,
+        first: Attempt,
+        id: ReservationId,
+        request: &ReserveRequest,
+        limits: &Limits,
+        meta: &str,
+        now_ms: u64,
+    ) -> Result<Reserved, StoreFailure> {
+        let full = worst_case(request, request.max_tokens);
         let (scope, remaining) = match first {
             Attempt::Ok(granted) => return Ok(Reserved::Granted(granted)),
             Attempt::Refused(refusal) => return Ok(Reserved::Refused(refusal)),
@@ -422,6 +466,28 @@ impl SharedQuota {
         meta: &str,
         now_ms: u64,
     ) -> Result<Attempt, StoreFailure> {
+        let call = self.attempt_call(id, request, limits, max_tokens, amount, meta, now_ms);
+        let reply = self
+            .store
+            .run(&self.store.scripts.reserve, &call.keys, &call.args)
+            .await?;
+        Self::parse_attempt(&reply, id, request, limits, max_tokens, amount, now_ms)
+    }
+
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one script call with everything it decides on"
+    )]
+    fn attempt_call(
+        &self,
+        id: ReservationId,
+        request: &ReserveRequest,
+        limits: &Limits,
+        max_tokens: u32,
+        amount: Nanos,
+        meta: &str,
+        now_ms: u64,
+    ) -> ScriptCall {
         let (month_key, _, month) = self.month_keys(now_ms);
         let day = Date::from_unix_ms(now_ms).day_key();
         let tokens = request.input_tokens.saturating_add(u64::from(max_tokens));
@@ -429,51 +495,60 @@ impl SharedQuota {
         let limit = |l: Option<u64>| l.map_or_else(|| "-1".to_owned(), |l| l.to_string());
         let feature_budget = limits.feature_budgets.get(&request.feature).copied();
         let alert_mode = limits.mode == BudgetMode::Alert;
-        let reply = self
-            .store
-            .run(
-                &self.store.scripts.reserve,
-                &[
-                    month_key,
-                    self.keys.buckets(),
-                    self.keys.held(),
-                    self.keys.expiry(),
-                ],
-                &[
-                    now_ms.to_string(),
-                    day,
-                    month,
-                    request.expires_at_ms.to_string(),
-                    amount.get().to_string(),
-                    if alert_mode { "1" } else { "0" }.to_owned(),
-                    budget(limits.budget),
-                    request.key.to_string(),
-                    budget(request.key_budget),
-                    request.feature.clone(),
-                    budget(feature_budget),
-                    tokens.to_string(),
-                    limit(limits.tokens.tpm),
-                    limit(limits.tokens.daily),
-                    limit(limits.tokens.monthly),
-                    meta.to_owned(),
-                    MONTH_TTL_MS.to_string(),
-                    id.0.to_string(),
-                ],
-            )
-            .await?;
-        match field(&reply, 0)? {
+        ScriptCall {
+            keys: vec![
+                month_key,
+                self.keys.buckets(),
+                self.keys.held(),
+                self.keys.expiry(),
+            ],
+            args: vec![
+                now_ms.to_string(),
+                day,
+                month,
+                request.expires_at_ms.to_string(),
+                amount.get().to_string(),
+                if alert_mode { "1" } else { "0" }.to_owned(),
+                budget(limits.budget),
+                request.key.to_string(),
+                budget(request.key_budget),
+                request.feature.clone(),
+                budget(feature_budget),
+                tokens.to_string(),
+                limit(limits.tokens.tpm),
+                limit(limits.tokens.daily),
+                limit(limits.tokens.monthly),
+                meta.to_owned(),
+                MONTH_TTL_MS.to_string(),
+                id.0.to_string(),
+            ],
+        }
+    }
+
+    /// Reads a `RESERVE` reply.
+    fn parse_attempt(
+        reply: &[String],
+        id: ReservationId,
+        request: &ReserveRequest,
+        limits: &Limits,
+        max_tokens: u32,
+        amount: Nanos,
+        now_ms: u64,
+    ) -> Result<Attempt, StoreFailure> {
+        let tokens = request.input_tokens.saturating_add(u64::from(max_tokens));
+        match field(reply, 0)? {
             "seed" => Ok(Attempt::NeedSeed),
             "budget" => {
-                let scope = match field(&reply, 1)? {
+                let scope = match field(reply, 1)? {
                     "key" => Scope::Key(request.key.clone()),
                     "feature" => Scope::Feature(request.feature.clone()),
                     _ => Scope::Tenant,
                 };
-                Ok(Attempt::Budget(scope, nanos(&reply, 2)?))
+                Ok(Attempt::Budget(scope, nanos(reply, 2)?))
             }
             "tokens" => {
-                let value = number(&reply, 2)?;
-                let refusal = match field(&reply, 1)? {
+                let value = number(reply, 2)?;
+                let refusal = match field(reply, 1)? {
                     "monthly" => {
                         monthly_refusal(limits.tokens.monthly.unwrap_or(0), tokens, now_ms)
                     }
@@ -487,9 +562,9 @@ impl SharedQuota {
                 Ok(Attempt::Refused(Refusal::Tokens(refusal)))
             }
             "ok" => {
-                let committed = nanos(&reply, 3)?;
-                let reserved = nanos(&reply, 4)?;
-                let units = number(&reply, 5)?;
+                let committed = nanos(reply, 3)?;
+                let reserved = nanos(reply, 4)?;
+                let units = number(reply, 5)?;
                 Ok(Attempt::Ok(Granted {
                     id,
                     amount,
@@ -498,7 +573,7 @@ impl SharedQuota {
                     remaining: limits
                         .budget
                         .map(|b| b.saturating_sub(committed.saturating_add(reserved))),
-                    over_budget: field(&reply, 2)? == "1",
+                    over_budget: field(reply, 2)? == "1",
                     tokens: limits.tokens.tpm.map(|tpm| window(tpm, i128::from(units))),
                 }))
             }
@@ -736,6 +811,32 @@ fn previous_month(now_ms: u64) -> String {
     let start = Date::from_unix_ms(now_ms);
     let first = Date::parse(&format!("{}-01", start.month_key())).unwrap_or(start);
     period::month_key(first.start_unix_ms().saturating_sub(1))
+}
+
+/// A script's keys and arguments.
+struct ScriptCall {
+    keys: Vec<String>,
+    args: Vec<String>,
+}
+
+fn rate_args(limits: &Limits, now_ms: u64) -> Vec<String> {
+    vec![
+        now_ms.to_string(),
+        limits.rpm.max(1).to_string(),
+        bucket_capacity(limits).to_string(),
+        UNITS_PER_REQUEST.to_string(),
+    ]
+}
+
+/// Reads a `RATE` reply (also the head of a `RATE_RESERVE` one).
+fn rate_decision(reply: &[String], limits: &Limits) -> Result<RateDecision, StoreFailure> {
+    let allowed = field(reply, 0)? == "1";
+    let units = number(reply, 1)?;
+    Ok(RateDecision::from_bucket(
+        allowed,
+        u64::try_from(units).unwrap_or(0),
+        limits,
+    ))
 }
 
 fn field(reply: &[String], index: usize) -> Result<&str, StoreFailure> {

@@ -22,11 +22,12 @@ local function parse(rec) return string.match(rec, '^(%d+)|(%d+)|([^|]*)|([^|]*)
     };
 }
 
-/// KEYS: buckets. ARGV: now, rpm, capacity units, units per request.
-/// Returns {allowed (0/1), units left}.
-pub const RATE: &str = concat!(
-    prelude!(),
-    r"
+/// The request bucket. KEYS: buckets. ARGV: now, rpm, capacity units, units
+/// per request. Returns {allowed (0/1), units left}.
+macro_rules! rate_fn {
+    () => {
+        r"
+local function rate(KEYS, ARGV)
 local now, rpm, cap, per = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local b = redis.call('HMGET', KEYS[1], 'ru', 'rat')
 local units, at = tonumber(b[1]) or cap, tonumber(b[2]) or now
@@ -37,19 +38,25 @@ if units >= per then units = units - per; allowed = 1 end
 redis.call('HSET', KEYS[1], 'ru', s(units), 'rat', s(at))
 redis.call('PEXPIRE', KEYS[1], 86400000)
 return {s(allowed), s(units)}
+end
 "
-);
+    };
+}
 
-/// KEYS: month, buckets, held, expiry.
+/// See `rate_fn`.
+pub const RATE: &str = concat!(prelude!(), rate_fn!(), "return rate(KEYS, ARGV)\n");
+
+/// A reservation. KEYS: month, buckets, held, expiry.
 /// ARGV: now, day, month, expires_at, amount, over_ok (1: alert mode),
 /// tenant budget, key, key budget, feature, feature budget (-1: none),
 /// tokens, tpm, daily, monthly (-1: none), meta, ttl ms, reservation id
 /// (chosen by the caller, so a reservation whose reply was lost can still be released).
 /// Returns {'seed'} | {'budget', scope, remaining} | {'tokens', kind, units or used}
 /// | {'ok', id, over, committed, reserved, tpm units (-1: none)}.
-pub const RESERVE: &str = concat!(
-    prelude!(),
-    r"
+macro_rules! reserve_fn {
+    () => {
+        r"
+local function reserve(KEYS, ARGV)
 local m, b, h, x = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if redis.call('HEXISTS', m, 'seeded') == 0 then return {'seed'} end
 local now, amount = tonumber(ARGV[1]), tonumber(ARGV[5])
@@ -99,6 +106,30 @@ redis.call('ZADD', x, ARGV[4], id)
 for _, key in ipairs({m, b, h, x}) do redis.call('PEXPIRE', key, ARGV[17]) end
 local totals = redis.call('HMGET', m, 'c', 'r')
 return {'ok', id, over, s(n(totals[1])), s(n(totals[2])), s(units)}
+end
+"
+    };
+}
+
+/// See `reserve_fn`.
+pub const RESERVE: &str = concat!(prelude!(), reserve_fn!(), "return reserve(KEYS, ARGV)\n");
+
+/// `RATE`, then `RESERVE` if the rate allows: one script where a request
+/// would otherwise take two. KEYS: those of `RESERVE` (its buckets are the
+/// rate's). ARGV: the four of `RATE`, then those of `RESERVE`.
+/// Returns {'0', units left} when the rate refuses, else {'1', units left,
+/// then the reply of `RESERVE`...}.
+pub const RATE_RESERVE: &str = concat!(
+    prelude!(),
+    rate_fn!(),
+    reserve_fn!(),
+    r"
+local r = rate({KEYS[2]}, {ARGV[1], ARGV[2], ARGV[3], ARGV[4]})
+if r[1] ~= '1' then return r end
+local v = reserve(KEYS, {unpack(ARGV, 5)})
+table.insert(v, 1, r[2])
+table.insert(v, 1, r[1])
+return v
 "
 );
 
