@@ -56,15 +56,16 @@ impl Syncer {
         if self.mode != FsyncMode::Batch {
             return;
         }
-        let (done, synced) = oneshot::channel();
-        {
+        let synced = {
             let mut state = self.lock();
             if state.synced >= seq {
                 return;
             }
+            let (done, synced) = oneshot::channel();
             state.requested = state.requested.max(seq);
             state.waiters.push((seq, done));
-        }
+            synced
+        };
         self.wake.notify_one();
         // An error means the sync thread is gone with its journal: nothing left to wait for.
         let _ = synced.await;

@@ -554,13 +554,7 @@ impl Dispatch<'_> {
                         permit.finish(Verdict::Healthy);
                         row.status = AttemptStatus::ClientError;
                         row.error = Some(snippet(&reply.body));
-                        record::record_attempt(
-                            self.gw,
-                            self.ctx,
-                            self.route.name.as_str(),
-                            reserved,
-                            row,
-                        );
+                        self.record_attempt(reserved, row);
                         reservation.release();
                         let status = StatusCode::from_u16(reply.status.as_u16())
                             .unwrap_or(StatusCode::BAD_REQUEST);
@@ -570,13 +564,7 @@ impl Dispatch<'_> {
                         permit.finish(Verdict::Abandoned);
                         row.status = AttemptStatus::LocalError;
                         row.error = Some(error.to_string());
-                        record::record_attempt(
-                            self.gw,
-                            self.ctx,
-                            self.route.name.as_str(),
-                            reserved,
-                            row,
-                        );
+                        self.record_attempt(reserved, row);
                         reservation.release();
                         return Err(ApiError::new(
                             ErrorCode::ProviderMisconfigured,
@@ -600,13 +588,7 @@ impl Dispatch<'_> {
                         };
                         tracing::warn!(provider = %target.provider, request_id = %self.ctx.request_id, error = %message, "Upstream attempt failed; failing over.");
                         row.error = Some(message.clone());
-                        record::record_attempt(
-                            self.gw,
-                            self.ctx,
-                            self.route.name.as_str(),
-                            reserved,
-                            row,
-                        );
+                        self.record_attempt(reserved, row);
                         last_failure = Some(message);
                         last_failed_provider = Some(target.provider.to_string());
                         let policy = handle.retry_policy();
@@ -637,6 +619,11 @@ impl Dispatch<'_> {
             }
             _ => Err(error),
         }
+    }
+
+    /// The row of an attempt journaled by `record::reserve`.
+    fn record_attempt(&self, reserved: Nanos, row: AttemptRow) {
+        record::record_attempt(self.gw, self.ctx, self.route.name.as_str(), reserved, row);
     }
 
     async fn degraded(&self, text: &str, attempt: u32, error: &ApiError) -> ChatOutcome {
@@ -749,7 +736,7 @@ impl Dispatch<'_> {
                 .saturating_add(self.route.cache_ttl_ms);
             self.gw.cache.put(key, cached, expires);
         }
-        record::record_attempt(self.gw, self.ctx, self.route.name.as_str(), reserved, row);
+        self.record_attempt(reserved, row);
         OutcomeBody::Complete {
             body: reply.body,
             cost,

@@ -81,8 +81,7 @@ pub struct ProviderActor {
     breaker: Breaker,
     /// In-flight calls and the limit, shared with the handles' fast path.
     slots: Arc<Slots>,
-    max_concurrency: u32,
-    /// When on, moves `max_concurrency` with the provider's latency.
+    /// When on, moves the slots' limit with the provider's latency.
     adaptive: Option<AdaptiveLimit>,
     queue: VecDeque<oneshot::Sender<Permit>>,
     max_queue: usize,
@@ -116,7 +115,7 @@ impl ProviderActor {
         gauge_set(
             Metric::ProviderConcurrencyLimit,
             &[("provider", name)],
-            as_gauge(self.max_concurrency as usize),
+            as_gauge(self.slots.limit() as usize),
         );
     }
 
@@ -262,10 +261,10 @@ impl Handler<Done> for ProviderActor {
         if let (Some(adaptive), Verdict::Healthy) = (&mut self.adaptive, msg.verdict)
             && let Some(limit) = adaptive.observe(msg.latency_ms, now)
         {
-            if limit != self.max_concurrency {
-                tracing::info!(provider = %self.name, from = self.max_concurrency, to = limit, "Adaptive concurrency limit changed.");
+            let from = self.slots.limit();
+            if limit != from {
+                tracing::info!(provider = %self.name, from, to = limit, "Adaptive concurrency limit changed.");
             }
-            self.max_concurrency = limit;
             self.slots.set_limit(limit);
         }
         self.hand_over(ctx);
@@ -318,7 +317,6 @@ impl ProviderHandle {
                 ramp_window_ms: provider.breaker_ramp_window_ms,
             }),
             slots: slots.clone(),
-            max_concurrency: provider.max_concurrency,
             adaptive,
             queue: VecDeque::new(),
             max_queue: provider.max_queue,

@@ -78,6 +78,10 @@ impl Slots {
         self.queued.store(queued, Ordering::SeqCst);
     }
 
+    pub fn limit(&self) -> u32 {
+        self.limit.load(Ordering::SeqCst)
+    }
+
     pub fn in_flight(&self) -> u32 {
         self.in_flight.load(Ordering::SeqCst)
     }

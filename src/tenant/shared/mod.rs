@@ -330,6 +330,19 @@ impl SharedQuota {
         (self.keys.month(&month), self.keys.month(&previous), month)
     }
 
+    /// The keys of a script that reserves or closes: the month, buckets, held
+    /// reservations and their expiry, and the previous month when one closes.
+    fn book_keys(&self, month_key: String, previous_key: Option<String>) -> Vec<String> {
+        let mut keys = vec![
+            month_key,
+            self.keys.buckets(),
+            self.keys.held(),
+            self.keys.expiry(),
+        ];
+        keys.extend(previous_key);
+        keys
+    }
+
     pub async fn check_rate(
         &self,
         limits: &Limits,
@@ -496,12 +509,7 @@ impl SharedQuota {
         let feature_budget = limits.feature_budgets.get(&request.feature).copied();
         let alert_mode = limits.mode == BudgetMode::Alert;
         ScriptCall {
-            keys: vec![
-                month_key,
-                self.keys.buckets(),
-                self.keys.held(),
-                self.keys.expiry(),
-            ],
+            keys: self.book_keys(month_key, None),
             args: vec![
                 now_ms.to_string(),
                 day,
@@ -613,13 +621,7 @@ impl SharedQuota {
             .store
             .run(
                 &self.store.scripts.settle,
-                &[
-                    month_key,
-                    self.keys.buckets(),
-                    self.keys.held(),
-                    self.keys.expiry(),
-                    previous_key,
-                ],
+                &self.book_keys(month_key, Some(previous_key)),
                 &args,
             )
             .await?;
@@ -755,13 +757,7 @@ impl SharedQuota {
             .store
             .run(
                 &self.store.scripts.close_request,
-                &[
-                    month_key,
-                    self.keys.buckets(),
-                    self.keys.held(),
-                    self.keys.expiry(),
-                    previous_key,
-                ],
+                &self.book_keys(month_key, Some(previous_key)),
                 &[
                     request.to_owned(),
                     charged.map_or_else(|| "-1".to_owned(), |c| c.get().to_string()),
