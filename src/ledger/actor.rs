@@ -9,8 +9,8 @@
 //! keeps the events safe meanwhile.
 
 use std::borrow::Borrow;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -49,9 +49,16 @@ impl Borrow<UsageEvent> for Journaled {
     }
 }
 
+/// Rows handed over and not yet taken by the actor, in journal order. A
+/// shared queue rather than a message per row: a message wakes the ledger's
+/// thread for every request, the queue is drained on the actor's timer (or
+/// at once when it holds a whole batch).
+type Inbox = Arc<Mutex<Vec<Journaled>>>;
+
+/// The inbox holds a whole batch: take it now rather than at the next tick.
 #[derive(Message)]
 #[rtype(result = "()")]
-struct Record(Journaled);
+struct Drain;
 
 /// Writes every event recorded so far; replies once they are in the database.
 #[derive(Message)]
@@ -81,9 +88,18 @@ pub struct LedgerActor {
     /// Rows up to this sequence were written from the journal: their own
     /// `Record` messages, still queued, are dropped.
     written_upto: u64,
+    inbox: Inbox,
 }
 
 impl LedgerActor {
+    /// Moves every handed-over row into the batch (or the spill), in order.
+    fn drain(&mut self, ctx: &mut Context<Self>) {
+        let rows = std::mem::take(&mut *lock(&self.inbox));
+        for row in rows {
+            self.accept(row, ctx);
+        }
+    }
+
     fn write_batch(&mut self, ctx: &mut Context<Self>) {
         if self.clock.now_ms() < self.retry_at_ms {
             return;
@@ -186,6 +202,7 @@ impl Actor for LedgerActor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.run_interval(self.flush_interval, |act, ctx| {
+            act.drain(ctx);
             if !act.batch.is_empty() || act.spill.is_some() {
                 act.write_batch(ctx);
             }
@@ -193,12 +210,26 @@ impl Actor for LedgerActor {
     }
 }
 
-impl Handler<Record> for LedgerActor {
+impl Handler<Drain> for LedgerActor {
     type Result = ();
 
-    fn handle(&mut self, msg: Record, ctx: &mut Context<Self>) {
+    fn handle(&mut self, _msg: Drain, ctx: &mut Context<Self>) {
+        self.drain(ctx);
+    }
+}
+
+impl LedgerActor {
+    fn accept(&mut self, row: Journaled, ctx: &mut Context<Self>) {
+        self.accept_queued(row);
+        if self.batch.is_full() {
+            self.write_batch(ctx);
+        }
+    }
+
+    /// Queues a row for the next write, or leaves it to the spill.
+    fn accept_queued(&mut self, row: Journaled) {
         // Sequence 0: no journal, or the row did not reach it; memory is its only copy.
-        let seq = msg.0.seq;
+        let seq = row.seq;
         let journaled = seq != 0;
         if journaled && seq <= self.written_upto {
             return;
@@ -220,10 +251,7 @@ impl Handler<Record> for LedgerActor {
             return;
         }
         let now = self.clock.now_ms();
-        self.batch.push(msg.0, now);
-        if self.batch.is_full() {
-            self.write_batch(ctx);
-        }
+        self.batch.push(row, now);
     }
 }
 
@@ -233,6 +261,12 @@ impl Handler<Flush> for LedgerActor {
     fn handle(&mut self, _msg: Flush, _ctx: &mut Context<Self>) -> Self::Result {
         // An explicit flush tries at once, whatever the backoff says.
         self.retry_at_ms = 0;
+        // Without writing (a full batch would start its own write first): every
+        // row handed over before the flush is in the chunks below.
+        let rows = std::mem::take(&mut *lock(&self.inbox));
+        for row in rows {
+            self.accept_queued(row);
+        }
         let mut chunks = Vec::new();
         while !self.batch.is_empty() {
             chunks.push(self.batch.take());
@@ -313,6 +347,8 @@ pub struct LedgerHandle {
     /// Set while the backlog is full, so `continue` logs once per episode.
     full_logged: Arc<AtomicBool>,
     spilling: Arc<AtomicBool>,
+    inbox: Inbox,
+    max_batch_rows: usize,
 }
 
 impl LedgerHandle {
@@ -332,6 +368,8 @@ impl LedgerHandle {
         let actor_journal = journal.clone();
         let spilling = Arc::new(AtomicBool::new(false));
         let actor_spilling = spilling.clone();
+        let inbox = Inbox::default();
+        let actor_inbox = inbox.clone();
         let addr = LedgerActor::start_in_arbiter(&arbiter.handle(), move |_ctx| LedgerActor {
             db,
             clock,
@@ -351,6 +389,7 @@ impl LedgerHandle {
             spill: None,
             spilling: actor_spilling,
             written_upto: 0,
+            inbox: actor_inbox,
         });
         LedgerHandle {
             addr,
@@ -360,6 +399,8 @@ impl LedgerHandle {
             journal,
             full_logged: Arc::new(AtomicBool::new(false)),
             spilling,
+            inbox,
+            max_batch_rows: max_batch_rows.max(1),
         }
     }
 
@@ -392,7 +433,14 @@ impl LedgerHandle {
     fn deliver(&self, event: UsageEvent, seq: u64) {
         self.backlog.fetch_add(1, Ordering::SeqCst);
         // Unbounded on purpose (see `record`); the backlog bound limits what reaches here.
-        self.addr.do_send(Record(Journaled { seq, event }));
+        let queued = {
+            let mut inbox = lock(&self.inbox);
+            inbox.push(Journaled { seq, event });
+            inbox.len()
+        };
+        if queued == self.max_batch_rows {
+            self.addr.do_send(Drain);
+        }
     }
 
     /// Journals an attempt about to be sent upstream; `orphan` is its row if
@@ -476,4 +524,8 @@ impl LedgerHandle {
             .await
             .map_err(|_| LedgerError::Stopped)?
     }
+}
+
+fn lock(inbox: &Inbox) -> std::sync::MutexGuard<'_, Vec<Journaled>> {
+    inbox.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -46,20 +46,23 @@ impl AttemptStatus {
         }
     }
 
+    /// Every status, so parsing cannot forget one (a forgotten status made
+    /// replay skip its journaled rows).
+    pub const ALL: [AttemptStatus; 10] = [
+        AttemptStatus::Ok,
+        AttemptStatus::FallbackOk,
+        AttemptStatus::UpstreamError,
+        AttemptStatus::ClientError,
+        AttemptStatus::LocalError,
+        AttemptStatus::Orphaned,
+        AttemptStatus::Partial,
+        AttemptStatus::ClientCancelled,
+        AttemptStatus::CacheHit,
+        AttemptStatus::Degraded,
+    ];
+
     pub fn parse(text: &str) -> Option<AttemptStatus> {
-        [
-            AttemptStatus::Ok,
-            AttemptStatus::FallbackOk,
-            AttemptStatus::UpstreamError,
-            AttemptStatus::ClientError,
-            AttemptStatus::LocalError,
-            AttemptStatus::Orphaned,
-            AttemptStatus::Partial,
-            AttemptStatus::ClientCancelled,
-            AttemptStatus::CacheHit,
-        ]
-        .into_iter()
-        .find(|s| s.as_str() == text)
+        AttemptStatus::ALL.into_iter().find(|s| s.as_str() == text)
     }
 }
 
@@ -148,5 +151,39 @@ impl UsageEvent {
             day: Set(date.day_key()),
             period: Set(date.month_key()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Adding a status breaks this match until `ALL` is considered too.
+    fn position(status: AttemptStatus) -> usize {
+        match status {
+            AttemptStatus::Ok => 0,
+            AttemptStatus::FallbackOk => 1,
+            AttemptStatus::UpstreamError => 2,
+            AttemptStatus::ClientError => 3,
+            AttemptStatus::LocalError => 4,
+            AttemptStatus::Orphaned => 5,
+            AttemptStatus::Partial => 6,
+            AttemptStatus::ClientCancelled => 7,
+            AttemptStatus::CacheHit => 8,
+            AttemptStatus::Degraded => 9,
+        }
+    }
+
+    #[test]
+    fn every_status_reads_back_from_its_column_value() {
+        for (i, status) in AttemptStatus::ALL.into_iter().enumerate() {
+            assert_eq!(position(status), i);
+            assert_eq!(AttemptStatus::parse(status.as_str()), Some(status));
+        }
+        assert_eq!(
+            AttemptStatus::parse("degraded"),
+            Some(AttemptStatus::Degraded)
+        );
+        assert_eq!(AttemptStatus::parse("unknown"), None);
     }
 }

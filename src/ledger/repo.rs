@@ -18,11 +18,11 @@ use crate::money::Nanos;
 use crate::storage::StorageError;
 use crate::telemetry::metrics::ratio;
 
-/// Rows per INSERT statement. A usage row binds 27 parameters, and a statement
-/// may bind at most 65,535 on PostgreSQL and 32,766 on SQLite, so a batch of
-/// `ledger.max_batch_rows` rows is split: without this, a batch past ~1,200
-/// rows (SQLite) or ~2,400 (PostgreSQL) could never be written.
-const ROWS_PER_STATEMENT: usize = 500;
+/// Rows per INSERT statement at most. A usage row binds 27 parameters, and a
+/// statement may bind at most 65,535 on PostgreSQL and 32,766 on SQLite, so a
+/// larger batch is split: without this, a batch past ~1,200 rows (SQLite) or
+/// ~2,400 (PostgreSQL) could never be written.
+const MAX_ROWS_PER_STATEMENT: usize = 256;
 
 /// Inserts a batch in one transaction; events already present (same event id)
 /// are skipped, so a replayed batch never duplicates a row.
@@ -34,7 +34,10 @@ pub async fn insert_batch<E: Borrow<UsageEvent>>(
         return Ok(());
     }
     let txn = db.begin().await?;
-    for chunk in events.chunks(ROWS_PER_STATEMENT) {
+    let mut rest = events;
+    while !rest.is_empty() {
+        let (chunk, after) = rest.split_at(statement_rows(rest.len()));
+        rest = after;
         usage::Entity::insert_many(chunk.iter().map(|e| e.borrow().to_active_model()))
             .on_conflict(
                 OnConflict::column(usage::Column::EventId)
@@ -46,6 +49,19 @@ pub async fn insert_batch<E: Borrow<UsageEvent>>(
     }
     txn.commit().await?;
     Ok(())
+}
+
+/// Rows in the next INSERT of a batch with `remaining` rows: the largest power
+/// of two that fits. Every statement then has one of nine shapes, so the
+/// driver's per-connection cache of prepared statements stays small and hits;
+/// with one shape per batch size it held up to a hundred large statements per
+/// connection and prepared a new one for most batches.
+fn statement_rows(remaining: usize) -> usize {
+    let capped = remaining.min(MAX_ROWS_PER_STATEMENT);
+    if capped == 0 {
+        return 0;
+    }
+    1 << capped.ilog2()
 }
 
 #[derive(Debug, FromQueryResult)]
@@ -349,4 +365,31 @@ pub async fn rows_of_requests(
         .filter(usage::Column::RequestId.is_in(requests.iter().map(String::as_str)))
         .all(db)
         .await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn every_batch_size_is_written_in_few_statement_shapes() {
+        let mut shapes = BTreeSet::new();
+        for batch in 1..=2_000 {
+            let mut remaining = batch;
+            let mut statements = 0;
+            while remaining > 0 {
+                let rows = statement_rows(remaining);
+                assert!(rows >= 1 && rows <= remaining && rows <= MAX_ROWS_PER_STATEMENT);
+                shapes.insert(rows);
+                remaining -= rows;
+                statements += 1;
+            }
+            assert!(
+                statements <= batch.div_ceil(MAX_ROWS_PER_STATEMENT) + 8,
+                "{batch}"
+            );
+        }
+        assert_eq!(shapes.len(), 9, "{shapes:?}");
+    }
 }
