@@ -1,7 +1,9 @@
 //! The on-disk frame of one journal record:
 //! `len: u32 LE | crc32(seq ‖ payload): u32 LE | seq: u64 LE | payload (len bytes)`.
 //! A crash can leave the last frame of a segment half written; its length or
-//! checksum then fails and it, and anything after it, is ignored.
+//! checksum then fails and it, and anything after it, is ignored. Segments are
+//! zero-filled ahead of the writes (see `writer`): a header of zeros (no
+//! record has sequence 0) marks where the records end.
 
 /// Bytes before the payload.
 pub const HEADER_BYTES: usize = 16;
@@ -26,7 +28,8 @@ pub fn encode(seq: u64, payload: &[u8]) -> Vec<u8> {
 #[derive(Debug, Default)]
 pub struct Decoded<'a> {
     pub frames: Vec<(u64, &'a [u8])>,
-    /// Bytes after the last whole frame (a torn tail write, or corruption).
+    /// Bytes after the last whole frame (a torn tail write, or corruption),
+    /// not counting the zero-filled space after them.
     pub torn_bytes: usize,
 }
 
@@ -34,14 +37,26 @@ pub fn decode(bytes: &[u8]) -> Decoded<'_> {
     let mut decoded = Decoded::default();
     let mut at = 0;
     while at < bytes.len() {
-        let Some(frame) = frame_at(&bytes[at..]) else {
-            decoded.torn_bytes = bytes.len() - at;
+        let rest = &bytes[at..];
+        if rest.len() >= HEADER_BYTES && rest[..HEADER_BYTES].iter().all(|b| *b == 0) {
+            decoded.torn_bytes = written_len(rest);
+            break;
+        }
+        let Some(frame) = frame_at(rest) else {
+            decoded.torn_bytes = written_len(rest);
             break;
         };
         decoded.frames.push(frame);
         at += HEADER_BYTES + frame.1.len();
     }
     decoded
+}
+
+/// Bytes up to the last non-zero one: what was written of a tail.
+fn written_len(tail: &[u8]) -> usize {
+    tail.iter()
+        .rposition(|b| *b != 0)
+        .map_or(0, |last| last + 1)
 }
 
 fn frame_at(bytes: &[u8]) -> Option<(u64, &[u8])> {
@@ -85,7 +100,38 @@ mod tests {
                 vec![(7, &b"whole record"[..])],
                 "cut at {cut}"
             );
-            assert_eq!(decoded.torn_bytes, cut);
+            // Trailing zeros are indistinguishable from the zero-filled space.
+            let written = second[..cut]
+                .iter()
+                .rposition(|b| *b != 0)
+                .map_or(0, |i| i + 1);
+            assert_eq!(decoded.torn_bytes, written, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn zero_filled_space_ends_the_records_without_counting_as_torn() {
+        let mut bytes = encode(1, b"one");
+        bytes.extend(encode(2, b"two"));
+        bytes.resize(bytes.len() + 4096, 0);
+        let decoded = decode(&bytes);
+        assert_eq!(decoded.frames, vec![(1, &b"one"[..]), (2, &b"two"[..])]);
+        assert_eq!(decoded.torn_bytes, 0);
+
+        // A record cut short inside the zero-filled space is torn, its zeros are not.
+        let whole = encode(1, b"one");
+        let cut = encode(2, b"the record a crash cut short");
+        for keep in 1..cut.len() {
+            let mut bytes = whole.clone();
+            bytes.extend_from_slice(&cut[..keep]);
+            bytes.resize(bytes.len() + 100, 0);
+            let decoded = decode(&bytes);
+            assert_eq!(decoded.frames, vec![(1, &b"one"[..])], "cut at {keep}");
+            let written = cut[..keep]
+                .iter()
+                .rposition(|b| *b != 0)
+                .map_or(0, |i| i + 1);
+            assert_eq!(decoded.torn_bytes, written, "cut at {keep}");
         }
     }
 

@@ -5,10 +5,16 @@
 //! up to n is in the database") is exact. Reserves still open when a segment
 //! closes are copied into the next one, so deleting a segment below the
 //! checkpoint never loses an attempt in flight.
+//!
+//! Segments are zero-filled ahead of the writes, a mebibyte at a time, and
+//! records overwrite the zeros in place: an fsync then flushes data only,
+//! where an append would also commit the file system's journal for the new
+//! size and blocks on every sync (twice the fsync latency on this kind of
+//! disk, and more CPU per write).
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::Write as _;
+use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -26,6 +32,8 @@ use crate::telemetry::metrics::{Metric, counter_add};
 const SEGMENT_SUFFIX: &str = ".seg";
 /// Tries at taking the directory's lock, 10 ms apart.
 const LOCK_ATTEMPTS: u32 = 100;
+/// Zeros written ahead of the records at a time.
+const PREPARE_BYTES: u64 = 1024 * 1024;
 
 #[derive(Debug, Clone)]
 pub struct JournalOptions {
@@ -55,7 +63,10 @@ struct Inner {
     dir: PathBuf,
     file: Arc<File>,
     current: PathBuf,
+    /// Bytes of records in the current segment: where the next one goes.
     current_bytes: u64,
+    /// The current segment's length: zeros past `current_bytes`.
+    prepared_bytes: u64,
     /// Bytes of reserves carried into the current segment when it began: they
     /// do not count towards its size, or many long streams would rotate it on
     /// every append.
@@ -120,6 +131,7 @@ impl Journal {
                 file: Arc::new(file),
                 current,
                 current_bytes: 0,
+                prepared_bytes: 0,
                 carried_bytes: 0,
                 sealed: Vec::new(),
                 last_seq: first_seq - 1,
@@ -274,8 +286,12 @@ impl Inner {
 
     fn write_frame(&mut self, seq: u64, payload: &[u8]) -> bool {
         let frame = frame::encode(seq, payload);
+        let end = self.current_bytes + frame.len() as u64;
+        if end > self.prepared_bytes {
+            self.prepare(end);
+        }
         // One write(2) per record: once it returns, a killed process loses nothing.
-        match (&*self.file).write_all(&frame) {
+        match self.file.write_all_at(&frame, self.current_bytes) {
             Ok(()) => {
                 self.current_bytes += frame.len() as u64;
                 true
@@ -285,6 +301,20 @@ impl Inner {
                 tracing::error!(error = %error, "Journal write failed.");
                 counter_add(Metric::JournalErrorsTotal, &[("op", "write")], 1);
                 false
+            }
+        }
+    }
+
+    /// Zero-fills the segment past `end`. On failure the record is written
+    /// anyway; it only extends the file as an append would.
+    fn prepare(&mut self, end: u64) {
+        let target = end.next_multiple_of(PREPARE_BYTES);
+        let zeros = vec![0u8; usize::try_from(target - self.prepared_bytes).unwrap_or(0)];
+        match self.file.write_all_at(&zeros, self.prepared_bytes) {
+            Ok(()) => self.prepared_bytes = target,
+            Err(error) => {
+                tracing::warn!(error = %error, "Cannot zero-fill the journal segment ahead of its records.");
+                counter_add(Metric::JournalErrorsTotal, &[("op", "write")], 1);
             }
         }
     }
@@ -309,6 +339,7 @@ impl Inner {
         self.sealed.push((closed, self.last_seq));
         self.file = Arc::new(file);
         self.current_bytes = 0;
+        self.prepared_bytes = 0;
         let carried: Vec<Vec<u8>> = self.open.values().map(|o| o.payload.clone()).collect();
         for payload in carried {
             self.last_seq += 1;
@@ -357,7 +388,12 @@ pub fn list_segments(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 
 fn new_segment(dir: &Path, first_seq: u64) -> std::io::Result<(File, PathBuf)> {
     let path = dir.join(segment_name(first_seq));
-    let file = OpenOptions::new().create(true).append(true).open(&path)?;
+    // Not append mode: records overwrite the zero-filled space at their offset.
+    // A new name every time, so nothing written earlier is ever overwritten.
+    let file = OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .open(&path)?;
     // The new name must survive a power loss too, or its records would.
     File::open(dir)?.sync_all()?;
     Ok((file, path))

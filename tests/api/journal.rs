@@ -222,12 +222,12 @@ async fn a_torn_tail_is_ignored_and_an_orphan_settled_in_process_is_not_replayed
         .map(|e| e.unwrap().path())
         .find(|p| p.extension() == Some("seg".as_ref()))
         .unwrap();
-    let len = std::fs::metadata(&segment).unwrap().len();
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .open(&segment)
-        .unwrap();
-    file.set_len(len - 7).unwrap();
+    // Segments are zero-filled ahead of the records: the last record ends at
+    // the last non-zero byte, and a torn write leaves zeros where it stopped.
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let end = bytes.iter().rposition(|b| *b != 0).unwrap() + 1;
+    bytes[end - 7..end].fill(0);
+    std::fs::write(&segment, &bytes).unwrap();
 
     let (_journal, recovered) = Journal::open(&options).unwrap();
     assert!(recovered.torn_bytes > 0);
