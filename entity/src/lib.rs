@@ -8,3 +8,4 @@ pub mod feature_budget;
 pub mod prelude;
 pub mod tenant;
 pub mod usage;
+pub mod usage_total;

@@ -8,6 +8,7 @@ mod m20261130_000003_create_usage;
 mod m20261130_000004_budget_scopes;
 mod m20261130_000005_token_limits;
 mod m20261130_000006_store_policy;
+mod m20261130_000007_usage_totals;
 
 pub struct Migrator;
 
@@ -21,6 +22,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000004_budget_scopes::Migration),
             Box::new(m20261130_000005_token_limits::Migration),
             Box::new(m20261130_000006_store_policy::Migration),
+            Box::new(m20261130_000007_usage_totals::Migration),
         ]
     }
 }

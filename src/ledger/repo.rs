@@ -1,20 +1,21 @@
 //! sea-orm reads and writes of the usage ledger.
 
 use std::borrow::Borrow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use sea_orm::sea_query::{Expr, OnConflict};
 use sea_orm::{
-    ColumnTrait, DatabaseConnection, EntityTrait, FromQueryResult, QueryFilter, QueryOrder,
-    QuerySelect, TransactionTrait,
+    ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, EntityTrait,
+    FromQueryResult, QueryFilter, QueryOrder, QuerySelect, QueryTrait, TransactionTrait,
 };
 use serde::Serialize;
 
-use entity::usage;
+use entity::{usage, usage_total};
 
 use super::event::UsageEvent;
 use crate::ids::{KeyId, TenantId};
 use crate::money::Nanos;
+use crate::period::Date;
 use crate::storage::StorageError;
 use crate::telemetry::metrics::ratio;
 
@@ -24,8 +25,9 @@ use crate::telemetry::metrics::ratio;
 /// ~2,400 (PostgreSQL) could never be written.
 const MAX_ROWS_PER_STATEMENT: usize = 256;
 
-/// Inserts a batch in one transaction; events already present (same event id)
-/// are skipped, so a replayed batch never duplicates a row.
+/// Inserts a batch in one transaction, and adds the rows it inserted to
+/// `usage_totals` in the same one; events already present (same event id)
+/// are skipped, so a replayed batch never duplicates a row or a total.
 pub async fn insert_batch<E: Borrow<UsageEvent>>(
     db: &DatabaseConnection,
     events: &[E],
@@ -34,21 +36,173 @@ pub async fn insert_batch<E: Borrow<UsageEvent>>(
         return Ok(());
     }
     let txn = db.begin().await?;
+    let backend = txn.get_database_backend();
+    // Only the rows this statement inserted come back: the others were there already.
+    let mut inserted: HashSet<String> = HashSet::with_capacity(events.len());
     let mut rest = events;
     while !rest.is_empty() {
         let (chunk, after) = rest.split_at(statement_rows(rest.len()));
         rest = after;
-        usage::Entity::insert_many(chunk.iter().map(|e| e.borrow().to_active_model()))
-            .on_conflict(
-                OnConflict::column(usage::Column::EventId)
-                    .do_nothing()
-                    .to_owned(),
-            )
-            .exec_without_returning(&txn)
-            .await?;
+        let mut insert =
+            usage::Entity::insert_many(chunk.iter().map(|e| e.borrow().to_active_model()))
+                .on_conflict(
+                    OnConflict::column(usage::Column::EventId)
+                        .do_nothing()
+                        .to_owned(),
+                );
+        insert.query().returning_col(usage::Column::EventId);
+        for row in txn.query_all(backend.build(insert.query())).await? {
+            inserted.insert(row.try_get::<String>("", "event_id")?);
+        }
     }
+    let totals = Totals::of(
+        events
+            .iter()
+            .map(Borrow::borrow)
+            .filter(|e| inserted.contains(&e.event_id.to_string())),
+    );
+    add_totals(&txn, totals.rows()).await?;
     txn.commit().await?;
     Ok(())
+}
+
+/// What a batch adds to `usage_totals`, by (tenant, kind, period, scope).
+#[derive(Default)]
+struct Totals(HashMap<(String, &'static str, String, String), (i64, i64)>);
+
+impl Totals {
+    fn of<'a>(events: impl Iterator<Item = &'a UsageEvent>) -> Totals {
+        let mut totals = Totals::default();
+        for event in events {
+            let date = Date::from_unix_ms(event.created_at_ms);
+            let month = date.month_key();
+            let tokens = i64::try_from(
+                event
+                    .usage
+                    .prompt_tokens
+                    .saturating_add(event.usage.completion_tokens),
+            )
+            .unwrap_or(i64::MAX);
+            let charged = event.charged.to_db();
+            let tenant = event.tenant.as_str();
+            for (kind, period, scope) in [
+                (TOTAL_TENANT, month.clone(), String::new()),
+                (TOTAL_KEY, month.clone(), event.key.to_string()),
+                (TOTAL_FEATURE, month, event.feature.clone()),
+                (TOTAL_DAY, date.day_key(), String::new()),
+            ] {
+                let sum = totals
+                    .0
+                    .entry((tenant.to_owned(), kind, period, scope))
+                    .or_default();
+                sum.0 = sum.0.saturating_add(charged);
+                sum.1 = sum.1.saturating_add(tokens);
+            }
+        }
+        totals
+    }
+
+    fn rows(self) -> Vec<usage_total::ActiveModel> {
+        use sea_orm::ActiveValue::Set;
+        self.0
+            .into_iter()
+            .map(
+                |((tenant_id, kind, period, scope), (charged, tokens))| usage_total::ActiveModel {
+                    tenant_id: Set(tenant_id),
+                    kind: Set(kind.to_owned()),
+                    period: Set(period),
+                    scope: Set(scope),
+                    charged_nanos: Set(charged),
+                    tokens: Set(tokens),
+                },
+            )
+            .collect()
+    }
+}
+
+const TOTAL_TENANT: &str = "tenant";
+const TOTAL_KEY: &str = "key";
+const TOTAL_FEATURE: &str = "feature";
+const TOTAL_DAY: &str = "day";
+
+async fn add_totals(
+    txn: &DatabaseTransaction,
+    rows: Vec<usage_total::ActiveModel>,
+) -> Result<(), StorageError> {
+    let mut rest = rows;
+    while !rest.is_empty() {
+        let after = rest.split_off(statement_rows(rest.len()));
+        let chunk = std::mem::replace(&mut rest, after);
+        usage_total::Entity::insert_many(chunk)
+            .on_conflict(
+                OnConflict::columns([
+                    usage_total::Column::TenantId,
+                    usage_total::Column::Kind,
+                    usage_total::Column::Period,
+                    usage_total::Column::Scope,
+                ])
+                .value(
+                    usage_total::Column::ChargedNanos,
+                    Expr::cust("usage_totals.charged_nanos + excluded.charged_nanos"),
+                )
+                .value(
+                    usage_total::Column::Tokens,
+                    Expr::cust("usage_totals.tokens + excluded.tokens"),
+                )
+                .to_owned(),
+            )
+            .exec_without_returning(txn)
+            .await?;
+    }
+    Ok(())
+}
+
+/// A tenant's spend and tokens so far in a month and a day, from `usage_totals`.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct PeriodTotals {
+    pub committed: Nanos,
+    pub keys: HashMap<KeyId, Nanos>,
+    pub features: HashMap<String, Nanos>,
+    pub tokens_today: u64,
+    pub tokens_this_month: u64,
+}
+
+/// One indexed read, however many rows the month holds.
+pub async fn period_totals(
+    db: &DatabaseConnection,
+    tenant: &TenantId,
+    day: &str,
+    month: &str,
+) -> Result<PeriodTotals, StorageError> {
+    let rows = usage_total::Entity::find()
+        .filter(usage_total::Column::TenantId.eq(tenant.as_str()))
+        .filter(
+            usage_total::Column::Period
+                .eq(month)
+                .or(usage_total::Column::Period.eq(day)),
+        )
+        .all(db)
+        .await?;
+    let mut totals = PeriodTotals::default();
+    let tokens = |t: i64| u64::try_from(t).unwrap_or(0);
+    for row in rows {
+        let charged = Nanos::from_db(row.charged_nanos);
+        match (row.kind.as_str(), row.period == month) {
+            (TOTAL_TENANT, true) => {
+                totals.committed = charged;
+                totals.tokens_this_month = tokens(row.tokens);
+            }
+            (TOTAL_KEY, true) => {
+                totals.keys.insert(KeyId::new(row.scope), charged);
+            }
+            (TOTAL_FEATURE, true) => {
+                totals.features.insert(row.scope, charged);
+            }
+            (TOTAL_DAY, false) => totals.tokens_today = tokens(row.tokens),
+            _ => {}
+        }
+    }
+    Ok(totals)
 }
 
 /// Rows in the next INSERT of a batch with `remaining` rows: the largest power
@@ -84,76 +238,6 @@ pub async fn committed_in_period(
         .one(db)
         .await?;
     Ok(Nanos::from_db(row.and_then(|r| r.total).unwrap_or(0)))
-}
-
-#[derive(Debug, FromQueryResult)]
-struct ScopeSum {
-    scope: String,
-    total: Option<i64>,
-}
-
-/// The tenant's committed spend in a period per key and per feature (budget scopes).
-pub async fn committed_by_scope(
-    db: &DatabaseConnection,
-    tenant: &TenantId,
-    period: &str,
-) -> Result<(HashMap<KeyId, Nanos>, HashMap<String, Nanos>), StorageError> {
-    let mut by = Vec::with_capacity(2);
-    for column in [usage::Column::KeyId, usage::Column::Feature] {
-        let rows = usage::Entity::find()
-            .select_only()
-            .column_as(column, "scope")
-            .column_as(Expr::cust("CAST(SUM(charged_nanos) AS BIGINT)"), "total")
-            .filter(usage::Column::TenantId.eq(tenant.as_str()))
-            .filter(usage::Column::Period.eq(period))
-            .group_by(column)
-            .into_model::<ScopeSum>()
-            .all(db)
-            .await?;
-        by.push(
-            rows.into_iter()
-                .map(|r| (r.scope, Nanos::from_db(r.total.unwrap_or(0)))),
-        );
-    }
-    let features = by.pop().map(Iterator::collect).unwrap_or_default();
-    let keys = by
-        .pop()
-        .map(|rows| rows.map(|(k, v)| (KeyId::new(k), v)).collect())
-        .unwrap_or_default();
-    Ok((keys, features))
-}
-
-#[derive(Debug, FromQueryResult)]
-struct TokenSum {
-    total: Option<i64>,
-}
-
-/// Tokens (prompt + completion) a tenant used on a UTC day and in a month.
-pub async fn tokens_used(
-    db: &DatabaseConnection,
-    tenant: &TenantId,
-    day: &str,
-    period: &str,
-) -> Result<(u64, u64), StorageError> {
-    let mut sums = [0u64; 2];
-    for (i, (column, value)) in [(usage::Column::Day, day), (usage::Column::Period, period)]
-        .into_iter()
-        .enumerate()
-    {
-        let row = usage::Entity::find()
-            .select_only()
-            .column_as(
-                Expr::cust("CAST(SUM(prompt_tokens + completion_tokens) AS BIGINT)"),
-                "total",
-            )
-            .filter(usage::Column::TenantId.eq(tenant.as_str()))
-            .filter(column.eq(value))
-            .into_model::<TokenSum>()
-            .one(db)
-            .await?;
-        sums[i] = u64::try_from(row.and_then(|r| r.total).unwrap_or(0)).unwrap_or(0);
-    }
-    Ok((sums[0], sums[1]))
 }
 
 /// What a spend report groups by.

@@ -1,5 +1,5 @@
-//! A tenant's period so far, read from the ledger (after flushing this
-//! replica's batch, whose spend the query would otherwise miss): what a
+//! A tenant's period so far, read from the ledger's running totals (after
+//! flushing this replica's batch, whose spend they would otherwise miss): what a
 //! store starts from, and what reconciliation compares Redis with.
 
 use sea_orm::DatabaseConnection;
@@ -21,22 +21,15 @@ impl SeedSource {
         let month = period::month_key(now_ms);
         let day = Date::from_unix_ms(now_ms).day_key();
         self.ledger.flush().await.map_err(|e| e.to_string())?;
-        let committed = repo::committed_in_period(&self.db, &self.tenant, &month)
+        let totals = repo::period_totals(&self.db, &self.tenant, &day, &month)
             .await
             .map_err(|e| e.to_string())?;
-        let (keys, features) = repo::committed_by_scope(&self.db, &self.tenant, &month)
-            .await
-            .map_err(|e| e.to_string())?;
-        let (tokens_today, tokens_this_month) =
-            repo::tokens_used(&self.db, &self.tenant, &day, &month)
-                .await
-                .map_err(|e| e.to_string())?;
         Ok(Seed {
-            committed,
-            keys,
-            features,
-            tokens_today,
-            tokens_this_month,
+            committed: totals.committed,
+            keys: totals.keys,
+            features: totals.features,
+            tokens_today: totals.tokens_today,
+            tokens_this_month: totals.tokens_this_month,
         })
     }
 }

@@ -43,7 +43,13 @@ async fn migrate_and_round_trip(url: &str) {
         all
     );
     let schema = SchemaManager::new(&db);
-    for table in ["tenants", "api_keys", "usage", "feature_budgets"] {
+    for table in [
+        "tenants",
+        "api_keys",
+        "usage",
+        "feature_budgets",
+        "usage_totals",
+    ] {
         assert!(schema.has_table(table).await.unwrap(), "{table} on {url}");
     }
     // A restart migrates again: nothing left to do, nothing fails.
@@ -57,6 +63,146 @@ async fn migrate_and_round_trip(url: &str) {
 
     round_trip(&db, url).await;
     large_batch(&db, url).await;
+    running_totals(&db, url).await;
+    backfilled_totals(url).await;
+}
+
+/// `usage_totals` moves with the rows: replays add nothing, a batch of old and
+/// new rows adds only the new ones, and every kind reads back as the rows sum.
+async fn running_totals(db: &DatabaseConnection, url: &str) {
+    let tenant = unique_tenant("storage-totals");
+    let other = unique_tenant("storage-totals-other");
+    let day_ms = 86_400_000;
+    let at = |event: UsageEvent, key: &str, feature: &str, created_at_ms: u64| UsageEvent {
+        key: KeyId::new(key),
+        feature: feature.to_owned(),
+        created_at_ms,
+        ..event
+    };
+    let today = 1_796_040_000_000; // 2026-11-30
+    let first = vec![
+        at(event(&tenant, 1, AttemptStatus::Ok, 100), "k1", "a", today),
+        at(event(&tenant, 1, AttemptStatus::Ok, 20), "k2", "a", today),
+        at(
+            event(&tenant, 1, AttemptStatus::Ok, 3),
+            "k1",
+            "b",
+            today - day_ms,
+        ),
+        // December: another month, another day.
+        at(
+            event(&tenant, 1, AttemptStatus::Ok, 4_000),
+            "k1",
+            "a",
+            today + day_ms,
+        ),
+        at(
+            event(&other, 1, AttemptStatus::Ok, 50_000),
+            "k1",
+            "a",
+            today,
+        ),
+    ];
+    repo::insert_batch(db, &first).await.unwrap();
+    repo::insert_batch(db, &first).await.unwrap();
+    let mut second = first[..2].to_vec();
+    second.push(at(
+        event(&tenant, 2, AttemptStatus::Ok, 600_000),
+        "k2",
+        "b",
+        today,
+    ));
+    repo::insert_batch(db, &second).await.unwrap();
+
+    let id = TenantId::new(tenant.as_str());
+    let totals = repo::period_totals(db, &id, "2026-11-30", "2026-11")
+        .await
+        .unwrap();
+    let tokens = 3_000_000_000 + 77;
+    assert_eq!(totals.committed, Nanos::from_db(600_123), "{url}");
+    assert_eq!(
+        totals.committed,
+        repo::committed_in_period(db, &id, "2026-11").await.unwrap(),
+        "{url}"
+    );
+    let keys: Vec<(String, Nanos)> = sorted(totals.keys.iter().map(|(k, v)| (k.to_string(), *v)));
+    assert_eq!(
+        keys,
+        [
+            ("k1".to_owned(), Nanos::from_db(103)),
+            ("k2".to_owned(), Nanos::from_db(600_020))
+        ],
+        "{url}"
+    );
+    let features: Vec<(String, Nanos)> = sorted(totals.features.into_iter());
+    assert_eq!(
+        features,
+        [
+            ("a".to_owned(), Nanos::from_db(120)),
+            ("b".to_owned(), Nanos::from_db(600_003))
+        ],
+        "{url}"
+    );
+    assert_eq!(totals.tokens_today, 3 * tokens, "{url}");
+    assert_eq!(totals.tokens_this_month, 4 * tokens, "{url}");
+    let december = repo::period_totals(db, &id, "2026-12-01", "2026-12")
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            december.committed,
+            december.tokens_today,
+            december.tokens_this_month
+        ),
+        (Nanos::from_db(4_000), tokens, tokens),
+        "{url}"
+    );
+}
+
+/// Rows written before the totals table existed are summed into it by its migration.
+async fn backfilled_totals(url: &str) {
+    use sea_orm::EntityTrait;
+    let dir = tempfile::tempdir().unwrap();
+    let fresh = if url.starts_with("sqlite://") {
+        Backend::Sqlite.fresh_database_url(dir.path())
+    } else {
+        Backend::Postgres.fresh_database_url(dir.path())
+    };
+    let db = tollgate::storage::connect(&fresh, 2).await.unwrap();
+    let before_totals = Migrator::migrations().len() - 1;
+    Migrator::up(&db, Some(u32::try_from(before_totals).unwrap()))
+        .await
+        .unwrap();
+    let tenant = unique_tenant("storage-backfill");
+    let events = [
+        event(&tenant, 1, AttemptStatus::Ok, 11),
+        event(&tenant, 2, AttemptStatus::Ok, 22),
+    ];
+    entity::usage::Entity::insert_many(events.iter().map(UsageEvent::to_active_model))
+        .exec(&db)
+        .await
+        .unwrap();
+    tollgate::storage::migrate(&db).await.unwrap();
+    let totals = repo::period_totals(
+        &db,
+        &TenantId::new(tenant.as_str()),
+        "2026-11-30",
+        "2026-11",
+    )
+    .await
+    .unwrap();
+    assert_eq!(totals.committed, Nanos::from_db(33), "{fresh}");
+    assert_eq!(
+        totals.keys.get(&KeyId::new("key-1")),
+        Some(&Nanos::from_db(33))
+    );
+    assert_eq!(totals.tokens_today, 2 * (3_000_000_000 + 77), "{fresh}");
+}
+
+fn sorted<K: Ord, V>(items: impl Iterator<Item = (K, V)>) -> Vec<(K, V)> {
+    let mut items: Vec<(K, V)> = items.collect();
+    items.sort_by(|a, b| a.0.cmp(&b.0));
+    items
 }
 
 async fn round_trip(db: &DatabaseConnection, url: &str) {
