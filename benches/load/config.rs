@@ -38,15 +38,20 @@ pub struct ModelRoute {
 /// The gateway's TOML: key auth, request and token rate limits and token quotas, strict
 /// budgets with the real tokenizer, the ledger on the default SQLite and metrics all stay on;
 /// only the limits are set high. With `redis_url`, limits, quotas and budgets live in Redis
-/// (the mode replicas share them in).
+/// (the mode replicas share them in). With `fsync`, the ledger journal's `ledger.fsync`
+/// (the default, `batch`, otherwise).
 pub fn gateway_toml(
     listen_port: u16,
     dir: &Path,
     upstreams: &[Upstream],
     extra: &[ModelRoute],
     redis_url: Option<&str>,
+    fsync: Option<&str>,
 ) -> String {
     let redis = redis_url.map_or_else(String::new, |url| format!("redis_url = \"{url}\"\n"));
+    let ledger = fsync.map_or_else(String::new, |mode| {
+        format!("\n[ledger]\nfsync = \"{mode}\"\n")
+    });
     let mut toml = format!(
         r#"# Written by benches/load (cargo bench --bench load).
 [server]
@@ -61,7 +66,7 @@ currency = "USD"
 
 [tokenizer]
 encoding = "o200k_base"
-"#,
+{ledger}"#,
         db = dir.join("tollgate.db").display(),
     );
     let routes: Vec<String> = upstreams

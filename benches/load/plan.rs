@@ -81,6 +81,9 @@ pub enum Mode {
     Stream { chunks: u32, chunk_delay_ms: u64 },
     /// The second gateway, whose limits, quotas and budgets live in Redis.
     Redis,
+    /// A gateway configured like the plain one but with `ledger.fsync = "interval"`: no
+    /// request waits for the journal's fsync.
+    Interval,
 }
 
 /// The streaming shapes measured (each gets a route in every gateway's configuration).
@@ -119,6 +122,22 @@ pub fn cells(quick: bool, redis: bool) -> Vec<CellPlan> {
                 kinds: both.to_vec(),
             });
         }
+    }
+    let interval_rates: &[u64] = if quick { &[1_000] } else { &MODE_RATES };
+    let shapes = interval_rates
+        .iter()
+        .map(|rate| Shape::Open { rate: *rate })
+        .chain([Shape::Closed {
+            conns: CLOSED_CONNS,
+        }]);
+    for shape in shapes {
+        cells.push(CellPlan {
+            mode: Mode::Interval,
+            shape,
+            scenario: "short",
+            delay_ms: 0,
+            kinds: both.to_vec(),
+        });
     }
     if redis {
         let shapes = rates
@@ -375,7 +394,9 @@ impl<'a> Runner<'a> {
                 }
                 stream_route(chunks, chunk_delay_ms)
             }
-            Mode::Plain | Mode::Redis => (fake.route.clone(), UPSTREAM_MODEL.to_owned()),
+            Mode::Plain | Mode::Redis | Mode::Interval => {
+                (fake.route.clone(), UPSTREAM_MODEL.to_owned())
+            }
         };
         let streaming = matches!(mode, Mode::Stream { .. });
         let target = match kind {

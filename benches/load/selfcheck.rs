@@ -141,9 +141,16 @@ fn configuration() -> Result<()> {
         provider: "fake0".to_owned(),
         model: "bench-model+chunks-20+chunk-delay-2ms".to_owned(),
     }];
-    let toml =
-        crate::config::gateway_toml(8, std::path::Path::new("/tmp/x"), &upstreams, &[], None);
+    let toml = crate::config::gateway_toml(
+        8,
+        std::path::Path::new("/tmp/x"),
+        &upstreams,
+        &[],
+        None,
+        None,
+    );
     ensure!(!toml.contains("redis_url"));
+    ensure!(!toml.contains("[ledger]"));
     ensure!(toml.contains("database_url = \"sqlite:///tmp/x/tollgate.db?mode=rwc\""));
     ensure!(toml.contains("targets = [\"fake0/bench-model\"]"));
     ensure!(toml.contains("routes = [\"fast\"]"));
@@ -156,6 +163,7 @@ fn configuration() -> Result<()> {
         &upstreams,
         &extra,
         Some("redis://127.0.0.1:7/0"),
+        Some("interval"),
     );
     ensure!(toml.contains("[storage]\ndatabase_url = \"sqlite:///tmp/x/tollgate.db?mode=rwc\"\nredis_url = \"redis://127.0.0.1:7/0\"\n"));
     ensure!(toml.contains(
@@ -169,6 +177,13 @@ fn configuration() -> Result<()> {
             .get("storage")
             .and_then(|s| s.get("redis_url"))
             .is_some()
+    );
+    ensure!(
+        parsed
+            .get("ledger")
+            .and_then(|l| l.get("fsync"))
+            .and_then(toml::Value::as_str)
+            == Some("interval")
     );
     Ok(())
 }

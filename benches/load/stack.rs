@@ -22,6 +22,9 @@ const PEPPER: &str = "load-harness-pepper-not-a-secret";
 const READY_LIMIT: Duration = Duration::from_secs(30);
 /// The delays the fake upstreams add to every answer.
 pub const DELAYS_MS: [u64; 2] = [0, 50];
+/// The `ledger.fsync` of the gateway beside the default one: what the default's
+/// wait for a group fsync on each attempt's reserve costs shows between the two.
+pub const INTERVAL_FSYNC: &str = "interval";
 
 pub struct Fake {
     pub delay_ms: u64,
@@ -103,6 +106,8 @@ pub struct Stack {
     pub nginx: Nginx,
     pub redis: Redis,
     pub gateway: Child,
+    /// Configured like `gateway` but with `ledger.fsync = "interval"`.
+    pub interval: Gateway,
     pub fakes: Vec<Fake>,
     pub gateway_addr: SocketAddr,
     pub key: String,
@@ -126,7 +131,18 @@ impl Stack {
             process: gateway,
             addr: gateway_addr,
             key,
-        } = start_gateway(&path, "the gateway", &fakes, None).await?;
+        } = start_gateway(&path, "the gateway", &fakes, None, None).await?;
+        let interval_dir = path.join("interval");
+        std::fs::create_dir_all(&interval_dir)
+            .with_context(|| format!("creating {}", interval_dir.display()))?;
+        let interval = start_gateway(
+            &interval_dir,
+            "the fsync-interval gateway",
+            &fakes,
+            None,
+            Some(INTERVAL_FSYNC),
+        )
+        .await?;
 
         let nginx = match nginx_workers {
             Some(workers) => start_nginx(&path, fakes_addr(&fakes, 0)?, workers).await?,
@@ -146,6 +162,7 @@ impl Stack {
             nginx,
             redis,
             gateway,
+            interval,
             fakes,
             gateway_addr,
             key,
@@ -157,7 +174,7 @@ impl Stack {
     pub async fn start_gateway(&self, subdir: &str, name: &str) -> Result<Gateway> {
         let path = self.dir.path().join(subdir);
         std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
-        start_gateway(&path, name, &self.fakes, None).await
+        start_gateway(&path, name, &self.fakes, None, None).await
     }
 
     /// The gateway a mode's cells go through: (address, key, pid).
@@ -169,6 +186,11 @@ impl Stack {
                 }
                 Redis::Skipped(reason) => bail!("the Redis mode is not running: {reason}"),
             },
+            Mode::Interval => Ok((
+                self.interval.addr,
+                self.interval.key.as_str(),
+                self.interval.process.pid(),
+            )),
             Mode::Plain | Mode::Stream { .. } => {
                 Ok((self.gateway_addr, self.key.as_str(), self.gateway.pid()))
             }
@@ -177,7 +199,11 @@ impl Stack {
 
     /// The harness and every process it started.
     pub fn pids(&self) -> Vec<u32> {
-        let mut pids = vec![std::process::id(), self.gateway.pid()];
+        let mut pids = vec![
+            std::process::id(),
+            self.gateway.pid(),
+            self.interval.process.pid(),
+        ];
         pids.extend(self.fakes.iter().map(|fake| fake.process.pid()));
         if let Nginx::Running { process, .. } = &self.nginx {
             pids.push(process.pid());
@@ -303,6 +329,7 @@ async fn start_gateway(
     name: &str,
     fakes: &[Fake],
     redis_url: Option<&str>,
+    fsync: Option<&str>,
 ) -> Result<Gateway> {
     let port = free_port()?;
     let upstreams: Vec<Upstream> = fakes
@@ -316,7 +343,7 @@ async fn start_gateway(
     let config_path = dir.join("tollgate.toml");
     std::fs::write(
         &config_path,
-        config::gateway_toml(port, dir, &upstreams, &model_routes(), redis_url),
+        config::gateway_toml(port, dir, &upstreams, &model_routes(), redis_url, fsync),
     )
     .context("writing the gateway configuration")?;
     cli(
@@ -365,7 +392,7 @@ async fn start_redis(dir: &Path, fakes: &[Fake]) -> Result<Redis> {
     let mut server = Child::spawn("redis-server", command, &path.join("redis.log"))?;
     wait_for_pong(&mut server, addr).await?;
     let url = format!("redis://{addr}/0");
-    let gateway = start_gateway(&path, "the Redis-mode gateway", fakes, Some(&url)).await?;
+    let gateway = start_gateway(&path, "the Redis-mode gateway", fakes, Some(&url), None).await?;
     // The gateway starts on memory quotas when Redis is unreachable; this mode must not.
     let template = crate::http::Template::get(gateway.addr, "/readyz");
     let mut conn = crate::http::Conn::new(gateway.addr, &template);
