@@ -2,12 +2,15 @@
 //! bound it. The body is kept as a JSON map so every field the caller sent
 //! (tools, response_format, unknown ones) reaches the upstream unchanged.
 
+use bytes::Bytes;
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
 
 #[derive(Debug, Clone)]
 pub struct ChatRequest {
+    /// The caller's bytes, for building an upstream body without rewriting it all.
+    raw: Bytes,
     body: Map<String, Value>,
     model: String,
     max_tokens: Option<u32>,
@@ -59,6 +62,7 @@ impl ChatRequest {
             }
         };
         Ok(ChatRequest {
+            raw: Bytes::copy_from_slice(bytes),
             body,
             model,
             max_tokens,
@@ -69,6 +73,11 @@ impl ChatRequest {
 
     pub fn body(&self) -> &Map<String, Value> {
         &self.body
+    }
+
+    /// The body as the caller sent it.
+    pub fn raw(&self) -> &[u8] {
+        &self.raw
     }
 
     /// The `model` the caller asked for: a route name.

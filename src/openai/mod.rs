@@ -3,3 +3,4 @@
 
 pub mod chat;
 pub mod models;
+pub mod splice;

@@ -10,10 +10,46 @@ use serde_json::{Map, Value};
 
 use crate::config::TenantIdField;
 use crate::openai::chat::ChatRequest;
+use crate::openai::splice;
 use crate::pricing::Usage;
 
 /// The body sent upstream for one target, with the tenant id in the given field if any.
 pub fn build_body(
+    request: &ChatRequest,
+    model: &str,
+    max_tokens: u32,
+    tenant: Option<(TenantIdField, &str)>,
+) -> Bytes {
+    let model_json = Value::from(model).to_string();
+    let max_tokens_json = max_tokens.to_string();
+    let tenant_json = tenant.map(|(field, id)| (field.as_str(), Value::from(id).to_string()));
+    let options_json = request.stream().then(|| {
+        // Exact billing needs the provider's usage; the relay strips it if the caller did not ask.
+        let mut options = match request.body().get("stream_options") {
+            Some(Value::Object(options)) => options.clone(),
+            _ => Map::new(),
+        };
+        options.insert("include_usage".to_owned(), Value::Bool(true));
+        Value::Object(options).to_string()
+    });
+    let mut set = vec![
+        ("model", model_json.as_str()),
+        (request.max_tokens_field(), max_tokens_json.as_str()),
+    ];
+    if let Some((field, id)) = &tenant_json {
+        set.push((field, id.as_str()));
+    }
+    if let Some(options) = &options_json {
+        set.push(("stream_options", options.as_str()));
+    }
+    match splice::set_members(request.raw(), &set) {
+        Some(body) => Bytes::from(body),
+        None => build_from_values(request, model, max_tokens, tenant),
+    }
+}
+
+/// `build_body` for a body the splice cannot rewrite (an escaped key): from the parsed values.
+fn build_from_values(
     request: &ChatRequest,
     model: &str,
     max_tokens: u32,
@@ -150,6 +186,35 @@ mod tests {
                 ),
                 (3000, 2000, 400)
             );
+        }
+    }
+
+    /// The spliced body says what the body rebuilt from parsed values says.
+    #[test]
+    fn the_caller_s_bytes_are_rewritten_as_the_parsed_body_would_be() {
+        let bodies = [
+            r#"{"model":"fast","messages":[{"role":"user","content":"hi \"model\": {}"}]}"#,
+            r#"{ "messages": [{"role":"system","content":"s"},{"role":"user","content":"u"}], "model": "fast", "max_tokens": 12, "user": "caller" }"#,
+            r#"{"model":"fast","messages":[{"role":"user","content":"x"}],"max_completion_tokens":5,"stream":true}"#,
+            r#"{"model":"fast","messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":{"include_usage":false,"other":1}}"#,
+            r#"{"model":"fast","messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":null,"tools":[{"type":"function","function":{"name":"f","parameters":{"model":"m"}}}]}"#,
+            r#"{"mod\u0065l":"fast","messages":[{"role":"user","content":"escaped key: values path"}]}"#,
+        ];
+        for body in bodies {
+            let request = ChatRequest::parse(body.as_bytes()).unwrap();
+            for tenant in [
+                None,
+                Some((TenantIdField::User, "t-1")),
+                Some((TenantIdField::UserId, "t\"2")),
+            ] {
+                let spliced = build_body(&request, "gpt-4o-mini", 256, tenant);
+                let rebuilt = build_from_values(&request, "gpt-4o-mini", 256, tenant);
+                let spliced: Value = serde_json::from_slice(&spliced).unwrap();
+                let rebuilt: Value = serde_json::from_slice(&rebuilt).unwrap();
+                assert_eq!(spliced, rebuilt, "{body} {tenant:?}");
+                assert_eq!(spliced["model"], "gpt-4o-mini");
+                assert_eq!(spliced[request.max_tokens_field()], 256);
+            }
         }
     }
 
