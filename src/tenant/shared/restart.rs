@@ -39,30 +39,61 @@ pub fn replica_id(journal_dir: Option<&Path>) -> String {
     id
 }
 
+/// Tries at resolving, and the wait before the first retry (doubled after each).
+const RESOLVE_TRIES: u32 = 4;
+const RESOLVE_RETRY_MS: u64 = 250;
+
 /// Settles or releases what this replica held before it stopped; returns
-/// how many reservations it resolved. Any failure leaves the rest to expiry.
+/// how many reservations it resolved. A failed try (Redis or the database
+/// slow or away) is retried a few times before serving starts: until they are
+/// resolved, the tenants' shared spend lacks what the replay charged. What is
+/// still unresolved after the last try waits for its expiry.
 pub async fn resolve_own(
     store: &SharedStore,
     db: &DatabaseConnection,
     replica: &str,
     now_ms: u64,
 ) -> usize {
-    let held = match store.held_by_replica(replica).await {
-        Ok(held) => held,
-        Err(error) => {
-            tracing::warn!(error = %error, "Cannot list this replica's shared reservations; they wait for their expiry.");
-            return 0;
+    let mut resolved = 0;
+    let mut delay = RESOLVE_RETRY_MS;
+    for attempt in 1..=RESOLVE_TRIES {
+        match resolve_once(store, db, replica, now_ms).await {
+            Ok(n) => return resolved + n,
+            Err((n, error)) => {
+                resolved += n;
+                if attempt == RESOLVE_TRIES {
+                    tracing::warn!(error = %error, resolved, "Cannot resolve all of this replica's shared reservations; the rest wait for their expiry.");
+                    break;
+                }
+                tracing::info!(error = %error, attempt, "Resolving this replica's shared reservations failed; retrying.");
+                actix_rt::time::sleep(std::time::Duration::from_millis(delay)).await;
+                delay *= 2;
+            }
         }
-    };
+    }
+    resolved
+}
+
+/// One pass; on failure, how many it resolved before it.
+async fn resolve_once(
+    store: &SharedStore,
+    db: &DatabaseConnection,
+    replica: &str,
+    now_ms: u64,
+) -> Result<usize, (usize, String)> {
+    let held = store
+        .held_by_replica(replica)
+        .await
+        .map_err(|e| (0, e.to_string()))?;
     let mut by_tenant: BTreeMap<TenantId, Vec<String>> = BTreeMap::new();
     for (tenant, request) in held {
         by_tenant.entry(tenant).or_default().push(request);
     }
     let mut resolved = 0;
     for (tenant, requests) in by_tenant {
-        let Ok(rows) = repo::rows_of_requests(db, &tenant, &requests).await else {
-            return resolved;
-        };
+        let rows = repo::rows_of_requests(db, &tenant, &requests)
+            .await
+            .map_err(|e| (resolved, e.to_string()))?;
         let quota = store.tenant(&tenant);
         for request in requests {
             let (charged, tokens) = match expiry::ledger_outcome(&rows, &request) {
@@ -73,11 +104,11 @@ pub async fn resolve_own(
             match quota.close_request(&request, charged, tokens, now_ms).await {
                 Ok(true) => resolved += 1,
                 Ok(false) => {}
-                Err(_) => return resolved,
+                Err(error) => return Err((resolved, error.to_string())),
             }
         }
     }
-    resolved
+    Ok(resolved)
 }
 
 #[cfg(test)]
