@@ -55,27 +55,40 @@ pub async fn insert_batch<E: Borrow<UsageEvent>>(
             inserted.insert(row.try_get::<String>("", "event_id")?);
         }
     }
-    let totals = Totals::of(
-        events
-            .iter()
-            .map(Borrow::borrow)
-            .filter(|e| inserted.contains(&e.event_id.to_string())),
-    );
-    add_totals(&txn, totals.rows()).await?;
+    let all = events.iter().map(Borrow::borrow);
+    let rows = if inserted.len() == events.len() {
+        Totals::rows(all)
+    } else {
+        Totals::rows(all.filter(|e| inserted.contains(&e.event_id.to_string())))
+    };
+    add_totals(&txn, rows).await?;
     txn.commit().await?;
     Ok(())
 }
 
-/// What a batch adds to `usage_totals`, by (tenant, kind, period, scope).
-#[derive(Default)]
-struct Totals(HashMap<(String, &'static str, String, String), (i64, i64)>);
+/// What a batch adds to `usage_totals`.
+struct Totals;
 
 impl Totals {
-    fn of<'a>(events: impl Iterator<Item = &'a UsageEvent>) -> Totals {
-        let mut totals = Totals::default();
-        for event in events {
-            let date = Date::from_unix_ms(event.created_at_ms);
-            let month = date.month_key();
+    /// One row per (tenant, kind, period, scope) the events touch, with their
+    /// sums. Keys borrow from the events; each UTC day's keys are formatted once.
+    fn rows<'a>(events: impl Iterator<Item = &'a UsageEvent>) -> Vec<usage_total::ActiveModel> {
+        use sea_orm::ActiveValue::Set;
+        let events: Vec<&UsageEvent> = events.collect();
+        let mut periods: HashMap<u64, (String, String)> = HashMap::new();
+        for event in &events {
+            periods
+                .entry(event.created_at_ms / DAY_MS)
+                .or_insert_with(|| {
+                    let date = Date::from_unix_ms(event.created_at_ms);
+                    (date.day_key(), date.month_key())
+                });
+        }
+        let mut sums: HashMap<(&str, &'static str, &str, &str), (i64, i64)> = HashMap::new();
+        for event in &events {
+            let Some((day, month)) = periods.get(&(event.created_at_ms / DAY_MS)) else {
+                continue;
+            };
             let tokens = i64::try_from(
                 event
                     .usage
@@ -86,32 +99,23 @@ impl Totals {
             let charged = event.charged.to_db();
             let tenant = event.tenant.as_str();
             for (kind, period, scope) in [
-                (TOTAL_TENANT, month.clone(), String::new()),
-                (TOTAL_KEY, month.clone(), event.key.to_string()),
-                (TOTAL_FEATURE, month, event.feature.clone()),
-                (TOTAL_DAY, date.day_key(), String::new()),
+                (TOTAL_TENANT, month.as_str(), ""),
+                (TOTAL_KEY, month.as_str(), event.key.as_str()),
+                (TOTAL_FEATURE, month.as_str(), event.feature.as_str()),
+                (TOTAL_DAY, day.as_str(), ""),
             ] {
-                let sum = totals
-                    .0
-                    .entry((tenant.to_owned(), kind, period, scope))
-                    .or_default();
+                let sum = sums.entry((tenant, kind, period, scope)).or_default();
                 sum.0 = sum.0.saturating_add(charged);
                 sum.1 = sum.1.saturating_add(tokens);
             }
         }
-        totals
-    }
-
-    fn rows(self) -> Vec<usage_total::ActiveModel> {
-        use sea_orm::ActiveValue::Set;
-        self.0
-            .into_iter()
+        sums.into_iter()
             .map(
                 |((tenant_id, kind, period, scope), (charged, tokens))| usage_total::ActiveModel {
-                    tenant_id: Set(tenant_id),
+                    tenant_id: Set(tenant_id.to_owned()),
                     kind: Set(kind.to_owned()),
-                    period: Set(period),
-                    scope: Set(scope),
+                    period: Set(period.to_owned()),
+                    scope: Set(scope.to_owned()),
                     charged_nanos: Set(charged),
                     tokens: Set(tokens),
                 },
@@ -120,6 +124,7 @@ impl Totals {
     }
 }
 
+const DAY_MS: u64 = 86_400_000;
 const TOTAL_TENANT: &str = "tenant";
 const TOTAL_KEY: &str = "key";
 const TOTAL_FEATURE: &str = "feature";
