@@ -4,6 +4,7 @@
 //! configuration, status from `ErrorCode::as_str()`.
 
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use metrics::{Label, Unit, describe_counter, describe_gauge, describe_histogram};
 
@@ -463,9 +464,31 @@ pub fn install() -> PrometheusHandle {
             }
             describe_all();
             zero_unlabeled();
+            spawn_upkeep(handle.clone());
             handle
         })
         .clone()
+}
+
+/// How often histogram samples are folded into their buckets.
+const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The recorder keeps every histogram sample until it is folded into the
+/// buckets, which otherwise happens only when `/metrics` is rendered: without
+/// a scraper each request left its samples behind for good (about 120 bytes
+/// per request, a steady growth of resident memory).
+fn spawn_upkeep(handle: PrometheusHandle) {
+    let spawned = std::thread::Builder::new()
+        .name("tollgate-metrics".to_owned())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(UPKEEP_INTERVAL);
+                handle.run_upkeep();
+            }
+        });
+    if let Err(error) = spawned {
+        tracing::warn!(error = %error, "Cannot start the metrics upkeep thread; histogram samples wait for /metrics to be scraped.");
+    }
 }
 
 #[cfg(test)]
