@@ -91,8 +91,8 @@ pub const STREAM_MODES: [Mode; 1] = [Mode::Stream {
     chunks: 20,
     chunk_delay_ms: 2,
 }];
-/// The open-loop rates of the streaming cells, and of the Redis cells in a full run (a smoke
-/// run keeps 1,000 for those).
+/// The open-loop rates of the streaming cells, and of the fsync-interval and Redis cells in a
+/// full run (a smoke run keeps 1,000 for those).
 pub const MODE_RATES: [u64; 2] = [200, 1_000];
 
 #[derive(Debug, Clone)]
@@ -123,23 +123,12 @@ pub fn cells(quick: bool, redis: bool) -> Vec<CellPlan> {
             });
         }
     }
-    let interval_rates: &[u64] = if quick { &[1_000] } else { &MODE_RATES };
-    let shapes = interval_rates
-        .iter()
-        .map(|rate| Shape::Open { rate: *rate })
-        .chain([Shape::Closed {
-            conns: CLOSED_CONNS,
-        }]);
-    for shape in shapes {
-        cells.push(CellPlan {
-            mode: Mode::Interval,
-            shape,
-            scenario: "short",
-            delay_ms: 0,
-            kinds: both.to_vec(),
-        });
-    }
+    let mut modes = vec![Mode::Interval];
     if redis {
+        modes.push(Mode::Redis);
+    }
+    for mode in modes {
+        // Short prompts, 0 ms upstream: open loop at each rate, then the closed loop.
         let shapes = rates
             .iter()
             .map(|rate| Shape::Open { rate: *rate })
@@ -148,7 +137,7 @@ pub fn cells(quick: bool, redis: bool) -> Vec<CellPlan> {
             }]);
         for shape in shapes {
             cells.push(CellPlan {
-                mode: Mode::Redis,
+                mode,
                 shape,
                 scenario: "short",
                 delay_ms: 0,

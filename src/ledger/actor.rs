@@ -92,9 +92,14 @@ pub struct LedgerActor {
 }
 
 impl LedgerActor {
+    /// Every row handed over so far, in order, leaving the inbox empty.
+    fn take_inbox(&self) -> Vec<Journaled> {
+        std::mem::take(&mut *lock(&self.inbox))
+    }
+
     /// Moves every handed-over row into the batch (or the spill), in order.
     fn drain(&mut self, ctx: &mut Context<Self>) {
-        let rows = std::mem::take(&mut *lock(&self.inbox));
+        let rows = self.take_inbox();
         for row in rows {
             self.accept(row, ctx);
         }
@@ -263,7 +268,7 @@ impl Handler<Flush> for LedgerActor {
         self.retry_at_ms = 0;
         // Without writing (a full batch would start its own write first): every
         // row handed over before the flush is in the chunks below.
-        let rows = std::mem::take(&mut *lock(&self.inbox));
+        let rows = self.take_inbox();
         for row in rows {
             self.accept_queued(row);
         }

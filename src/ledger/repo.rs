@@ -163,7 +163,7 @@ async fn add_totals(
 }
 
 /// A tenant's spend and tokens so far in a month and a day, from `usage_totals`.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PeriodTotals {
     pub committed: Nanos,
     pub keys: HashMap<KeyId, Nanos>,

@@ -53,15 +53,8 @@ impl fmt::Display for Scope {
     }
 }
 
-/// A tenant's period so far, from the ledger: what a store starts from.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Seed {
-    pub committed: Nanos,
-    pub keys: HashMap<KeyId, Nanos>,
-    pub features: HashMap<String, Nanos>,
-    pub tokens_today: u64,
-    pub tokens_this_month: u64,
-}
+/// A tenant's period so far, from the ledger's running totals: what a store starts from.
+pub type Seed = crate::ledger::repo::PeriodTotals;
 
 /// Money of one scope in the current period.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -21,15 +21,8 @@ impl SeedSource {
         let month = period::month_key(now_ms);
         let day = Date::from_unix_ms(now_ms).day_key();
         self.ledger.flush().await.map_err(|e| e.to_string())?;
-        let totals = repo::period_totals(&self.db, &self.tenant, &day, &month)
+        repo::period_totals(&self.db, &self.tenant, &day, &month)
             .await
-            .map_err(|e| e.to_string())?;
-        Ok(Seed {
-            committed: totals.committed,
-            keys: totals.keys,
-            features: totals.features,
-            tokens_today: totals.tokens_today,
-            tokens_this_month: totals.tokens_this_month,
-        })
+            .map_err(|e| e.to_string())
     }
 }
