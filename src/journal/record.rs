@@ -18,6 +18,11 @@ pub enum Record {
         deadline_ms: u64,
         orphan: EventRecord,
     },
+    /// An attempt's own row, journaled just before its charge is committed in
+    /// the shared quota store. It supersedes the attempt's reserve: without a
+    /// later `settle` replay writes this row, so the ledger charges what the
+    /// store may have committed, not the reserved amount.
+    Settling { event: EventRecord },
     /// A ledger row, as handed to the ledger.
     Settle { event: EventRecord },
     /// Every settle up to this sequence number is in the database.

@@ -1,12 +1,14 @@
 //! Reading back what an earlier process left: the settles past its last
 //! checkpoint (their rows may not be in the database yet), and one `orphaned`
 //! row per reserve that never got a settle (the attempt was in flight when the
-//! process died; the upstream may have billed it). An orphan takes its
-//! request's orphan id (`EventId::orphan_of`), so replaying twice, after a
-//! crash during replay, or after another replica swept the same shared
-//! reservation, yields one row: the database's unique event ids drop repeats.
+//! process died; the upstream may have billed it). A reserve superseded by a
+//! `settling` record yields that record's row instead: the shared quota store
+//! may have committed its cost. Either takes its request's orphan id
+//! (`EventId::orphan_of`), so replaying twice, after a crash during replay, or
+//! after another replica swept the same shared reservation, yields one row:
+//! the database's unique event ids drop repeats.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use super::frame;
@@ -37,7 +39,9 @@ pub fn recover(dir: &Path) -> std::io::Result<Recovered> {
     };
     let mut checkpoint = 0;
     let mut settles: Vec<(u64, EventRecord)> = Vec::new();
+    // The last reserve or settling of each attempt, in the order attempts began.
     let mut reserves: Vec<EventRecord> = Vec::new();
+    let mut reserve_at: HashMap<String, usize> = HashMap::new();
     let mut settled: HashSet<String> = HashSet::new();
     let mut orphaned_requests: HashSet<String> = HashSet::new();
     for path in &recovered.segments {
@@ -57,7 +61,14 @@ pub fn recover(dir: &Path) -> std::io::Result<Recovered> {
                     }
                     settles.push((seq, event));
                 }
-                Ok(Record::Reserve { orphan, .. }) => reserves.push(orphan),
+                Ok(Record::Reserve { orphan: row, .. } | Record::Settling { event: row }) => {
+                    if let Some(&at) = reserve_at.get(&row.event_id) {
+                        reserves[at] = row;
+                    } else {
+                        reserve_at.insert(row.event_id.clone(), reserves.len());
+                        reserves.push(row);
+                    }
+                }
                 Ok(Record::Checkpoint { upto }) => checkpoint = checkpoint.max(upto),
                 Err(error) => {
                     tracing::warn!(segment = %path.display(), seq, error = %error, "Unreadable journal record; skipped.");
@@ -87,9 +98,14 @@ pub fn recover(dir: &Path) -> std::io::Result<Recovered> {
             // The request's one orphan row: a replica that swept the shared
             // reservation meanwhile wrote the same id.
             event.event_id = EventId::orphan_of(&event.request_id);
-            tracing::warn!(request_id = %event.request_id, tenant = %event.tenant, provider = %event.provider, reserved = %event.reserved, "Attempt in flight when the gateway stopped; recorded as orphaned at its reserved amount.");
+            if event.status == AttemptStatus::Orphaned {
+                tracing::warn!(request_id = %event.request_id, tenant = %event.tenant, provider = %event.provider, reserved = %event.reserved, "Attempt in flight when the gateway stopped; recorded as orphaned at its reserved amount.");
+                recovered.orphans += 1;
+            } else {
+                tracing::warn!(request_id = %event.request_id, tenant = %event.tenant, provider = %event.provider, charged = %event.charged, "Attempt settling in the shared quota store when the gateway stopped; recorded at its cost.");
+                recovered.settles += 1;
+            }
             recovered.events.push(event);
-            recovered.orphans += 1;
         }
     }
     Ok(recovered)

@@ -208,6 +208,29 @@ impl Journal {
         self.wait_durable(seq).await;
     }
 
+    /// Journals the row of an attempt whose charge is about to be committed in
+    /// the shared quota store, in place of its reserve (see `Record::Settling`):
+    /// a process killed between the store's commit and the row's own settle
+    /// then leaves the row the store charged for. Not waited for: only a lost
+    /// machine, not a killed process, loses the write, and then replay charges
+    /// the reserved amount, never less than the store. Nothing is written if
+    /// the attempt has no open reserve (its request was already orphaned).
+    pub fn append_settling(&self, event: &UsageEvent) {
+        let record = Record::Settling {
+            event: EventRecord::from(event),
+        };
+        let Some(payload) = encode(&record) else {
+            return;
+        };
+        let mut inner = self.lock();
+        let Some(open) = inner.open.get_mut(&event.event_id) else {
+            return;
+        };
+        // A rotation from here on carries the row forward, not the reserve.
+        open.payload.clone_from(&payload);
+        inner.append_payload(&payload);
+    }
+
     /// Every settle up to `upto` is in the database: segments wholly below it go.
     pub fn checkpoint(&self, upto: u64) {
         let mut inner = self.lock();

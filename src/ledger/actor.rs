@@ -457,6 +457,15 @@ impl LedgerHandle {
         }
     }
 
+    /// Journals the row of an attempt whose charge the shared quota store is
+    /// about to commit (`Journal::append_settling`); `record` follows with
+    /// the row as settled.
+    pub fn settling(&self, event: &UsageEvent) {
+        if let Some(journal) = &self.journal {
+            journal.append_settling(event);
+        }
+    }
+
     /// Whether a new paid request may go ahead, per `ledger.on_backlog_full`.
     pub fn admit_paid(&self) -> bool {
         if !self.is_saturated() {

@@ -720,7 +720,15 @@ impl Dispatch<'_> {
         let reserved = reservation.granted().amount;
         row.usage = usage;
         row.usage_kind = usage_kind;
-        let remaining = record::settle(reservation, cost, &mut row).await;
+        let remaining = record::settle(
+            self.gw,
+            self.ctx,
+            self.route.name.as_str(),
+            reservation,
+            cost,
+            &mut row,
+        )
+        .await;
         record::meter(self.gw, self.ctx, &usage, row.charged);
         if let Some(key) = self.cache_key {
             let cached = CachedResponse {

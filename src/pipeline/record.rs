@@ -147,11 +147,23 @@ fn event(
 /// full cost, or nothing if the reservation had already expired (then its
 /// `orphaned` row carries the charge). Returns the budget left.
 pub async fn settle(
+    gw: &Gateway,
+    ctx: &RequestContext,
+    route: &str,
     reservation: ReservationGuard,
     cost: Nanos,
     row: &mut AttemptRow,
 ) -> Option<Nanos> {
     let reserved = reservation.granted().amount;
+    if gw.quota_store.is_some() {
+        // Written ahead of the shared commit: the store outlives this process,
+        // so a kill between the commit and the row must not leave the ledger
+        // charging the reserved amount where the store charged `cost`.
+        let mut settling = row.clone();
+        settling.charged = cost;
+        gw.ledger
+            .settling(&event(gw, ctx, route, reserved, settling));
+    }
     observe(
         Metric::ReservationChargeRatio,
         &[],

@@ -225,7 +225,15 @@ impl Relay {
         row.ttft_ms = Some(self.ttft_ms);
         row.error = error;
         let reserved = self.reservation.granted().amount;
-        record::settle(self.reservation, cost, &mut row).await;
+        record::settle(
+            &self.gw,
+            &self.ctx,
+            &self.route,
+            self.reservation,
+            cost,
+            &mut row,
+        )
+        .await;
         record::meter(&self.gw, &self.ctx, &usage, row.charged);
         if status != self.success_status {
             let labels = [

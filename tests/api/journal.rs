@@ -570,7 +570,18 @@ async fn a_database_outage_fills_the_backlog_then_refuses_then_backfills_every_r
             "tollgate_ledger_backlog_full_total{action=\"refused\"}"
         ) >= 1
     );
-    assert!(metric_value(&metrics, "tollgate_ledger_write_errors_total") >= 1);
+    // The backlog can fill before the first write attempt has timed out.
+    wait_until(
+        || {
+            metric_value(
+                &app.gateway.metrics.render(),
+                "tollgate_ledger_write_errors_total",
+            ) >= 1
+        },
+        Duration::from_secs(30),
+        "a failed ledger write",
+    )
+    .await;
 
     let mut pg = pg;
     let pg = blocking(move || {
@@ -858,6 +869,63 @@ async fn after_a_failed_attempt_only_the_attempt_in_flight_becomes_an_orphan() {
             AttemptStatus::Orphaned,
             Nanos::new(5_000)
         )
+    );
+}
+
+#[actix_web::test]
+async fn an_attempt_killed_while_settling_in_the_shared_store_replays_at_its_cost() {
+    let dir = tempfile::tempdir().unwrap();
+    // Small segments: the settling row must survive rotations and checkpoints.
+    let options = options(dir.path(), 4096);
+    let (journal, _) = Journal::open(&options).unwrap();
+    // Killed between the shared store's commit and the row's own settle.
+    let settling = event("t", "settling", AttemptStatus::Ok, 1_234);
+    journal.append_reserve(&orphan_of(&settling), 0).await;
+    journal.append_settling(&settling);
+    // Settled in full: its settling record changes nothing.
+    let settled = event("t", "settled", AttemptStatus::Ok, 77);
+    journal.append_reserve(&orphan_of(&settled), 0).await;
+    journal.append_settling(&settled);
+    journal.append_settle(settled.clone(), |_, _| {});
+    // Still in flight upstream: an orphan at its reserved amount.
+    let in_flight = event("t", "in-flight", AttemptStatus::Ok, 0);
+    journal.append_reserve(&orphan_of(&in_flight), 0).await;
+    // No open reserve (its request was orphaned meanwhile): not journaled at all.
+    let unreserved = event("t", "unreserved", AttemptStatus::Ok, 9);
+    journal.append_settling(&unreserved);
+    let mut last_seq = 0;
+    for i in 0..100 {
+        let other = event("t", &format!("r{i}"), AttemptStatus::Ok, 1);
+        journal.append_reserve(&orphan_of(&other), 0).await;
+        journal.append_settle(other, |_, seq| last_seq = seq);
+    }
+    journal.checkpoint(last_seq);
+    assert_eq!(journal.segments(), 1, "the old segments are gone");
+    assert_eq!(journal.open_reserves(), 2);
+    drop(journal);
+
+    let (_journal, recovered) = Journal::open(&options).unwrap();
+    assert_eq!((recovered.settles, recovered.orphans), (1, 1));
+    let by_request: HashMap<&str, &UsageEvent> = recovered
+        .events
+        .iter()
+        .map(|e| (e.request_id.as_str(), e))
+        .collect();
+    assert_eq!(by_request.len(), 2);
+    let row = by_request["settling"];
+    assert_eq!(
+        (row.status, row.charged, row.usage, row.event_id),
+        (
+            AttemptStatus::Ok,
+            Nanos::new(1_234),
+            settling.usage,
+            EventId::orphan_of(&settling.request_id)
+        )
+    );
+    let orphan = by_request["in-flight"];
+    assert_eq!(
+        (orphan.status, orphan.charged),
+        (AttemptStatus::Orphaned, Nanos::new(5_000))
     );
 }
 
