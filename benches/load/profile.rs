@@ -1,6 +1,9 @@
-//! Where the gateway's CPU time goes: `perf record` (cpu-clock sampling, self time) attached to
-//! the gateway process for a few seconds of closed-loop short-prompt load, run after the
-//! measurements so its overhead touches none of them.
+//! Where the gateway's CPU time goes: `perf record` (cpu-clock sampling, with DWARF call
+//! stacks) attached to the gateway process for a few seconds of closed-loop short-prompt load,
+//! run after the measurements so its overhead touches none of them. Reported as self time by
+//! thread, binary and function, and as inclusive time by component: each sample's whole stack
+//! is matched against the components in `COMPONENTS` order, so a `malloc` or a `write(2)` counts
+//! for the part of the gateway that called it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,6 +20,94 @@ const SECONDS: u64 = 3;
 const FREQUENCY: &str = "997";
 const TOP_SYMBOLS: usize = 25;
 const TOP_THREADS: usize = 8;
+/// Bytes of stack copied per sample for unwinding: deep enough for actix's handler stacks.
+const STACK_BYTES: &str = "dwarf,16384";
+
+/// The gateway's parts, most specific first: a sample belongs to the first whose pattern
+/// (substrings of a function name) appears anywhere in its stack.
+const COMPONENTS: &[(&str, &[&str])] = &[
+    ("journal: group fsync", &["tollgate::journal::sync"]),
+    (
+        "journal: records (encode, write(2))",
+        &["tollgate::journal::"],
+    ),
+    (
+        "ledger: batch INSERTs (actor, SQLite)",
+        &[
+            "tollgate::ledger::",
+            "sqlite3",
+            "sqlx_sqlite",
+            "sea_orm",
+            "sea_query",
+        ],
+    ),
+    (
+        "logs: JSON lines (format, write)",
+        &[
+            "tracing_subscriber::fmt",
+            "tracing_core::event",
+            "tracing_serde",
+            "tracing_appender",
+        ],
+    ),
+    (
+        "metrics",
+        &[
+            "tollgate::telemetry::metrics",
+            "metrics_util",
+            "metrics_exporter",
+        ],
+    ),
+    ("tokenizer", &["tiktoken", "tollgate::tokenize"]),
+    (
+        "authentication",
+        &["tollgate::auth", "tollgate::directory", "TenantAuth"],
+    ),
+    (
+        "tenant actor: limits, reservation, settlement (and its messages)",
+        &["tollgate::tenant::"],
+    ),
+    (
+        "request and response JSON",
+        &[
+            "tollgate::openai::",
+            "tollgate::provider::adapters",
+            "serde_json::de",
+        ],
+    ),
+    (
+        "upstream HTTP client (awc, its socket I/O)",
+        &["awc::", "actix_http::h1::client"],
+    ),
+    (
+        "wake-ups of other threads",
+        &["Waker::wake", "unpark", "wake_by_", "futex_wake"],
+    ),
+    (
+        "tracing spans",
+        &[
+            "tracing::span::",
+            "tracing_subscriber::registry",
+            "sharded_slab",
+        ],
+    ),
+    ("gateway pipeline, other", &["tollgate::"]),
+    (
+        "HTTP server (actix-web, its socket I/O)",
+        &["actix_http::", "actix_web::", "actix_server::"],
+    ),
+    (
+        "runtime (tokio, actix)",
+        &["tokio::", "actix::", "actix_rt::", "mio::"],
+    ),
+];
+/// Threads whose samples lack a matching frame (a stack cut short) still say what they do.
+const THREADS: &[(&str, &str)] = &[
+    ("tollgate-journa", "journal: group fsync"),
+    ("sqlx-sqlite-wor", "ledger: batch INSERTs (actor, SQLite)"),
+    ("tollgate-log", "logs: JSON lines (format, write)"),
+];
+const UNMATCHED: &str = "other (kernel, libc, allocator: no frame above matched)";
 
 #[derive(Debug, Serialize)]
 pub struct Profile {
@@ -28,6 +119,17 @@ pub struct Profile {
     pub objects: Vec<(String, String)>,
     /// (share of samples, `[.]` user or `[k]` kernel, function).
     pub symbols: Vec<(String, String)>,
+    /// Inclusive time by component, largest first.
+    pub components: Vec<Component>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Component {
+    pub name: String,
+    /// Share of all samples, in hundredths of a percent.
+    pub basis_points: u64,
+    /// Share of all samples whose innermost frame is in the kernel, in hundredths of a percent.
+    pub kernel_basis_points: u64,
 }
 
 pub async fn gateway(stack: &mut Stack, target: &Target) -> Result<Profile> {
@@ -36,7 +138,7 @@ pub async fn gateway(stack: &mut Stack, target: &Target) -> Result<Profile> {
     let data = dir.join("perf.data");
     let mut record = Command::new(&perf);
     record
-        .args(["record", "-F", FREQUENCY, "-o"])
+        .args(["record", "-F", FREQUENCY, "--call-graph", STACK_BYTES, "-o"])
         .arg(&data)
         .args(["-p", &stack.gateway.pid().to_string(), "--", "sleep"])
         .arg(SECONDS.to_string());
@@ -63,7 +165,79 @@ pub async fn gateway(stack: &mut Stack, target: &Target) -> Result<Profile> {
         threads: report(&perf, &data, "comm", TOP_THREADS)?,
         objects: report(&perf, &data, "dso", TOP_THREADS)?,
         symbols: report(&perf, &data, "symbol", TOP_SYMBOLS)?,
+        components: components(&perf, &data)?,
     })
+}
+
+fn components(perf: &Path, data: &Path) -> Result<Vec<Component>> {
+    let output = Command::new(perf)
+        .arg("script")
+        // Inlined frames would be resolved one by one, which takes minutes.
+        .args(["--no-inline", "-F", "comm,ip,sym", "-i"])
+        .arg(data)
+        .output()
+        .context("running perf script")?;
+    if !output.status.success() {
+        bail!(
+            "perf script failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(classify(&String::from_utf8_lossy(&output.stdout)))
+}
+
+/// `perf script` output: per sample a `comm` line, then one `address symbol` line per frame,
+/// innermost first, then a blank line.
+pub fn classify(script: &str) -> Vec<Component> {
+    let mut counts: Vec<(&str, u64, u64)> = Vec::new();
+    let mut total = 0_u64;
+    for sample in script.split("\n\n") {
+        let mut lines = sample.lines().filter(|l| !l.trim().is_empty());
+        let Some(comm) = lines.next() else { continue };
+        let frames: Vec<(&str, &str)> = lines
+            .map(|line| {
+                let line = line.trim();
+                line.split_once(char::is_whitespace).unwrap_or((line, ""))
+            })
+            .collect();
+        let name = COMPONENTS
+            .iter()
+            .find(|(_, patterns)| {
+                frames
+                    .iter()
+                    .any(|(_, symbol)| patterns.iter().any(|p| symbol.contains(p)))
+            })
+            .map(|(name, _)| *name)
+            .or_else(|| {
+                THREADS
+                    .iter()
+                    .find(|(thread, _)| comm.trim_start().starts_with(thread))
+                    .map(|(_, name)| *name)
+            })
+            .unwrap_or(UNMATCHED);
+        // Kernel text lives at the top of the address space.
+        let kernel = frames.first().is_some_and(|(address, symbol)| {
+            address.starts_with("ffffffff") && *symbol != "[unknown]"
+        });
+        total += 1;
+        match counts.iter_mut().find(|(n, _, _)| *n == name) {
+            Some(entry) => {
+                entry.1 += 1;
+                entry.2 += u64::from(kernel);
+            }
+            None => counts.push((name, 1, u64::from(kernel))),
+        }
+    }
+    counts.sort_by_key(|&(_, n, _)| std::cmp::Reverse(n));
+    let share = |n: u64| n * 10_000 / total.max(1);
+    counts
+        .into_iter()
+        .map(|(name, n, kernel)| Component {
+            name: name.to_owned(),
+            basis_points: share(n),
+            kernel_basis_points: share(kernel),
+        })
+        .collect()
 }
 
 fn report(perf: &Path, data: &Path, sort: &str, top: usize) -> Result<Vec<(String, String)>> {
@@ -71,7 +245,7 @@ fn report(perf: &Path, data: &Path, sort: &str, top: usize) -> Result<Vec<(Strin
         .arg("report")
         .arg("-i")
         .arg(data)
-        .args(["--stdio", "--no-children", "--sort", sort])
+        .args(["--stdio", "--no-children", "-g", "none", "--sort", sort])
         .output()
         .context("running perf report")?;
     if !output.status.success() {

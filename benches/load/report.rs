@@ -954,10 +954,8 @@ pub fn profile_section(profile: Option<&Profile>, skipped: Option<&str>, cells: 
             .and_then(|c| c.summary(kind))
             .and_then(|s| own(&s.cpu_us_per_request))
     };
-    if let (Some(gateway), Some(nginx)) = (
-        cpu(Kind::Gateway, |c| c.gateway),
-        cpu(Kind::Nginx, |c| c.nginx),
-    ) {
+    let gateway_cpu = cpu(Kind::Gateway, |c| c.gateway);
+    if let (Some(gateway), Some(nginx)) = (gateway_cpu, cpu(Kind::Nginx, |c| c.nginx)) {
         let _ = writeln!(
             out,
             "At full load with the short prompt the gateway process spends {gateway} µs of CPU per request \
@@ -970,10 +968,12 @@ pub fn profile_section(profile: Option<&Profile>, skipped: Option<&str>, cells: 
             let _ = writeln!(
                 out,
                 "`perf record -F 997 -p <gateway>` for {} s of closed-loop short-prompt load ({} req/s while profiled; \
-                 run after the measurements, so its overhead is in none of them). Self time, no call graphs.\n",
+                 run after the measurements, so its overhead is in none of them), with DWARF call stacks.\n",
                 p.seconds,
                 grouped(p.requests_per_second)
             );
+            out.push_str(&components_table(&p.components, gateway_cpu));
+            out.push_str("\nSelf time (the innermost function of each sample):\n\n");
             out.push_str("| samples | thread |\n|---:|---|\n");
             for (share, name) in &p.threads {
                 let _ = writeln!(out, "| {share} | `{}` |", name.replace('|', "\\|"));
@@ -997,6 +997,31 @@ pub fn profile_section(profile: Option<&Profile>, skipped: Option<&str>, cells: 
         (None, None) => out.push_str("No profile.\n"),
     }
     out.push_str(GAPS);
+    out
+}
+
+/// Inclusive time by component, and what it comes to per request at the closed loop's CPU cost.
+fn components_table(components: &[crate::profile::Component], cpu_us: Option<u64>) -> String {
+    let mut out = String::from(
+        "By component: each sample counts once, for the most specific part of the gateway on its \
+         stack (so a `malloc` or a `write(2)` counts for its caller); *kernel* is the part of it spent \
+         in the kernel; µs per request apply the shares to the CPU time per request above.\n\n\
+         | component | samples | of which kernel | ≈ µs per request |\n|---|---:|---:|---:|\n",
+    );
+    let percent = |bp: u64| format!("{}.{:02}%", bp / 100, bp % 100);
+    for c in components {
+        let us = cpu_us.map_or_else(
+            || "—".to_owned(),
+            |cpu| (cpu * c.basis_points / 10_000).to_string(),
+        );
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {us} |",
+            c.name.replace('|', "\\|"),
+            percent(c.basis_points),
+            percent(c.kernel_basis_points)
+        );
+    }
     out
 }
 

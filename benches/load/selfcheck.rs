@@ -14,6 +14,36 @@ pub fn run() -> Result<()> {
     memory_trend()?;
     redis_commands()?;
     first_event()?;
+    profile_components()?;
+    Ok(())
+}
+
+/// Samples go to the most specific component anywhere in their stack: a `write(2)` under a
+/// journal append is the journal's, though the handler and the HTTP server are on the stack too.
+fn profile_components() -> Result<()> {
+    let script = "actix-rt|system\n\tffffffff81baefe0 _copy_from_iter\n\t10aba4 __libc_pwrite\n\
+        \t170c570 tollgate::journal::writer::Inner::write_frame\n\
+        \te69abb tollgate::pipeline::chat::Dispatch::run::{{closure}}\n\
+        \te62001 actix_http::h1::dispatcher::InnerDispatcher<T>::poll_response\n\n\
+        actix-rt|system\n\t10aba4 __send\n\te628f5 actix_http::h1::dispatcher::InnerDispatcher<T>::poll_flush\n\
+        \te1b0c6 tokio::runtime::task::core::Core<T,S>::poll\n\n\
+        tollgate-log\n\tffffffffffffffff [unknown]\n\n\
+        actix-rt|system\n\t10aba5 __send\n\te628f5 actix_http::h1::dispatcher::InnerDispatcher<T>::poll_flush\n";
+    let components = crate::profile::classify(script);
+    let shares: Vec<(&str, u64, u64)> = components
+        .iter()
+        .map(|c| (c.name.as_str(), c.basis_points, c.kernel_basis_points))
+        .collect();
+    ensure!(
+        shares
+            == [
+                ("HTTP server (actix-web, its socket I/O)", 5_000, 0),
+                ("journal: records (encode, write(2))", 2_500, 2_500),
+                // A stack perf could not unwind: its thread says what it is.
+                ("logs: JSON lines (format, write)", 2_500, 0),
+            ],
+        "{shares:?}"
+    );
     Ok(())
 }
 
