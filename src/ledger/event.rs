@@ -155,6 +155,42 @@ impl UsageEvent {
 }
 
 #[cfg(test)]
+impl UsageEvent {
+    /// A row with every optional field given but `ttft_ms` and `error`.
+    pub fn sample(status: AttemptStatus) -> UsageEvent {
+        use crate::ids::{EventId, KeyId, RequestId, TenantId};
+        UsageEvent {
+            event_id: EventId::generate(),
+            request_id: RequestId::new("r"),
+            client_request_id: Some("client-1".to_owned()),
+            trace_id: Some("abc".to_owned()),
+            tenant: TenantId::new("t"),
+            key: KeyId::new("k"),
+            feature: "unknown".to_owned(),
+            route: "fast".to_owned(),
+            provider: "p".to_owned(),
+            model: "m".to_owned(),
+            attempt: 1,
+            status,
+            upstream_status: Some(200),
+            usage: crate::pricing::Usage {
+                prompt_tokens: 10,
+                completion_tokens: 3,
+                ..crate::pricing::Usage::default()
+            },
+            usage_kind: UsageKind::Reported,
+            reserved: Nanos::new(7),
+            charged: Nanos::new(5),
+            price_version: "v".to_owned(),
+            latency_ms: 1,
+            ttft_ms: None,
+            error: None,
+            created_at_ms: 1_764_460_800_000,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -5,6 +5,7 @@
 pub mod actor;
 pub mod batch;
 pub mod event;
+mod insert;
 pub mod repo;
 
 pub use actor::{Journaled, LedgerActor, LedgerHandle};

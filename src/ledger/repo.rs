@@ -13,6 +13,7 @@ use serde::Serialize;
 use entity::{usage, usage_total};
 
 use super::event::UsageEvent;
+use super::insert;
 use crate::ids::{KeyId, TenantId};
 use crate::money::Nanos;
 use crate::period::Date;
@@ -43,15 +44,18 @@ pub async fn insert_batch<E: Borrow<UsageEvent>>(
     while !rest.is_empty() {
         let (chunk, after) = rest.split_at(statement_rows(rest.len()));
         rest = after;
-        let mut insert =
-            usage::Entity::insert_many(chunk.iter().map(|e| e.borrow().to_active_model()))
-                .on_conflict(
-                    OnConflict::column(usage::Column::EventId)
-                        .do_nothing()
-                        .to_owned(),
-                );
-        insert.query().returning_col(usage::Column::EventId);
-        for row in txn.query_all(backend.build(insert.query())).await? {
+        let statement = insert::statement(backend, chunk).unwrap_or_else(|| {
+            let mut insert =
+                usage::Entity::insert_many(chunk.iter().map(|e| e.borrow().to_active_model()))
+                    .on_conflict(
+                        OnConflict::column(usage::Column::EventId)
+                            .do_nothing()
+                            .to_owned(),
+                    );
+            insert.query().returning_col(usage::Column::EventId);
+            backend.build(insert.query())
+        });
+        for row in txn.query_all(statement).await? {
             inserted.insert(row.try_get::<String>("", "event_id")?);
         }
     }
