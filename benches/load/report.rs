@@ -1025,58 +1025,68 @@ fn components_table(components: &[crate::profile::Component], cpu_us: Option<u64
     out
 }
 
-/// What the profile says would close the targets not met; written against the
-/// run of commit c4d9c77, so its figures are that run's.
+/// What the profile says would close the targets not met. The shares it quotes are of the
+/// by-component table above (stable from run to run within a point or two); the framework's
+/// floor was measured by hand on the same machine.
 const GAPS: &str = "
 ### What would close the gaps
 
+The by-component table is the map: durability (the journal's records and
+group fsync, the ledger's batch INSERTs) takes more than a quarter of the
+gateway's CPU, the HTTP server and the upstream client with their socket I/O
+about a third, logs about 7%; the governance decisions (keys, limits, the
+reservation and its settlement, pricing, token counts, metrics) and the
+pipeline around them share most of the rest.
+
+- **CPU per request, hence throughput** (short prompt about 0.2 × nginx; the
+  target is 0.5 ×). A bare actix-web handler forwarding the body with awc, no
+  governance, measured by hand in the same closed loop here: about 15,000
+  req/s at 66 µs of CPU per request (nginx about 19,000), so the framework
+  alone reaches about three quarters of nginx, and half of nginx leaves about
+  90 µs per request for everything else. The gateway spends about 300. What
+  would close it, largest first: the durable journal's two records per call
+  as binary frames written by one batched `write(2)` per event-loop turn
+  instead of JSON and one `write(2)` each; ledger rows kept off the workers'
+  cores (SQLite's INSERT itself is most of what remains of the ledger since
+  its statement text is written once); access log lines formatted without
+  the JSON subscriber's per-field visitors; fewer allocations on the HTTP
+  paths (actix's header maps and awc's per-request client state are in the
+  server and client rows). Each of these is worth a few percent; together
+  they would not halve the CPU: on two cores shared with the load generator
+  and the upstream, half of nginx with a durable per-call ledger is out of
+  reach of this design, which writes every call to disk before answering it.
 - **Added p50 at 1,000 req/s.** Most of it is the wait for the journal's group
-  fsync on each attempt's reserve (`ledger.fsync = \"batch\"`, the default).
-  Zero-filled journal segments cut that fsync's latency (p99 about halved); the
-  `fsync = \"interval\"` rows above show what is left without the wait.
-  Under `batch` it would take a reserve made durable without a disk flush on
-  the request path.
+  fsync on each attempt's reserve (`ledger.fsync = \"batch\"`, the default:
+  no call is sent without its reserve on disk). The `fsync = \"interval\"`
+  rows show what is left without the wait. Under `batch` only a reserve made
+  durable without a disk flush on the request path (a battery-backed or
+  replicated log) would close it.
 - **Added p99 at 1,000 req/s.** Even without any fsync wait (the `interval`
   rows) p99 is several ms: two cores shared by the load generator, the fake
-  upstream and the gateway's dozen threads, so a worker sometimes waits a
-  scheduler slice for a core. Fewer runnable threads per request (below)
-  would shorten those waits; nothing on the request path sleeps or polls.
-- **CPU per request** (about 300 µs against nginx's 40). A bare actix-web
-  handler that forwards the body with awc and no governance, measured by hand
-  in the same closed loop on this machine, reached about 15,000 req/s at
-  66 µs of CPU per request (nginx about 19,000): the framework's floor is
-  about three quarters of nginx, and the rest is the gateway's own work.
-  Per thread, from `/proc` at about 4,000 req/s: the two HTTP workers about
-  225 µs per request (the floor's 66 plus authentication, JSON parsing, the
-  tokenizer's memo, two journal writes, the messages to the tenant actor and
-  their wake-ups, metrics, the access log line, response headers); the
-  ledger's actor and SQLite threads about 50 µs; the journal's fsync thread
-  about 22 µs; the tenant actor about 21 µs; the log writer about 8 µs.
-  Next: one cross-thread round trip per request instead of two (settle
-  without a reply when no budget header is wanted), ledger rows bound to
-  prepared INSERTs directly instead of built as entities, journal records
-  without JSON, the access log without the JSON formatter.
+  upstream and the gateway's threads, so a worker sometimes waits a scheduler
+  slice for a core (the *wake-ups of other threads* row: each call wakes the
+  tenant actor twice, the journal's fsync thread, the ledger and the log
+  writer). Fewer cross-thread hand-offs per call (one tenant round trip
+  instead of two; rows and log lines handed over in batches) would shorten
+  those waits; nothing on the request path sleeps or polls.
 - **8 KB prompts.** tiktoken's count of 8 KB of distinct text is most of the
   extra cost (the `system3k` rows show what memoizing repeated content saves);
   only a faster exact BPE counter would close it.
 - **Streaming at 1,000 req/s** is 20,000 relayed events a second on two shared
   cores: overloaded. Per-event work is actix's body stream and the SSE scan
-  for the usage chunk.
+  for the usage chunk; at 200 req/s the first token's added p99 is the same
+  scheduling wait as above.
 - **Redis mode.** Two scripts per request (rate and reservation in one, then
-  the settlement) instead of three; Redis spends about 100 µs of wall time
-  per script on this busy machine, which bounds its rate.
-- **Memory.** The allocator is built without transparent huge pages (they
-  backed its arenas with 2 MiB pages: 187 MiB with 1,000 in flight instead of
-  about 126 MiB, for about 6% less CPU per request). What remains is about
-  64 KiB per request in flight over about 62 MiB at start; a bare actix-web
-  + awc pass-through, measured by hand, takes about 48 KiB per request in
-  flight (actix's codecs keep an 8 KiB read and an 8 KiB write buffer on each
-  side of the call). The soak's growth had two causes, both gone: the
-  database driver's cache of prepared INSERTs (one statement per batch size,
-  each holding SQLite memory; batches now use nine statement shapes), and the
-  metrics recorder keeping every histogram sample until `/metrics` was
-  scraped (about 120 bytes per request; a thread now folds them into their
-  buckets every 5 s).
+  the settlement) and the `settling` journal record written before the
+  settlement; Redis spends about 100 µs of wall time per script on this busy
+  machine, which bounds its rate and adds to p99.
+- **Memory** (both targets met). The allocator is built without transparent
+  huge pages (they backed its arenas with 2 MiB pages: 187 MiB with 1,000 in
+  flight instead of about 126 MiB, for about 6% less CPU per request). What
+  remains is about 64 KiB per request in flight over about 62 MiB at start; a
+  bare actix-web + awc pass-through, measured by hand, takes about 48 KiB per
+  request in flight (actix's codecs keep an 8 KiB read and an 8 KiB write
+  buffer on each side of the call).
 ";
 
 pub fn write_json(path: &Path, results: &Results) -> Result<()> {
