@@ -54,7 +54,9 @@ pub async fn chat_completions(
     match result {
         Ok(outcome) => {
             let status = if outcome.degraded { "degraded" } else { "ok" };
-            observe_request(&meter, status, latency_ms);
+            // A stream's final status is known when it ends: its relay counts it.
+            let streamed = matches!(outcome.body, OutcomeBody::Stream(_));
+            observe_request(&meter, (!streamed).then_some(status), latency_ms);
             let mut response = HttpResponse::Ok();
             if let Some(value) = echoed_value {
                 response.insert_header((HeaderName::from_static(headers::REQUEST_ID), value));
@@ -102,7 +104,7 @@ pub async fn chat_completions(
             }
         }
         Err(mut error) => {
-            observe_request(&meter, error.code().as_str(), latency_ms);
+            observe_request(&meter, Some(error.code().as_str()), latency_ms);
             if let Some(value) = echoed_value {
                 error = error.with_header(HeaderName::from_static(headers::REQUEST_ID), value);
             }
@@ -111,13 +113,16 @@ pub async fn chat_completions(
     }
 }
 
-fn observe_request(meter: &RequestMeter, status: &str, latency_ms: u64) {
+/// Request metrics; `status`, if the request is over, counts it.
+fn observe_request(meter: &RequestMeter, status: Option<&str>, latency_ms: u64) {
     let route = meter.route_label();
-    counter_add(
-        Metric::RequestsTotal,
-        &[("route", route.as_str()), ("status", status)],
-        1,
-    );
+    if let Some(status) = status {
+        counter_add(
+            Metric::RequestsTotal,
+            &[("route", route.as_str()), ("status", status)],
+            1,
+        );
+    }
     observe_ms(
         Metric::RequestDurationSeconds,
         &[("route", route.as_str())],

@@ -54,6 +54,9 @@ pub struct Relay {
     pub ttft_ms: u64,
 }
 
+/// The code of the error event a broken stream ends with, and its request's status.
+const STREAM_INTERRUPTED: &str = "stream_interrupted";
+
 /// How the upstream side ended.
 enum End {
     Done,
@@ -153,7 +156,7 @@ impl Relay {
                 let error = serde_json::json!({"error": {
                     "message": format!("the upstream stream broke: {reason}"),
                     "type": "server_error",
-                    "code": "stream_interrupted",
+                    "code": STREAM_INTERRUPTED,
                     "param": null,
                 }});
                 Some(Bytes::from(format!("data: {error}\n\n")))
@@ -242,6 +245,17 @@ impl Relay {
             ];
             counter_add(Metric::StreamInterruptionsTotal, &labels, 1);
         }
+        // The request's final status: a stream broken after its headers is not `ok`.
+        let outcome = match status {
+            AttemptStatus::Partial => STREAM_INTERRUPTED,
+            AttemptStatus::ClientCancelled => AttemptStatus::ClientCancelled.as_str(),
+            _ => "ok",
+        };
+        counter_add(
+            Metric::RequestsTotal,
+            &[("route", self.route.as_str()), ("status", outcome)],
+            1,
+        );
         let trace_id = self.ctx.trace_id.clone().unwrap_or_default();
         tracing::info!(request_id = %self.ctx.request_id, trace_id, tenant = %self.ctx.tenant.id, route = %self.route, provider = %row.provider, status = status.as_str(), cost = %cost, latency_ms = row.latency_ms, "Stream ended.");
         record::record_attempt(&self.gw, &self.ctx, &self.route, reserved, row);

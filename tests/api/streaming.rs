@@ -4,7 +4,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 
-use crate::support::{TestApp, TestSetup, spawn_app};
+use crate::support::{TestApp, TestSetup, metric_value, spawn_app};
 
 fn setup() -> TestSetup {
     TestSetup::new()
@@ -17,11 +17,12 @@ fn setup() -> TestSetup {
         .route("paced", &["primary/usage-100-20-30+chunks-5+chunk-delay-200ms"])
         .route("quick", &["primary/usage-100-20-30+chunks-3"])
         .route("slowfirst", &["slowstart/ttft-3000ms", "secondary/usage-10-0-5+chunks-2"])
-        .route("cut", &["primary/chunks-8+cut-after-3"])
+        // Its own name in the suite: a test counts its requests by route.
+        .route("cut3", &["primary/chunks-8+cut-after-3"])
         .route("garbled", &["primary/chunks-8+malformed-after-2"])
         .route("drain", &["primary/usage-100-0-40+chunks-6+chunk-delay-150ms"])
         .route("cancel", &["canceller/usage-100-0-40+chunks-20+chunk-delay-150ms"])
-        .tier("free", &["paced", "quick", "slowfirst", "cut", "garbled", "drain", "cancel"], 1000, 100)
+        .tier("free", &["paced", "quick", "slowfirst", "cut3", "garbled", "drain", "cancel"], 1000, 100)
 }
 
 fn stream_body(model: &str, include_usage: bool) -> Value {
@@ -202,7 +203,7 @@ async fn a_stream_cut_after_n_chunks_ends_with_an_error_event_and_bills_what_was
     let app = spawn_app(setup()).await;
     let (tenant, key) = app.tenant_with_key("free", json!({})).await;
 
-    let mut response = open(&app, &key, &stream_body("cut", false)).await.unwrap();
+    let mut response = open(&app, &key, &stream_body("cut3", false)).await.unwrap();
     let raw = read_all(&mut response).await;
 
     let events = events(&raw);
@@ -225,6 +226,19 @@ async fn a_stream_cut_after_n_chunks_ends_with_an_error_event_and_bills_what_was
     );
     assert!(row.charged_nanos > 0);
     assert_eq!(app.budget(&tenant).await["reserved"], "0");
+    // Counted by how it ended, not by its 200 headers.
+    let metrics = app.get("/metrics", "").await.raw;
+    let requests = |status: &str| {
+        metric_value(
+            &metrics,
+            &format!("tollgate_requests_total{{route=\"cut3\",status=\"{status}\"}}"),
+        )
+    };
+    assert_eq!(
+        (requests("stream_interrupted"), requests("ok")),
+        (1, 0),
+        "{metrics}"
+    );
 }
 
 #[actix_web::test]
