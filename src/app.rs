@@ -301,7 +301,8 @@ async fn wait_for_signal() {
     }
 }
 
-/// Pulls revocations and tenant changes made by other replicas or the CLI.
+/// Pulls revocations and tenant changes made by other replicas or the CLI,
+/// and rolls stopped tenants' budget gauges into a new month.
 fn spawn_sync(gateway: Arc<Gateway>) -> actix_rt::task::JoinHandle<()> {
     let interval = Duration::from_millis(gateway.config.storage.sync_interval_ms.max(50));
     actix_rt::spawn(async move {
@@ -315,6 +316,7 @@ fn spawn_sync(gateway: Arc<Gateway>) -> actix_rt::task::JoinHandle<()> {
                 }
                 Err(error) => tracing::warn!(error = %error, "Directory sync failed; retrying."),
             }
+            gateway.tenants.roll_resting_gauges(gateway.clock.now_ms());
         }
     })
 }

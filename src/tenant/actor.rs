@@ -124,6 +124,8 @@ pub struct TenantActor {
     shared_totals: Option<(Nanos, Nanos)>,
     reconcile_interval_ms: u64,
     last_reconcile_ms: u64,
+    /// When the gauges were last published (their budget period is that month's).
+    published_ms: Option<u64>,
 }
 
 impl TenantActor {
@@ -173,6 +175,7 @@ impl TenantActor {
             shared_totals: None,
             reconcile_interval_ms,
             last_reconcile_ms: now,
+            published_ms: None,
         }
     }
 
@@ -376,6 +379,7 @@ impl TenantActor {
                 (status.committed, status.reserved)
             }
         };
+        self.published_ms = Some(now);
         let labels = [("tenant", self.label.as_str())];
         gauge_set(Metric::ReservedNanos, &labels, as_gauge_u64(reserved.get()));
         if let Some(budget) = self.limits.budget {
@@ -401,7 +405,14 @@ impl TenantActor {
             let meta = self.meta.remove(&id);
             self.record_orphan(meta, amount, now);
         }
-        if any {
+        let new_period = self
+            .published_ms
+            .is_some_and(|at| period::month_key(at) != period::month_key(now));
+        if new_period {
+            // Redis's figures of the month gone: the next settle brings the new month's.
+            self.shared_totals = None;
+        }
+        if any || new_period {
             self.publish(now);
             self.check_alerts(now);
         }
@@ -610,7 +621,12 @@ impl Actor for TenantActor {
 
     fn stopping(&mut self, ctx: &mut Context<Self>) -> Running {
         if let Some(registry) = self.registry.upgrade() {
-            registry.remove(&self.tenant, &ctx.address());
+            // Its gauges stay as they are, until a new month makes them wrong.
+            let gauges = self
+                .published_ms
+                .filter(|_| self.label != OTHER_TENANTS && self.limits.budget.is_some())
+                .map(|at| (self.label.clone(), period::month_key(at)));
+            registry.remove(&self.tenant, &ctx.address(), gauges);
         }
         Running::Stop
     }

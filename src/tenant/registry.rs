@@ -21,7 +21,7 @@ use crate::config::Config;
 use crate::directory::TenantRecord;
 use crate::ids::TenantId;
 use crate::ledger::LedgerHandle;
-use crate::telemetry::metrics::TenantLabels;
+use crate::telemetry::metrics::{Metric, TenantLabels, gauge_set};
 
 /// A running actor, and whether its last rate check refused (shared by the
 /// handles, so a limited tenant's requests are refused before any other work).
@@ -41,18 +41,33 @@ pub struct RegistryInner {
     config: RwLock<Arc<Config>>,
     labels: Arc<TenantLabels>,
     shared: Option<SharedStore>,
+    /// Budget gauges of stopped actors, by tenant label, with the month they show.
+    resting: Mutex<HashMap<String, String>>,
 }
 
 impl RegistryInner {
-    /// Called by a stopping actor; a newer actor for the same tenant is left alone.
-    pub(super) fn remove(&self, tenant: &TenantId, addr: &Addr<TenantActor>) {
+    /// Called by a stopping actor; a newer actor for the same tenant is left
+    /// alone. `gauges`: the label and month of the budget gauges it leaves.
+    pub(super) fn remove(
+        &self,
+        tenant: &TenantId,
+        addr: &Addr<TenantActor>,
+        gauges: Option<(String, String)>,
+    ) {
         let mut actors = self.actors.lock().unwrap_or_else(PoisonError::into_inner);
         if actors
             .get(tenant)
             .is_some_and(|current| current.addr == *addr)
         {
             actors.remove(tenant);
+            if let Some((label, month)) = gauges {
+                self.resting_gauges().insert(label, month);
+            }
         }
+    }
+
+    fn resting_gauges(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.resting.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -88,8 +103,26 @@ impl TenantRegistry {
                 config: RwLock::new(config),
                 labels,
                 shared,
+                resting: Mutex::new(HashMap::new()),
             }),
         }
+    }
+
+    /// Zeroes the budget utilization of tenants whose actor stopped in an
+    /// earlier month: nobody else would, until their next request.
+    pub fn roll_resting_gauges(&self, now_ms: u64) {
+        let month = crate::period::month_key(now_ms);
+        self.inner.resting_gauges().retain(|label, shown| {
+            if *shown == month {
+                return true;
+            }
+            gauge_set(
+                Metric::BudgetUtilizationRatio,
+                &[("tenant", label.as_str())],
+                0.0,
+            );
+            false
+        });
     }
 
     /// A reloaded configuration: tenants started from now on get its tiers;
@@ -195,6 +228,8 @@ impl TenantRegistry {
         };
         let registry = Arc::downgrade(&self.inner);
         let label = inner.labels.label(tenant.as_str());
+        // The new actor publishes the gauges from now on.
+        inner.resting_gauges().remove(&label);
         TenantActor::start_in_arbiter(arbiter, move |_ctx| {
             TenantActor::new(tenant, label, limits, deps, registry)
         })

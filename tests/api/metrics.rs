@@ -110,3 +110,65 @@ async fn budget_utilization_follows_committed_spend() {
     );
     assert_eq!(utilization, Some(0.5));
 }
+
+/// 2026-12-01T00:00:00Z.
+const DECEMBER_MS: u64 = 1_796_083_200_000;
+
+async fn utilization_becomes(app: &TestApp, tenant: &str, expected: f64, what: &str) {
+    for _ in 0..100 {
+        let text = scrape(app).await;
+        let labels = [("tenant", tenant)];
+        if series(&text, "tollgate_budget_utilization_ratio", &labels) == Some(expected) {
+            return;
+        }
+        actix_rt::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("budget utilization of {tenant} never became {expected}: {what}");
+}
+
+#[actix_web::test]
+async fn budget_utilization_starts_again_at_zero_in_a_new_month_busy_or_idle() {
+    let clock = std::sync::Arc::new(tollgate::clock::ManualClock::new(DECEMBER_MS - 120_000));
+    let app = spawn_app(
+        TestSetup::new()
+            .route("fast", &["primary/usage-0-0-500000"])
+            .tier("free", &["fast"], 1000, 100)
+            .clock(clock.clone()),
+    )
+    .await;
+    let (busy, busy_key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "8"}))
+        .await;
+    let (idle, idle_key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "8"}))
+        .await;
+    for key in [&busy_key, &idle_key] {
+        assert_eq!(app.chat(key, &chat_body("fast")).await.status, 200);
+    }
+    utilization_becomes(&app, &busy, 0.5, "4 of 8 committed").await;
+    utilization_becomes(&app, &idle, 0.5, "4 of 8 committed").await;
+
+    // Past midnight, both actors still running (idle for a minute): each one's
+    // sweep publishes the new month.
+    clock.advance_ms(180_000);
+    utilization_becomes(&app, &busy, 0.0, "a running actor in December").await;
+    assert_eq!(app.chat(&busy_key, &chat_body("fast")).await.status, 200);
+    utilization_becomes(&app, &busy, 0.5, "4 committed in December").await;
+
+    // The idle tenant's actor stops in December showing December's 0; the busy one
+    // keeps its December spend through the month, after its actor stopped too.
+    clock.advance_ms(10 * 60_000);
+    for _ in 0..100 {
+        if app.gateway.tenants.running() == 0 {
+            break;
+        }
+        actix_rt::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(app.gateway.tenants.running(), 0, "idle actors stop");
+    utilization_becomes(&app, &busy, 0.5, "a stopped actor's gauge, same month").await;
+
+    // January: nobody runs for these tenants, and their gauges still start again at 0.
+    clock.advance_ms(31 * 24 * 3_600_000);
+    utilization_becomes(&app, &busy, 0.0, "a stopped actor's gauge in January").await;
+    utilization_becomes(&app, &idle, 0.0, "a stopped actor's gauge in January").await;
+}
