@@ -134,35 +134,16 @@ mod tests {
     #[test]
     fn every_status_survives_the_journal() {
         for status in AttemptStatus::ALL {
-            let event = UsageEvent {
-                event_id: EventId::generate(),
-                request_id: RequestId::new("r"),
-                client_request_id: None,
-                trace_id: None,
-                tenant: TenantId::new("t"),
-                key: KeyId::new("k"),
-                feature: "unknown".to_owned(),
-                route: "fast".to_owned(),
-                provider: "p".to_owned(),
-                model: "m".to_owned(),
-                attempt: 1,
-                status,
-                upstream_status: None,
-                usage: Usage::default(),
-                usage_kind: UsageKind::None,
-                reserved: Nanos::new(7),
-                charged: Nanos::ZERO,
-                price_version: "v".to_owned(),
-                latency_ms: 1,
-                ttft_ms: None,
-                error: None,
-                created_at_ms: 1,
-            };
+            let event = UsageEvent::sample(status);
             let bytes = serde_json::to_vec(&EventRecord::from(&event)).unwrap();
             let back: EventRecord = serde_json::from_slice(&bytes).unwrap();
             let back = back.to_event().unwrap_or_else(|| panic!("{status:?} lost"));
             assert_eq!(back.status, status);
             assert_eq!(back.event_id, event.event_id);
+            assert_eq!(
+                (back.usage, back.charged, back.client_request_id),
+                (event.usage, event.charged, event.client_request_id)
+            );
         }
     }
 }
