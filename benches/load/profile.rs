@@ -169,21 +169,28 @@ pub async fn gateway(stack: &mut Stack, target: &Target) -> Result<Profile> {
     })
 }
 
-fn components(perf: &Path, data: &Path) -> Result<Vec<Component>> {
+/// `perf <command> -i <data> <args>`'s standard output.
+fn perf_output(perf: &Path, command: &str, data: &Path, args: &[&str]) -> Result<String> {
     let output = Command::new(perf)
-        .arg("script")
-        // Inlined frames would be resolved one by one, which takes minutes.
-        .args(["--no-inline", "-F", "comm,ip,sym", "-i"])
+        .arg(command)
+        .arg("-i")
         .arg(data)
+        .args(args)
         .output()
-        .context("running perf script")?;
+        .with_context(|| format!("running perf {command}"))?;
     if !output.status.success() {
         bail!(
-            "perf script failed: {}",
+            "perf {command} failed: {}",
             String::from_utf8_lossy(&output.stderr).trim()
         );
     }
-    Ok(classify(&String::from_utf8_lossy(&output.stdout)))
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+fn components(perf: &Path, data: &Path) -> Result<Vec<Component>> {
+    // Inlined frames would be resolved one by one, which takes minutes.
+    let script = perf_output(perf, "script", data, &["--no-inline", "-F", "comm,ip,sym"])?;
+    Ok(classify(&script))
 }
 
 /// `perf script` output: per sample a `comm` line, then one `address symbol` line per frame,
@@ -241,20 +248,8 @@ pub fn classify(script: &str) -> Vec<Component> {
 }
 
 fn report(perf: &Path, data: &Path, sort: &str, top: usize) -> Result<Vec<(String, String)>> {
-    let output = Command::new(perf)
-        .arg("report")
-        .arg("-i")
-        .arg(data)
-        .args(["--stdio", "--no-children", "-g", "none", "--sort", sort])
-        .output()
-        .context("running perf report")?;
-    if !output.status.success() {
-        bail!(
-            "perf report failed: {}",
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&output.stdout)
+    let args = ["--stdio", "--no-children", "-g", "none", "--sort", sort];
+    Ok(perf_output(perf, "report", data, &args)?
         .lines()
         .map(str::trim)
         .filter(|line| !line.is_empty() && !line.starts_with('#'))

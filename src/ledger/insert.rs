@@ -5,7 +5,7 @@
 //! columns.
 
 use std::borrow::Borrow;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -21,39 +21,29 @@ fn columns() -> impl Iterator<Item = usage::Column> {
 }
 
 /// `INSERT … ON CONFLICT (event_id) DO NOTHING RETURNING event_id` for
-/// `events`, or `None` on a backend without it written out here (the caller
-/// then uses the query builder).
-pub fn statement<E: Borrow<UsageEvent>>(backend: DbBackend, events: &[E]) -> Option<Statement> {
-    let sql = sql(backend, events.len())?;
+/// `events`. Written for SQLite and PostgreSQL, the only drivers built in.
+pub fn statement<E: Borrow<UsageEvent>>(backend: DbBackend, events: &[E]) -> Statement {
+    let sql = sql(matches!(backend, DbBackend::Postgres), events.len());
     let mut values: Vec<Value> = Vec::with_capacity(events.len() * columns().count());
     for event in events {
         let mut model = event.borrow().to_active_model();
         // `to_active_model` sets every column but the id.
         values.extend(columns().filter_map(|column| model.take(column).into_value()));
     }
-    Some(Statement::from_sql_and_values(
-        backend,
-        sql.as_ref(),
-        values,
-    ))
+    Statement::from_sql_and_values(backend, sql.as_ref(), values)
 }
 
 /// Statement texts by (PostgreSQL, rows): a handful, as batches come in few sizes.
-type Texts = HashMap<(bool, usize), Arc<str>>;
+type Texts = BTreeMap<(bool, usize), Arc<str>>;
 
-fn sql(backend: DbBackend, rows: usize) -> Option<Arc<str>> {
-    static TEXTS: Mutex<Option<Texts>> = Mutex::new(None);
-    let postgres = match backend {
-        DbBackend::Postgres => true,
-        DbBackend::Sqlite => false,
-        DbBackend::MySql => return None,
-    };
-    let mut texts = TEXTS.lock().unwrap_or_else(PoisonError::into_inner);
-    let texts = texts.get_or_insert_with(HashMap::new);
-    let text = texts
+fn sql(postgres: bool, rows: usize) -> Arc<str> {
+    static TEXTS: Mutex<Texts> = Mutex::new(BTreeMap::new());
+    TEXTS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
         .entry((postgres, rows))
-        .or_insert_with(|| write_sql(postgres, rows).into());
-    Some(text.clone())
+        .or_insert_with(|| write_sql(postgres, rows).into())
+        .clone()
 }
 
 fn write_sql(postgres: bool, rows: usize) -> String {
@@ -96,7 +86,6 @@ mod tests {
     /// The text written here is the one the query builder makes of the same rows.
     #[test]
     fn the_written_insert_is_the_query_builders() {
-        let event = UsageEvent::sample(crate::ledger::AttemptStatus::Ok);
         for backend in [DbBackend::Sqlite, DbBackend::Postgres] {
             for rows in [1, 2, 5] {
                 let events: Vec<UsageEvent> = (0..rows)
@@ -115,11 +104,10 @@ mod tests {
                         );
                 insert.query().returning_col(usage::Column::EventId);
                 let built = backend.build(insert.query());
-                let written = statement(backend, &events).unwrap();
+                let written = statement(backend, &events);
                 assert_eq!(written.sql, built.sql, "{backend:?}, {rows} rows");
                 assert_eq!(written.values, built.values, "{backend:?}, {rows} rows");
             }
         }
-        assert!(statement(DbBackend::MySql, &[event]).is_none());
     }
 }

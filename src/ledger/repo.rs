@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use sea_orm::sea_query::{Expr, OnConflict};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, EntityTrait,
-    FromQueryResult, QueryFilter, QueryOrder, QuerySelect, QueryTrait, TransactionTrait,
+    FromQueryResult, QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
 };
 use serde::Serialize;
 
@@ -44,18 +44,7 @@ pub async fn insert_batch<E: Borrow<UsageEvent>>(
     while !rest.is_empty() {
         let (chunk, after) = rest.split_at(statement_rows(rest.len()));
         rest = after;
-        let statement = insert::statement(backend, chunk).unwrap_or_else(|| {
-            let mut insert =
-                usage::Entity::insert_many(chunk.iter().map(|e| e.borrow().to_active_model()))
-                    .on_conflict(
-                        OnConflict::column(usage::Column::EventId)
-                            .do_nothing()
-                            .to_owned(),
-                    );
-            insert.query().returning_col(usage::Column::EventId);
-            backend.build(insert.query())
-        });
-        for row in txn.query_all(statement).await? {
+        for row in txn.query_all(insert::statement(backend, chunk)).await? {
             inserted.insert(row.try_get::<String>("", "event_id")?);
         }
     }
