@@ -60,6 +60,7 @@ fn reserve(c: &mut Criterion) {
         input_price: PricePerMTok::parse_decimal("2").unwrap_or_default(),
         output_price: PricePerMTok::parse_decimal("8").unwrap_or_default(),
         max_tokens: 1024,
+        choices: 1,
         expires_at_ms: 1_796_040_200_000,
         key: tollgate::ids::KeyId::new("bench"),
         key_budget: None,

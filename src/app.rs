@@ -24,6 +24,7 @@ use crate::telemetry::metrics::{Metric, TenantLabels, counter_add};
 use crate::tenant::shared::restart;
 use crate::tenant::{SharedStore, TenantRegistry};
 use crate::tokenize::Estimator;
+use sea_orm::DatabaseConnection;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
@@ -81,26 +82,11 @@ impl Application {
             config.telemetry.tenant_labels.clone(),
             config.telemetry.tenant_label_limit,
         ));
-        let quota_store = match &config.storage.redis_url {
-            Some(url) => {
-                let store = SharedStore::new(
-                    url,
-                    config.storage.redis_pool_size,
-                    config.storage.redis_timeout_ms,
-                )
-                .map_err(AppError::QuotaStore)?;
-                store.start_prober();
-                // The replay above has put every row this replica journaled in the database.
-                let resolved = restart::resolve_own(&store, &db, &replica_id, clock.now_ms()).await;
-                if resolved > 0 {
-                    tracing::info!(
-                        resolved,
-                        "Settled this replica's shared reservations from before its restart by the ledger."
-                    );
-                }
-                Some(store)
-            }
-            None => None,
+        let quota_store = open_quota_store(&config, &db, &replica_id, &clock).await?;
+        let ledger = if quota_store.is_some() {
+            ledger.with_shared_quotas()
+        } else {
+            ledger
         };
         let tenants = TenantRegistry::new(
             config.clone(),
@@ -212,6 +198,35 @@ async fn reload_on_hangup(gateway: Arc<Gateway>) {
 /// Opens the journal, starts the ledger on it and replays what an earlier
 /// process left, all before anything is served: tenants then load committed
 /// spend that includes the replayed rows.
+/// The shared quota store when `storage.redis_url` is set, after this
+/// replica's reservations from before a restart are settled by the ledger.
+async fn open_quota_store(
+    config: &Config,
+    db: &DatabaseConnection,
+    replica_id: &str,
+    clock: &SharedClock,
+) -> Result<Option<SharedStore>, AppError> {
+    let Some(url) = &config.storage.redis_url else {
+        return Ok(None);
+    };
+    let store = SharedStore::new(
+        url,
+        config.storage.redis_pool_size,
+        config.storage.redis_timeout_ms,
+    )
+    .map_err(AppError::QuotaStore)?;
+    store.start_prober();
+    // The replay before this has put every row this replica journaled in the database.
+    let resolved = restart::resolve_own(&store, db, replica_id, clock.now_ms()).await;
+    if resolved > 0 {
+        tracing::info!(
+            resolved,
+            "Settled this replica's shared reservations from before its restart by the ledger."
+        );
+    }
+    Ok(Some(store))
+}
+
 async fn open_ledger(
     config: &Config,
     db: &sea_orm::DatabaseConnection,

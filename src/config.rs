@@ -226,6 +226,8 @@ pub struct StorageConfig {
     /// Every Redis call gives up after this long, so a frozen Redis cannot hold requests.
     #[serde(default = "default_redis_timeout_ms")]
     pub redis_timeout_ms: u64,
+    /// Multiplexed connections to Redis, used in turn; each pipelines the
+    /// concurrent calls on it, so a few carry a whole replica's decisions.
     #[serde(default = "default_redis_pool_size")]
     pub redis_pool_size: usize,
     /// How many replicas share the limits; a tenant served from the local
@@ -250,7 +252,7 @@ fn default_redis_timeout_ms() -> u64 {
     100
 }
 fn default_redis_pool_size() -> usize {
-    16
+    2
 }
 fn default_replicas() -> u32 {
     1
@@ -703,9 +705,17 @@ struct RawTier {
     /// Requests that may arrive at once on a full bucket; defaults to `rpm`.
     burst: Option<u32>,
     default_max_tokens: u32,
+    /// The most completions (`n`) one request may ask for; default 8.
+    #[serde(default = "default_max_choices")]
+    max_choices: u32,
     /// What the tier's tenants get while the shared quota store is unreachable.
     #[serde(default)]
     on_store_error: StoreErrorPolicy,
+}
+
+/// Above 8 choices a request is almost always a mistake or an attempt to multiply spend.
+fn default_max_choices() -> u32 {
+    8
 }
 
 #[derive(Debug, Deserialize)]
@@ -912,6 +922,8 @@ pub struct Tier {
     pub monthly_tokens: Option<u64>,
     pub burst: u32,
     pub default_max_tokens: u32,
+    /// The most completions (`n`) one request may ask for.
+    pub max_choices: u32,
     pub on_store_error: StoreErrorPolicy,
 }
 
@@ -1489,6 +1501,12 @@ fn validate_tiers(
                 "must be positive",
             ));
         }
+        if t.max_choices == 0 {
+            return Err(invalid(
+                format!("tiers.{name}.max_choices"),
+                "must be positive",
+            ));
+        }
         tiers.insert(
             name.clone(),
             Tier {
@@ -1504,6 +1522,7 @@ fn validate_tiers(
                 monthly_tokens: t.monthly_tokens,
                 burst: t.burst.unwrap_or(t.rpm).max(1),
                 default_max_tokens: t.default_max_tokens,
+                max_choices: t.max_choices,
                 on_store_error: t.on_store_error,
             },
         );

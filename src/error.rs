@@ -115,6 +115,8 @@ struct Inner {
     status: Option<StatusCode>,
     retry_after_s: Option<u64>,
     headers: Vec<(HeaderName, HeaderValue)>,
+    /// The requests/min decision, sent as OpenAI's `x-ratelimit-*` headers.
+    rate: Option<crate::tenant::RateDecision>,
     /// An upstream's own error body, returned unchanged.
     raw_body: Option<Bytes>,
 }
@@ -128,6 +130,7 @@ impl ApiError {
             status: None,
             retry_after_s: None,
             headers: Vec::new(),
+            rate: None,
             raw_body: None,
         }))
     }
@@ -149,6 +152,12 @@ impl ApiError {
     #[must_use]
     pub fn with_retry_after(mut self, seconds: u64) -> Self {
         self.0.retry_after_s = Some(seconds.max(1));
+        self
+    }
+
+    #[must_use]
+    pub fn with_rate(mut self, rate: crate::tenant::RateDecision) -> Self {
+        self.0.rate = Some(rate);
         self
     }
 
@@ -244,6 +253,9 @@ impl ResponseError for ApiError {
         }
         for (name, value) in &e.headers {
             response.insert_header((name.clone(), value.clone()));
+        }
+        for header in e.rate.iter().flat_map(crate::api::headers::rate_headers) {
+            response.insert_header(header);
         }
         match &e.raw_body {
             Some(body) => response.body(body.clone()),

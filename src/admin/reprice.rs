@@ -21,7 +21,7 @@ const PAGE_ROWS: u64 = 5_000;
 /// cache hits and failed attempts keep what they were charged).
 const PRICED_STATUSES: [&str; 4] = ["ok", "fallback_ok", "partial", "client_cancelled"];
 /// A late settle whose reservation had expired: its `orphaned` row holds the charge.
-const SETTLED_AFTER_EXPIRY: &str = "settled after the reservation expired";
+use crate::ledger::settle::SETTLED_AFTER_EXPIRY;
 
 #[derive(Debug, Serialize, Default)]
 pub struct RepriceReport {

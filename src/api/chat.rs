@@ -6,10 +6,11 @@ use tracing::Instrument;
 
 use super::extract::{TenantAuth, read_body};
 use super::headers;
+use crate::api::headers::{rate_headers, token_headers};
 use crate::clock::{elapsed_ms, monotonic};
 use crate::error::ApiError;
 use crate::ids::RequestId;
-use crate::pipeline::chat::{OutcomeBody, rate_headers, token_headers};
+use crate::pipeline::chat::OutcomeBody;
 use crate::pipeline::{RequestContext, RequestMeter, handle_chat};
 use crate::provider::clients::UpstreamClients;
 use crate::state::Gateway;

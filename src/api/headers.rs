@@ -1,6 +1,9 @@
 //! Request labels read from headers, and the gateway's response headers.
 
 use actix_web::HttpRequest;
+use actix_web::http::header::{HeaderName, HeaderValue};
+
+use crate::tenant::{RateDecision, TokenWindow};
 
 use crate::error::ApiError;
 use crate::ids::{FEATURE_RULE, RequestId, is_valid_feature};
@@ -84,4 +87,42 @@ pub fn traceparent(req: &HttpRequest) -> Option<(String, String)> {
 /// The id echoed in `X-Request-Id`: the caller's, else the gateway's own.
 pub fn echoed_request_id(client: Option<&str>, own: &RequestId) -> String {
     client.map_or_else(|| own.to_string(), str::to_owned)
+}
+
+fn response_header(
+    name: &'static str,
+    value: &dyn std::fmt::Display,
+) -> Option<(HeaderName, HeaderValue)> {
+    let value = HeaderValue::from_str(&value.to_string()).ok()?;
+    Some((HeaderName::from_static(name), value))
+}
+
+/// OpenAI's `x-ratelimit-*-tokens` headers.
+pub fn token_headers(window: &TokenWindow) -> Vec<(HeaderName, HeaderValue)> {
+    [
+        response_header("x-ratelimit-limit-tokens", &window.limit),
+        response_header("x-ratelimit-remaining-tokens", &window.remaining),
+        response_header(
+            "x-ratelimit-reset-tokens",
+            &format_args!("{}ms", window.reset_ms),
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// OpenAI's `x-ratelimit-*-requests` headers.
+pub fn rate_headers(rate: &RateDecision) -> Vec<(HeaderName, HeaderValue)> {
+    [
+        response_header("x-ratelimit-limit-requests", &rate.limit),
+        response_header("x-ratelimit-remaining-requests", &rate.remaining),
+        response_header(
+            "x-ratelimit-reset-requests",
+            &format_args!("{}ms", rate.reset_ms),
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }

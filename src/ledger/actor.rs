@@ -354,9 +354,18 @@ pub struct LedgerHandle {
     spilling: Arc<AtomicBool>,
     inbox: Inbox,
     max_batch_rows: usize,
+    /// Quotas live in a shared store: a settle journals its row first.
+    pub(super) shared_quotas: bool,
 }
 
 impl LedgerHandle {
+    /// Quotas are in a shared store (Redis): see `settle`.
+    #[must_use]
+    pub fn with_shared_quotas(mut self) -> LedgerHandle {
+        self.shared_quotas = true;
+        self
+    }
+
     /// Starts the actor on its own arbiter.
     pub fn start(
         db: DatabaseConnection,
@@ -406,6 +415,7 @@ impl LedgerHandle {
             spilling,
             inbox,
             max_batch_rows: max_batch_rows.max(1),
+            shared_quotas: false,
         }
     }
 

@@ -72,6 +72,9 @@ pub enum UsageKind {
     Reported,
     Estimated,
     None,
+    /// The request reached the provider and ended without a usage report: it
+    /// may have been billed, so it is charged its hold and awaits reconciliation.
+    Unknown,
 }
 
 impl UsageKind {
@@ -80,13 +83,19 @@ impl UsageKind {
             UsageKind::Reported => "reported",
             UsageKind::Estimated => "estimated",
             UsageKind::None => "none",
+            UsageKind::Unknown => "unknown",
         }
     }
 
     pub fn parse(text: &str) -> Option<UsageKind> {
-        [UsageKind::Reported, UsageKind::Estimated, UsageKind::None]
-            .into_iter()
-            .find(|k| k.as_str() == text)
+        [
+            UsageKind::Reported,
+            UsageKind::Estimated,
+            UsageKind::None,
+            UsageKind::Unknown,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == text)
     }
 }
 

@@ -7,6 +7,7 @@ pub mod batch;
 pub mod event;
 mod insert;
 pub mod repo;
+pub mod settle;
 
 pub use actor::{Journaled, LedgerActor, LedgerHandle};
 pub use event::{AttemptStatus, UsageEvent, UsageKind};

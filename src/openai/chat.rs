@@ -15,6 +15,10 @@ pub struct ChatRequest {
     model: String,
     max_tokens: Option<u32>,
     max_tokens_field: &'static str,
+    /// Both output-limit fields were sent: both leave with the reserved value.
+    both_limits: bool,
+    /// `n`: completions the upstream generates, each up to the output limit.
+    choices: u32,
     stream: bool,
 }
 
@@ -40,17 +44,23 @@ impl ChatRequest {
             None => return Err(ApiError::invalid_request("model", "`model` is required")),
         };
         validate_messages(body.get("messages"))?;
-        let (max_tokens, max_tokens_field) =
-            match (body.get("max_completion_tokens"), body.get("max_tokens")) {
-                (Some(v), _) if !v.is_null() => (
-                    Some(positive_u32(v, "max_completion_tokens")?),
-                    "max_completion_tokens",
-                ),
-                (_, Some(v)) if !v.is_null() => {
-                    (Some(positive_u32(v, "max_tokens")?), "max_tokens")
-                }
-                _ => (None, "max_tokens"),
-            };
+        let limit = |field: &str| match body.get(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => positive_u32(v, field).map(Some),
+        };
+        let completion_limit = limit("max_completion_tokens")?;
+        let tokens_limit = limit("max_tokens")?;
+        // Two limits: the smaller is what the caller asked to pay for at most.
+        let (max_tokens, max_tokens_field) = match (completion_limit, tokens_limit) {
+            (Some(a), Some(b)) => (Some(a.min(b)), "max_completion_tokens"),
+            (Some(a), None) => (Some(a), "max_completion_tokens"),
+            (None, b) => (b, "max_tokens"),
+        };
+        let both_limits = completion_limit.is_some() && tokens_limit.is_some();
+        let choices = match body.get("n") {
+            None | Some(Value::Null) => 1,
+            Some(v) => positive_u32(v, "n")?,
+        };
         let stream = match body.get("stream") {
             None | Some(Value::Null) => false,
             Some(Value::Bool(b)) => *b,
@@ -67,6 +77,8 @@ impl ChatRequest {
             model,
             max_tokens,
             max_tokens_field,
+            both_limits,
+            choices,
             stream,
         })
     }
@@ -92,6 +104,21 @@ impl ChatRequest {
     /// The field the caller used for the output limit; the gateway sets the same one.
     pub fn max_tokens_field(&self) -> &'static str {
         self.max_tokens_field
+    }
+
+    /// Every output-limit field the outgoing body must carry: the caller's
+    /// field, and the other one too when both were sent.
+    pub fn max_tokens_fields(&self) -> &'static [&'static str] {
+        match (self.both_limits, self.max_tokens_field) {
+            (true, _) => &["max_completion_tokens", "max_tokens"],
+            (false, "max_completion_tokens") => &["max_completion_tokens"],
+            (false, _) => &["max_tokens"],
+        }
+    }
+
+    /// `n`: how many completions the upstream generates (at least 1).
+    pub fn choices(&self) -> u32 {
+        self.choices
     }
 
     pub fn stream(&self) -> bool {
@@ -201,6 +228,39 @@ mod tests {
             param_of(r#"{"model":"fast","messages":[{"role":"user"}],"stream":"yes"}"#),
             "stream"
         );
+    }
+
+    #[test]
+    fn two_output_limits_reserve_the_smaller_and_both_are_rewritten() {
+        let request = ChatRequest::parse(
+            br#"{"model":"fast","messages":[{"role":"user","content":"x"}],"max_completion_tokens":50,"max_tokens":100000}"#,
+        )
+        .unwrap();
+        assert_eq!(request.max_tokens(), Some(50));
+        assert_eq!(
+            request.max_tokens_fields(),
+            ["max_completion_tokens", "max_tokens"]
+        );
+        // An invalid second limit is refused even when the first is fine.
+        assert_eq!(
+            param_of(
+                r#"{"model":"fast","messages":[{"role":"user"}],"max_completion_tokens":5,"max_tokens":"lots"}"#
+            ),
+            "max_tokens"
+        );
+    }
+
+    #[test]
+    fn n_is_read_and_must_be_a_positive_integer() {
+        let request = ChatRequest::parse(
+            br#"{"model":"fast","messages":[{"role":"user","content":"x"}],"n":4}"#,
+        )
+        .unwrap();
+        assert_eq!(request.choices(), 4);
+        for bad in ["0", "-1", "1.5", "\"2\""] {
+            let body = format!(r#"{{"model":"fast","messages":[{{"role":"user"}}],"n":{bad}}}"#);
+            assert_eq!(param_of(&body), "n", "{bad}");
+        }
     }
 
     #[test]

@@ -9,7 +9,6 @@ use crate::pricing::Usage;
 use crate::state::Gateway;
 use crate::telemetry::metrics::{Metric, counter_add, observe, ratio};
 use crate::tenant::ReservationGuard;
-use crate::tenant::handle::committed;
 
 use super::context::RequestContext;
 
@@ -143,27 +142,44 @@ fn event(
     }
 }
 
-/// Commits `cost` against the reservation and fills the row's charge: the
-/// full cost, or nothing if the reservation had already expired (then its
-/// `orphaned` row carries the charge). Returns the budget left.
+/// What a settled attempt left: the budget left, and what its row charged.
+#[derive(Debug, Clone, Copy)]
+pub struct Settled {
+    pub remaining: Option<Nanos>,
+    pub charged: Nanos,
+}
+
+/// Settles the attempt's reservation at `cost` through the ledger, which
+/// records its row in the same step (`LedgerHandle::settle`): the full cost,
+/// or nothing if the reservation had already expired (then its `orphaned`
+/// row carries the charge). The row's own usage counts against the token limits.
 pub async fn settle(
     gw: &Gateway,
     ctx: &RequestContext,
     route: &str,
     reservation: ReservationGuard,
     cost: Nanos,
-    row: &mut AttemptRow,
-) -> Option<Nanos> {
+    row: AttemptRow,
+) -> Settled {
+    let tokens = row
+        .usage
+        .prompt_tokens
+        .saturating_add(row.usage.completion_tokens);
+    settle_tokens(gw, ctx, route, reservation, cost, tokens, row).await
+}
+
+/// `settle` with the tokens charged against the token limits given (an
+/// attempt with no usage report is charged the tokens it held).
+pub async fn settle_tokens(
+    gw: &Gateway,
+    ctx: &RequestContext,
+    route: &str,
+    reservation: ReservationGuard,
+    cost: Nanos,
+    tokens: u64,
+    mut row: AttemptRow,
+) -> Settled {
     let reserved = reservation.granted().amount;
-    if gw.quota_store.is_some() {
-        // Written ahead of the shared commit: the store outlives this process,
-        // so a kill between the commit and the row must not leave the ledger
-        // charging the reserved amount where the store charged `cost`.
-        let mut settling = row.clone();
-        settling.charged = cost;
-        gw.ledger
-            .settling(&event(gw, ctx, route, reserved, settling));
-    }
     observe(
         Metric::ReservationChargeRatio,
         &[],
@@ -176,24 +192,12 @@ pub async fn settle(
             cost.get() - reserved.get(),
         );
     }
-    let tokens = row
-        .usage
-        .prompt_tokens
-        .saturating_add(row.usage.completion_tokens);
-    match reservation.settle(cost, tokens).await {
-        Ok(reply) if committed(&reply) => {
-            row.charged = cost;
-            reply.remaining
-        }
-        Ok(reply) => {
-            row.error = Some("settled after the reservation expired".to_owned());
-            reply.remaining
-        }
-        Err(_) => {
-            // The actor is gone; the ledger is the truth and the next actor loads from it.
-            row.charged = cost;
-            None
-        }
+    row.charged = cost;
+    let event = event(gw, ctx, route, reserved, row);
+    let (remaining, recorded) = gw.ledger.settle(event, reservation, tokens).await;
+    Settled {
+        remaining,
+        charged: recorded.charged,
     }
 }
 

@@ -51,7 +51,8 @@ pub enum Inspected {
     /// `data: [DONE]`.
     Done,
     Chunk {
-        /// Text of the content deltas (for estimating a broken stream's output).
+        /// Generated text of the deltas (content, reasoning, tool arguments): what
+        /// the relay counts against the hold and estimates a broken stream by.
         content: String,
         usage: Option<Usage>,
         /// No choices, only usage: the chunk `stream_options.include_usage` adds.
@@ -80,6 +81,36 @@ struct RawChoice {
 #[derive(Deserialize)]
 struct RawDelta {
     content: Option<String>,
+    /// DeepSeek's and vLLM's reasoning text: output the provider bills.
+    reasoning_content: Option<String>,
+    tool_calls: Option<Vec<RawToolCall>>,
+}
+
+#[derive(Deserialize)]
+struct RawToolCall {
+    function: Option<RawFunction>,
+}
+
+#[derive(Deserialize)]
+struct RawFunction {
+    arguments: Option<String>,
+}
+
+impl RawDelta {
+    /// Every piece of generated text in the delta: content, reasoning, tool arguments.
+    fn push_text(&self, out: &mut String) {
+        for text in [&self.content, &self.reasoning_content]
+            .into_iter()
+            .flatten()
+        {
+            out.push_str(text);
+        }
+        for call in self.tool_calls.iter().flatten() {
+            if let Some(arguments) = call.function.as_ref().and_then(|f| f.arguments.as_ref()) {
+                out.push_str(arguments);
+            }
+        }
+    }
 }
 
 pub fn inspect(event: &[u8]) -> Inspected {
@@ -106,10 +137,10 @@ pub fn inspect(event: &[u8]) -> Inspected {
         return Inspected::Error(error.to_string());
     }
     let choices = chunk.choices.unwrap_or_default();
-    let content = choices
-        .iter()
-        .filter_map(|c| c.delta.as_ref()?.content.as_deref())
-        .collect::<String>();
+    let mut content = String::new();
+    for delta in choices.iter().filter_map(|c| c.delta.as_ref()) {
+        delta.push_text(&mut content);
+    }
     let usage = chunk.usage.as_ref().map(RawUsage::to_usage);
     Inspected::Chunk {
         usage_only: choices.is_empty() && usage.is_some(),
@@ -168,6 +199,11 @@ mod tests {
             ),
             (9, 4, 3)
         );
+        let tool = br#"data: {"choices":[{"index":0,"delta":{"reasoning_content":"so ","tool_calls":[{"index":0,"function":{"arguments":"{\"q\":1}"}}]}}]}"#;
+        let Inspected::Chunk { content, .. } = inspect(tool) else {
+            panic!("tool chunk not recognised")
+        };
+        assert_eq!(content, r#"so {"q":1}"#);
         assert_eq!(inspect(b"data: [DONE]"), Inspected::Done);
         assert_eq!(inspect(b": keep-alive"), Inspected::Other);
         assert_eq!(inspect(b"data: {\"id\": oops"), Inspected::Malformed);

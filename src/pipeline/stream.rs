@@ -5,6 +5,7 @@
 //! cancels it and estimates. A broken upstream ends the caller's stream with
 //! an error event and is billed for what was streamed (`partial`).
 
+use std::fmt::Write;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -22,7 +23,7 @@ use crate::ids::EventId;
 use crate::ledger::{AttemptStatus, UsageKind};
 use crate::pricing::{self, Usage};
 use crate::provider::actor::{Permit, Verdict};
-use crate::provider::adapters::{Translated, Translator};
+use crate::provider::adapters::{Relayed, Translated, Translator};
 use crate::provider::call::UpstreamBody;
 use crate::state::Gateway;
 use crate::telemetry::metrics::{Metric, counter_add};
@@ -44,6 +45,15 @@ pub struct Relay {
     pub success_status: AttemptStatus,
     pub attempt: u32,
     pub input_tokens: u64,
+    /// The output the hold covers (every choice at the limit sent): the relay
+    /// ends the stream itself rather than pass on more.
+    pub held_output_tokens: u64,
+    /// `n`, for the `length` finish of every choice when the relay ends the stream.
+    pub choices: u32,
+    /// The caller asked for the usage chunk.
+    pub include_usage: bool,
+    /// The request's deadline: a stream still running then is ended.
+    pub deadline: std::time::Instant,
     /// Upstream events → the caller's OpenAI chunks (usage chunk only if asked for).
     pub translator: Translator,
     pub reservation: ReservationGuard,
@@ -57,10 +67,38 @@ pub struct Relay {
 /// The code of the error event a broken stream ends with, and its request's status.
 const STREAM_INTERRUPTED: &str = "stream_interrupted";
 
+/// The output passed on to the caller so far, counted against the hold.
+#[derive(Default)]
+struct Passed {
+    content: String,
+    tokens: u64,
+    /// The last event with generated text: the id and model a cut ending repeats.
+    last_chunk: Option<Bytes>,
+}
+
+impl Passed {
+    /// Counts an event's text; `false` if passing it on would pass the hold
+    /// (it is then not forwarded).
+    fn fits(&mut self, relay: &Relay, item: &Relayed) -> bool {
+        if item.content.is_empty() {
+            return true;
+        }
+        self.tokens += relay.gw.estimator.count_text(&item.content);
+        if self.tokens > relay.held_output_tokens {
+            return false;
+        }
+        self.content.push_str(&item.content);
+        self.last_chunk.clone_from(&item.bytes);
+        true
+    }
+}
+
 /// How the upstream side ended.
 enum End {
     Done,
     Broken(String),
+    /// The relay ended the stream at its hold; the upstream call is cancelled.
+    Cut,
 }
 
 impl Relay {
@@ -79,7 +117,7 @@ impl Relay {
     ) {
         let mut splitter = SseSplitter::default();
         splitter.push(&first);
-        let mut content = String::new();
+        let mut passed = Passed::default();
         let mut usage: Option<Usage> = None;
         let mut client_gone = false;
         let mut draining = false;
@@ -95,7 +133,9 @@ impl Relay {
                     Translated::Broken(reason) => break 'relay End::Broken(reason),
                 };
                 for item in relayed {
-                    content.push_str(&item.content);
+                    if !passed.fits(&self, &item) {
+                        break 'relay End::Cut;
+                    }
                     if item.usage.is_some() {
                         usage = item.usage;
                     }
@@ -116,11 +156,16 @@ impl Relay {
                 }
                 draining = true;
             }
+            let to_deadline = self.deadline.saturating_duration_since(monotonic());
+            if to_deadline.is_zero() {
+                break 'relay End::Broken("the request's deadline passed".to_owned());
+            }
             let wait = if let Some(at) = gone_at {
                 drain_deadline.saturating_sub(monotonic().saturating_duration_since(at))
             } else {
                 idle
-            };
+            }
+            .min(to_deadline);
             let next = tokio::select! {
                 next = actix_rt::time::timeout(wait, upstream.next()) => next,
                 () = tx.closed(), if !client_gone => {
@@ -135,6 +180,9 @@ impl Relay {
                 }
                 Ok(None) => {
                     break 'relay End::Broken("the upstream ended without [DONE]".to_owned());
+                }
+                Err(_) if self.deadline <= monotonic() => {
+                    break 'relay End::Broken("the request's deadline passed".to_owned());
                 }
                 Err(_) if gone_at.is_some() => {
                     break 'relay End::Broken("drain timed out".to_owned());
@@ -152,6 +200,7 @@ impl Relay {
         let last = match (&end, client_gone) {
             (_, true) => None,
             (End::Done, false) => Some(Bytes::from_static(b"data: [DONE]\n\n")),
+            (End::Cut, false) => Some(self.cut_ending(passed.last_chunk.as_deref())),
             (End::Broken(reason), false) => {
                 let error = serde_json::json!({"error": {
                     "message": format!("the upstream stream broke: {reason}"),
@@ -164,10 +213,56 @@ impl Relay {
         };
         // The row is written before the caller's stream ends: a graceful shutdown
         // waits for responses, not for this task, so it cannot outrun the row.
-        self.settle(end, client_gone, usage, &content).await;
+        self.settle(end, client_gone, usage, &passed.content).await;
         if let Some(last) = last {
             let _ = tx.send(Ok(last)).await;
         }
+    }
+
+    fn cut_note(&self) -> String {
+        format!(
+            "ended by the gateway at its hold of {} output tokens; the upstream kept generating",
+            self.held_output_tokens
+        )
+    }
+
+    /// The end of a stream the relay cut at its hold, as OpenAI ends one that
+    /// reached its limit: a `length` finish for every choice, the usage chunk
+    /// when the caller asked for it, then `[DONE]`.
+    fn cut_ending(&self, last_chunk: Option<&[u8]>) -> Bytes {
+        let last: serde_json::Value = last_chunk
+            .and_then(|event| {
+                let data = event.strip_prefix(b"data: ")?;
+                serde_json::from_slice(data.trim_ascii()).ok()
+            })
+            .unwrap_or_default();
+        let field = |name: &str| last.get(name).cloned().unwrap_or_default();
+        let choices: Vec<serde_json::Value> = (0..self.choices)
+            .map(
+                |index| serde_json::json!({"index": index, "delta": {}, "finish_reason": "length"}),
+            )
+            .collect();
+        let mut chunk = serde_json::json!({
+            "id": field("id"),
+            "object": "chat.completion.chunk",
+            "created": field("created"),
+            "model": field("model"),
+            "choices": choices,
+        });
+        let mut out = format!("data: {chunk}\n\n");
+        if self.include_usage {
+            let prompt = self.input_tokens;
+            let completion = self.held_output_tokens;
+            chunk["choices"] = serde_json::json!([]);
+            chunk["usage"] = serde_json::json!({
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt.saturating_add(completion),
+            });
+            let _ = write!(out, "data: {chunk}\n\n");
+        }
+        out.push_str("data: [DONE]\n\n");
+        Bytes::from(out)
     }
 
     /// Whether this relay may keep reading after its caller left.
@@ -191,27 +286,41 @@ impl Relay {
                 match &end {
                     End::Done => None,
                     End::Broken(reason) => Some(reason.clone()),
+                    End::Cut => Some(self.cut_note()),
                 },
             ),
             (End::Done, false) => (self.success_status, Verdict::Healthy, None),
+            (End::Cut, false) => (self.success_status, Verdict::Healthy, Some(self.cut_note())),
             (End::Broken(reason), false) => (
                 AttemptStatus::Partial,
                 Verdict::Failed,
                 Some(reason.clone()),
             ),
         };
-        // The provider's own usage counts only if it covers the whole stream.
+        // The provider's own usage counts only if it covers the whole stream. A
+        // stream cut at its hold may have been generated up to the limit it was sent.
+        let completion_tokens = match end {
+            End::Cut => self.held_output_tokens,
+            _ => self.gw.estimator.count_completion(content),
+        };
         let (usage, usage_kind) = match (reported, &end) {
             (Some(usage), End::Done) => (usage, UsageKind::Reported),
             _ => (
                 Usage {
                     prompt_tokens: self.input_tokens,
-                    completion_tokens: self.gw.estimator.count_completion(content),
+                    completion_tokens,
                     ..Usage::default()
                 },
                 UsageKind::Estimated,
             ),
         };
+        if matches!(end, End::Cut) {
+            let labels = [
+                ("provider", self.target.provider.as_str()),
+                ("reason", "cut_at_hold"),
+            ];
+            counter_add(Metric::StreamInterruptionsTotal, &labels, 1);
+        }
         self.permit.finish(verdict);
         let cost = pricing::charge(&self.target.price, &usage);
         let mut row = AttemptRow::new(
@@ -227,17 +336,17 @@ impl Relay {
         row.usage_kind = usage_kind;
         row.ttft_ms = Some(self.ttft_ms);
         row.error = error;
-        let reserved = self.reservation.granted().amount;
-        record::settle(
+        let latency_ms = row.latency_ms;
+        let settled = record::settle(
             &self.gw,
             &self.ctx,
             &self.route,
             self.reservation,
             cost,
-            &mut row,
+            row,
         )
         .await;
-        record::meter(&self.gw, &self.ctx, &usage, row.charged);
+        record::meter(&self.gw, &self.ctx, &usage, settled.charged);
         if status != self.success_status {
             let labels = [
                 ("provider", self.target.provider.as_str()),
@@ -257,7 +366,6 @@ impl Relay {
             1,
         );
         let trace_id = self.ctx.trace_id.clone().unwrap_or_default();
-        tracing::info!(request_id = %self.ctx.request_id, trace_id, tenant = %self.ctx.tenant.id, route = %self.route, provider = %row.provider, status = status.as_str(), cost = %cost, latency_ms = row.latency_ms, "Stream ended.");
-        record::record_attempt(&self.gw, &self.ctx, &self.route, reserved, row);
+        tracing::info!(request_id = %self.ctx.request_id, trace_id, tenant = %self.ctx.tenant.id, route = %self.route, provider = %self.target.provider, status = status.as_str(), cost = %cost, latency_ms, "Stream ended.");
     }
 }

@@ -13,13 +13,13 @@ use tokio::sync::oneshot;
 
 use super::adaptive::{AdaptiveConfig, AdaptiveLimit};
 use super::breaker::{Breaker, BreakerConfig, BreakerState, Transition};
-use super::retry::{RetryBudget, RetryPolicy};
+use super::retry::{Next, RetryBudget, RetryPolicy};
 use super::shared_breaker::SharedBreaker;
 use super::slots::Slots;
 use crate::clock::{SharedClock, elapsed_ms, monotonic};
 use crate::config::Provider;
 use crate::ids::ProviderName;
-use crate::telemetry::metrics::{Metric, as_gauge, gauge_set};
+use crate::telemetry::metrics::{Metric, as_gauge, counter_add, gauge_set};
 use crate::tenant::SharedStore;
 
 const MAILBOX_CAPACITY: usize = 4096;
@@ -208,6 +208,12 @@ impl Actor for ProviderActor {
         });
         self.sync_fast_path();
         self.publish();
+        // Known from the configuration: the panel and its alert see 0, not nothing.
+        counter_add(
+            Metric::UnknownOutcomesTotal,
+            &[("provider", self.name.as_str())],
+            0,
+        );
     }
 }
 
@@ -341,13 +347,27 @@ impl ProviderHandle {
         }
     }
 
-    pub fn retry_policy(&self) -> RetryPolicy {
-        self.retry_policy
+    /// A request is about to try this provider: it earns its share of a retry.
+    pub fn start_request(&self) {
+        self.retry_budget.deposit();
     }
 
-    /// Shared by every worker's calls to this provider.
-    pub fn retry_budget(&self) -> &RetryBudget {
-        &self.retry_budget
+    /// What to do after `tries` failed attempts here: the provider's retry
+    /// policy, its retry budget shared by every worker, the upstream's
+    /// `Retry-After`, and the request's time left decide.
+    pub fn after_failure(
+        &self,
+        tries: u32,
+        retry_after_s: Option<u64>,
+        time_left: Duration,
+    ) -> Next {
+        self.retry_policy.next(
+            tries,
+            retry_after_s,
+            time_left,
+            RetryPolicy::random_jitter(),
+            &self.retry_budget,
+        )
     }
 
     /// A slot now, after waiting in the queue (at most the queue timeout), or a skip.

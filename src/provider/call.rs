@@ -36,6 +36,9 @@ pub enum CallError {
     Body(String),
     #[error("no first chunk within {0} ms")]
     FirstTokenTimeout(u64),
+    /// The request's own deadline (`server.request_timeout_ms`) passed mid-call.
+    #[error("the request's deadline of {0} ms passed")]
+    Deadline(u64),
 }
 
 /// An upstream response body still arriving.

@@ -40,7 +40,23 @@ pub fn classify_error(error: &CallError) -> Class {
         | CallError::FirstByteTimeout(_)
         | CallError::Connect(_)
         | CallError::Body(_)
-        | CallError::FirstTokenTimeout(_) => Class::Retryable,
+        | CallError::FirstTokenTimeout(_)
+        | CallError::Deadline(_) => Class::Retryable,
+    }
+}
+
+/// Whether a failed call may still have been billed: its request reached the
+/// provider and no answer said otherwise (a timeout after sending, a reset or
+/// unreadable body mid-response). A refused connection or a 429/5xx answer is
+/// not billed; these are.
+pub fn may_have_billed(error: &CallError) -> bool {
+    match error {
+        CallError::Local(_) | CallError::ConnectTimeout(_) | CallError::Connect(_) => false,
+        CallError::Timeout(_)
+        | CallError::FirstByteTimeout(_)
+        | CallError::Body(_)
+        | CallError::FirstTokenTimeout(_)
+        | CallError::Deadline(_) => true,
     }
 }
 
@@ -67,5 +83,16 @@ mod tests {
         }
         assert_eq!(classify_error(&CallError::Local("x".into())), Class::Local);
         assert_eq!(classify_error(&CallError::Timeout(1)), Class::Retryable);
+    }
+
+    #[test]
+    fn only_calls_that_reached_the_provider_may_have_been_billed() {
+        assert!(!may_have_billed(&CallError::Connect("refused".into())));
+        assert!(!may_have_billed(&CallError::ConnectTimeout(1)));
+        assert!(!may_have_billed(&CallError::Local("x".into())));
+        assert!(may_have_billed(&CallError::FirstByteTimeout(1)));
+        assert!(may_have_billed(&CallError::Timeout(1)));
+        assert!(may_have_billed(&CallError::Body("reset".into())));
+        assert!(may_have_billed(&CallError::Deadline(1)));
     }
 }

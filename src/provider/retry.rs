@@ -45,6 +45,39 @@ impl RetryPolicy {
     }
 }
 
+/// What a provider decides after a failed attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Try the same provider again after this wait.
+    Retry(Duration),
+    /// Move on to the route's next target.
+    FailOver,
+}
+
+impl RetryPolicy {
+    /// After `tries` failed attempts on this provider: retry while the policy
+    /// allows, the wait ends before the request's deadline (`time_left`) and
+    /// the shared retry budget has a retry; otherwise fail over.
+    pub fn next(
+        &self,
+        tries: u32,
+        retry_after_s: Option<u64>,
+        time_left: Duration,
+        jitter_permille: u32,
+        budget: &RetryBudget,
+    ) -> Next {
+        if tries >= self.max_attempts {
+            return Next::FailOver;
+        }
+        let delay = self.delay(tries + 1, retry_after_s, jitter_permille);
+        if delay < time_left && budget.withdraw() {
+            Next::Retry(delay)
+        } else {
+            Next::FailOver
+        }
+    }
+}
+
 /// A shared budget of retries per provider: requests deposit a fraction of a
 /// retry, retries withdraw one; a burst of `burst` retries is allowed up front.
 #[derive(Debug)]
@@ -108,6 +141,35 @@ mod tests {
     fn a_longer_retry_after_wins() {
         assert_eq!(POLICY.delay(2, Some(2), 500), Duration::from_secs(2));
         assert_eq!(POLICY.delay(2, Some(0), 500), Duration::from_millis(100));
+    }
+
+    #[test]
+    fn retries_stop_at_the_policy_the_deadline_or_the_budget() {
+        let budget = RetryBudget::new(0, 3);
+        let long = Duration::from_secs(10);
+        assert_eq!(
+            POLICY.next(1, None, long, 500, &budget),
+            Next::Retry(Duration::from_millis(100))
+        );
+        assert_eq!(POLICY.next(3, None, long, 500, &budget), Next::FailOver);
+        // A wait that would end past the deadline is not taken, nor is the budget touched.
+        assert_eq!(
+            POLICY.next(1, Some(5), Duration::from_secs(4), 500, &budget),
+            Next::FailOver
+        );
+        assert!(matches!(
+            POLICY.next(2, None, long, 500, &budget),
+            Next::Retry(_)
+        ));
+        assert!(matches!(
+            POLICY.next(1, None, long, 500, &budget),
+            Next::Retry(_)
+        ));
+        assert_eq!(
+            POLICY.next(1, None, long, 500, &budget),
+            Next::FailOver,
+            "the budget's three retries are spent"
+        );
     }
 
     #[test]

@@ -27,6 +27,7 @@ pub enum Metric {
     ReservationChargeRatio,
     ReservationOverrunNanosTotal,
     ReservationsOrphanedTotal,
+    UnknownOutcomesTotal,
     BudgetAlertsTotal,
     RejectionsTotal,
     StreamInterruptionsTotal,
@@ -51,7 +52,7 @@ pub enum Metric {
 }
 
 impl Metric {
-    pub const ALL: [Metric; 35] = [
+    pub const ALL: [Metric; 36] = [
         Metric::RequestsTotal,
         Metric::RequestDurationSeconds,
         Metric::GatewayOverheadSeconds,
@@ -66,6 +67,7 @@ impl Metric {
         Metric::ReservationChargeRatio,
         Metric::ReservationOverrunNanosTotal,
         Metric::ReservationsOrphanedTotal,
+        Metric::UnknownOutcomesTotal,
         Metric::BudgetAlertsTotal,
         Metric::RejectionsTotal,
         Metric::StreamInterruptionsTotal,
@@ -105,6 +107,7 @@ impl Metric {
             Metric::ReservationChargeRatio => "tollgate_reservation_charge_ratio",
             Metric::ReservationOverrunNanosTotal => "tollgate_reservation_overrun_nanos_total",
             Metric::ReservationsOrphanedTotal => "tollgate_reservations_orphaned_total",
+            Metric::UnknownOutcomesTotal => "tollgate_upstream_unknown_outcomes_total",
             Metric::BudgetAlertsTotal => "tollgate_budget_alerts_total",
             Metric::RejectionsTotal => "tollgate_rejections_total",
             Metric::StreamInterruptionsTotal => "tollgate_stream_interruptions_total",
@@ -165,12 +168,15 @@ impl Metric {
             Metric::ReservationsOrphanedTotal => {
                 "Reservations that expired unsettled and were committed."
             }
+            Metric::UnknownOutcomesTotal => {
+                "Attempts that reached the provider and ended without a usage report, charged their hold, by provider."
+            }
             Metric::BudgetAlertsTotal => {
                 "Budget thresholds crossed, by threshold percent (once per tenant and period)."
             }
             Metric::RejectionsTotal => "Requests refused before the upstream, by kind.",
             Metric::StreamInterruptionsTotal => {
-                "Streams that did not end normally, by provider and reason (partial, client_cancelled)."
+                "Streams that did not end normally, by provider and reason (partial, client_cancelled, cut_at_hold)."
             }
             Metric::CacheRequestsTotal => "Response cache lookups by route and result (hit, miss).",
             Metric::LedgerEventsFlushed => "Ledger events written to the database.",

@@ -98,13 +98,15 @@ impl RateDecision {
 }
 
 /// What a request asks to hold: its input at the worst input price plus
-/// `max_tokens` at the worst output price, and the scopes it is charged to.
+/// `choices × max_tokens` at the worst output price, and the scopes it is charged to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReserveRequest {
     pub input_tokens: u64,
     pub input_price: PricePerMTok,
     pub output_price: PricePerMTok,
     pub max_tokens: u32,
+    /// Completions the upstream generates (`n`), each up to `max_tokens`; at least 1.
+    pub choices: u32,
     pub expires_at_ms: u64,
     pub key: KeyId,
     /// The key's own monthly budget, if it has one.
@@ -363,7 +365,9 @@ impl QuotaBook {
             }
         }
         // Tokens are admitted last: a refusal here leaves the money untouched.
-        let tokens = request.input_tokens.saturating_add(u64::from(max_tokens));
+        let tokens = request
+            .input_tokens
+            .saturating_add(request.output_tokens(max_tokens));
         let window = self.tokens.admit(tokens, now_ms)?;
         let id = ReservationId(self.next_id);
         self.next_id += 1;
@@ -501,8 +505,15 @@ pub fn bucket_capacity(limits: &Limits) -> u64 {
 pub fn worst_case(request: &ReserveRequest, max_tokens: u32) -> Nanos {
     let mut cost = CostAccumulator::default();
     cost.add(request.input_tokens, request.input_price)
-        .add(u64::from(max_tokens), request.output_price);
+        .add(request.output_tokens(max_tokens), request.output_price);
     cost.total()
+}
+
+impl ReserveRequest {
+    /// The most output tokens the upstream may generate at this per-choice limit.
+    pub fn output_tokens(&self, max_tokens: u32) -> u64 {
+        u64::from(max_tokens).saturating_mul(u64::from(self.choices.max(1)))
+    }
 }
 
 /// `clamp` mode: the `max_tokens` `remaining` affords, or `None` below the floor.
@@ -526,7 +537,9 @@ fn affordable_tokens(request: &ReserveRequest, remaining: Nanos) -> u64 {
     let Some(left) = scaled_remaining.checked_sub(input) else {
         return 0;
     };
-    let output_price = u128::from(request.output_price.nanos_per_mtok().get());
+    // Each affordable per-choice token is paid `choices` times.
+    let output_price = u128::from(request.output_price.nanos_per_mtok().get())
+        * u128::from(request.choices.max(1));
     if output_price == 0 {
         return u64::from(request.max_tokens);
     }
@@ -565,11 +578,42 @@ mod tests {
             input_price: PricePerMTok::parse_decimal("2").unwrap(),
             output_price: PricePerMTok::parse_decimal("8").unwrap(),
             max_tokens,
+            choices: 1,
             expires_at_ms: NOW + 1000,
             key: KeyId::new("k1"),
             key_budget: None,
             feature: "chat".to_owned(),
         }
+    }
+
+    #[test]
+    fn n_choices_multiply_the_output_side_of_the_worst_case() {
+        let mut book = QuotaBook::new(limits(Some("1"), BudgetMode::Strict), Nanos::ZERO, NOW);
+        let four = ReserveRequest {
+            choices: 4,
+            ..request(10_000)
+        };
+        // 1000 × 2/M + 4 × 10,000 × 8/M = 0.002 + 0.32
+        let granted = book.reserve(four.clone(), NOW).unwrap();
+        assert_eq!(granted.amount.to_string(), "0.322");
+        // Two more fit (0.966), a fourth does not: one choice would have fitted 12.
+        book.reserve(four.clone(), NOW).unwrap();
+        book.reserve(four.clone(), NOW).unwrap();
+        let refused = budget_refusal(book.reserve(four, NOW));
+        assert_eq!(refused.needed.to_string(), "0.322");
+    }
+
+    #[test]
+    fn clamp_divides_what_is_affordable_among_the_choices() {
+        let mut book = QuotaBook::new(limits(Some("0.01"), BudgetMode::Clamp), Nanos::ZERO, NOW);
+        let four = ReserveRequest {
+            choices: 4,
+            ..request(10_000)
+        };
+        // (0.01 − 0.002) / (4 × 8/M) = 250 per choice, 1,000 in all.
+        let granted = book.reserve(four, NOW).unwrap();
+        assert_eq!(granted.max_tokens, 250);
+        assert_eq!(granted.amount.to_string(), "0.01");
     }
 
     #[test]

@@ -12,6 +12,7 @@ mod anthropic;
 mod auth;
 mod budget;
 mod cache;
+mod ceiling;
 mod chat;
 mod dashboards;
 mod errors;

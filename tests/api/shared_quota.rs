@@ -430,6 +430,7 @@ async fn the_expiry_sweep_asks_the_ledger_before_committing_an_orphan() {
             input_price: PricePerMTok::parse_decimal("0").unwrap(),
             output_price: PricePerMTok::parse_decimal("1000").unwrap(),
             max_tokens: 1000,
+            choices: 1,
             expires_at_ms: now + 1000,
             key: key_id.clone(),
             key_budget: None,
@@ -498,4 +499,23 @@ async fn the_expiry_sweep_asks_the_ledger_before_committing_an_orphan() {
             .unwrap()
             .is_empty()
     );
+}
+
+#[actix_web::test]
+async fn the_gateway_keeps_as_many_redis_connections_as_its_pool_size() {
+    let redis = RedisServer::start().await;
+    let setup = TestSetup::new()
+        .route("fast", &["primary/ok"])
+        .tier("free", &["fast"], 1000, 100)
+        .redis(&redis.url(), 1)
+        .storage("redis_pool_size = 3");
+    let app = spawn_app(setup).await;
+    let (_tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    let body = chat_body("fast");
+    let replies = join_all((0..12).map(|_| app.chat(&key, &body))).await;
+
+    assert!(replies.iter().all(|r| r.status == 200));
+    // The pool's size in multiplexed connections, each used in turn; nothing else stays open.
+    assert_eq!(redis.connected_clients(), 3);
 }

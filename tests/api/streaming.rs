@@ -22,7 +22,13 @@ fn setup() -> TestSetup {
         .route("garbled", &["primary/chunks-8+malformed-after-2"])
         .route("drain", &["primary/usage-100-0-40+chunks-6+chunk-delay-150ms"])
         .route("cancel", &["canceller/usage-100-0-40+chunks-20+chunk-delay-150ms"])
-        .tier("free", &["paced", "quick", "slowfirst", "cut3", "garbled", "drain", "cancel"], 1000, 100)
+        .route("runaway", &["primary/usage-100-0-40+chunks-400"])
+        .tier(
+            "free",
+            &["paced", "quick", "slowfirst", "cut3", "garbled", "drain", "cancel", "runaway"],
+            1000,
+            100,
+        )
 }
 
 fn stream_body(model: &str, include_usage: bool) -> Value {
@@ -337,4 +343,57 @@ async fn a_caller_leaving_mid_stream_with_cancel_stops_the_upstream_and_estimate
             .load(std::sync::atomic::Ordering::SeqCst),
         0
     );
+}
+
+#[actix_web::test]
+async fn a_stream_that_ignores_its_limit_is_cut_at_the_hold() {
+    let app = spawn_app(setup()).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let mut body = stream_body("runaway", true);
+    body["max_tokens"] = json!(10);
+    body["n"] = json!(2);
+
+    let mut response = open(&app, &key, &body).await.unwrap();
+    let raw = read_all(&mut response).await;
+
+    let events = events(&raw);
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "{raw}");
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    let text: String = chunks
+        .iter()
+        .flat_map(|c| c["choices"].as_array().cloned().unwrap_or_default())
+        .filter_map(|choice| choice["delta"]["content"].as_str().map(str::to_owned))
+        .collect();
+    // The hold covers 2 choices × 10 tokens; the upstream would have sent 400 words.
+    let estimator = app.gateway.estimator;
+    assert!(estimator.count_completion(&text) <= 20, "{text:?}");
+    assert!(!text.is_empty());
+    let finish = &chunks[chunks.len() - 2];
+    let reasons: Vec<&Value> = finish["choices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["finish_reason"])
+        .collect();
+    assert_eq!(reasons, [&json!("length"), &json!("length")], "{finish}");
+    let usage = &chunks[chunks.len() - 1]["usage"];
+    assert_eq!(usage["completion_tokens"], 20, "{raw}");
+    let rows = app.ledger_rows_eventually(&tenant, 1).await;
+    let row = &rows[0];
+    assert_eq!((row.status.as_str(), row.completion_tokens), ("ok", 20));
+    assert!(row.charged_nanos <= row.reserved_nanos, "{row:?}");
+    assert!(
+        row.error.as_deref().unwrap_or("").contains("hold"),
+        "{row:?}"
+    );
+    assert_eq!(app.budget(&tenant).await["reserved"], "0");
+    // The upstream call was cancelled, not read to its end.
+    wait_until(
+        || app.fake.stats.streams_cancelled() >= 1,
+        "the upstream's cancel",
+    )
+    .await;
 }

@@ -32,10 +32,10 @@ pub fn build_body(
         options.insert("include_usage".to_owned(), Value::Bool(true));
         Value::Object(options).to_string()
     });
-    let mut set = vec![
-        ("model", model_json.as_str()),
-        (request.max_tokens_field(), max_tokens_json.as_str()),
-    ];
+    let mut set = vec![("model", model_json.as_str())];
+    for field in request.max_tokens_fields() {
+        set.push((field, max_tokens_json.as_str()));
+    }
     if let Some((field, id)) = &tenant_json {
         set.push((field, id.as_str()));
     }
@@ -60,10 +60,9 @@ fn build_from_values(
         body.insert(field.as_str().to_owned(), Value::from(tenant));
     }
     body.insert("model".to_owned(), Value::String(model.to_owned()));
-    body.insert(
-        request.max_tokens_field().to_owned(),
-        Value::from(max_tokens),
-    );
+    for field in request.max_tokens_fields() {
+        body.insert((*field).to_owned(), Value::from(max_tokens));
+    }
     if request.stream() {
         // Exact billing needs the provider's usage; the relay strips it if the caller did not ask.
         let mut options = match body.remove("stream_options") {
@@ -196,6 +195,7 @@ mod tests {
             r#"{"model":"fast","messages":[{"role":"user","content":"hi \"model\": {}"}]}"#,
             r#"{ "messages": [{"role":"system","content":"s"},{"role":"user","content":"u"}], "model": "fast", "max_tokens": 12, "user": "caller" }"#,
             r#"{"model":"fast","messages":[{"role":"user","content":"x"}],"max_completion_tokens":5,"stream":true}"#,
+            r#"{"model":"fast","messages":[{"role":"user","content":"x"}],"max_completion_tokens":5,"max_tokens":90000}"#,
             r#"{"model":"fast","messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":{"include_usage":false,"other":1}}"#,
             r#"{"model":"fast","messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":null,"tools":[{"type":"function","function":{"name":"f","parameters":{"model":"m"}}}]}"#,
             r#"{"mod\u0065l":"fast","messages":[{"role":"user","content":"escaped key: values path"}]}"#,
@@ -213,7 +213,9 @@ mod tests {
                 let rebuilt: Value = serde_json::from_slice(&rebuilt).unwrap();
                 assert_eq!(spliced, rebuilt, "{body} {tenant:?}");
                 assert_eq!(spliced["model"], "gpt-4o-mini");
-                assert_eq!(spliced[request.max_tokens_field()], 256);
+                for field in request.max_tokens_fields() {
+                    assert_eq!(spliced[field], 256, "{body}");
+                }
             }
         }
     }

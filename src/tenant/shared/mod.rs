@@ -10,6 +10,7 @@ mod keys;
 pub mod restart;
 mod scripts;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -55,12 +56,13 @@ struct Scripts {
 #[derive(Clone)]
 pub struct SharedStore {
     pool: Pool,
-    /// One multiplexed connection taken from the pool and shared by every
-    /// call: it pipelines concurrent requests itself, and checking a
+    /// `storage.redis_pool_size` multiplexed connections taken from the pool,
+    /// used in turn: each pipelines the concurrent calls on it, and checking a
     /// connection out of the pool per call cost a round trip (the pool's
-    /// UNWATCH + PING health check) on every decision. Dropped on any error,
-    /// so the next call takes a fresh one from the pool.
-    shared: Arc<Mutex<Option<MultiplexedConnection>>>,
+    /// UNWATCH + PING health check) on every decision. A connection is
+    /// dropped on any error, so its next call takes a fresh one from the pool.
+    connections: Arc<[Mutex<Option<MultiplexedConnection>>]>,
+    next_connection: Arc<AtomicUsize>,
     timeout: Duration,
     health: Arc<StoreHealth>,
     scripts: Arc<Scripts>,
@@ -83,7 +85,8 @@ impl SharedStore {
             .map_err(|e| format!("storage.redis_url: {e}"))?;
         Ok(SharedStore {
             pool,
-            shared: Arc::new(Mutex::new(None)),
+            connections: (0..pool_size.max(1)).map(|_| Mutex::new(None)).collect(),
+            next_connection: Arc::new(AtomicUsize::new(0)),
             timeout,
             health: Arc::new(StoreHealth::default()),
             scripts: Arc::new(Scripts {
@@ -230,8 +233,10 @@ impl SharedStore {
         }
     }
 
+    /// The next of the multiplexed connections, taken from the pool when it has none.
     async fn connection(&self) -> Result<MultiplexedConnection, StoreFailure> {
-        if let Some(conn) = self.lock_shared().clone() {
+        let slot = self.next_connection.fetch_add(1, Ordering::Relaxed) % self.connections.len();
+        if let Some(conn) = self.lock_slot(slot).clone() {
             return Ok(conn);
         }
         let pooled = self
@@ -240,12 +245,14 @@ impl SharedStore {
             .await
             .map_err(|e| StoreFailure(e.to_string()))?;
         let conn = deadpool_redis::Connection::take(pooled);
-        *self.lock_shared() = Some(conn.clone());
+        *self.lock_slot(slot) = Some(conn.clone());
         Ok(conn)
     }
 
-    fn lock_shared(&self) -> std::sync::MutexGuard<'_, Option<MultiplexedConnection>> {
-        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock_slot(&self, slot: usize) -> std::sync::MutexGuard<'_, Option<MultiplexedConnection>> {
+        self.connections[slot]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// One call on the shared connection within the timeout; a failure
@@ -271,7 +278,12 @@ impl SharedStore {
             ))),
         };
         if let Err(failure) = &result {
-            self.lock_shared().take();
+            // A failure mostly means the server went away: every connection
+            // is suspect, and a stale one must not fail the first call after
+            // the store is back.
+            for slot in 0..self.connections.len() {
+                self.lock_slot(slot).take();
+            }
             self.health.mark_down(&failure.0);
         }
         result
@@ -503,7 +515,9 @@ impl SharedQuota {
     ) -> ScriptCall {
         let (month_key, _, month) = self.month_keys(now_ms);
         let day = Date::from_unix_ms(now_ms).day_key();
-        let tokens = request.input_tokens.saturating_add(u64::from(max_tokens));
+        let tokens = request
+            .input_tokens
+            .saturating_add(request.output_tokens(max_tokens));
         let budget = |b: Option<Nanos>| b.map_or_else(|| "-1".to_owned(), |b| b.get().to_string());
         let limit = |l: Option<u64>| l.map_or_else(|| "-1".to_owned(), |l| l.to_string());
         let feature_budget = limits.feature_budgets.get(&request.feature).copied();
@@ -543,7 +557,9 @@ impl SharedQuota {
         amount: Nanos,
         now_ms: u64,
     ) -> Result<Attempt, StoreFailure> {
-        let tokens = request.input_tokens.saturating_add(u64::from(max_tokens));
+        let tokens = request
+            .input_tokens
+            .saturating_add(request.output_tokens(max_tokens));
         match field(reply, 0)? {
             "seed" => Ok(Attempt::NeedSeed),
             "budget" => {

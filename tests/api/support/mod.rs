@@ -49,6 +49,7 @@ pub struct TestSetup {
     cache_ttl_ms: BTreeMap<String, u64>,
     storage: Vec<String>,
     ledger: Vec<String>,
+    request_timeout_ms: u64,
 }
 
 impl TestSetup {
@@ -72,6 +73,7 @@ impl TestSetup {
             cache_ttl_ms: BTreeMap::new(),
             storage: Vec::new(),
             ledger: Vec::new(),
+            request_timeout_ms: 20_000,
         }
     }
 
@@ -131,6 +133,12 @@ impl TestSetup {
     /// Raw TOML tables appended to the configuration (e.g. `[telemetry]`).
     pub fn raw(mut self, toml: &str) -> Self {
         self.raw.push(toml.to_owned());
+        self
+    }
+
+    /// `server.request_timeout_ms`: the deadline of a whole request.
+    pub fn request_timeout_ms(mut self, ms: u64) -> Self {
+        self.request_timeout_ms = ms;
         self
     }
 
@@ -194,7 +202,7 @@ impl TestSetup {
 [server]
 listen = "{listen}"
 workers = 2
-request_timeout_ms = 20000
+request_timeout_ms = {request_timeout_ms}
 body_limit_bytes = {body_limit}
 [storage]
 database_url = "{database_url}"
@@ -216,6 +224,7 @@ base_url = "{fake_url}/v1"
 timeout_ms = 5000
 "#,
             body_limit = self.body_limit_bytes,
+            request_timeout_ms = self.request_timeout_ms,
             listen = self.listen,
             storage = self.storage_lines().join("\n"),
             journal_dir = dir.join("journal").display(),

@@ -135,6 +135,29 @@ impl RedisServer {
         stream.read_exact(&mut reply).is_ok() && &reply == b"+PONG\r\n"
     }
 
+    /// How many clients are connected, not counting this question's own.
+    pub fn connected_clients(&self) -> usize {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        stream.write_all(b"CLIENT LIST\r\n").unwrap();
+        let mut reply = Vec::new();
+        let mut chunk = [0u8; 4096];
+        // A bulk string: `$<len>\r\n<len bytes>\r\n`.
+        loop {
+            let n = stream.read(&mut chunk).unwrap();
+            reply.extend_from_slice(&chunk[..n]);
+            let text = String::from_utf8_lossy(&reply);
+            if let Some((header, body)) = text.split_once("\r\n") {
+                let len: usize = header.trim_start_matches('$').parse().unwrap();
+                if body.len() >= len + 2 {
+                    return body[..len].lines().count() - 1;
+                }
+            }
+        }
+    }
+
     /// SIGKILL: the data is gone, as after a crash without persistence.
     pub fn kill(&mut self) {
         if let Some((mut child, stdin)) = self.watchdog.take() {

@@ -1,0 +1,142 @@
+//! A successful attempt's settlement: a complete answer is charged its real
+//! cost (from the provider's usage, else counted) and cached; a stream is
+//! handed to the relay, which settles when it ends.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::chat::OutcomeBody;
+use super::context::RequestContext;
+use super::record::{self, AttemptRow};
+use super::stream::Relay;
+use crate::cache::{CacheKey, CachedResponse};
+use crate::config::{Provider, Route, Target};
+use crate::ids::EventId;
+use crate::ledger::{AttemptStatus, UsageKind};
+use crate::openai::chat::ChatRequest;
+use crate::pricing::{self, Usage};
+use crate::provider::actor::Permit;
+use crate::provider::adapters::Adapter;
+use crate::provider::adapters::openai::{self, ResponseUsage};
+use crate::provider::call::{UpstreamBody, UpstreamReply};
+use crate::state::Gateway;
+use crate::tenant::ReservationGuard;
+
+/// What settling a served attempt needs to know of its request.
+pub struct Served<'a> {
+    pub gw: &'a Arc<Gateway>,
+    pub ctx: &'a RequestContext,
+    pub route: &'a Route,
+    pub request: &'a ChatRequest,
+    pub input_tokens: u64,
+    pub cache_key: Option<CacheKey>,
+    pub deadline: Instant,
+}
+
+/// A stream whose first chunk arrived: from here on there is no failover.
+pub struct StreamStart {
+    /// The attempt's journal reserve.
+    pub event_id: EventId,
+    pub permit: Permit,
+    pub first: Bytes,
+    pub body: UpstreamBody,
+    pub ttft_ms: u64,
+    pub started: Instant,
+}
+
+impl Served<'_> {
+    /// Charges a complete answer its real cost and caches it when the route does.
+    pub async fn complete(
+        &self,
+        reservation: ReservationGuard,
+        mut row: AttemptRow,
+        reply: UpstreamReply,
+        target: &Target,
+    ) -> OutcomeBody {
+        let reported = reply
+            .usage
+            .unwrap_or_else(|| openai::parse_usage(&reply.body));
+        let (usage, usage_kind) = match reported {
+            ResponseUsage::Reported(usage) => (usage, UsageKind::Reported),
+            ResponseUsage::Missing { completion_text } => (
+                Usage {
+                    prompt_tokens: self.input_tokens,
+                    completion_tokens: self.gw.estimator.count_completion(&completion_text),
+                    ..Usage::default()
+                },
+                UsageKind::Estimated,
+            ),
+        };
+        let cost = pricing::charge(&target.price, &usage);
+        row.usage = usage;
+        row.usage_kind = usage_kind;
+        let route = self.route.name.as_str();
+        let (provider, model) = (row.provider.clone(), row.model.clone());
+        let settled = record::settle(self.gw, self.ctx, route, reservation, cost, row).await;
+        record::meter(self.gw, self.ctx, &usage, settled.charged);
+        if let Some(key) = self.cache_key {
+            let cached = CachedResponse {
+                body: reply.body.clone(),
+                provider,
+                model,
+                usage,
+            };
+            let expires = self
+                .gw
+                .clock
+                .now_ms()
+                .saturating_add(self.route.cache_ttl_ms);
+            self.gw.cache.put(key, cached, expires);
+        }
+        OutcomeBody::Complete {
+            body: reply.body,
+            cost,
+            remaining: settled.remaining,
+        }
+    }
+
+    /// Hands a started stream to the relay, which settles it when it ends.
+    pub fn relay(
+        &self,
+        reservation: ReservationGuard,
+        stream: StreamStart,
+        target: &Target,
+        provider: &Provider,
+        success_status: AttemptStatus,
+        attempt: u32,
+    ) -> OutcomeBody {
+        let granted = reservation.granted();
+        // The output the hold covers: every choice up to the limit it was sent with.
+        let sent_max_tokens = provider
+            .max_tokens_ceiling
+            .map_or(granted.max_tokens, |ceiling| {
+                granted.max_tokens.min(ceiling)
+            });
+        let held_output_tokens =
+            u64::from(sent_max_tokens).saturating_mul(u64::from(self.request.choices()));
+        let relay = Relay {
+            gw: self.gw.clone(),
+            ctx: self.ctx.clone(),
+            route: self.route.name.to_string(),
+            target: target.clone(),
+            provider: provider.clone(),
+            success_status,
+            attempt,
+            input_tokens: self.input_tokens,
+            held_output_tokens,
+            choices: self.request.choices(),
+            include_usage: self.request.include_usage(),
+            deadline: self.deadline,
+            translator: Adapter::for_provider(provider)
+                .translator(&target.model, self.request.include_usage()),
+            reservation,
+            event_id: stream.event_id,
+            permit: stream.permit,
+            started: stream.started,
+            ttft_ms: stream.ttft_ms,
+        };
+        OutcomeBody::Stream(relay.spawn(stream.first, stream.body))
+    }
+}

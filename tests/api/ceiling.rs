@@ -1,0 +1,232 @@
+//! No path spends more than it held: `n`, two output limits, every attempt
+//! under a hold, and the request's deadline.
+
+use futures_util::future::join_all;
+use serde_json::json;
+
+use crate::support::{TestSetup, chat_body, spawn_app};
+
+/// A provider that gives up on an answer after 300 ms, once the request has left.
+const IMPATIENT: &str = "[providers.impatient]\nkind = \"openai\"\nbase_url = \"FAKE\"\ntimeout_ms = 300\nmax_attempts = 1";
+
+fn committed_nanos(budget: &serde_json::Value) -> i64 {
+    tollgate::money::Nanos::parse_decimal(budget["committed"].as_str().unwrap())
+        .unwrap()
+        .to_db()
+}
+
+#[actix_web::test]
+async fn n_of_4_with_usage_of_4_times_the_limit_never_passes_the_budget() {
+    // Each call bills 4 × 10,000 output tokens at 8 per 1M = 0.32: three fit in 1.
+    let app = spawn_app(
+        TestSetup::new()
+            .route("fast", &["primary/usage-0-0-40000+delay-20ms"])
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "1"}))
+        .await;
+    let mut body = chat_body("fast");
+    body["max_tokens"] = json!(10_000);
+    body["n"] = json!(4);
+
+    let replies = join_all((0..20).map(|_| app.chat(&key, &body))).await;
+
+    let ok = replies.iter().filter(|r| r.status == 200).count();
+    let refused = replies.iter().filter(|r| r.status == 402).count();
+    assert_eq!(ok + refused, 20);
+    assert!((1..=3).contains(&ok), "{ok} admitted");
+    let rows = app.ledger_rows(&tenant).await;
+    let charged: i64 = rows.iter().map(|r| r.charged_nanos).sum();
+    assert!(
+        charged <= 1_000_000_000,
+        "charged {charged} on a budget of 1"
+    );
+    // The hold covered all four choices.
+    assert!(
+        rows.iter().all(|r| r.reserved_nanos >= 320_000_000),
+        "{rows:?}"
+    );
+    assert_eq!(app.budget(&tenant).await["reserved"], "0");
+}
+
+#[actix_web::test]
+async fn n_above_the_tier_cap_is_refused_naming_the_field() {
+    let app = spawn_app(TestSetup::new().route("fast", &["primary/ok"]).tier(
+        "free",
+        &["fast"],
+        1000,
+        100,
+    ))
+    .await;
+    let (_tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let mut body = chat_body("fast");
+    body["n"] = json!(9);
+
+    let reply = app.chat(&key, &body).await;
+
+    assert_eq!(reply.status, 400, "{}", reply.raw);
+    assert_eq!(reply.body["error"]["param"], "n");
+    assert!(reply.error_message().contains("at most 8"), "{}", reply.raw);
+    assert_eq!(app.fake.stats.requests(), 0);
+}
+
+#[actix_web::test]
+async fn a_body_with_both_output_limits_leaves_with_one_coherent_value() {
+    let app = spawn_app(
+        TestSetup::new()
+            .route("fast", &["primary/usage-10-0-5"])
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let mut body = chat_body("fast");
+    body["max_completion_tokens"] = json!(50);
+    body["max_tokens"] = json!(100_000);
+
+    let reply = app.chat(&key, &body).await;
+
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    let sent = &app.fake.stats.captured()[0].body;
+    assert_eq!(
+        (&sent["max_completion_tokens"], &sent["max_tokens"]),
+        (&json!(50), &json!(50)),
+        "{sent}"
+    );
+    // The hold is the one for 50 output tokens (at 8 per 1M: 0.0004), not 100,000.
+    let rows = app.ledger_rows(&tenant).await;
+    assert!(rows[0].reserved_nanos < 1_000_000, "{:?}", rows[0]);
+}
+
+#[actix_web::test]
+async fn a_timed_out_primary_and_an_answering_fallback_are_charged_both_holds() {
+    let app = spawn_app(
+        TestSetup::new()
+            .provider(IMPATIENT)
+            .route(
+                "fast",
+                &["impatient/delay-2000ms", "secondary/usage-10-0-5"],
+            )
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let mut body = chat_body("fast");
+    body["max_tokens"] = json!(100_000);
+
+    let reply = app.chat(&key, &body).await;
+
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(reply.header("x-tollgate-provider"), Some("secondary"));
+    assert_eq!(app.fake.stats.requests_for_model("delay-2000ms"), 1);
+    let rows = app.ledger_rows(&tenant).await;
+    let summary: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| (r.status.as_str(), r.usage_kind.as_str()))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![("upstream_error", "unknown"), ("fallback_ok", "reported")]
+    );
+    // The timed-out attempt reached the provider: it is charged its whole hold.
+    assert!(rows[0].reserved_nanos > 800_000_000, "{:?}", rows[0]);
+    assert_eq!(rows[0].charged_nanos, rows[0].reserved_nanos);
+    // 10 prompt at 2 per 1M + 5 completion at 8 per 1M = 0.00006
+    assert_eq!(rows[1].charged_nanos, 60_000);
+    let budget = app.budget(&tenant).await;
+    assert_eq!(budget["reserved"], "0");
+    assert_eq!(committed_nanos(&budget), rows[0].reserved_nanos + 60_000);
+}
+
+#[actix_web::test]
+async fn with_a_budget_for_one_hold_the_fallback_after_a_timeout_is_not_tried() {
+    let app = spawn_app(
+        TestSetup::new()
+            .provider(IMPATIENT)
+            .route(
+                "fast",
+                &["impatient/delay-2000ms", "secondary/never-called"],
+            )
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    // One hold of about 0.8 fits in 1.2; a second does not.
+    let (tenant, key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "1.2"}))
+        .await;
+    let mut body = chat_body("fast");
+    body["max_tokens"] = json!(100_000);
+
+    let reply = app.chat(&key, &body).await;
+
+    assert_eq!(reply.status, 502, "{}", reply.raw);
+    assert!(
+        reply.error_message().contains("cannot hold another"),
+        "{}",
+        reply.raw
+    );
+    assert_eq!(app.fake.stats.requests_for_model("never-called"), 0);
+    let rows = app.ledger_rows(&tenant).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].usage_kind, "unknown");
+    let budget = app.budget(&tenant).await;
+    assert_eq!(committed_nanos(&budget), rows[0].reserved_nanos);
+    assert!(committed_nanos(&budget) <= 1_200_000_000);
+}
+
+#[actix_web::test]
+async fn a_refused_connection_costs_nothing_and_its_hold_serves_the_fallback() {
+    let app = spawn_app(
+        TestSetup::new()
+            .provider("[providers.closed]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1\"\nmax_attempts = 1")
+            .route("fast", &["closed/ok", "secondary/usage-10-0-5"])
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "1.2"}))
+        .await;
+    let mut body = chat_body("fast");
+    body["max_tokens"] = json!(100_000);
+
+    let reply = app.chat(&key, &body).await;
+
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    let rows = app.ledger_rows(&tenant).await;
+    let summary: Vec<(&str, &str, i64)> = rows
+        .iter()
+        .map(|r| (r.status.as_str(), r.usage_kind.as_str(), r.charged_nanos))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ("upstream_error", "none", 0),
+            ("fallback_ok", "reported", 60_000)
+        ]
+    );
+}
+
+#[actix_web::test]
+async fn the_request_deadline_bounds_an_attempt_the_provider_would_wait_longer_for() {
+    // The provider would wait 5 s; the request's deadline is 1 s.
+    let app = spawn_app(
+        TestSetup::new()
+            .request_timeout_ms(1000)
+            .route("fast", &["primary/delay-3000ms", "secondary/never-called"])
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    let reply = app.chat(&key, &chat_body("fast")).await;
+
+    assert_eq!(reply.status, 502, "{}", reply.raw);
+    assert!(reply.error_message().contains("deadline"), "{}", reply.raw);
+    assert_eq!(app.fake.stats.requests_for_model("never-called"), 0);
+    let rows = app.ledger_rows(&tenant).await;
+    assert_eq!(rows.len(), 1, "no attempt after the deadline: {rows:?}");
+    assert_eq!(rows[0].usage_kind, "unknown");
+    assert_eq!(rows[0].charged_nanos, rows[0].reserved_nanos);
+    assert_eq!(app.budget(&tenant).await["reserved"], "0");
+}
