@@ -74,7 +74,9 @@ impl Application {
         )
         .await?;
         let clock = options.clock;
-        let directory = Directory::load(db.clone(), pepper, clock.now_ms()).await?;
+        // An unknown key id is remembered as long as a change elsewhere takes to arrive.
+        let unknown_ttl = config.storage.sync_interval_ms;
+        let directory = Directory::load(db.clone(), pepper, clock.clone(), unknown_ttl).await?;
         let ledger = open_ledger(&config, &db, &clock).await?;
         let replica_id = restart::replica_id(config.journal_dir().as_deref());
         let tenant_labels = Arc::new(TenantLabels::new(

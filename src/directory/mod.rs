@@ -1,9 +1,12 @@
 //! Tenants and API keys: the database rows (`repo`) and the in-memory view
 //! every request reads (`Directory`). Requests never query the database for a
-//! known key; a key issued on another replica is looked up once on a miss.
+//! known key; a key issued on another replica is looked up once on a miss,
+//! within the bounds of `misses` (an unknown id is not queried again for a
+//! sync interval, and only a few lookups run at once).
 //! A sync loop polls for revocations and tenant changes, so a change made by
 //! another replica or the CLI reaches this one within `sync_interval_ms`.
 
+pub mod misses;
 pub mod repo;
 pub mod tenant;
 
@@ -14,7 +17,9 @@ use sea_orm::DatabaseConnection;
 
 pub use tenant::{BudgetMode, TenantRecord};
 
+use self::misses::{Admission, KeyMisses, Outcome};
 use crate::auth::{self, PresentedKey};
+use crate::clock::SharedClock;
 use crate::config::Secret;
 use crate::ids::{KeyId, TenantId};
 use crate::storage::StorageError;
@@ -35,6 +40,10 @@ pub enum AuthError {
     Malformed,
     #[error("the API key is unknown or revoked")]
     Unknown,
+    /// Not in memory, and too many other unknown ids are being looked up to
+    /// look this one up now (see `misses::MAX_IN_FLIGHT`).
+    #[error("the API key is unknown or revoked (key lookups are saturated; retry shortly)")]
+    Busy,
     #[error("key lookup failed")]
     Storage,
 }
@@ -44,6 +53,8 @@ pub struct Directory {
     pepper: Secret,
     tenants: RwLock<HashMap<TenantId, Arc<TenantRecord>>>,
     keys: RwLock<HashMap<KeyId, Arc<KeyRecord>>>,
+    misses: KeyMisses,
+    clock: SharedClock,
     /// Watermarks of the last sync, in Unix ms.
     synced: RwLock<SyncMarks>,
 }
@@ -58,14 +69,18 @@ struct SyncMarks {
 pub type ChangedTenants = Vec<Arc<TenantRecord>>;
 
 impl Directory {
+    /// `unknown_ttl_ms`: how long an id the database did not know is refused
+    /// without asking again (the sync interval: a key issued on another
+    /// replica is then found about as soon as a revocation there is seen).
     pub async fn load(
         db: DatabaseConnection,
         pepper: Secret,
-        now_ms: u64,
+        clock: SharedClock,
+        unknown_ttl_ms: u64,
     ) -> Result<Arc<Directory>, StorageError> {
         let tenants = repo::all_tenants(&db).await?;
         let keys = repo::active_keys(&db).await?;
-        let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
+        let now = i64::try_from(clock.now_ms()).unwrap_or(i64::MAX);
         let directory = Directory {
             db,
             pepper,
@@ -80,6 +95,8 @@ impl Directory {
                     .map(|k| (k.id.clone(), Arc::new(k)))
                     .collect(),
             ),
+            misses: KeyMisses::new(unknown_ttl_ms),
+            clock,
             synced: RwLock::new(SyncMarks {
                 keys_revoked_after_ms: now,
                 tenants_updated_after_ms: now,
@@ -127,13 +144,35 @@ impl Directory {
 
     /// A key issued on another replica (or by the CLI) since this one loaded.
     async fn fetch_key(&self, key_id: &KeyId) -> Result<Arc<KeyRecord>, AuthError> {
-        let key = repo::active_key(&self.db, key_id)
-            .await
-            .map_err(|_| AuthError::Storage)?
-            .ok_or(AuthError::Unknown)?;
-        let key = Arc::new(key);
-        write(&self.keys).insert(key_id.clone(), key.clone());
-        Ok(key)
+        let outcome = match self.misses.admit(key_id, self.clock.now_ms()) {
+            Admission::KnownUnknown => Outcome::Unknown,
+            Admission::Busy => return Err(AuthError::Busy),
+            Admission::Follow(waiting) => misses::follow(waiting).await,
+            Admission::Lead(ticket) => {
+                let outcome = match repo::active_key(&self.db, key_id).await {
+                    Ok(Some(key)) => {
+                        let key = Arc::new(key);
+                        // In memory before the lookup ends, so no later miss queries again.
+                        write(&self.keys).insert(key_id.clone(), key.clone());
+                        Outcome::Found(key)
+                    }
+                    Ok(None) => Outcome::Unknown,
+                    Err(_) => Outcome::Failed,
+                };
+                ticket.finish(outcome.clone(), self.clock.now_ms());
+                outcome
+            }
+        };
+        match outcome {
+            Outcome::Found(key) => Ok(key),
+            Outcome::Unknown => Err(AuthError::Unknown),
+            Outcome::Failed => Err(AuthError::Storage),
+        }
+    }
+
+    /// Database lookups of key ids not in memory since this process started.
+    pub fn key_lookups(&self) -> u64 {
+        self.misses.queries()
     }
 
     async fn fetch_tenant(&self, id: &TenantId) -> Result<Option<Arc<TenantRecord>>, AuthError> {
@@ -149,7 +188,10 @@ impl Directory {
         tenant
     }
 
+    /// A key issued through this process works at once, even if its id was
+    /// presented (and found unknown) a moment before.
     pub fn put_key(&self, key: KeyRecord) {
+        self.misses.forget(&key.id);
         write(&self.keys).insert(key.id.clone(), Arc::new(key));
     }
 

@@ -10,6 +10,7 @@ mod support;
 mod admin;
 mod anthropic;
 mod auth;
+mod auth_flood;
 mod budget;
 mod cache;
 mod chat;
