@@ -8,6 +8,7 @@
 mod support;
 
 mod admin;
+mod admin_listen;
 mod anthropic;
 mod auth;
 mod auth_flood;
