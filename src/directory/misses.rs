@@ -26,9 +26,9 @@ use crate::telemetry::metrics::{Metric, counter_add};
 /// issues, while the rest of the pool stays with the ledger and tenant loads.
 /// Waiting for a slot instead would queue a flood in memory in front of the
 /// pool; refusing with 503 would invite every flooding client to retry. So a
-/// miss beyond the limit is a 401 like any unknown key; a real key issued on
-/// another replica meets it only while a flood saturates the limit, and its
-/// client's next call after the flood finds it.
+/// miss beyond the limit is a 401 like any unknown key. A real key issued on
+/// another replica meets it only while a flood saturates the limit, and for
+/// at most a sync interval: the sync pulls every newly issued key.
 pub const MAX_IN_FLIGHT: usize = 2;
 
 /// Unknown ids remembered at once (about 100 bytes each). An attacker who

@@ -3,8 +3,9 @@
 //! known key; a key issued on another replica is looked up once on a miss,
 //! within the bounds of `misses` (an unknown id is not queried again for a
 //! sync interval, and only a few lookups run at once).
-//! A sync loop polls for revocations and tenant changes, so a change made by
-//! another replica or the CLI reaches this one within `sync_interval_ms`.
+//! A sync loop polls for issued and revoked keys and tenant changes, so a
+//! change made by another replica or the CLI reaches this one within
+//! `sync_interval_ms`.
 
 pub mod misses;
 pub mod repo;
@@ -60,9 +61,11 @@ pub struct Directory {
 }
 
 #[derive(Debug, Default, Clone, Copy)]
+/// The newest change of each kind seen so far, in Unix ms.
 struct SyncMarks {
-    keys_revoked_after_ms: i64,
-    tenants_updated_after_ms: i64,
+    keys_revoked: i64,
+    keys_created: i64,
+    tenants_updated: i64,
 }
 
 /// Tenants whose limits changed in a sync, so their actors can be told.
@@ -98,8 +101,9 @@ impl Directory {
             misses: KeyMisses::new(unknown_ttl_ms),
             clock,
             synced: RwLock::new(SyncMarks {
-                keys_revoked_after_ms: now,
-                tenants_updated_after_ms: now,
+                keys_revoked: now,
+                keys_created: now,
+                tenants_updated: now,
             }),
         };
         Ok(Arc::new(directory))
@@ -200,35 +204,50 @@ impl Directory {
         write(&self.keys).remove(key_id);
     }
 
-    /// Pulls revocations and tenant changes made elsewhere; returns changed tenants.
+    /// Pulls keys issued, keys revoked and tenants changed elsewhere; returns
+    /// changed tenants. Keeping every active key in memory (not only those
+    /// looked up) means a real key never depends on a lookup slot for longer
+    /// than a sync interval, however many made-up keys compete for them.
     pub async fn sync(&self) -> Result<ChangedTenants, StorageError> {
         let marks = *read(&self.synced);
-        let revoked = repo::keys_revoked_after(&self.db, marks.keys_revoked_after_ms).await?;
-        let mut changed =
-            repo::tenants_updated_after(&self.db, marks.tenants_updated_after_ms).await?;
+        let created = repo::keys_created_after(&self.db, marks.keys_created).await?;
+        let revoked = repo::keys_revoked_after(&self.db, marks.keys_revoked).await?;
+        let mut changed = repo::tenants_updated_after(&self.db, marks.tenants_updated).await?;
         // The look-back returns recent changes again on every sync; re-applying one
-        // would evict its tenant's keys each time, and a key re-read needs the database.
+        // would read its tenant's keys again each time.
         changed.retain(|t| {
             self.tenant(&t.id)
                 .is_none_or(|known| known.updated_at_ms != t.updated_at_ms)
         });
+        // A changed tenant may have changed key budgets: its keys are read again.
+        let changed_ids: Vec<&TenantId> = changed.iter().map(|t| &t.id).collect();
+        let reread = if changed_ids.is_empty() {
+            Vec::new()
+        } else {
+            repo::active_keys_of(&self.db, &changed_ids).await?
+        };
         let mut next = marks;
         {
             let mut keys = write(&self.keys);
+            for (key, created_at) in created {
+                next.keys_created = next.keys_created.max(created_at);
+                keys.insert(key.id.clone(), Arc::new(key));
+            }
+            if !changed_ids.is_empty() {
+                keys.retain(|_, key| !changed_ids.contains(&&key.tenant));
+            }
+            for key in reread {
+                keys.insert(key.id.clone(), Arc::new(key));
+            }
+            // Revocations last, so a key issued and revoked since the last sync is gone.
             for (key_id, revoked_at) in revoked {
                 keys.remove(&key_id);
-                next.keys_revoked_after_ms = next.keys_revoked_after_ms.max(revoked_at);
+                next.keys_revoked = next.keys_revoked.max(revoked_at);
             }
         }
         let mut records = Vec::with_capacity(changed.len());
-        if !changed.is_empty() {
-            // A changed tenant may have changed key budgets: its keys are re-read on next use.
-            let tenants: std::collections::HashSet<&TenantId> =
-                changed.iter().map(|t| &t.id).collect();
-            write(&self.keys).retain(|_, key| !tenants.contains(&key.tenant));
-        }
         for tenant in changed {
-            next.tenants_updated_after_ms = next.tenants_updated_after_ms.max(tenant.updated_at_ms);
+            next.tenants_updated = next.tenants_updated.max(tenant.updated_at_ms);
             records.push(self.put_tenant(tenant));
         }
         *write(&self.synced) = next;
