@@ -9,7 +9,7 @@ use std::time::Duration;
 use actix_web::dev::{Server, ServerHandle};
 use actix_web::{App, HttpServer, web};
 
-use crate::api;
+use crate::api::{self, Surface};
 use crate::clock::SharedClock;
 use crate::config::{Config, ConfigError};
 use crate::directory::Directory;
@@ -56,8 +56,11 @@ pub struct BuildOptions {
 /// A bound, not yet running, gateway.
 pub struct Application {
     pub addr: SocketAddr,
+    /// The bound `server.admin_listen`, when set.
+    pub admin_addr: Option<SocketAddr>,
     pub gateway: Arc<Gateway>,
     server: Server,
+    admin_server: Option<Server>,
     sync_task: actix_rt::task::JoinHandle<()>,
     handle_signals: bool,
 }
@@ -75,7 +78,9 @@ impl Application {
         )
         .await?;
         let clock = options.clock;
-        let directory = Directory::load(db.clone(), pepper, clock.now_ms()).await?;
+        // An unknown key id is remembered as long as a change elsewhere takes to arrive.
+        let unknown_ttl = config.storage.sync_interval_ms;
+        let directory = Directory::load(db.clone(), pepper, clock.clone(), unknown_ttl).await?;
         let ledger = open_ledger(&config, &db, &clock).await?;
         let replica_id = restart::replica_id(config.journal_dir().as_deref());
         let tenant_labels = Arc::new(TenantLabels::new(
@@ -120,36 +125,30 @@ impl Application {
             quota_store,
             replica_id: replica_id.into(),
         });
-        let data = web::Data::from(gateway.clone());
-        let mut server = HttpServer::new(move || {
-            App::new()
-                .app_data(data.clone())
-                .app_data(web::Data::new(UpstreamClients::default()))
-                .configure(api::configure)
-        })
-        .shutdown_timeout(config.server.shutdown_grace_ms.div_ceil(1000))
-        // A stream's head and first event go out as separate writes; with
-        // Nagle on, the event waited for the client's delayed ACK (~40 ms).
-        .tcp_nodelay(true);
-        if config.server.workers > 0 {
-            server = server.workers(config.server.workers);
-        }
-        // Signals are handled in `run_until_stopped`: actix-server's own handler
-        // stops the whole System, which would race the final ledger flush.
-        server = server.disable_signals();
-        let listen = config.server.listen;
-        let server = server.bind(listen).map_err(|source| AppError::Bind {
-            addr: listen,
-            source,
-        })?;
-        let addr = server.addrs().first().copied().unwrap_or(listen);
-        let server = server.run();
+        let (surface, admin) = match config.server.admin_listen {
+            Some(admin) => (Surface::Api, Some(admin)),
+            None => (Surface::All, None),
+        };
+        // Both addresses are bound before either serves, so a bad one stops the start cleanly.
+        let api = bind(&gateway, &config, config.server.listen, surface)?;
+        let admin = admin
+            .map(|admin| bind(&gateway, &config, admin, Surface::Admin))
+            .transpose()?;
+        let addr = api.addr;
+        let admin_addr = admin.as_ref().map(|admin| admin.addr);
+        let server = (api.run)();
+        let admin_server = admin.map(|admin| (admin.run)());
         let sync_task = spawn_sync(gateway.clone());
         tracing::info!(addr = %addr, "Tollgate is listening.");
+        if let Some(admin_addr) = admin_addr {
+            tracing::info!(addr = %admin_addr, "Metrics, readiness and the admin API are served here only.");
+        }
         Ok(Application {
             addr,
+            admin_addr,
             gateway,
             server,
+            admin_server,
             sync_task,
             handle_signals: options.handle_signals,
         })
@@ -160,7 +159,13 @@ impl Application {
     }
 
     /// Serves until the server stops (signal or handle), then flushes the ledger.
+    /// The admin listener stops after the API's in-flight requests have
+    /// finished, so metrics and readiness can be watched through the drain.
     pub async fn run_until_stopped(self) -> Result<(), AppError> {
+        let admin = self.admin_server.map(|server| {
+            let handle = server.handle();
+            (handle, actix_rt::spawn(server))
+        });
         if self.handle_signals {
             let handle = self.server.handle();
             actix_rt::spawn(reload_on_hangup(self.gateway.clone()));
@@ -171,6 +176,12 @@ impl Application {
             });
         }
         let result = self.server.await.map_err(AppError::Server);
+        if let Some((handle, running)) = admin {
+            handle.stop(true).await;
+            if let Ok(Err(error)) = running.await {
+                tracing::warn!(error = %error, "The admin listener ended with an error.");
+            }
+        }
         self.sync_task.abort();
         match self.gateway.ledger.flush().await {
             Ok(()) => tracing::info!("Ledger flushed; stopped."),
@@ -180,6 +191,50 @@ impl Application {
         }
         result
     }
+}
+
+/// A listener that is bound and not yet serving.
+struct Bound {
+    addr: SocketAddr,
+    run: Box<dyn FnOnce() -> Server>,
+}
+
+/// Binds one listener serving `surface`.
+fn bind(
+    gateway: &Arc<Gateway>,
+    config: &Config,
+    listen: SocketAddr,
+    surface: Surface,
+) -> Result<Bound, AppError> {
+    let data = web::Data::from(gateway.clone());
+    let mut server = HttpServer::new(move || {
+        App::new()
+            .app_data(data.clone())
+            .app_data(web::Data::new(UpstreamClients::default()))
+            .configure(|cfg| api::configure(cfg, surface))
+    })
+    .shutdown_timeout(config.server.shutdown_grace_ms.div_ceil(1000))
+    // A stream's head and first event go out as separate writes; with
+    // Nagle on, the event waited for the client's delayed ACK (~40 ms).
+    .tcp_nodelay(true);
+    if surface == Surface::Admin {
+        // Scrapes, probes and operators: one thread keeps up, and the API keeps the cores.
+        server = server.workers(1);
+    } else if config.server.workers > 0 {
+        server = server.workers(config.server.workers);
+    }
+    // Signals are handled in `run_until_stopped`: actix-server's own handler
+    // stops the whole System, which would race the final ledger flush.
+    server = server.disable_signals();
+    let server = server.bind(listen).map_err(|source| AppError::Bind {
+        addr: listen,
+        source,
+    })?;
+    let addr = server.addrs().first().copied().unwrap_or(listen);
+    Ok(Bound {
+        addr,
+        run: Box::new(move || server.run()),
+    })
 }
 
 async fn reload_on_hangup(gateway: Arc<Gateway>) {

@@ -576,6 +576,9 @@ fn demo_banner(
     path: &Path,
 ) -> String {
     let base = format!("http://{}", app.addr);
+    let admin_base = app
+        .admin_addr
+        .map_or_else(|| base.clone(), |addr| format!("http://{addr}"));
     let budget = tenant
         .monthly_budget
         .map_or_else(|| "none".to_owned(), |b| b.to_string());
@@ -605,7 +608,7 @@ Or with the OpenAI Python SDK (pip install openai):
       model="fast", messages=[{{"role": "user", "content": "Hello!"}}])
   print(raw.headers["x-tollgate-cost"], raw.parse().choices[0].message.content)
 
-Budget:  curl -s {base}/admin/v1/tenants/demo/budget -H "Authorization: Bearer {admin}"
+Budget:  curl -s {admin_base}/admin/v1/tenants/demo/budget -H "Authorization: Bearer {admin}"
 Spend:   cargo run --release -- spend --config {config_path} --tenant demo --group-by model
 "#,
         mocked = if mocked.is_empty() {

@@ -94,6 +94,11 @@ struct RawConfig {
 pub struct ServerConfig {
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
+    /// A second listener for operations: when set, `/metrics`, `/readyz` and
+    /// `/admin/v1/*` are served only there (and `/healthz` on both), so the
+    /// API port can face callers while operations stay on an internal address.
+    #[serde(default, deserialize_with = "admin_listen")]
+    pub admin_listen: Option<SocketAddr>,
     /// Worker threads; 0 means one per core.
     #[serde(default)]
     pub workers: usize,
@@ -116,6 +121,23 @@ pub struct ServerConfig {
 fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 8080))
 }
+
+/// Parsed here rather than by `SocketAddr`'s own impl, whose error names
+/// neither the setting nor the expected form.
+fn admin_listen<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<SocketAddr>, D::Error> {
+    let value = toml::Value::deserialize(deserializer)?;
+    value
+        .as_str()
+        .and_then(|text| text.parse().ok())
+        .map(Some)
+        .ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "server.admin_listen: {value} is not an IP address and port (e.g. \"127.0.0.1:9091\")"
+            ))
+        })
+}
 fn default_body_limit_bytes() -> usize {
     4 * 1024 * 1024
 }
@@ -136,6 +158,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             listen: default_listen(),
+            admin_listen: None,
             workers: 0,
             body_limit_bytes: default_body_limit_bytes(),
             shutdown_grace_ms: default_shutdown_grace_ms(),
@@ -1097,6 +1120,15 @@ fn validate(raw: RawConfig, env: &dyn EnvSource) -> Result<Config, ConfigError> 
         redis_url,
         ..raw.storage
     };
+    if let Some(admin) = raw.server.admin_listen {
+        // Port 0 picks a free port for each, so only a fixed port can clash.
+        if admin == raw.server.listen && admin.port() != 0 {
+            return Err(invalid(
+                "server.admin_listen",
+                format!("must differ from server.listen ({admin})"),
+            ));
+        }
+    }
     if raw.tokenizer.safety_percent < 100 {
         return Err(invalid("tokenizer.safety_percent", "must be at least 100"));
     }
@@ -1629,6 +1661,40 @@ mod tests {
         let deepseek = &config.providers[&ProviderName::new("deepseek")];
         assert_eq!(deepseek.missing_key_env(), None);
         assert_eq!(format!("{:?}", deepseek.api_key), "Some(*****)");
+    }
+
+    #[test]
+    fn admin_listen_is_optional_and_an_address_that_is_not_one_is_named() {
+        let with_server =
+            |server: &str| Config::from_toml(&format!("[server]\n{server}\n{BASE}"), &pepper());
+        assert_eq!(
+            Config::from_toml(BASE, &pepper())
+                .unwrap()
+                .server
+                .admin_listen,
+            None
+        );
+        assert_eq!(
+            with_server("admin_listen = \"127.0.0.1:9091\"")
+                .unwrap()
+                .server
+                .admin_listen,
+            Some(SocketAddr::from(([127, 0, 0, 1], 9091)))
+        );
+        for bad in ["\"localhost\"", "\"127.0.0.1\"", "\":9091\"", "9091"] {
+            let error = with_server(&format!("admin_listen = {bad}"))
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("server.admin_listen"), "{bad}: {error}");
+        }
+        let error = with_server("listen = \"127.0.0.1:9091\"\nadmin_listen = \"127.0.0.1:9091\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with("server.admin_listen: must differ"),
+            "{error}"
+        );
+        assert!(with_server("listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"").is_ok());
     }
 
     #[test]

@@ -10,19 +10,35 @@ pub mod ops;
 
 use actix_web::web;
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
+/// Which endpoints one listener serves (`server.admin_listen` splits them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Surface {
+    /// Every endpoint, on the one listener there is.
+    All,
+    /// The model API and `/healthz`.
+    Api,
+    /// `/metrics`, `/readyz`, `/admin/v1/*` and `/healthz`.
+    Admin,
+}
+
+pub fn configure(cfg: &mut web::ServiceConfig, surface: Surface) {
     cfg.app_data(extract::json_config())
         .app_data(extract::query_config())
-        .app_data(extract::path_config())
-        .route(
+        .app_data(extract::path_config());
+    if surface != Surface::Admin {
+        cfg.route(
             "/v1/chat/completions",
             web::post().to(chat::chat_completions),
         )
         .route("/chat/completions", web::post().to(chat::chat_completions))
-        .route("/v1/models", web::get().to(models::list_models))
-        .route("/healthz", web::get().to(ops::healthz))
-        .route("/readyz", web::get().to(ops::readyz))
-        .route("/metrics", web::get().to(ops::metrics))
-        .service(web::scope("/admin/v1").configure(admin::configure))
-        .default_service(web::to(ops::not_found));
+        .route("/v1/models", web::get().to(models::list_models));
+    }
+    cfg.route("/healthz", web::get().to(ops::healthz));
+    if surface != Surface::Api {
+        cfg.route("/readyz", web::get().to(ops::readyz))
+            .route("/metrics", web::get().to(ops::metrics))
+            .service(web::scope("/admin/v1").configure(admin::configure));
+    }
+    // Elsewhere's endpoints answer here as unknown ones do: 404 in the OpenAI envelope.
+    cfg.default_service(web::to(ops::not_found));
 }

@@ -1,9 +1,13 @@
 //! Tenants and API keys: the database rows (`repo`) and the in-memory view
 //! every request reads (`Directory`). Requests never query the database for a
-//! known key; a key issued on another replica is looked up once on a miss.
-//! A sync loop polls for revocations and tenant changes, so a change made by
-//! another replica or the CLI reaches this one within `sync_interval_ms`.
+//! known key; a key issued on another replica is looked up once on a miss,
+//! within the bounds of `misses` (an unknown id is not queried again for a
+//! sync interval, and only a few lookups run at once).
+//! A sync loop polls for issued and revoked keys and tenant changes, so a
+//! change made by another replica or the CLI reaches this one within
+//! `sync_interval_ms`.
 
+pub mod misses;
 pub mod repo;
 pub mod tenant;
 
@@ -14,7 +18,9 @@ use sea_orm::DatabaseConnection;
 
 pub use tenant::{BudgetMode, TenantRecord};
 
+use self::misses::{Admission, KeyMisses, Outcome};
 use crate::auth::{self, PresentedKey};
+use crate::clock::SharedClock;
 use crate::config::Secret;
 use crate::ids::{KeyId, TenantId};
 use crate::storage::StorageError;
@@ -35,6 +41,10 @@ pub enum AuthError {
     Malformed,
     #[error("the API key is unknown or revoked")]
     Unknown,
+    /// Not in memory, and too many other unknown ids are being looked up to
+    /// look this one up now (see `misses::MAX_IN_FLIGHT`).
+    #[error("the API key is unknown or revoked (key lookups are saturated; retry shortly)")]
+    Busy,
     #[error("key lookup failed")]
     Storage,
 }
@@ -44,28 +54,36 @@ pub struct Directory {
     pepper: Secret,
     tenants: RwLock<HashMap<TenantId, Arc<TenantRecord>>>,
     keys: RwLock<HashMap<KeyId, Arc<KeyRecord>>>,
+    misses: KeyMisses,
+    clock: SharedClock,
     /// Watermarks of the last sync, in Unix ms.
     synced: RwLock<SyncMarks>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
+/// The newest change of each kind seen so far, in Unix ms.
 struct SyncMarks {
-    keys_revoked_after_ms: i64,
-    tenants_updated_after_ms: i64,
+    keys_revoked: i64,
+    keys_created: i64,
+    tenants_updated: i64,
 }
 
 /// Tenants whose limits changed in a sync, so their actors can be told.
 pub type ChangedTenants = Vec<Arc<TenantRecord>>;
 
 impl Directory {
+    /// `unknown_ttl_ms`: how long an id the database did not know is refused
+    /// without asking again (the sync interval: a key issued on another
+    /// replica is then found about as soon as a revocation there is seen).
     pub async fn load(
         db: DatabaseConnection,
         pepper: Secret,
-        now_ms: u64,
+        clock: SharedClock,
+        unknown_ttl_ms: u64,
     ) -> Result<Arc<Directory>, StorageError> {
         let tenants = repo::all_tenants(&db).await?;
         let keys = repo::active_keys(&db).await?;
-        let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
+        let now = i64::try_from(clock.now_ms()).unwrap_or(i64::MAX);
         let directory = Directory {
             db,
             pepper,
@@ -80,9 +98,12 @@ impl Directory {
                     .map(|k| (k.id.clone(), Arc::new(k)))
                     .collect(),
             ),
+            misses: KeyMisses::new(unknown_ttl_ms),
+            clock,
             synced: RwLock::new(SyncMarks {
-                keys_revoked_after_ms: now,
-                tenants_updated_after_ms: now,
+                keys_revoked: now,
+                keys_created: now,
+                tenants_updated: now,
             }),
         };
         Ok(Arc::new(directory))
@@ -127,13 +148,35 @@ impl Directory {
 
     /// A key issued on another replica (or by the CLI) since this one loaded.
     async fn fetch_key(&self, key_id: &KeyId) -> Result<Arc<KeyRecord>, AuthError> {
-        let key = repo::active_key(&self.db, key_id)
-            .await
-            .map_err(|_| AuthError::Storage)?
-            .ok_or(AuthError::Unknown)?;
-        let key = Arc::new(key);
-        write(&self.keys).insert(key_id.clone(), key.clone());
-        Ok(key)
+        let outcome = match self.misses.admit(key_id, self.clock.now_ms()) {
+            Admission::KnownUnknown => Outcome::Unknown,
+            Admission::Busy => return Err(AuthError::Busy),
+            Admission::Follow(waiting) => misses::follow(waiting).await,
+            Admission::Lead(ticket) => {
+                let outcome = match repo::active_key(&self.db, key_id).await {
+                    Ok(Some(key)) => {
+                        let key = Arc::new(key);
+                        // In memory before the lookup ends, so no later miss queries again.
+                        write(&self.keys).insert(key_id.clone(), key.clone());
+                        Outcome::Found(key)
+                    }
+                    Ok(None) => Outcome::Unknown,
+                    Err(_) => Outcome::Failed,
+                };
+                ticket.finish(outcome.clone(), self.clock.now_ms());
+                outcome
+            }
+        };
+        match outcome {
+            Outcome::Found(key) => Ok(key),
+            Outcome::Unknown => Err(AuthError::Unknown),
+            Outcome::Failed => Err(AuthError::Storage),
+        }
+    }
+
+    /// Database lookups of key ids not in memory since this process started.
+    pub fn key_lookups(&self) -> u64 {
+        self.misses.queries()
     }
 
     async fn fetch_tenant(&self, id: &TenantId) -> Result<Option<Arc<TenantRecord>>, AuthError> {
@@ -149,7 +192,10 @@ impl Directory {
         tenant
     }
 
+    /// A key issued through this process works at once, even if its id was
+    /// presented (and found unknown) a moment before.
     pub fn put_key(&self, key: KeyRecord) {
+        self.misses.forget(&key.id);
         write(&self.keys).insert(key.id.clone(), Arc::new(key));
     }
 
@@ -158,35 +204,50 @@ impl Directory {
         write(&self.keys).remove(key_id);
     }
 
-    /// Pulls revocations and tenant changes made elsewhere; returns changed tenants.
+    /// Pulls keys issued, keys revoked and tenants changed elsewhere; returns
+    /// changed tenants. Keeping every active key in memory (not only those
+    /// looked up) means a real key never depends on a lookup slot for longer
+    /// than a sync interval, however many made-up keys compete for them.
     pub async fn sync(&self) -> Result<ChangedTenants, StorageError> {
         let marks = *read(&self.synced);
-        let revoked = repo::keys_revoked_after(&self.db, marks.keys_revoked_after_ms).await?;
-        let mut changed =
-            repo::tenants_updated_after(&self.db, marks.tenants_updated_after_ms).await?;
+        let created = repo::keys_created_after(&self.db, marks.keys_created).await?;
+        let revoked = repo::keys_revoked_after(&self.db, marks.keys_revoked).await?;
+        let mut changed = repo::tenants_updated_after(&self.db, marks.tenants_updated).await?;
         // The look-back returns recent changes again on every sync; re-applying one
-        // would evict its tenant's keys each time, and a key re-read needs the database.
+        // would read its tenant's keys again each time.
         changed.retain(|t| {
             self.tenant(&t.id)
                 .is_none_or(|known| known.updated_at_ms != t.updated_at_ms)
         });
+        // A changed tenant may have changed key budgets: its keys are read again.
+        let changed_ids: Vec<&TenantId> = changed.iter().map(|t| &t.id).collect();
+        let reread = if changed_ids.is_empty() {
+            Vec::new()
+        } else {
+            repo::active_keys_of(&self.db, &changed_ids).await?
+        };
         let mut next = marks;
         {
             let mut keys = write(&self.keys);
+            for (key, created_at) in created {
+                next.keys_created = next.keys_created.max(created_at);
+                keys.insert(key.id.clone(), Arc::new(key));
+            }
+            if !changed_ids.is_empty() {
+                keys.retain(|_, key| !changed_ids.contains(&&key.tenant));
+            }
+            for key in reread {
+                keys.insert(key.id.clone(), Arc::new(key));
+            }
+            // Revocations last, so a key issued and revoked since the last sync is gone.
             for (key_id, revoked_at) in revoked {
                 keys.remove(&key_id);
-                next.keys_revoked_after_ms = next.keys_revoked_after_ms.max(revoked_at);
+                next.keys_revoked = next.keys_revoked.max(revoked_at);
             }
         }
         let mut records = Vec::with_capacity(changed.len());
-        if !changed.is_empty() {
-            // A changed tenant may have changed key budgets: its keys are re-read on next use.
-            let tenants: std::collections::HashSet<&TenantId> =
-                changed.iter().map(|t| &t.id).collect();
-            write(&self.keys).retain(|_, key| !tenants.contains(&key.tenant));
-        }
         for tenant in changed {
-            next.tenants_updated_after_ms = next.tenants_updated_after_ms.max(tenant.updated_at_ms);
+            next.tenants_updated = next.tenants_updated.max(tenant.updated_at_ms);
             records.push(self.put_tenant(tenant));
         }
         *write(&self.synced) = next;

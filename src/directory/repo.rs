@@ -210,6 +210,38 @@ pub async fn active_key(
     Ok(row.map(key_record))
 }
 
+/// Active keys created since `after_ms` (less the look-back), with their creation time.
+pub async fn keys_created_after(
+    db: &DatabaseConnection,
+    after_ms: i64,
+) -> Result<Vec<(KeyRecord, i64)>, StorageError> {
+    let rows = api_key::Entity::find()
+        .filter(api_key::Column::CreatedAtMs.gte(after_ms.saturating_sub(SYNC_LOOKBACK_MS)))
+        .filter(api_key::Column::RevokedAtMs.is_null())
+        .all(db)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| {
+            let created = row.created_at_ms;
+            (key_record(row), created)
+        })
+        .collect())
+}
+
+/// The active keys of some tenants.
+pub async fn active_keys_of(
+    db: &DatabaseConnection,
+    tenants: &[&TenantId],
+) -> Result<Vec<KeyRecord>, StorageError> {
+    let rows = api_key::Entity::find()
+        .filter(api_key::Column::TenantId.is_in(tenants.iter().map(|t| t.as_str())))
+        .filter(api_key::Column::RevokedAtMs.is_null())
+        .all(db)
+        .await?;
+    Ok(rows.into_iter().map(key_record).collect())
+}
+
 pub async fn insert_key(
     db: &DatabaseConnection,
     model: api_key::ActiveModel,

@@ -49,6 +49,7 @@ pub enum Metric {
     QuotaStoreFallbacksTotal,
     QuotaDriftNanos,
     ProviderConcurrencyLimit,
+    AuthKeyLookupsTotal,
 }
 
 impl Metric {
@@ -89,6 +90,7 @@ impl Metric {
         Metric::QuotaStoreFallbacksTotal,
         Metric::QuotaDriftNanos,
         Metric::ProviderConcurrencyLimit,
+        Metric::AuthKeyLookupsTotal,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -129,6 +131,7 @@ impl Metric {
             Metric::QuotaStoreErrorsTotal => "tollgate_quota_store_errors_total",
             Metric::QuotaStoreFallbacksTotal => "tollgate_quota_store_fallbacks_total",
             Metric::QuotaDriftNanos => "tollgate_quota_drift_nanos",
+            Metric::AuthKeyLookupsTotal => "tollgate_auth_key_lookups_total",
         }
     }
 
@@ -214,6 +217,9 @@ impl Metric {
             Metric::QuotaDriftNanos => {
                 "Shared store committed spend minus the ledger's at the last reconciliation, by tenant."
             }
+            Metric::AuthKeyLookupsTotal => {
+                "Key ids not in memory, by result: found, unknown and error queried the database; cached_unknown and busy were refused without a query."
+            }
         }
     }
 
@@ -277,6 +283,10 @@ fn zero_unlabeled() {
     }
     for kind in ["settle", "orphan"] {
         counter_add(Metric::JournalReplayedTotal, &[("kind", kind)], 0);
+    }
+    // A flood of unknown keys shows as its first `cached_unknown` or `busy`.
+    for result in crate::directory::misses::RESULTS {
+        counter_add(Metric::AuthKeyLookupsTotal, &[("result", result)], 0);
     }
 }
 

@@ -3,11 +3,14 @@
 //! per-message overhead of the chat format, a fixed allowance per image, and
 //! a safety factor for providers whose tokenizer differs. Counts of all but
 //! the shortest texts are memoized per worker thread by content hash, because
-//! agents resend the same system prompt and history on every call.
+//! agents resend the same system prompt and history on every call. The hash is
+//! keyed per process and the key carries the text's length, so a caller cannot
+//! make a long prompt borrow a short one's count.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::hash::{BuildHasher, RandomState};
+use std::sync::LazyLock;
 
 use serde_json::{Map, Value};
 use tiktoken_rs::CoreBPE;
@@ -26,7 +29,33 @@ const MEMO_MIN_BYTES: usize = 16;
 const MEMO_MAX_ENTRIES: usize = 4_096;
 
 thread_local! {
-    static MEMO: RefCell<HashMap<(Encoding, u64), u64>> = RefCell::new(HashMap::new());
+    static MEMO: RefCell<HashMap<MemoKey, u64>> = RefCell::new(HashMap::new());
+}
+
+/// SipHash keys drawn once per process and shared by every thread (each
+/// thread's memo would work with its own, but one is cheaper to reason about).
+/// `DefaultHasher::new()` uses fixed keys, so a collision computed offline
+/// would work against every deployment.
+static MEMO_HASHER: LazyLock<RandomState> = LazyLock::new(RandomState::new);
+
+/// What a memoized count is filed under. The length is part of the key so
+/// even a 64-bit collision cannot hand a long text a short text's count: a
+/// length mismatch is a miss. A same-length collision, which the random key
+/// leaves no way to search for, could at worst lend another text's count of
+/// the same size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct MemoKey {
+    encoding: Encoding,
+    len: usize,
+    hash: u64,
+}
+
+fn memo_key(encoding: Encoding, text: &str) -> MemoKey {
+    MemoKey {
+        encoding,
+        len: text.len(),
+        hash: MEMO_HASHER.hash_one(text),
+    }
 }
 
 /// A tiktoken encoding a model's prompts are counted with.
@@ -123,9 +152,7 @@ impl Estimator {
         if text.len() < MEMO_MIN_BYTES {
             return to_u64(bpe.count_ordinary(text));
         }
-        let mut hasher = DefaultHasher::new();
-        text.hash(&mut hasher);
-        let key = (self.encoding, hasher.finish());
+        let key = memo_key(self.encoding, text);
         if let Some(count) = MEMO.with(|memo| memo.borrow().get(&key).copied()) {
             return count;
         }
@@ -279,6 +306,45 @@ mod tests {
         let first = e.count_text(&long);
         assert_eq!(e.count_text(&long), first);
         assert!(first > 300);
+    }
+
+    #[test]
+    fn memo_keys_are_keyed_per_process_not_with_fixed_keys() {
+        use std::hash::{DefaultHasher, Hash, Hasher};
+        let text = "You are a helpful assistant. Answer briefly.";
+        let mut fixed = DefaultHasher::new();
+        text.hash(&mut fixed);
+        let key = memo_key(Encoding::O200kBase, text);
+        // A collision precomputed against the fixed keys is useless here
+        // (equal by chance with probability 2^-64).
+        assert_ne!(key.hash, fixed.finish());
+        // One key for the whole process: every worker thread files a text alike.
+        let other_thread = std::thread::spawn(move || memo_key(Encoding::O200kBase, text))
+            .join()
+            .unwrap();
+        assert_eq!(other_thread, key);
+    }
+
+    #[test]
+    fn a_colliding_hash_cannot_lend_a_short_texts_count_to_a_long_text() {
+        let e = estimator(100);
+        let short = "a short prompt of a few words";
+        let long = "many more words than the short one has ".repeat(200);
+        let short_count = e.count_text(short);
+        let exact = to_u64(Encoding::O200kBase.bpe().count_ordinary(&long));
+        // What a collision would leave in the memo: the short text's count
+        // filed under the long text's hash.
+        let collided = MemoKey {
+            len: short.len(),
+            ..memo_key(Encoding::O200kBase, &long)
+        };
+        MEMO.with(|memo| {
+            let mut memo = memo.borrow_mut();
+            memo.clear();
+            memo.insert(collided, short_count);
+        });
+        assert_eq!(e.count_text(&long), exact);
+        assert!(exact > short_count * 10);
     }
 
     #[test]

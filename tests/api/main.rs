@@ -8,8 +8,10 @@
 mod support;
 
 mod admin;
+mod admin_listen;
 mod anthropic;
 mod auth;
+mod auth_flood;
 mod budget;
 mod cache;
 mod ceiling;

@@ -45,6 +45,7 @@ pub struct TestSetup {
     clock: Option<Arc<ManualClock>>,
     body_limit_bytes: usize,
     listen: String,
+    admin_listen: Option<String>,
     raw: Vec<String>,
     cache_ttl_ms: BTreeMap<String, u64>,
     storage: Vec<String>,
@@ -69,6 +70,7 @@ impl TestSetup {
             clock: None,
             body_limit_bytes: 1024 * 1024,
             listen: "127.0.0.1:0".to_owned(),
+            admin_listen: None,
             raw: Vec::new(),
             cache_ttl_ms: BTreeMap::new(),
             storage: Vec::new(),
@@ -153,6 +155,12 @@ impl TestSetup {
         self
     }
 
+    /// `server.admin_listen`: operations on their own listener.
+    pub fn admin_listen(mut self, addr: &str) -> Self {
+        self.admin_listen = Some(addr.to_owned());
+        self
+    }
+
     pub fn env_vars(&self) -> &HashMap<String, String> {
         &self.env
     }
@@ -201,6 +209,7 @@ impl TestSetup {
             r#"
 [server]
 listen = "{listen}"
+{admin_listen}
 workers = 2
 request_timeout_ms = {request_timeout_ms}
 body_limit_bytes = {body_limit}
@@ -226,6 +235,11 @@ timeout_ms = 5000
             body_limit = self.body_limit_bytes,
             request_timeout_ms = self.request_timeout_ms,
             listen = self.listen,
+            admin_listen = self
+                .admin_listen
+                .as_ref()
+                .map(|addr| format!("admin_listen = \"{addr}\""))
+                .unwrap_or_default(),
             storage = self.storage_lines().join("\n"),
             journal_dir = dir.join("journal").display(),
         );
@@ -286,6 +300,9 @@ timeout_ms = 5000
 
 pub struct TestApp {
     pub base_url: String,
+    /// Where `/metrics`, `/readyz` and `/admin/v1` answer: the admin
+    /// listener when `admin_listen` is set, else `base_url`.
+    pub admin_url: String,
     pub gateway: Arc<Gateway>,
     pub fake: RunningFake,
     pub anthropic: tollgate::fake_upstream::anthropic::RunningAnthropicFake,
@@ -399,10 +416,14 @@ pub async fn spawn_app_with_logs(setup: TestSetup, logs: Option<&LogCapture>) ->
         None => Application::build(config, options).await.unwrap(),
     };
     let base_url = format!("http://{}", app.addr);
+    let admin_url = app
+        .admin_addr
+        .map_or_else(|| base_url.clone(), |addr| format!("http://{addr}"));
     let gateway = app.gateway.clone();
     actix_rt::spawn(app.run_until_stopped());
     TestApp {
         base_url,
+        admin_url,
         gateway,
         fake,
         anthropic,
@@ -440,10 +461,14 @@ pub async fn spawn_replica(first: &TestApp, setup: &TestSetup) -> TestApp {
     };
     let app = Application::build(config, options).await.unwrap();
     let base_url = format!("http://{}", app.addr);
+    let admin_url = app
+        .admin_addr
+        .map_or_else(|| base_url.clone(), |addr| format!("http://{addr}"));
     let gateway = app.gateway.clone();
     actix_rt::spawn(app.run_until_stopped());
     TestApp {
         base_url,
+        admin_url,
         gateway,
         fake,
         anthropic,
@@ -528,15 +553,20 @@ impl TestApp {
     }
 
     pub async fn get(&self, path: &str, token: &str) -> Reply {
+        self.get_from(&self.base_url, path, token).await
+    }
+
+    /// A GET on another listener of this gateway (`admin_url`).
+    pub async fn get_from(&self, base_url: &str, path: &str, token: &str) -> Reply {
         let request = self
             .client
-            .get(format!("{}{path}", self.base_url))
+            .get(format!("{base_url}{path}"))
             .insert_header(("authorization", format!("Bearer {token}")));
         reply(request.send().await.unwrap()).await
     }
 
     pub async fn admin(&self, method: &str, path: &str, body: Option<Value>) -> Reply {
-        let url = format!("{}/admin/v1{path}", self.base_url);
+        let url = format!("{}/admin/v1{path}", self.admin_url);
         let request = match method {
             "POST" => self.client.post(url),
             "PUT" => self.client.put(url),
