@@ -53,7 +53,7 @@ pub enum Metric {
 }
 
 impl Metric {
-    pub const ALL: [Metric; 36] = [
+    pub const ALL: [Metric; 37] = [
         Metric::RequestsTotal,
         Metric::RequestDurationSeconds,
         Metric::GatewayOverheadSeconds,

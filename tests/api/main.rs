@@ -19,6 +19,7 @@ mod chat;
 mod dashboards;
 mod errors;
 mod failover;
+mod holds;
 mod journal;
 mod ledger;
 mod lifecycle;

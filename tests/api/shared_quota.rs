@@ -169,6 +169,65 @@ async fn two_hundred_concurrent_requests_over_three_replicas_never_pass_the_budg
     }
 }
 
+#[actix_web::test]
+async fn two_hundred_concurrent_requests_with_retries_and_timeouts_never_pass_the_budget() {
+    let redis = RedisServer::start().await;
+    let setup = TestSetup::new()
+        .provider("[providers.impatient]\nkind = \"openai\"\nbase_url = \"FAKE\"\ntimeout_ms = 200\nmax_attempts = 1")
+        // A third of the calls time out after sending (charged their hold) and fail over;
+        // a third meet 503s (free) and are retried; a third go straight through.
+        .route("timeout", &["impatient/usage-max+delay-1000ms", "primary/usage-max+delay-20ms"])
+        .route("retry", &["primary/usage-max+flaky-40", "secondary/usage-max+delay-20ms"])
+        .route("fast", &["primary/usage-max+delay-20ms"])
+        .tier("free", &["timeout", "retry", "fast"], 100_000, 100)
+        .redis(&redis.url(), 3);
+    let apps = replicas(&setup, 3).await;
+    let (tenant, key) = apps[0]
+        .tenant_with_key("free", json!({"monthly_budget": "0.8"}))
+        .await;
+    until_known(&apps, &key).await;
+    let bodies: Vec<Value> = ["timeout", "retry", "fast"]
+        .iter()
+        .map(|route| {
+            let mut body = chat_body(route);
+            // 10,000 output tokens at 8 per 1M: a hold of about 0.08.
+            body["max_tokens"] = json!(10_000);
+            body
+        })
+        .collect();
+
+    let replies = join_all((0..200).map(|i| apps[i % 3].chat(&key, &bodies[(i / 3) % 3]))).await;
+
+    let statuses: Vec<u16> = replies.iter().map(|r| r.status).collect();
+    assert!(
+        statuses.iter().all(|s| [200, 402, 502].contains(s)),
+        "{statuses:?}"
+    );
+    assert!(statuses.contains(&200), "{statuses:?}");
+    for app in &apps {
+        app.gateway.ledger.flush().await.unwrap();
+    }
+    let rows = apps[0].ledger_rows(&tenant).await;
+    let charged: i64 = rows.iter().map(|r| r.charged_nanos).sum();
+    assert!(
+        charged <= 800_000_000,
+        "charged {charged} nanos on a budget of 0.8: {rows:?}"
+    );
+    assert!(
+        rows.iter().any(|r| r.usage_kind == "unknown"),
+        "some attempts timed out after sending"
+    );
+    for app in &apps {
+        let budget = app.budget(&tenant).await;
+        assert_eq!(budget["reserved"], "0", "{budget}");
+        assert_eq!(
+            committed(&budget),
+            charged,
+            "every replica sees the ledger's total"
+        );
+    }
+}
+
 fn outage_setup(redis: &RedisServer) -> TestSetup {
     TestSetup::new()
         .route("fast", &["primary/ok"])
