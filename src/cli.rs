@@ -71,6 +71,18 @@ enum Command {
         #[arg(long)]
         to: Option<String>,
     },
+    /// Rows charged their hold without the provider's usage (orphaned, or an
+    /// unknown outcome), by provider: what to compare with each provider's bill.
+    Reconcile {
+        #[arg(long)]
+        tenant: Option<String>,
+        /// First day, YYYY-MM-DD.
+        #[arg(long)]
+        from: Option<String>,
+        /// Last day, YYYY-MM-DD (inclusive).
+        #[arg(long)]
+        to: Option<String>,
+    },
     /// The daily report: a day against the day before, top spenders, budget progress.
     Report {
         /// YYYY-MM-DD; yesterday (UTC) by default.
@@ -247,6 +259,14 @@ async fn dispatch(cli: Cli) -> Result<()> {
                 day(to)?,
             )
             .await?;
+            json_out(&report)
+        }
+        Command::Reconcile { tenant, from, to } => {
+            let config = load(config_path, &ProcessEnv)?;
+            let db = storage::connect_and_migrate(&config.storage.database_url, 1).await?;
+            let query = crate::admin::reconcile::ReconcileQuery { tenant, from, to };
+            let report =
+                crate::admin::reconcile::report(&db, &config.billing.currency, query).await?;
             json_out(&report)
         }
         Command::Report { date, json } => {

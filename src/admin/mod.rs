@@ -3,6 +3,7 @@
 //! callers that serve traffic also refresh their in-memory view.
 
 pub mod keys;
+pub mod reconcile;
 pub mod report;
 pub mod reprice;
 pub mod spend;

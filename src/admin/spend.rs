@@ -44,6 +44,22 @@ fn parse_date(field: &str, text: &str) -> Result<Date, AdminError> {
     Date::parse(text).ok_or_else(|| invalid(field, format!("`{text}` is not a YYYY-MM-DD date")))
 }
 
+/// The rows of a tenant (or all) from the start of `from` to the end of `to`.
+pub fn day_filter_from(
+    tenant: Option<&str>,
+    from: Option<&str>,
+    to: Option<&str>,
+) -> Result<SpendFilter, AdminError> {
+    let from = from.map(|t| parse_date("from", t)).transpose()?;
+    let to = to.map(|t| parse_date("to", t)).transpose()?;
+    Ok(SpendFilter {
+        tenant: tenant.map(TenantId::new),
+        from_ms: from.map(Date::start_unix_ms),
+        // `to` is inclusive: everything before the next day's start.
+        to_ms: to.map(|d| d.start_unix_ms() + 86_400_000),
+    })
+}
+
 pub async fn report(
     db: &DatabaseConnection,
     currency: &str,
@@ -56,22 +72,11 @@ pub async fn report(
             "use tenant, feature, model, provider, route, day or status",
         )
     })?;
-    let from = query
-        .from
-        .as_deref()
-        .map(|t| parse_date("from", t))
-        .transpose()?;
-    let to = query
-        .to
-        .as_deref()
-        .map(|t| parse_date("to", t))
-        .transpose()?;
-    let filter = SpendFilter {
-        tenant: query.tenant.as_deref().map(TenantId::new),
-        from_ms: from.map(Date::start_unix_ms),
-        // `to` is inclusive: everything before the next day's start.
-        to_ms: to.map(|d| d.start_unix_ms() + 86_400_000),
-    };
+    let filter = day_filter_from(
+        query.tenant.as_deref(),
+        query.from.as_deref(),
+        query.to.as_deref(),
+    )?;
     let rows = repo::spend(db, &filter, group_by).await?;
     let mut total = SpendTotal::default();
     for row in &rows {

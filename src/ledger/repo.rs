@@ -5,14 +5,14 @@ use std::collections::{HashMap, HashSet};
 
 use sea_orm::sea_query::{Expr, OnConflict};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, EntityTrait,
+    ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DatabaseTransaction, EntityTrait,
     FromQueryResult, QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
 };
 use serde::Serialize;
 
 use entity::{usage, usage_total};
 
-use super::event::UsageEvent;
+use super::event::{AttemptStatus, UsageEvent, UsageKind};
 use super::insert;
 use crate::ids::{KeyId, TenantId};
 use crate::money::Nanos;
@@ -408,6 +408,37 @@ pub async fn rows_page(
 ) -> Result<Vec<usage::Model>, StorageError> {
     let ms = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     let mut query = usage::Entity::find().filter(usage::Column::Id.gt(after_id));
+    if let Some(tenant) = &filter.tenant {
+        query = query.filter(usage::Column::TenantId.eq(tenant.as_str()));
+    }
+    if let Some(from) = filter.from_ms {
+        query = query.filter(usage::Column::CreatedAtMs.gte(ms(from)));
+    }
+    if let Some(to) = filter.to_ms {
+        query = query.filter(usage::Column::CreatedAtMs.lt(ms(to)));
+    }
+    Ok(query
+        .order_by_asc(usage::Column::Id)
+        .limit(limit)
+        .all(db)
+        .await?)
+}
+
+/// Rows charged without the provider's usage: `orphaned` ones (in flight
+/// when a reservation expired or the gateway stopped) and attempts whose
+/// outcome is unknown (they reached the provider and ended without a usage
+/// report). Both are charged their hold; oldest first, at most `limit`.
+pub async fn unreconciled_rows(
+    db: &DatabaseConnection,
+    filter: &SpendFilter,
+    limit: u64,
+) -> Result<Vec<usage::Model>, StorageError> {
+    let ms = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    let mut query = usage::Entity::find().filter(
+        Condition::any()
+            .add(usage::Column::Status.eq(AttemptStatus::Orphaned.as_str()))
+            .add(usage::Column::UsageKind.eq(UsageKind::Unknown.as_str())),
+    );
     if let Some(tenant) = &filter.tenant {
         query = query.filter(usage::Column::TenantId.eq(tenant.as_str()));
     }

@@ -137,6 +137,20 @@ async fn a_timed_out_primary_and_an_answering_fallback_are_charged_both_holds() 
     let budget = app.budget(&tenant).await;
     assert_eq!(budget["reserved"], "0");
     assert_eq!(committed_nanos(&budget), rows[0].reserved_nanos + 60_000);
+    // The reconciliation report lists it, by provider, for the provider's bill.
+    let report = app
+        .admin("GET", &format!("/reconciliation?tenant={tenant}"), None)
+        .await;
+    assert_eq!(report.status, 200, "{}", report.raw);
+    assert_eq!(report.body["rows"].as_array().unwrap().len(), 1, "{}", report.raw);
+    assert_eq!(report.body["rows"][0]["event_id"], rows[0].event_id.as_str());
+    assert_eq!(report.body["rows"][0]["usage_kind"], "unknown");
+    assert_eq!(report.body["by_provider"][0]["provider"], "impatient");
+    let charged = tollgate::money::Nanos::parse_decimal(
+        report.body["by_provider"][0]["charged"].as_str().unwrap(),
+    )
+    .unwrap();
+    assert_eq!(charged.to_db(), rows[0].reserved_nanos);
 }
 
 #[actix_web::test]

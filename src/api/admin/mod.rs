@@ -31,6 +31,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/tenants/{id}/spend", web::get().to(spend::tenant_spend))
         .route("/spend", web::get().to(spend::all_spend))
         .route("/reports/daily", web::get().to(spend::daily_report))
+        .route("/reconciliation", web::get().to(spend::reconciliation))
         .route("/reload", web::post().to(reload::reload_config));
 }
 

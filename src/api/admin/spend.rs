@@ -3,6 +3,7 @@
 use actix_web::{HttpResponse, web};
 use serde::Deserialize;
 
+use crate::admin::reconcile::{self, ReconcileQuery};
 use crate::admin::report;
 use crate::admin::spend::{self, SpendQuery};
 use crate::api::extract::AdminAuth;
@@ -50,6 +51,30 @@ pub async fn all_spend(
         to: params.to,
     };
     let report = spend::report(gw.directory.db(), &gw.config.billing.currency, query).await?;
+    Ok(HttpResponse::Ok().json(report))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReconcileParams {
+    tenant: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
+}
+
+/// Rows charged their hold without the provider's usage, for reconciliation.
+pub async fn reconciliation(
+    _admin: AdminAuth,
+    gw: web::Data<Gateway>,
+    params: web::Query<ReconcileParams>,
+) -> Result<HttpResponse, ApiError> {
+    let params = params.into_inner();
+    let query = ReconcileQuery {
+        tenant: params.tenant,
+        from: params.from,
+        to: params.to,
+    };
+    let report = reconcile::report(gw.directory.db(), &gw.config.billing.currency, query).await?;
     Ok(HttpResponse::Ok().json(report))
 }
 
