@@ -1,5 +1,8 @@
-//! The chat use case, free of HTTP types: route → rate limit → reserve →
-//! dispatch with failover → settle, with a ledger row per upstream attempt.
+//! The chat use case, free of HTTP types: admission (`chat.rs`: route, tier,
+//! cache, rate limit, the worst case reserved) → the attempt loop
+//! (`attempt.rs`: every attempt under a hold, `hold.rs`; the provider decides
+//! retries) → settlement (`settle.rs`, and `stream.rs` for streams) through
+//! the ledger, which writes each attempt's row as it settles (`record.rs`).
 
 pub mod attempt;
 pub mod chat;
