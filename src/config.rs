@@ -371,9 +371,10 @@ pub enum OnBacklogFull {
 #[serde(rename_all = "snake_case")]
 pub enum FsyncMode {
     /// Group commit: a reserve waits for one sync shared by every writer of the last few ms.
-    #[default]
     Batch,
-    /// A sync every `fsync_interval_ms`; nobody waits.
+    /// A sync every `fsync_interval_ms`; nobody waits. The default: a request's
+    /// tail is then the gateway's, not the disk's.
+    #[default]
     Interval,
     /// Never synced by the gateway; the OS writes back on its own schedule.
     Off,

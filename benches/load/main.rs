@@ -301,7 +301,7 @@ async fn measure(
     println!("{}", report::open_tables(&cells));
     println!("{}", report::closed_table(&cells));
     println!("{}", report::stream_table(&cells));
-    println!("{}", report::interval_table(&cells));
+    println!("{}", report::batch_table(&cells));
     println!(
         "{}",
         report::redis_table(&cells, &redis, redis_commands.as_ref())

@@ -81,9 +81,9 @@ pub enum Mode {
     Stream { chunks: u32, chunk_delay_ms: u64 },
     /// The second gateway, whose limits, quotas and budgets live in Redis.
     Redis,
-    /// A gateway configured like the plain one but with `ledger.fsync = "interval"`: no
-    /// request waits for the journal's fsync.
-    Interval,
+    /// A gateway configured like the plain one but with `ledger.fsync = "batch"`: each
+    /// attempt's reserve waits for a group fsync before the call is sent.
+    Batch,
 }
 
 /// The streaming shapes measured (each gets a route in every gateway's configuration).
@@ -91,7 +91,7 @@ pub const STREAM_MODES: [Mode; 1] = [Mode::Stream {
     chunks: 20,
     chunk_delay_ms: 2,
 }];
-/// The open-loop rates of the streaming cells, and of the fsync-interval and Redis cells in a
+/// The open-loop rates of the streaming cells, and of the fsync-batch and Redis cells in a
 /// full run (a smoke run keeps 1,000 for those).
 pub const MODE_RATES: [u64; 2] = [200, 1_000];
 
@@ -123,7 +123,7 @@ pub fn cells(quick: bool, redis: bool) -> Vec<CellPlan> {
             });
         }
     }
-    let mut modes = vec![Mode::Interval];
+    let mut modes = vec![Mode::Batch];
     if redis {
         modes.push(Mode::Redis);
     }
@@ -383,7 +383,7 @@ impl<'a> Runner<'a> {
                 }
                 stream_route(chunks, chunk_delay_ms)
             }
-            Mode::Plain | Mode::Redis | Mode::Interval => {
+            Mode::Plain | Mode::Redis | Mode::Batch => {
                 (fake.route.clone(), UPSTREAM_MODEL.to_owned())
             }
         };

@@ -22,9 +22,9 @@ const PEPPER: &str = "load-harness-pepper-not-a-secret";
 const READY_LIMIT: Duration = Duration::from_secs(30);
 /// The delays the fake upstreams add to every answer.
 pub const DELAYS_MS: [u64; 2] = [0, 50];
-/// The `ledger.fsync` of the gateway beside the default one: what the default's
+/// The `ledger.fsync` of the gateway beside the default one (`interval`): what a
 /// wait for a group fsync on each attempt's reserve costs shows between the two.
-pub const INTERVAL_FSYNC: &str = "interval";
+pub const BATCH_FSYNC: &str = "batch";
 
 pub struct Fake {
     pub delay_ms: u64,
@@ -106,8 +106,8 @@ pub struct Stack {
     pub nginx: Nginx,
     pub redis: Redis,
     pub gateway: Child,
-    /// Configured like `gateway` but with `ledger.fsync = "interval"`.
-    pub interval: Gateway,
+    /// Configured like `gateway` but with `ledger.fsync = "batch"`.
+    pub batch: Gateway,
     pub fakes: Vec<Fake>,
     pub gateway_addr: SocketAddr,
     pub key: String,
@@ -117,9 +117,11 @@ pub struct Stack {
 impl Stack {
     /// `nginx_workers`: `None` leaves nginx out; `redis`: false leaves the Redis mode out.
     pub async fn start(nginx_workers: Option<u32>, redis: bool) -> Result<Self> {
+        // Under the target directory, on the project's own disk: the journals' fsyncs are
+        // part of what is measured, and a tmpfs `/tmp` would hide them.
         let dir = tempfile::Builder::new()
             .prefix("tollgate-load-")
-            .tempdir()
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
             .context("creating a temporary directory")?;
         let path = dir.path().to_owned();
 
@@ -132,15 +134,15 @@ impl Stack {
             addr: gateway_addr,
             key,
         } = start_gateway(&path, "the gateway", &fakes, None, None).await?;
-        let interval_dir = path.join("interval");
-        std::fs::create_dir_all(&interval_dir)
-            .with_context(|| format!("creating {}", interval_dir.display()))?;
-        let interval = start_gateway(
-            &interval_dir,
-            "the fsync-interval gateway",
+        let batch_dir = path.join("batch");
+        std::fs::create_dir_all(&batch_dir)
+            .with_context(|| format!("creating {}", batch_dir.display()))?;
+        let batch = start_gateway(
+            &batch_dir,
+            "the fsync-batch gateway",
             &fakes,
             None,
-            Some(INTERVAL_FSYNC),
+            Some(BATCH_FSYNC),
         )
         .await?;
 
@@ -162,7 +164,7 @@ impl Stack {
             nginx,
             redis,
             gateway,
-            interval,
+            batch,
             fakes,
             gateway_addr,
             key,
@@ -186,10 +188,10 @@ impl Stack {
                 }
                 Redis::Skipped(reason) => bail!("the Redis mode is not running: {reason}"),
             },
-            Mode::Interval => Ok((
-                self.interval.addr,
-                self.interval.key.as_str(),
-                self.interval.process.pid(),
+            Mode::Batch => Ok((
+                self.batch.addr,
+                self.batch.key.as_str(),
+                self.batch.process.pid(),
             )),
             Mode::Plain | Mode::Stream { .. } => {
                 Ok((self.gateway_addr, self.key.as_str(), self.gateway.pid()))
@@ -202,7 +204,7 @@ impl Stack {
         let mut pids = vec![
             std::process::id(),
             self.gateway.pid(),
-            self.interval.process.pid(),
+            self.batch.process.pid(),
         ];
         pids.extend(self.fakes.iter().map(|fake| fake.process.pid()));
         if let Nginx::Running { process, .. } = &self.nginx {
