@@ -41,6 +41,7 @@ use crate::routing;
 use crate::state::{Gateway, Live};
 use crate::telemetry::metrics::{Metric, counter_add, observe_ms};
 use crate::tenant::RateDecision;
+use crate::tokenize::Estimate;
 
 /// The provider and model a degraded answer is recorded under.
 const DEGRADED_PROVIDER: &str = "tollgate";
@@ -59,7 +60,8 @@ pub struct Dispatch<'a> {
     pub ctx: &'a RequestContext,
     pub route: &'a Route,
     pub request: &'a ChatRequest,
-    pub input_tokens: u64,
+    /// The input estimate the holds were reserved at (a bound when not exact).
+    pub input: Estimate,
     pub rate: RateDecision,
     /// The output limit the caller would have had without `clamp` mode.
     pub wanted_max_tokens: u32,
@@ -290,7 +292,7 @@ impl Dispatch<'_> {
             ctx: self.ctx,
             route: self.route,
             request: self.request,
-            input_tokens: self.input_tokens,
+            input: self.input,
             cache_key: self.cache_key,
             deadline: self.deadline,
         };

@@ -26,6 +26,7 @@ use crate::state::Gateway;
 use crate::telemetry::metrics::{Metric, counter_add};
 use crate::tenant::tokens::{TokenLimitKind, TokenWindow};
 use crate::tenant::{QuotaError, RateDecision, ReservationMeta, ReserveRequest, TenantHandle};
+use crate::tokenize::Estimate;
 
 /// A served call: its whole body, or a stream that is being relayed.
 pub struct ChatOutcome {
@@ -102,47 +103,18 @@ pub async fn handle_chat(
         .with_retry_after(1));
     }
 
-    let input_tokens = gw.estimator.estimate_for(&route.countings, request.body());
-    let (input_price, output_price) = route.worst_prices(input_tokens);
     let max_tokens = wanted_max_tokens(request.max_tokens(), ctx, tier.default_max_tokens, route);
-    let now = gw.clock.now_ms();
     // The request's deadline bounds every attempt and wait; its holds expire after it.
     let deadline = monotonic() + Duration::from_millis(gw.config.server.request_timeout_ms);
-    let reserve = ReserveRequest {
-        input_tokens,
-        input_price,
-        output_price,
+    let admission = Admission {
+        gw,
+        ctx,
+        route,
+        request: &request,
+        tenant: &tenant,
         max_tokens,
-        choices: request.choices(),
-        expires_at_ms: now + gw.config.server.request_timeout_ms + RESERVATION_MARGIN_MS,
-        key: ctx.key.id.clone(),
-        key_budget: ctx.key.monthly_budget,
-        feature: ctx.feature.clone(),
     };
-    let meta = ReservationMeta {
-        request_id: ctx.request_id.clone(),
-        key: ctx.key.id.clone(),
-        feature: ctx.feature.clone(),
-        route: route.name.to_string(),
-        client_request_id: ctx.client_request_id.clone(),
-        trace_id: ctx.trace_id.clone(),
-        replica: gw.replica_id.to_string(),
-    };
-    let reserve_request = reserve.clone();
-    let (rate, reservation) = if let Some(rate) = limited {
-        (rate, tenant.reserve(reserve, meta.clone()).await)
-    } else {
-        let admission = tenant
-            .check_rate_and_reserve(reserve, meta.clone())
-            .await
-            .map_err(|e| quota_error(&e))?;
-        let Some(reservation) = admission.reservation else {
-            return Err(rate_refusal(&admission.rate));
-        };
-        (admission.rate, reservation)
-    };
-    let reservation = reservation.map_err(|e| budget_error(&e, &rate))?;
-    let hold = Hold::new(tenant, reserve_request, meta, reservation);
+    let (rate, hold, input) = admission.reserve(limited).await?;
 
     let dispatch = Dispatch {
         meter,
@@ -152,13 +124,115 @@ pub async fn handle_chat(
         ctx,
         route,
         request: &request,
-        input_tokens,
+        input,
         rate,
         cache_key,
         wanted_max_tokens: max_tokens,
         deadline,
     };
     dispatch.run(hold).await
+}
+
+/// What reserving a request's worst case needs.
+struct Admission<'a> {
+    gw: &'a Gateway,
+    ctx: &'a RequestContext,
+    route: &'a Route,
+    request: &'a ChatRequest,
+    tenant: &'a TenantHandle,
+    max_tokens: u32,
+}
+
+impl Admission<'_> {
+    /// The rate decision and the hold of the first attempt, with the input
+    /// estimate it was reserved at. Long texts not counted before are first
+    /// bounded by their bytes (a byte-level BPE never yields more tokens than
+    /// the text has bytes), which costs nothing; only where that bound changes
+    /// the decision (a refusal, a clamp) is the prompt counted exactly and
+    /// reserved again, so precision is paid for only near a limit.
+    async fn reserve(
+        &self,
+        limited: Option<RateDecision>,
+    ) -> Result<(RateDecision, Hold, Estimate), ApiError> {
+        let bound = self
+            .gw
+            .estimator
+            .bound_for(&self.route.countings, self.request.body());
+        let request = self.reserve_request(bound.tokens);
+        let meta = self.meta();
+        let (rate, reservation) = if let Some(rate) = limited {
+            (
+                rate,
+                self.tenant.reserve(request.clone(), meta.clone()).await,
+            )
+        } else {
+            let admission = self
+                .tenant
+                .check_rate_and_reserve(request.clone(), meta.clone())
+                .await
+                .map_err(|e| quota_error(&e))?;
+            let Some(reservation) = admission.reservation else {
+                return Err(rate_refusal(&admission.rate));
+            };
+            (admission.rate, reservation)
+        };
+        let near_a_limit = match &reservation {
+            Ok(guard) => guard.granted().clamped,
+            Err(QuotaError::Refused(_) | QuotaError::TokenLimited(_)) => true,
+            Err(_) => false,
+        };
+        if bound.exact || !near_a_limit {
+            let reservation = reservation.map_err(|e| budget_error(&e, &rate))?;
+            let hold = Hold::new(self.tenant.clone(), request, meta, reservation);
+            return Ok((rate, hold, bound));
+        }
+        if let Ok(guard) = reservation {
+            guard.release();
+        }
+        let exact = Estimate {
+            tokens: self
+                .gw
+                .estimator
+                .estimate_for(&self.route.countings, self.request.body()),
+            exact: true,
+        };
+        let request = self.reserve_request(exact.tokens);
+        let reservation = self
+            .tenant
+            .reserve(request.clone(), meta.clone())
+            .await
+            .map_err(|e| budget_error(&e, &rate))?;
+        let hold = Hold::new(self.tenant.clone(), request, meta, reservation);
+        Ok((rate, hold, exact))
+    }
+
+    fn reserve_request(&self, input_tokens: u64) -> ReserveRequest {
+        let (input_price, output_price) = self.route.worst_prices(input_tokens);
+        let now = self.gw.clock.now_ms();
+        ReserveRequest {
+            input_tokens,
+            input_price,
+            output_price,
+            max_tokens: self.max_tokens,
+            choices: self.request.choices(),
+            expires_at_ms: now + self.gw.config.server.request_timeout_ms + RESERVATION_MARGIN_MS,
+            key: self.ctx.key.id.clone(),
+            key_budget: self.ctx.key.monthly_budget,
+            feature: self.ctx.feature.clone(),
+        }
+    }
+
+    fn meta(&self) -> ReservationMeta {
+        ReservationMeta {
+            request_id: self.ctx.request_id.clone(),
+            key: self.ctx.key.id.clone(),
+            feature: self.ctx.feature.clone(),
+            route: self.route.name.to_string(),
+            client_request_id: self.ctx.client_request_id.clone(),
+            trace_id: self.ctx.trace_id.clone(),
+            replica: self.gw.replica_id.to_string(),
+        }
+    }
 }
 
 /// Opt-in per tenant: prompt text is never logged otherwise.

@@ -23,6 +23,7 @@ use crate::provider::adapters::openai::{self, ResponseUsage};
 use crate::provider::call::{UpstreamBody, UpstreamReply};
 use crate::state::Gateway;
 use crate::tenant::ReservationGuard;
+use crate::tokenize::Estimate;
 
 /// What settling a served attempt needs to know of its request.
 pub struct Served<'a> {
@@ -30,7 +31,8 @@ pub struct Served<'a> {
     pub ctx: &'a RequestContext,
     pub route: &'a Route,
     pub request: &'a ChatRequest,
-    pub input_tokens: u64,
+    /// The input estimate the hold was reserved at.
+    pub input: Estimate,
     pub cache_key: Option<CacheKey>,
     pub deadline: Instant,
 }
@@ -47,6 +49,18 @@ pub struct StreamStart {
 }
 
 impl Served<'_> {
+    /// The prompt's exact count, for a charge made without the provider's
+    /// usage: the bound admission may have reserved at would overcharge.
+    fn prompt_estimate(&self) -> u64 {
+        if self.input.exact {
+            return self.input.tokens;
+        }
+        let countings = &self.route.countings;
+        self.gw
+            .estimator
+            .estimate_for(countings, self.request.body())
+    }
+
     /// Charges a complete answer its real cost and caches it when the route does.
     pub async fn complete(
         &self,
@@ -62,7 +76,7 @@ impl Served<'_> {
             ResponseUsage::Reported(usage) => (usage, UsageKind::Reported),
             ResponseUsage::Missing { completion_text } => (
                 Usage {
-                    prompt_tokens: self.input_tokens,
+                    prompt_tokens: self.prompt_estimate(),
                     completion_tokens: self.gw.estimator.count_completion(&completion_text),
                     ..Usage::default()
                 },
@@ -124,7 +138,8 @@ impl Served<'_> {
             provider: provider.clone(),
             success_status,
             attempt,
-            input_tokens: self.input_tokens,
+            // Charged only if the stream ends without the provider's usage.
+            input_tokens: self.prompt_estimate(),
             held_output_tokens,
             choices: self.request.choices(),
             include_usage: self.request.include_usage(),

@@ -7,7 +7,7 @@
 //! keyed per process and the key carries the text's length, so a caller cannot
 //! make a long prompt borrow a short one's count.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::LazyLock;
@@ -26,10 +26,25 @@ const REPLY_PRIMING_TOKENS: u64 = 3;
 const TOKENS_PER_IMAGE: u64 = 1_600;
 /// Texts shorter than this are cheaper to count than to hash and look up.
 const MEMO_MIN_BYTES: usize = 16;
+/// In a bound (`bound_for`), texts at least this long that were not counted
+/// before count as their bytes: a byte-level BPE never yields more tokens
+/// than the text has bytes, so the bound is strict and free, where counting
+/// 8 KB of distinct text costs more than the rest of the request.
+const BOUND_MIN_BYTES: usize = 1024;
 const MEMO_MAX_ENTRIES: usize = 4_096;
 
 thread_local! {
     static MEMO: RefCell<HashMap<MemoKey, u64>> = RefCell::new(HashMap::new());
+    /// Set when a bound counted a text by its bytes: the estimate is not exact.
+    static BOUNDED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// An input estimate, and whether every text in it was counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Estimate {
+    pub tokens: u64,
+    /// `false`: some long text counted as its bytes (an upper bound).
+    pub exact: bool,
 }
 
 /// SipHash keys drawn once per process and shared by every thread (each
@@ -96,6 +111,8 @@ pub struct Counting {
 pub struct Estimator {
     encoding: Encoding,
     safety_percent: u32,
+    /// Long texts not counted before count as their bytes (`bound_for`).
+    bound_long_texts: bool,
 }
 
 impl std::fmt::Debug for Estimator {
@@ -112,6 +129,7 @@ impl Estimator {
             // config validation admits only known encodings
             encoding: Encoding::parse(&config.encoding).unwrap_or(Encoding::O200kBase),
             safety_percent: config.safety_percent,
+            bound_long_texts: false,
         }
     }
 
@@ -129,6 +147,7 @@ impl Estimator {
         Estimator {
             encoding: counting.encoding,
             safety_percent: counting.safety_percent,
+            bound_long_texts: self.bound_long_texts,
         }
     }
 
@@ -156,6 +175,10 @@ impl Estimator {
         if let Some(count) = MEMO.with(|memo| memo.borrow().get(&key).copied()) {
             return count;
         }
+        if self.bound_long_texts && text.len() >= BOUND_MIN_BYTES {
+            BOUNDED.with(|bounded| bounded.set(true));
+            return to_u64(text.len());
+        }
         let count = to_u64(bpe.count_ordinary(text));
         MEMO.with(|memo| {
             let mut memo = memo.borrow_mut();
@@ -165,6 +188,22 @@ impl Estimator {
             memo.insert(key, count);
         });
         count
+    }
+
+    /// `estimate_for` with long texts not counted before bounded by their
+    /// bytes: free, never below the exact estimate, and `exact` when no text
+    /// needed the bound.
+    pub fn bound_for(&self, countings: &[Counting], body: &Map<String, Value>) -> Estimate {
+        BOUNDED.with(|bounded| bounded.set(false));
+        let bounding = Estimator {
+            bound_long_texts: true,
+            ..*self
+        };
+        let tokens = bounding.estimate_for(countings, body);
+        Estimate {
+            tokens,
+            exact: !BOUNDED.with(Cell::get),
+        }
     }
 
     /// The largest estimate over several countings (a route's targets), each
@@ -296,6 +335,36 @@ mod tests {
         assert_eq!(
             estimator(110).estimate_chat_input(&request),
             (exact * 110).div_ceil(100)
+        );
+    }
+
+    #[test]
+    fn a_bound_counts_long_new_texts_by_their_bytes_and_is_never_below_the_count() {
+        let e = estimator(110);
+        let long = "distinct words in a long prompt number 8 of them ".repeat(60);
+        let request = body(json!({"messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": long}
+        ]}));
+        let bound = e.bound_for(&[], &request);
+        assert!(!bound.exact);
+        let exact = e.estimate_chat_input(&request);
+        assert!(bound.tokens > exact, "{} ≤ {exact}", bound.tokens);
+        // Once counted (and memoized), the bound is the exact count.
+        assert_eq!(
+            e.bound_for(&[], &request),
+            Estimate {
+                tokens: exact,
+                exact: true
+            }
+        );
+        let short = body(json!({"messages": [{"role": "user", "content": "Hello there"}]}));
+        assert_eq!(
+            e.bound_for(&[], &short),
+            Estimate {
+                tokens: e.estimate_chat_input(&short),
+                exact: true
+            }
         );
     }
 

@@ -461,3 +461,33 @@ async fn a_long_prompt_reserves_and_is_charged_at_the_long_context_tier() {
     // More than 1000 tokens at 20 per 1M is already more than 0.02, and the output adds 0.008.
     assert!(needed > 28_000_000, "needed {needed} nanos");
 }
+
+#[actix_web::test]
+async fn a_long_prompt_is_bounded_by_its_bytes_far_from_a_limit_and_counted_near_one() {
+    let app = spawn_app(
+        TestSetup::new()
+            .route("fast", &["primary/usage-10-0-1"])
+            .price("primary/usage-10-0-1", "2", "2", "8")
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    let long_text = "budget ".repeat(1200);
+    let mut body = json!({"model": "fast", "messages": [{"role": "user", "content": long_text}]});
+    body["max_tokens"] = json!(1);
+
+    // Far from any limit the 8,400 bytes are the count (× 1.1): about 0.0185 held.
+    let (rich, rich_key) = app.tenant_with_key("free", json!({})).await;
+    assert_eq!(app.chat(&rich_key, &body).await.status, 200);
+    let held = app.ledger_rows(&rich).await[0].reserved_nanos;
+    assert!(held > 18_000_000, "held {held} nanos");
+
+    // Near a limit the bound would refuse; the exact count (about 1,200 tokens, 0.0027) fits.
+    let (poor, poor_key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "0.01"}))
+        .await;
+    let reply = app.chat(&poor_key, &body).await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    let held = app.ledger_rows(&poor).await[0].reserved_nanos;
+    assert!(held < 3_000_000, "held {held} nanos");
+    assert_eq!(app.budget(&poor).await["reserved"], "0");
+}

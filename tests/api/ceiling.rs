@@ -142,8 +142,16 @@ async fn a_timed_out_primary_and_an_answering_fallback_are_charged_both_holds() 
         .admin("GET", &format!("/reconciliation?tenant={tenant}"), None)
         .await;
     assert_eq!(report.status, 200, "{}", report.raw);
-    assert_eq!(report.body["rows"].as_array().unwrap().len(), 1, "{}", report.raw);
-    assert_eq!(report.body["rows"][0]["event_id"], rows[0].event_id.as_str());
+    assert_eq!(
+        report.body["rows"].as_array().unwrap().len(),
+        1,
+        "{}",
+        report.raw
+    );
+    assert_eq!(
+        report.body["rows"][0]["event_id"],
+        rows[0].event_id.as_str()
+    );
     assert_eq!(report.body["rows"][0]["usage_kind"], "unknown");
     assert_eq!(report.body["by_provider"][0]["provider"], "impatient");
     let charged = tollgate::money::Nanos::parse_decimal(
