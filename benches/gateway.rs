@@ -111,6 +111,7 @@ fn journal(c: &mut Criterion) {
         tenant: TenantId::new("bench"),
         key: KeyId::new("bench"),
         feature: "bench".to_owned(),
+        api: tollgate::ledger::Api::Chat,
         route: "fast".to_owned(),
         provider: "primary".to_owned(),
         model: "model".to_owned(),

@@ -840,6 +840,8 @@ pub struct Provider {
     pub kind: ProviderKind,
     pub base_url: String,
     pub chat_url: String,
+    /// OpenAI's `{base_url}/embeddings`; Anthropic has no embeddings API.
+    pub embeddings_url: String,
     pub api_key_env: Option<String>,
     /// `None` with `api_key_env` set means the variable is unset: the provider is disabled.
     pub api_key: Option<Secret>,
@@ -1265,6 +1267,7 @@ fn validate_providers(
                     ProviderKind::Anthropic if base.ends_with("/v1") => format!("{base}/messages"),
                     ProviderKind::Anthropic => format!("{base}/v1/messages"),
                 },
+                embeddings_url: format!("{base}/embeddings"),
                 api_key_env: p.api_key_env.clone(),
                 api_key,
                 timeout_ms: p.timeout_ms,

@@ -9,6 +9,7 @@ mod m20261130_000004_budget_scopes;
 mod m20261130_000005_token_limits;
 mod m20261130_000006_store_policy;
 mod m20261130_000007_usage_totals;
+mod m20261201_000008_usage_api;
 
 pub struct Migrator;
 
@@ -23,6 +24,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000005_token_limits::Migration),
             Box::new(m20261130_000006_store_policy::Migration),
             Box::new(m20261130_000007_usage_totals::Migration),
+            Box::new(m20261201_000008_usage_api::Migration),
         ]
     }
 }

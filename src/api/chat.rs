@@ -1,4 +1,7 @@
-//! `POST /v1/chat/completions`.
+//! The OpenAI doors: `POST /v1/chat/completions`, `POST /v1/embeddings` and
+//! `POST /v1/responses`. All are the one pipeline; a door only translates
+//! its wire format to the pipeline's request and the outcome back
+//! (`openai/responses.rs` for Responses).
 
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -10,7 +13,11 @@ use crate::api::headers::{rate_headers, token_headers};
 use crate::clock::{elapsed_ms, monotonic};
 use crate::error::ApiError;
 use crate::ids::RequestId;
+use crate::ledger::Api;
+use crate::openai::responses::{self, Echo, Identity, StreamMapper};
 use crate::pipeline::chat::OutcomeBody;
+use crate::pipeline::sse::SseSplitter;
+use crate::pipeline::stream::ClientBody;
 use crate::pipeline::{RequestContext, RequestMeter, handle_chat};
 use crate::provider::clients::UpstreamClients;
 use crate::state::Gateway;
@@ -23,21 +30,66 @@ pub async fn chat_completions(
     auth: TenantAuth,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
+    serve(req, gw, clients, auth, payload, Api::Chat).await
+}
+
+pub async fn responses(
+    req: HttpRequest,
+    gw: web::Data<Gateway>,
+    clients: web::Data<UpstreamClients>,
+    auth: TenantAuth,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    serve(req, gw, clients, auth, payload, Api::Responses).await
+}
+
+pub async fn embeddings(
+    req: HttpRequest,
+    gw: web::Data<Gateway>,
+    clients: web::Data<UpstreamClients>,
+    auth: TenantAuth,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    serve(req, gw, clients, auth, payload, Api::Embeddings).await
+}
+
+async fn serve(
+    req: HttpRequest,
+    gw: web::Data<Gateway>,
+    clients: web::Data<UpstreamClients>,
+    auth: TenantAuth,
+    payload: web::Payload,
+    api: Api,
+) -> Result<HttpResponse, ApiError> {
     let started = monotonic();
     let meter = RequestMeter::default();
     let request_id = RequestId::generate();
     let client_request_id = headers::client_request_id(&req);
     let echoed = headers::echoed_request_id(client_request_id.as_deref(), &request_id);
-    let span = tracing::info_span!("chat", request_id = %request_id, tenant = %auth.tenant.id);
+    let span = tracing::info_span!("request", api = api.as_str(), request_id = %request_id, tenant = %auth.tenant.id);
     let trace = headers::traceparent(&req);
     let trace_id = trace.as_ref().map(|(id, _)| id.clone());
     meter.trace_id.borrow_mut().clone_from(&trace_id);
+    let mut door = Door::Same;
     let result = async {
         let body = read_body(&req, payload, gw.config.server.body_limit_bytes).await?;
+        let body = match api {
+            Api::Responses => {
+                let (chat, echo) = responses::to_chat(&body)?;
+                let identity = Identity {
+                    id: format!("resp_{request_id}"),
+                    created_at: gw.clock.now_ms() / 1000,
+                };
+                door = Door::Responses(identity, echo);
+                bytes::Bytes::from(chat)
+            }
+            Api::Chat | Api::Embeddings | Api::Messages => body,
+        };
         let ctx = RequestContext {
             tenant: auth.tenant.clone(),
             key: auth.key.clone(),
             feature: headers::feature(&req)?,
+            api,
             request_id: request_id.clone(),
             client_request_id,
             trace_id,
@@ -91,16 +143,13 @@ pub async fn chat_completions(
                     if let Some(remaining) = remaining {
                         response.insert_header((headers::BUDGET_REMAINING, remaining.to_string()));
                     }
-                    Ok(response.body(body))
+                    Ok(response.body(door.complete(&body)))
                 }
                 OutcomeBody::Stream(receiver) => {
                     response
                         .content_type("text/event-stream")
                         .insert_header(("cache-control", "no-cache"));
-                    let body = futures_util::stream::unfold(receiver, |mut receiver| async move {
-                        receiver.recv().await.map(|item| (item, receiver))
-                    });
-                    Ok(response.streaming(body))
+                    Ok(response.streaming(door.stream(receiver)))
                 }
             }
         }
@@ -160,4 +209,64 @@ fn access_log(
             tracing::info!(request_id = %request_id, trace_id, tenant = %auth.tenant.id, key = %auth.key.id, route, status = error.code().as_str(), latency_ms, "Request refused.");
         }
     }
+}
+
+/// How a door's answer leaves: as the pipeline's (OpenAI chat), or translated.
+enum Door {
+    Same,
+    Responses(Identity, Echo),
+}
+
+type Chunk = Result<bytes::Bytes, std::io::Error>;
+
+impl Door {
+    fn complete(&self, body: &bytes::Bytes) -> bytes::Bytes {
+        match self {
+            Door::Same => body.clone(),
+            Door::Responses(identity, echo) => responses::to_response(body, identity, echo),
+        }
+    }
+
+    fn stream(
+        self,
+        receiver: ClientBody,
+    ) -> std::pin::Pin<Box<dyn futures_util::Stream<Item = Chunk>>> {
+        let chunks = futures_util::stream::unfold(receiver, |mut receiver| async move {
+            receiver.recv().await.map(|item| (item, receiver))
+        });
+        match self {
+            Door::Same => Box::pin(chunks),
+            Door::Responses(identity, echo) => {
+                let mut mapper = StreamMapper::new(identity, echo);
+                let mut splitter = SseSplitter::default();
+                Box::pin(futures_util::StreamExt::map(chunks, move |chunk| {
+                    let bytes = chunk?;
+                    splitter.push(&bytes);
+                    let mut out = Vec::new();
+                    while let Some(event) = splitter.next_event() {
+                        if let Some(data) = sse_data(&event) {
+                            out.extend(mapper.on_data(&data));
+                        }
+                    }
+                    Ok(bytes::Bytes::from(out))
+                }))
+            }
+        }
+    }
+}
+
+/// The joined `data:` lines of one SSE event.
+fn sse_data(event: &[u8]) -> Option<Vec<u8>> {
+    let mut data: Option<Vec<u8>> = None;
+    for line in event.split(|b| *b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if let Some(rest) = line.strip_prefix(b"data:") {
+            let joined = data.get_or_insert_with(Vec::new);
+            if !joined.is_empty() {
+                joined.push(b'\n');
+            }
+            joined.extend_from_slice(rest.strip_prefix(b" ").unwrap_or(rest));
+        }
+    }
+    data
 }

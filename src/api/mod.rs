@@ -31,6 +31,10 @@ pub fn configure(cfg: &mut web::ServiceConfig, surface: Surface) {
             web::post().to(chat::chat_completions),
         )
         .route("/chat/completions", web::post().to(chat::chat_completions))
+        .route("/v1/embeddings", web::post().to(chat::embeddings))
+        .route("/v1/responses", web::post().to(chat::responses))
+        .route("/responses", web::post().to(chat::responses))
+        .route("/embeddings", web::post().to(chat::embeddings))
         .route("/v1/models", web::get().to(models::list_models));
     }
     cfg.route("/healthz", web::get().to(ops::healthz));

@@ -6,6 +6,7 @@
 
 pub mod anthropic;
 mod args;
+mod embeddings;
 mod scenario;
 mod server;
 mod stats;

@@ -118,6 +118,8 @@ fn routes(cfg: &mut web::ServiceConfig, state: web::Data<AppState>) {
         .app_data(web::PayloadConfig::new(MAX_BODY_BYTES))
         .route("/chat/completions", web::post().to(chat))
         .route("/v1/chat/completions", web::post().to(chat))
+        .route("/embeddings", web::post().to(chat))
+        .route("/v1/embeddings", web::post().to(chat))
         .route("/fake/stats", web::get().to(stats))
         .default_service(web::to(not_found));
 }
@@ -195,6 +197,9 @@ async fn chat(req: HttpRequest, body: web::Bytes, state: web::Data<AppState>) ->
                 scenario::usage(scenario.usage, &request),
                 Arc::clone(&state.stats),
             )
+        }
+        None if req.path().ends_with("/embeddings") => {
+            HttpResponse::Ok().json(super::embeddings::body(&request, &model, scenario.usage))
         }
         None => success(&request, &model, &scenario, ordinals.request, delay_ms),
     };

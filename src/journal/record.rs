@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{EventId, KeyId, RequestId, TenantId};
-use crate::ledger::{AttemptStatus, UsageEvent, UsageKind};
+use crate::ledger::{Api, AttemptStatus, UsageEvent, UsageKind};
 use crate::money::Nanos;
 use crate::pricing::Usage;
 
@@ -39,6 +39,9 @@ pub struct EventRecord {
     pub tenant: String,
     pub key: String,
     pub feature: String,
+    /// Absent in records written before doors other than chat existed.
+    #[serde(default)]
+    pub api: Api,
     pub route: String,
     pub provider: String,
     pub model: String,
@@ -69,6 +72,7 @@ impl From<&UsageEvent> for EventRecord {
             tenant: e.tenant.to_string(),
             key: e.key.to_string(),
             feature: e.feature.clone(),
+            api: e.api,
             route: e.route.clone(),
             provider: e.provider.clone(),
             model: e.model.clone(),
@@ -103,6 +107,7 @@ impl EventRecord {
             tenant: TenantId::new(self.tenant.as_str()),
             key: KeyId::new(self.key.as_str()),
             feature: self.feature.clone(),
+            api: self.api,
             route: self.route.clone(),
             provider: self.provider.clone(),
             model: self.model.clone(),

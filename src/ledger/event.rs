@@ -66,6 +66,38 @@ impl AttemptStatus {
     }
 }
 
+/// The door a request came in by: the `usage.api` column and a report key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Api {
+    /// `POST /v1/chat/completions`.
+    #[default]
+    Chat,
+    /// `POST /v1/responses`.
+    Responses,
+    /// `POST /v1/messages`.
+    Messages,
+    /// `POST /v1/embeddings`.
+    Embeddings,
+}
+
+impl Api {
+    pub const ALL: [Api; 4] = [Api::Chat, Api::Responses, Api::Messages, Api::Embeddings];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Api::Chat => "chat",
+            Api::Responses => "responses",
+            Api::Messages => "messages",
+            Api::Embeddings => "embeddings",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Api> {
+        Api::ALL.into_iter().find(|a| a.as_str() == text)
+    }
+}
+
 /// Where a row's token counts came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UsageKind {
@@ -108,6 +140,8 @@ pub struct UsageEvent {
     pub tenant: TenantId,
     pub key: KeyId,
     pub feature: String,
+    /// The door the request came in by.
+    pub api: Api,
     pub route: String,
     pub provider: String,
     pub model: String,
@@ -139,6 +173,7 @@ impl UsageEvent {
             tenant_id: Set(self.tenant.to_string()),
             key_id: Set(self.key.to_string()),
             feature: Set(self.feature.clone()),
+            api: Set(self.api.as_str().to_owned()),
             route: Set(self.route.clone()),
             provider: Set(self.provider.clone()),
             model: Set(self.model.clone()),
@@ -176,6 +211,7 @@ impl UsageEvent {
             tenant: TenantId::new("t"),
             key: KeyId::new("k"),
             feature: "unknown".to_owned(),
+            api: Api::Chat,
             route: "fast".to_owned(),
             provider: "p".to_owned(),
             model: "m".to_owned(),

@@ -10,4 +10,4 @@ pub mod repo;
 pub mod settle;
 
 pub use actor::{Journaled, LedgerActor, LedgerHandle};
-pub use event::{AttemptStatus, UsageEvent, UsageKind};
+pub use event::{Api, AttemptStatus, UsageEvent, UsageKind};

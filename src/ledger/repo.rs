@@ -249,6 +249,8 @@ pub enum GroupBy {
     Day,
     Status,
     Key,
+    /// The door: `chat`, `responses`, `messages`, `embeddings`.
+    Api,
 }
 
 impl GroupBy {
@@ -262,6 +264,7 @@ impl GroupBy {
             "day" => GroupBy::Day,
             "status" => GroupBy::Status,
             "key" => GroupBy::Key,
+            "api" => GroupBy::Api,
             _ => return None,
         })
     }
@@ -276,6 +279,7 @@ impl GroupBy {
             GroupBy::Day => usage::Column::Day,
             GroupBy::Status => usage::Column::Status,
             GroupBy::Key => usage::Column::KeyId,
+            GroupBy::Api => usage::Column::Api,
         }
     }
 }

@@ -1,14 +1,18 @@
-//! A chat completion request, validated just enough to route, estimate and
-//! bound it. The body is kept as a JSON map so every field the caller sent
-//! (tools, response_format, unknown ones) reaches the upstream unchanged.
+//! A request of an OpenAI door (chat completions, embeddings), validated
+//! just enough to route, estimate and bound it. The body is kept as a JSON
+//! map so every field the caller sent (tools, response_format, dimensions,
+//! unknown ones) reaches the upstream unchanged.
 
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
+use crate::ledger::Api;
 
 #[derive(Debug, Clone)]
 pub struct ChatRequest {
+    /// The door: `Chat`, or `Embeddings` (no output, never a stream).
+    api: Api,
     /// The caller's bytes, for building an upstream body without rewriting it all.
     raw: Bytes,
     body: Map<String, Value>,
@@ -72,6 +76,7 @@ impl ChatRequest {
             }
         };
         Ok(ChatRequest {
+            api: Api::Chat,
             raw: Bytes::copy_from_slice(bytes),
             body,
             model,
@@ -81,6 +86,52 @@ impl ChatRequest {
             choices,
             stream,
         })
+    }
+
+    /// `POST /v1/embeddings`: `input` is a string, an array of strings, an
+    /// array of token ids or an array of such arrays, never empty. Nothing is
+    /// generated, so there is no output limit and no stream.
+    pub fn parse_embeddings(bytes: &[u8]) -> Result<ChatRequest, ApiError> {
+        let body = object(bytes)?;
+        let model = model(&body)?;
+        validate_input(body.get("input"))?;
+        if let Some(stream) = body.get("stream").filter(|v| !v.is_null())
+            && stream != &Value::Bool(false)
+        {
+            return Err(ApiError::invalid_request(
+                "stream",
+                "embeddings cannot be streamed",
+            ));
+        }
+        Ok(ChatRequest {
+            api: Api::Embeddings,
+            raw: Bytes::copy_from_slice(bytes),
+            body,
+            model,
+            max_tokens: None,
+            max_tokens_field: "max_tokens",
+            both_limits: false,
+            choices: 1,
+            stream: false,
+        })
+    }
+
+    /// The same request, arrived through another door (the Responses door
+    /// hands over its request translated into a chat body).
+    #[must_use]
+    pub fn through(mut self, api: Api) -> ChatRequest {
+        self.api = api;
+        self
+    }
+
+    /// The door the request came in by.
+    pub fn api(&self) -> Api {
+        self.api
+    }
+
+    /// Whether the upstream generates output: it does for chat, not for embeddings.
+    pub fn generates(&self) -> bool {
+        self.api != Api::Embeddings
     }
 
     pub fn body(&self) -> &Map<String, Value> {
@@ -133,6 +184,54 @@ impl ChatRequest {
             .and_then(Value::as_bool)
             .unwrap_or(false)
     }
+}
+
+fn object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::invalid_request("body", format!("the body is not valid JSON: {e}"))
+    })?;
+    match value {
+        Value::Object(body) => Ok(body),
+        _ => Err(ApiError::invalid_request(
+            "body",
+            "the body must be a JSON object",
+        )),
+    }
+}
+
+fn model(body: &Map<String, Value>) -> Result<String, ApiError> {
+    match body.get("model") {
+        Some(Value::String(m)) if !m.trim().is_empty() => Ok(m.clone()),
+        Some(_) => Err(ApiError::invalid_request(
+            "model",
+            "`model` must be a non-empty string",
+        )),
+        None => Err(ApiError::invalid_request("model", "`model` is required")),
+    }
+}
+
+fn validate_input(input: Option<&Value>) -> Result<(), ApiError> {
+    let token_ids = |items: &[Value]| !items.is_empty() && items.iter().all(Value::is_u64);
+    let valid = match input {
+        Some(Value::String(text)) => !text.is_empty(),
+        Some(Value::Array(items)) if !items.is_empty() => {
+            items
+                .iter()
+                .all(|item| matches!(item, Value::String(text) if !text.is_empty()))
+                || token_ids(items)
+                || items
+                    .iter()
+                    .all(|item| matches!(item, Value::Array(ids) if token_ids(ids)))
+        }
+        _ => false,
+    };
+    if valid {
+        return Ok(());
+    }
+    Err(ApiError::invalid_request(
+        "input",
+        "`input` must be a non-empty string, or a non-empty array of strings, of token ids, or of arrays of token ids",
+    ))
 }
 
 fn positive_u32(value: &Value, field: &str) -> Result<u32, ApiError> {
@@ -248,6 +347,32 @@ mod tests {
             ),
             "max_tokens"
         );
+    }
+
+    #[test]
+    fn embeddings_input_takes_each_shape_and_names_a_bad_one() {
+        for good in [
+            r#""one text""#,
+            r#"["a", "b"]"#,
+            "[1, 2, 3]",
+            "[[1, 2], [3]]",
+        ] {
+            let body = format!(r#"{{"model":"embed","input":{good}}}"#);
+            let request = ChatRequest::parse_embeddings(body.as_bytes()).unwrap();
+            assert_eq!(
+                (request.api(), request.generates()),
+                (Api::Embeddings, false)
+            );
+        }
+        for bad in [r#""""#, "[]", r#"["a", 1]"#, "[[]]", "{}", "null", "[-1]"] {
+            let body = format!(r#"{{"model":"embed","input":{bad}}}"#);
+            let error = ChatRequest::parse_embeddings(body.as_bytes()).unwrap_err();
+            let envelope: Value = serde_json::from_slice(&error.envelope_json()).unwrap();
+            assert_eq!(envelope["error"]["param"], "input", "{bad}");
+        }
+        let error = ChatRequest::parse_embeddings(br#"{"input":"x"}"#).unwrap_err();
+        let envelope: Value = serde_json::from_slice(&error.envelope_json()).unwrap();
+        assert_eq!(envelope["error"]["param"], "model");
     }
 
     #[test]

@@ -3,4 +3,5 @@
 
 pub mod chat;
 pub mod models;
+pub mod responses;
 pub mod splice;

@@ -28,7 +28,7 @@ use crate::cache::CacheKey;
 use crate::clock::{elapsed_ms, monotonic};
 use crate::config::{Provider, Route, Target};
 use crate::error::{ApiError, ErrorCode};
-use crate::ledger::{AttemptStatus, UsageKind};
+use crate::ledger::{Api, AttemptStatus, UsageKind};
 use crate::money::Nanos;
 use crate::openai::chat::ChatRequest;
 use crate::provider::actor::{ProviderHandle, Verdict};
@@ -388,7 +388,11 @@ impl Dispatch<'_> {
             if self.request.stream() {
                 call::open_stream(&client, provider, body, &headers).await
             } else {
-                call::post_chat(&client, provider, body, &headers)
+                let url = match self.request.api() {
+                    Api::Embeddings => &provider.embeddings_url,
+                    Api::Chat | Api::Responses | Api::Messages => &provider.chat_url,
+                };
+                call::post(&client, provider, url, body, &headers)
                     .await
                     .map(Opened::Complete)
             }

@@ -17,7 +17,7 @@ use crate::cache::{CacheKey, CachedResponse};
 use crate::clock::monotonic;
 use crate::config::{Config, Route, Tier};
 use crate::error::{ApiError, ErrorCode};
-use crate::ledger::{AttemptStatus, UsageKind};
+use crate::ledger::{Api, AttemptStatus, UsageKind};
 use crate::money::Nanos;
 use crate::openai::chat::ChatRequest;
 use crate::provider::clients::UpstreamClients;
@@ -60,7 +60,11 @@ pub async fn handle_chat(
     meter: &RequestMeter,
     body: &[u8],
 ) -> Result<ChatOutcome, ApiError> {
-    let request = ChatRequest::parse(body)?;
+    let request = match ctx.api {
+        Api::Embeddings => ChatRequest::parse_embeddings(body)?,
+        Api::Responses => ChatRequest::parse(body)?.through(Api::Responses),
+        Api::Chat | Api::Messages => ChatRequest::parse(body)?,
+    };
     log_prompt(gw, ctx, body);
     // One snapshot for the whole request: a reload cannot change its route or prices half-way.
     let live = gw.live();
@@ -103,7 +107,12 @@ pub async fn handle_chat(
         .with_retry_after(1));
     }
 
-    let max_tokens = wanted_max_tokens(request.max_tokens(), ctx, tier.default_max_tokens, route);
+    // Embeddings generate nothing: only their input is held.
+    let max_tokens = if request.generates() {
+        wanted_max_tokens(request.max_tokens(), ctx, tier.default_max_tokens, route)
+    } else {
+        0
+    };
     // The request's deadline bounds every attempt and wait; its holds expire after it.
     let deadline = monotonic() + Duration::from_millis(gw.config.server.request_timeout_ms);
     let admission = Admission {
@@ -227,6 +236,7 @@ impl Admission<'_> {
             request_id: self.ctx.request_id.clone(),
             key: self.ctx.key.id.clone(),
             feature: self.ctx.feature.clone(),
+            api: self.ctx.api,
             route: self.route.name.to_string(),
             client_request_id: self.ctx.client_request_id.clone(),
             trace_id: self.ctx.trace_id.clone(),

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::directory::{KeyRecord, TenantRecord};
 use crate::ids::RequestId;
+use crate::ledger::Api;
 use crate::routing::Complexity;
 
 #[derive(Debug, Clone)]
@@ -13,6 +14,8 @@ pub struct RequestContext {
     pub key: Arc<KeyRecord>,
     /// `X-Tollgate-Feature`, for cost attribution.
     pub feature: String,
+    /// The door the request came in by.
+    pub api: Api,
     /// The gateway's own id.
     pub request_id: RequestId,
     /// The caller's `X-Request-Id`, if it sent one.

@@ -69,15 +69,17 @@ pub struct CallHeaders<'a> {
     pub traceparent: Option<&'a str>,
 }
 
-/// A complete call: the answer's headers within the first-byte timeout, all of
-/// it within the total one.
-pub async fn post_chat(
+/// A complete call to `url` (the provider's chat or embeddings endpoint):
+/// the answer's headers within the first-byte timeout, all of it within the
+/// total one.
+pub async fn post(
     client: &awc::Client,
     provider: &Provider,
+    url: &str,
     body: Bytes,
     headers: &CallHeaders<'_>,
 ) -> Result<UpstreamReply, CallError> {
-    let request = build_request(client, provider, headers)?;
+    let request = build_request(client, provider, url, headers)?;
     let call = async {
         let first_byte = Duration::from_millis(provider.first_byte_timeout_ms);
         let response = actix_rt::time::timeout(first_byte, request.send_body(body))
@@ -100,7 +102,7 @@ pub async fn open_stream(
     headers: &CallHeaders<'_>,
 ) -> Result<Opened, CallError> {
     let started = monotonic();
-    let request = build_request(client, provider, headers)?;
+    let request = build_request(client, provider, &provider.chat_url, headers)?;
     let first_token = Duration::from_millis(provider.first_token_timeout_ms);
     let first_byte_ms = provider
         .first_byte_timeout_ms
@@ -146,10 +148,11 @@ pub async fn open_stream(
 fn build_request(
     client: &awc::Client,
     provider: &Provider,
+    url: &str,
     headers: &CallHeaders<'_>,
 ) -> Result<awc::ClientRequest, CallError> {
     let mut request = client
-        .post(provider.chat_url.as_str())
+        .post(url)
         .timeout(Duration::from_millis(provider.timeout_ms))
         .insert_header(("content-type", "application/json"));
     if let Some(key) = &provider.api_key {

@@ -502,6 +502,7 @@ impl TenantActor {
             tenant: self.tenant.clone(),
             key: meta.key,
             feature: meta.feature,
+            api: meta.api,
             route: meta.route,
             provider: String::new(),
             model: String::new(),

@@ -21,6 +21,9 @@ pub struct ReservationMeta {
     pub request_id: RequestId,
     pub key: KeyId,
     pub feature: String,
+    /// The door the request came in by.
+    #[serde(default)]
+    pub api: crate::ledger::Api,
     pub route: String,
     pub client_request_id: Option<String>,
     pub trace_id: Option<String>,

@@ -234,6 +234,11 @@ impl Estimator {
     }
 
     fn raw_chat_input(self, body: &Map<String, Value>) -> u64 {
+        if !body.contains_key("messages")
+            && let Some(input) = body.get("input")
+        {
+            return self.embeddings_input_tokens(input);
+        }
         let mut tokens = REPLY_PRIMING_TOKENS;
         if let Some(Value::Array(messages)) = body.get("messages") {
             for message in messages {
@@ -246,6 +251,19 @@ impl Estimator {
             }
         }
         tokens
+    }
+
+    /// An embeddings `input`: its texts counted, its token ids as given.
+    fn embeddings_input_tokens(self, input: &Value) -> u64 {
+        match input {
+            Value::String(text) => self.count_text(text),
+            Value::Number(_) => 1,
+            Value::Array(items) => items
+                .iter()
+                .map(|item| self.embeddings_input_tokens(item))
+                .sum(),
+            other => self.count_text(&other.to_string()),
+        }
     }
 
     /// Completion tokens of a text the upstream returned without usage.
@@ -326,6 +344,16 @@ mod tests {
             {"role": "user", "content": [{"type": "text", "text": "Hello there"}]}
         ]}));
         assert_eq!(e.estimate_chat_input(&request), 3 + 2 * (4 + hello));
+    }
+
+    #[test]
+    fn embeddings_inputs_count_their_texts_and_their_token_ids() {
+        let e = estimator(100);
+        let hello = e.count_text("Hello there");
+        let texts = body(json!({"model": "e", "input": ["Hello there", "Hello there"]}));
+        assert_eq!(e.estimate_chat_input(&texts), 2 * hello);
+        let ids = body(json!({"model": "e", "input": [[1, 2, 3], [4]]}));
+        assert_eq!(e.estimate_chat_input(&ids), 4);
     }
 
     #[test]

@@ -42,6 +42,7 @@ fn event(tenant: &str, request: &str, status: AttemptStatus, charged: u64) -> Us
         tenant: TenantId::new(tenant),
         key: KeyId::new("k"),
         feature: "unknown".to_owned(),
+        api: tollgate::ledger::Api::Chat,
         route: "fast".to_owned(),
         provider: "primary".to_owned(),
         model: "ok".to_owned(),

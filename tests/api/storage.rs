@@ -169,7 +169,10 @@ async fn backfilled_totals(url: &str) {
         Backend::Postgres.fresh_database_url(dir.path())
     };
     let db = tollgate::storage::connect(&fresh, 2).await.unwrap();
-    let before_totals = Migrator::migrations().len() - 1;
+    let before_totals = Migrator::migrations()
+        .iter()
+        .position(|m| m.name() == "m20261130_000007_usage_totals")
+        .unwrap();
     Migrator::up(&db, Some(u32::try_from(before_totals).unwrap()))
         .await
         .unwrap();
@@ -178,7 +181,12 @@ async fn backfilled_totals(url: &str) {
         event(&tenant, 1, AttemptStatus::Ok, 11),
         event(&tenant, 2, AttemptStatus::Ok, 22),
     ];
-    entity::usage::Entity::insert_many(events.iter().map(UsageEvent::to_active_model))
+    // Rows as they were then: columns added by later migrations are not set.
+    let then = |event: &UsageEvent| entity::usage::ActiveModel {
+        api: sea_orm::ActiveValue::NotSet,
+        ..event.to_active_model()
+    };
+    entity::usage::Entity::insert_many(events.iter().map(then))
         .exec(&db)
         .await
         .unwrap();
@@ -197,6 +205,14 @@ async fn backfilled_totals(url: &str) {
         Some(&Nanos::from_db(33))
     );
     assert_eq!(totals.tokens_today, 2 * (3_000_000_000 + 77), "{fresh}");
+    // Every row from before doors other than chat existed came in by chat.
+    let rows = repo::tenant_rows(&db, &TenantId::new(tenant.as_str()))
+        .await
+        .unwrap();
+    assert!(
+        rows.len() == 2 && rows.iter().all(|r| r.api == "chat"),
+        "{rows:?}"
+    );
 }
 
 fn sorted<K: Ord, V>(items: impl Iterator<Item = (K, V)>) -> Vec<(K, V)> {
@@ -290,6 +306,7 @@ fn event(tenant: &str, attempt: u32, status: AttemptStatus, charged: i64) -> Usa
         tenant: TenantId::new(tenant),
         key: KeyId::new("key-1"),
         feature: "résumé-search".to_owned(),
+        api: tollgate::ledger::Api::Chat,
         route: "fast".to_owned(),
         provider: "primary".to_owned(),
         model: "gpt-4o-mini".to_owned(),

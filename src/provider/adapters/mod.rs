@@ -42,6 +42,12 @@ impl Adapter {
     ) -> Result<Bytes, ApiError> {
         match self {
             Adapter::OpenAi => Ok(openai::build_body(request, model, max_tokens, tenant)),
+            Adapter::Anthropic if !request.generates() => Err(ApiError::invalid_request(
+                "model",
+                format!(
+                    "the route's target `{model}` is an Anthropic model, and Anthropic has no embeddings API"
+                ),
+            )),
             Adapter::Anthropic => {
                 // Validation allows only `user` here, which Anthropic spells metadata.user_id.
                 let user = tenant.map(|(_, id)| id);

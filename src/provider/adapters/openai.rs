@@ -33,7 +33,13 @@ pub fn build_body(
         Value::Object(options).to_string()
     });
     let mut set = vec![("model", model_json.as_str())];
-    for field in request.max_tokens_fields() {
+    // Embeddings generate nothing: no output limit to send.
+    let limits: &[&str] = if request.generates() {
+        request.max_tokens_fields()
+    } else {
+        &[]
+    };
+    for field in limits {
         set.push((field, max_tokens_json.as_str()));
     }
     if let Some((field, id)) = &tenant_json {
@@ -60,8 +66,10 @@ fn build_from_values(
         body.insert(field.as_str().to_owned(), Value::from(tenant));
     }
     body.insert("model".to_owned(), Value::String(model.to_owned()));
-    for field in request.max_tokens_fields() {
-        body.insert((*field).to_owned(), Value::from(max_tokens));
+    if request.generates() {
+        for field in request.max_tokens_fields() {
+            body.insert((*field).to_owned(), Value::from(max_tokens));
+        }
     }
     if request.stream() {
         // Exact billing needs the provider's usage; the relay strips it if the caller did not ask.

@@ -543,6 +543,15 @@ impl TestApp {
         reply(request.send_json(body).await.unwrap()).await
     }
 
+    /// A JSON body to any of the gateway's doors.
+    pub async fn post_json(&self, path: &str, key: &str, body: &Value) -> Reply {
+        let request = self
+            .client
+            .post(format!("{}{path}", self.base_url))
+            .insert_header(("authorization", format!("Bearer {key}")));
+        reply(request.send_json(body).await.unwrap()).await
+    }
+
     pub async fn post_raw(&self, path: &str, key: &str, body: &'static [u8]) -> Reply {
         let request = self
             .client

@@ -246,7 +246,11 @@ fn launch_watchdog(
         .args(["-h", "127.0.0.1", "-p", &port.to_string()])
         // Durability is not under test here: no fsync (-F), no full pages, async commit.
         .args(["-F", "-c", "full_page_writes=off", "-c", "synchronous_commit=off"])
-        .args(["-c", "max_connections=300"])
+        // The suite's gateways are not shut down when their test ends (their
+        // arbiters outlive the test's System), so each keeps its pooled
+        // connections until the test binary exits: about two per gateway,
+        // and the suite starts several hundred.
+        .args(["-c", "max_connections=1500"])
         .env("TOLLGATE_PG_LOG", &log)
         .env(
             "TOLLGATE_PG_DIR",

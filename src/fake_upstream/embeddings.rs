@@ -1,0 +1,130 @@
+//! Embeddings answers of the fake upstream (`/v1/embeddings`): one small,
+//! deterministic vector per input, as floats or, when the caller asks for
+//! `encoding_format: "base64"` (the OpenAI SDKs do by default), as the
+//! base64 of its little-endian f32s; usage from the scenario or estimated
+//! from the input.
+
+use serde_json::{Value, json};
+
+use super::scenario::UsageMode;
+
+const DEFAULT_DIMENSIONS: usize = 8;
+const MAX_DIMENSIONS: usize = 4_096;
+const BYTES_PER_TOKEN: u64 = 4;
+
+/// The answer body for a successful embeddings request.
+pub(super) fn body(request: &Value, model: &str, usage: UsageMode) -> Value {
+    let inputs = count_inputs(request.get("input"));
+    let dimensions = request
+        .get("dimensions")
+        .and_then(Value::as_u64)
+        .and_then(|d| usize::try_from(d).ok())
+        .map_or(DEFAULT_DIMENSIONS, |d| d.clamp(1, MAX_DIMENSIONS));
+    let base64 = request.get("encoding_format").and_then(Value::as_str) == Some("base64");
+    let data: Vec<Value> = (0..inputs)
+        .map(|index| {
+            let vector = vector(index, dimensions);
+            let embedding = if base64 {
+                Value::String(encode_base64(&vector))
+            } else {
+                json!(vector)
+            };
+            json!({"object": "embedding", "index": index, "embedding": embedding})
+        })
+        .collect();
+    let mut body = json!({"object": "list", "data": data, "model": model});
+    if let Some(prompt) = prompt_tokens(usage, request) {
+        body["usage"] = json!({"prompt_tokens": prompt, "total_tokens": prompt});
+    }
+    body
+}
+
+/// How many vectors the input asks for: one per text or token array.
+fn count_inputs(input: Option<&Value>) -> usize {
+    match input {
+        Some(Value::Array(items)) if items.iter().all(Value::is_u64) => 1,
+        Some(Value::Array(items)) => items.len(),
+        _ => 1,
+    }
+}
+
+fn prompt_tokens(usage: UsageMode, request: &Value) -> Option<u64> {
+    match usage {
+        UsageMode::Omitted => None,
+        UsageMode::OpenAi { prompt, .. } | UsageMode::DeepSeek { prompt, .. } => Some(prompt),
+        UsageMode::Estimate | UsageMode::MaxTokens => {
+            Some(estimate(request.get("input").unwrap_or(&Value::Null)))
+        }
+    }
+}
+
+/// A crude count (4 bytes a token, a token id each) the gateway must not rely on.
+fn estimate(input: &Value) -> u64 {
+    match input {
+        Value::String(text) => u64::try_from(text.len())
+            .unwrap_or(u64::MAX)
+            .div_ceil(BYTES_PER_TOKEN),
+        Value::Array(items) => items.iter().map(estimate).sum(),
+        Value::Number(_) => 1,
+        _ => 0,
+    }
+}
+
+#[expect(
+    clippy::float_arithmetic,
+    clippy::cast_precision_loss,
+    reason = "a fake vector: small, deterministic floats"
+)]
+fn vector(index: usize, dimensions: usize) -> Vec<f32> {
+    (0..dimensions)
+        .map(|k| ((index + 1) * (k + 3) % 97) as f32 / 97.0)
+        .collect()
+}
+
+fn encode_base64(vector: &[f32]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes: Vec<u8> = vector.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for (i, shift) in [18u32, 12, 6, 0].into_iter().enumerate() {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[((n >> shift) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_the_standard_alphabet_with_padding() {
+        assert_eq!(encode_base64(&[]), "");
+        // 1.0f32 is 00 00 80 3f.
+        assert_eq!(encode_base64(&[1.0]), "AACAPw==");
+    }
+
+    #[test]
+    fn one_vector_per_input_with_the_usage_of_the_scenario() {
+        let request = json!({"input": ["ab", "cdef"], "dimensions": 3});
+        let body = body(&request, "m", UsageMode::Estimate);
+        assert_eq!(body["data"].as_array().unwrap().len(), 2);
+        assert_eq!(body["data"][1]["embedding"].as_array().unwrap().len(), 3);
+        assert_eq!(body["usage"]["prompt_tokens"], 2);
+        let ids = json!({"input": [1, 2, 3], "encoding_format": "base64"});
+        let body = super::body(&ids, "m", UsageMode::Omitted);
+        assert_eq!(body["data"].as_array().unwrap().len(), 1);
+        assert!(body["data"][0]["embedding"].is_string());
+        assert!(body.get("usage").is_none());
+    }
+}

@@ -1,0 +1,752 @@
+//! The Responses door's wire format (`POST /v1/responses`, stateless): a
+//! request is translated into a chat completion body for the pipeline, and
+//! the pipeline's chat answer (complete, or a stream of chunks) back into a
+//! `response` object or the typed events the SDKs read. Pure functions and
+//! one stream mapper; no HTTP here.
+
+use bytes::Bytes;
+use serde_json::{Map, Value, json};
+
+use crate::error::ApiError;
+
+/// What a `response` object repeats of its request.
+#[derive(Debug, Clone, Default)]
+pub struct Echo {
+    fields: Map<String, Value>,
+}
+
+/// Fields of the request the `response` object carries back.
+const ECHOED: [&str; 8] = [
+    "instructions",
+    "tools",
+    "tool_choice",
+    "temperature",
+    "top_p",
+    "max_output_tokens",
+    "metadata",
+    "parallel_tool_calls",
+];
+
+/// A Responses request as the chat completion body the pipeline serves, and
+/// what its answer echoes.
+pub fn to_chat(bytes: &[u8]) -> Result<(Vec<u8>, Echo), ApiError> {
+    let request: Map<String, Value> = match serde_json::from_slice(bytes) {
+        Ok(Value::Object(request)) => request,
+        Ok(_) => {
+            return Err(ApiError::invalid_request(
+                "body",
+                "the body must be a JSON object",
+            ));
+        }
+        Err(e) => {
+            return Err(ApiError::invalid_request(
+                "body",
+                format!("the body is not valid JSON: {e}"),
+            ));
+        }
+    };
+    refuse_state(&request)?;
+    let mut chat = Map::new();
+    if let Some(model) = request.get("model") {
+        chat.insert("model".to_owned(), model.clone());
+    }
+    chat.insert("messages".to_owned(), Value::Array(messages(&request)?));
+    if let Some(tools) = request.get("tools").filter(|t| !t.is_null()) {
+        chat.insert("tools".to_owned(), chat_tools(tools)?);
+    }
+    if let Some(choice) = request.get("tool_choice").filter(|t| !t.is_null()) {
+        chat.insert("tool_choice".to_owned(), chat_tool_choice(choice));
+    }
+    if let Some(limit) = request.get("max_output_tokens").filter(|t| !t.is_null()) {
+        chat.insert("max_tokens".to_owned(), limit.clone());
+    }
+    for field in ["temperature", "top_p", "user", "parallel_tool_calls"] {
+        if let Some(value) = request.get(field).filter(|v| !v.is_null()) {
+            chat.insert(field.to_owned(), value.clone());
+        }
+    }
+    if request.get("stream") == Some(&Value::Bool(true)) {
+        chat.insert("stream".to_owned(), Value::Bool(true));
+        // `response.completed` carries the usage: ask for it.
+        chat.insert("stream_options".to_owned(), json!({"include_usage": true}));
+    }
+    let echo = Echo {
+        fields: ECHOED
+            .iter()
+            .filter_map(|f| Some(((*f).to_owned(), request.get(*f)?.clone())))
+            .collect(),
+    };
+    Ok((Value::Object(chat).to_string().into_bytes(), echo))
+}
+
+/// The gateway keeps no conversation state.
+fn refuse_state(request: &Map<String, Value>) -> Result<(), ApiError> {
+    let stateless =
+        "the gateway's Responses API is stateless: send the whole conversation in `input`";
+    if request.get("store") == Some(&Value::Bool(true)) {
+        return Err(ApiError::invalid_request(
+            "store",
+            format!("`store: true` is not supported; {stateless}"),
+        ));
+    }
+    if request
+        .get("previous_response_id")
+        .is_some_and(|v| !v.is_null())
+    {
+        return Err(ApiError::invalid_request(
+            "previous_response_id",
+            format!("`previous_response_id` is not supported; {stateless}"),
+        ));
+    }
+    Ok(())
+}
+
+fn messages(request: &Map<String, Value>) -> Result<Vec<Value>, ApiError> {
+    let mut messages = Vec::new();
+    if let Some(Value::String(instructions)) = request.get("instructions") {
+        messages.push(json!({"role": "system", "content": instructions}));
+    }
+    match request.get("input") {
+        Some(Value::String(text)) => messages.push(json!({"role": "user", "content": text})),
+        Some(Value::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                push_item(&mut messages, item, i)?;
+            }
+        }
+        _ => {
+            return Err(ApiError::invalid_request(
+                "input",
+                "`input` must be a string or an array of items",
+            ));
+        }
+    }
+    Ok(messages)
+}
+
+/// One input item as chat messages; consecutive function calls share one assistant message.
+fn push_item(messages: &mut Vec<Value>, item: &Value, i: usize) -> Result<(), ApiError> {
+    let field = |name: &str| item.get(name).and_then(Value::as_str);
+    let invalid = |what: &str| ApiError::invalid_request(format!("input[{i}]"), what.to_owned());
+    match field("type").unwrap_or("message") {
+        "message" => {
+            let role = match field("role") {
+                Some("developer" | "system") => "system",
+                Some(role @ ("user" | "assistant")) => role,
+                _ => {
+                    return Err(invalid(
+                        "a message needs a `role`: user, assistant, system or developer",
+                    ));
+                }
+            };
+            let content = match item.get("content") {
+                Some(Value::String(text)) => Value::String(text.clone()),
+                Some(Value::Array(parts)) => Value::Array(
+                    parts
+                        .iter()
+                        .map(|part| {
+                            chat_part(part).ok_or_else(|| {
+                                invalid("unsupported content part: text and image parts are")
+                            })
+                        })
+                        .collect::<Result<_, _>>()?,
+                ),
+                _ => return Err(invalid("a message needs `content`")),
+            };
+            messages.push(json!({"role": role, "content": content}));
+        }
+        "function_call" => {
+            let (Some(call_id), Some(name)) = (field("call_id"), field("name")) else {
+                return Err(invalid("a function_call needs `call_id` and `name`"));
+            };
+            let call = json!({"id": call_id, "type": "function", "function": {
+                "name": name, "arguments": field("arguments").unwrap_or("{}"),
+            }});
+            let joins = messages.last().is_some_and(|m| {
+                m["role"] == "assistant" && m.get("tool_calls").is_some() && m["content"].is_null()
+            });
+            match messages
+                .last_mut()
+                .and_then(|m| m.get_mut("tool_calls"))
+                .and_then(Value::as_array_mut)
+            {
+                Some(calls) if joins => calls.push(call),
+                _ => messages
+                    .push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
+            }
+        }
+        "function_call_output" => {
+            let Some(call_id) = field("call_id") else {
+                return Err(invalid("a function_call_output needs `call_id`"));
+            };
+            let output = match item.get("output") {
+                Some(Value::String(text)) => text.clone(),
+                Some(other) => other.to_string(),
+                None => String::new(),
+            };
+            messages.push(json!({"role": "tool", "tool_call_id": call_id, "content": output}));
+        }
+        other => {
+            return Err(invalid(&format!(
+                "items of type `{other}` are not supported: messages, function_call and function_call_output are"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn chat_part(part: &Value) -> Option<Value> {
+    match part.get("type").and_then(Value::as_str)? {
+        "input_text" | "output_text" | "text" => {
+            Some(json!({"type": "text", "text": part.get("text")?.as_str()?}))
+        }
+        "input_image" => {
+            let url = part.get("image_url")?.as_str()?;
+            let detail = part.get("detail").and_then(Value::as_str).unwrap_or("auto");
+            Some(json!({"type": "image_url", "image_url": {"url": url, "detail": detail}}))
+        }
+        _ => None,
+    }
+}
+
+fn chat_tools(tools: &Value) -> Result<Value, ApiError> {
+    let Value::Array(tools) = tools else {
+        return Err(ApiError::invalid_request(
+            "tools",
+            "`tools` must be an array",
+        ));
+    };
+    let mapped = tools
+        .iter()
+        .enumerate()
+        .map(|(i, tool)| {
+            if tool.get("type").and_then(Value::as_str) != Some("function") {
+                return Err(ApiError::invalid_request(
+                    format!("tools[{i}]"),
+                    "only function tools are supported",
+                ));
+            }
+            let mut function = Map::new();
+            for field in ["name", "description", "parameters", "strict"] {
+                if let Some(value) = tool.get(field).filter(|v| !v.is_null()) {
+                    function.insert(field.to_owned(), value.clone());
+                }
+            }
+            Ok(json!({"type": "function", "function": function}))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Value::Array(mapped))
+}
+
+fn chat_tool_choice(choice: &Value) -> Value {
+    match (
+        choice.get("type").and_then(Value::as_str),
+        choice.get("name"),
+    ) {
+        (Some("function"), Some(name)) => json!({"type": "function", "function": {"name": name}}),
+        _ => choice.clone(),
+    }
+}
+
+/// The ids and time a response is known by.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub id: String,
+    pub created_at: u64,
+}
+
+/// A complete chat answer as a `response` object.
+pub fn to_response(chat: &[u8], identity: &Identity, echo: &Echo) -> Bytes {
+    let chat: Value = serde_json::from_slice(chat).unwrap_or_default();
+    let choice = &chat["choices"][0];
+    let mut output = Vec::new();
+    if let Some(text) = choice["message"]["content"]
+        .as_str()
+        .filter(|t| !t.is_empty())
+    {
+        output.push(message_item(
+            &format!("msg_{}", identity.id),
+            text,
+            "completed",
+        ));
+    }
+    for call in choice["message"]["tool_calls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let call_id = call["id"].as_str().unwrap_or_default();
+        output.push(function_item(
+            call_id,
+            call["function"]["name"].as_str().unwrap_or_default(),
+            call["function"]["arguments"].as_str().unwrap_or_default(),
+            "completed",
+        ));
+    }
+    let finish = choice["finish_reason"].as_str();
+    let body = response_object(
+        identity,
+        echo,
+        &chat["model"],
+        &output,
+        finish,
+        Some(&chat["usage"]),
+    );
+    Bytes::from(body.to_string())
+}
+
+fn message_item(id: &str, text: &str, status: &str) -> Value {
+    json!({"type": "message", "id": id, "status": status, "role": "assistant",
+           "content": [{"type": "output_text", "text": text, "annotations": []}]})
+}
+
+fn function_item(call_id: &str, name: &str, arguments: &str, status: &str) -> Value {
+    json!({"type": "function_call", "id": format!("fc_{call_id}"), "call_id": call_id,
+           "name": name, "arguments": arguments, "status": status})
+}
+
+fn response_object(
+    identity: &Identity,
+    echo: &Echo,
+    model: &Value,
+    output: &[Value],
+    finish: Option<&str>,
+    usage: Option<&Value>,
+) -> Value {
+    let (status, incomplete) = match finish {
+        None => ("in_progress", Value::Null),
+        Some("length") => ("incomplete", json!({"reason": "max_output_tokens"})),
+        Some(_) => ("completed", Value::Null),
+    };
+    let mut response = json!({
+        "id": identity.id, "object": "response", "created_at": identity.created_at,
+        "status": status, "incomplete_details": incomplete, "error": null,
+        "model": model, "output": output,
+        "parallel_tool_calls": true, "tool_choice": "auto", "tools": [], "metadata": {},
+        "usage": usage.map(response_usage),
+    });
+    for (field, value) in &echo.fields {
+        response[field.as_str()] = value.clone();
+    }
+    response
+}
+
+/// Chat usage in the Responses shape.
+fn response_usage(usage: &Value) -> Value {
+    let number = |v: &Value| v.as_u64().unwrap_or(0);
+    let input = number(&usage["prompt_tokens"]);
+    let output = number(&usage["completion_tokens"]);
+    let cached = usage["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .or_else(|| usage["prompt_cache_hit_tokens"].as_u64())
+        .unwrap_or(0);
+    let reasoning = number(&usage["completion_tokens_details"]["reasoning_tokens"]);
+    json!({"input_tokens": input, "input_tokens_details": {"cached_tokens": cached},
+           "output_tokens": output, "output_tokens_details": {"reasoning_tokens": reasoning},
+           "total_tokens": input.saturating_add(output)})
+}
+
+/// Chat completion chunks → Responses stream events, in order.
+#[derive(Debug)]
+pub struct StreamMapper {
+    identity: Identity,
+    echo: Echo,
+    model: Value,
+    sequence: u64,
+    started: bool,
+    finished: bool,
+    /// The output items in order: text message or function calls (by chat tool index).
+    items: Vec<Item>,
+    finish: Option<String>,
+    usage: Option<Value>,
+}
+
+#[derive(Debug)]
+enum Item {
+    Text {
+        text: String,
+    },
+    Call {
+        index: u64,
+        call_id: String,
+        name: String,
+        arguments: String,
+    },
+}
+
+impl StreamMapper {
+    pub fn new(identity: Identity, echo: Echo) -> StreamMapper {
+        StreamMapper {
+            identity,
+            echo,
+            model: Value::Null,
+            sequence: 0,
+            started: false,
+            finished: false,
+            items: Vec::new(),
+            finish: None,
+            usage: None,
+        }
+    }
+
+    /// The events for one chat SSE event's `data` (a chunk, `[DONE]`, or an error).
+    pub fn on_data(&mut self, data: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        if self.finished {
+            return out;
+        }
+        if data.trim_ascii() == b"[DONE]" {
+            self.finish(&mut out);
+            return out;
+        }
+        let Ok(chunk) = serde_json::from_slice::<Value>(data) else {
+            return out;
+        };
+        if let Some(error) = chunk.get("error") {
+            self.emit(
+                &mut out,
+                "error",
+                json!({"code": error["code"], "message": error["message"], "param": null}),
+            );
+            self.finished = true;
+            return out;
+        }
+        if !self.started {
+            self.started = true;
+            self.model = chunk["model"].clone();
+            let response = self.response(None);
+            self.emit(&mut out, "response.created", json!({"response": response}));
+            self.emit(
+                &mut out,
+                "response.in_progress",
+                json!({"response": response}),
+            );
+        }
+        if chunk.get("usage").is_some_and(|u| !u.is_null()) {
+            self.usage = Some(chunk["usage"].clone());
+        }
+        let choice = &chunk["choices"][0];
+        if let Some(text) = choice["delta"]["content"]
+            .as_str()
+            .filter(|t| !t.is_empty())
+        {
+            self.text_delta(&mut out, text);
+        }
+        for call in choice["delta"]["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            self.call_delta(&mut out, call);
+        }
+        if let Some(reason) = choice["finish_reason"].as_str() {
+            self.finish = Some(reason.to_owned());
+        }
+        out
+    }
+
+    fn text_delta(&mut self, out: &mut Vec<u8>, delta: &str) {
+        let id = format!("msg_{}", self.identity.id);
+        let index = if let Some(index) = self
+            .items
+            .iter()
+            .position(|i| matches!(i, Item::Text { .. }))
+        {
+            index
+        } else {
+            self.items.push(Item::Text {
+                text: String::new(),
+            });
+            let index = self.items.len() - 1;
+            self.emit(out, "response.output_item.added", json!({"output_index": index,
+                "item": {"type": "message", "id": id, "status": "in_progress", "role": "assistant", "content": []}}));
+            self.emit(out, "response.content_part.added", json!({"item_id": id, "output_index": index,
+                "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}}));
+            index
+        };
+        if let Some(Item::Text { text }) = self.items.get_mut(index) {
+            text.push_str(delta);
+        }
+        self.emit(
+            out,
+            "response.output_text.delta",
+            json!({"item_id": id, "output_index": index,
+            "content_index": 0, "delta": delta, "logprobs": []}),
+        );
+    }
+
+    fn call_delta(&mut self, out: &mut Vec<u8>, call: &Value) {
+        let tool_index = call["index"].as_u64().unwrap_or(0);
+        let position = self
+            .items
+            .iter()
+            .position(|i| matches!(i, Item::Call { index, .. } if *index == tool_index));
+        let position = if let Some(position) = position {
+            position
+        } else {
+            let call_id = call["id"].as_str().unwrap_or_default().to_owned();
+            let name = call["function"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let item = function_item(&call_id, &name, "", "in_progress");
+            self.items.push(Item::Call {
+                index: tool_index,
+                call_id,
+                name,
+                arguments: String::new(),
+            });
+            let output_index = self.items.len() - 1;
+            self.emit(
+                out,
+                "response.output_item.added",
+                json!({"output_index": output_index, "item": item}),
+            );
+            output_index
+        };
+        let Some(delta) = call["function"]["arguments"]
+            .as_str()
+            .filter(|d| !d.is_empty())
+        else {
+            return;
+        };
+        let Some(Item::Call {
+            call_id, arguments, ..
+        }) = self.items.get_mut(position)
+        else {
+            return;
+        };
+        arguments.push_str(delta);
+        let item_id = format!("fc_{call_id}");
+        self.emit(
+            out,
+            "response.function_call_arguments.delta",
+            json!({"item_id": item_id,
+            "output_index": position, "delta": delta}),
+        );
+    }
+
+    /// Closes every item, then `response.completed` (or `response.incomplete`) with the usage.
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        self.finished = true;
+        let mut output = Vec::new();
+        let items = std::mem::take(&mut self.items);
+        for (index, item) in items.iter().enumerate() {
+            let done = match item {
+                Item::Text { text } => {
+                    let id = format!("msg_{}", self.identity.id);
+                    self.emit(
+                        out,
+                        "response.output_text.done",
+                        json!({"item_id": id, "output_index": index,
+                        "content_index": 0, "text": text, "logprobs": []}),
+                    );
+                    self.emit(out, "response.content_part.done", json!({"item_id": id, "output_index": index,
+                        "content_index": 0, "part": {"type": "output_text", "text": text, "annotations": []}}));
+                    message_item(&id, text, "completed")
+                }
+                Item::Call {
+                    call_id,
+                    name,
+                    arguments,
+                    ..
+                } => {
+                    self.emit(
+                        out,
+                        "response.function_call_arguments.done",
+                        json!({"item_id": format!("fc_{call_id}"),
+                        "output_index": index, "arguments": arguments}),
+                    );
+                    function_item(call_id, name, arguments, "completed")
+                }
+            };
+            self.emit(
+                out,
+                "response.output_item.done",
+                json!({"output_index": index, "item": done}),
+            );
+            output.push(done);
+        }
+        let finish = Some(self.finish.clone().unwrap_or_else(|| "stop".to_owned()));
+        let usage = self.usage.clone();
+        let response = response_object(
+            &self.identity,
+            &self.echo,
+            &self.model,
+            &output,
+            finish.as_deref(),
+            usage.as_ref(),
+        );
+        let kind = if response["status"] == "incomplete" {
+            "response.incomplete"
+        } else {
+            "response.completed"
+        };
+        self.emit(out, kind, json!({"response": response}));
+    }
+
+    fn response(&self, finish: Option<&str>) -> Value {
+        response_object(&self.identity, &self.echo, &self.model, &[], finish, None)
+    }
+
+    fn emit(&mut self, out: &mut Vec<u8>, kind: &str, mut event: Value) {
+        event["type"] = Value::from(kind);
+        event["sequence_number"] = Value::from(self.sequence);
+        self.sequence += 1;
+        out.extend_from_slice(format!("event: {kind}\ndata: {event}\n\n").as_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chat_of(request: &Value) -> Value {
+        let (chat, _) = to_chat(request.to_string().as_bytes()).unwrap();
+        serde_json::from_slice(&chat).unwrap()
+    }
+
+    #[test]
+    fn input_items_instructions_and_tools_become_a_chat_body() {
+        let chat = chat_of(&json!({
+            "model": "fast", "instructions": "Be brief.", "max_output_tokens": 64, "stream": true,
+            "tools": [{"type": "function", "name": "lookup", "parameters": {"type": "object"}}],
+            "tool_choice": {"type": "function", "name": "lookup"},
+            "input": [
+                {"role": "user", "content": [{"type": "input_text", "text": "hi"},
+                    {"type": "input_image", "image_url": "https://x/y.png"}]},
+                {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"},
+                {"type": "function_call", "call_id": "c2", "name": "lookup", "arguments": "{\"q\":1}"},
+                {"type": "function_call_output", "call_id": "c1", "output": "42"},
+            ]
+        }));
+        assert_eq!(
+            chat["messages"][0],
+            json!({"role": "system", "content": "Be brief."})
+        );
+        assert_eq!(
+            chat["messages"][1]["content"][1]["image_url"]["url"],
+            "https://x/y.png"
+        );
+        assert_eq!(
+            chat["messages"][2]["tool_calls"].as_array().unwrap().len(),
+            2
+        );
+        assert_eq!(
+            chat["messages"][3],
+            json!({"role": "tool", "tool_call_id": "c1", "content": "42"})
+        );
+        assert_eq!(chat["tools"][0]["function"]["name"], "lookup");
+        assert_eq!(chat["tool_choice"]["function"]["name"], "lookup");
+        assert_eq!(
+            (
+                chat["max_tokens"].as_u64(),
+                chat["stream_options"]["include_usage"].as_bool()
+            ),
+            (Some(64), Some(true))
+        );
+    }
+
+    #[test]
+    fn state_and_unknown_items_are_refused_naming_the_field() {
+        let param = |request: Value| {
+            let error = to_chat(request.to_string().as_bytes()).unwrap_err();
+            let envelope: Value = serde_json::from_slice(&error.envelope_json()).unwrap();
+            envelope["error"]["param"].as_str().unwrap().to_owned()
+        };
+        assert_eq!(
+            param(json!({"model": "m", "input": "x", "store": true})),
+            "store"
+        );
+        assert_eq!(
+            param(json!({"model": "m", "input": "x", "previous_response_id": "r"})),
+            "previous_response_id"
+        );
+        assert_eq!(
+            param(json!({"model": "m", "input": [{"type": "web_search_call"}]})),
+            "input[0]"
+        );
+        assert_eq!(
+            param(json!({"model": "m", "input": "x", "tools": [{"type": "web_search"}]})),
+            "tools[0]"
+        );
+        assert_eq!(param(json!({"model": "m"})), "input");
+    }
+
+    #[test]
+    fn a_chat_answer_becomes_a_response_with_its_usage() {
+        let chat = json!({"model": "gpt", "choices": [{"message": {"content": "Hello", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            "finish_reason": "tool_calls"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 4},
+                      "completion_tokens_details": {"reasoning_tokens": 1}}});
+        let identity = Identity {
+            id: "resp_1".into(),
+            created_at: 5,
+        };
+        let response: Value = serde_json::from_slice(&to_response(
+            chat.to_string().as_bytes(),
+            &identity,
+            &Echo::default(),
+        ))
+        .unwrap();
+        assert_eq!(response["status"], "completed");
+        assert_eq!(response["output"][0]["content"][0]["text"], "Hello");
+        assert_eq!(response["output"][1]["call_id"], "c1");
+        assert_eq!(
+            response["usage"]["input_tokens_details"]["cached_tokens"],
+            4
+        );
+        assert_eq!(
+            response["usage"]["output_tokens_details"]["reasoning_tokens"],
+            1
+        );
+        assert_eq!(response["usage"]["total_tokens"], 13);
+    }
+
+    #[test]
+    fn a_chat_stream_becomes_typed_events_ending_with_the_usage() {
+        let identity = Identity {
+            id: "resp_1".into(),
+            created_at: 5,
+        };
+        let mut mapper = StreamMapper::new(identity, Echo::default());
+        let mut out = Vec::new();
+        for data in [
+            r#"{"model":"gpt","choices":[{"index":0,"delta":{"content":"Hel"}}]}"#,
+            r#"{"model":"gpt","choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":"length"}]}"#,
+            r#"{"model":"gpt","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2}}"#,
+            "[DONE]",
+        ] {
+            out.extend(mapper.on_data(data.as_bytes()));
+        }
+        let text = String::from_utf8(out).unwrap();
+        let kinds: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("event: "))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "response.created",
+                "response.in_progress",
+                "response.output_item.added",
+                "response.content_part.added",
+                "response.output_text.delta",
+                "response.output_text.delta",
+                "response.output_text.done",
+                "response.content_part.done",
+                "response.output_item.done",
+                "response.incomplete",
+            ]
+        );
+        let last_data = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .last()
+            .unwrap();
+        let last: Value = serde_json::from_str(last_data).unwrap();
+        assert_eq!(last["response"]["output"][0]["content"][0]["text"], "Hello");
+        assert_eq!(last["response"]["usage"]["output_tokens"], 2);
+        assert_eq!(last["sequence_number"], 9);
+    }
+}
