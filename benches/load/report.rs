@@ -1024,9 +1024,11 @@ pipeline around them share most of the rest.
   writer). Fewer cross-thread hand-offs per call (rows and log lines handed
   over in batches) would shorten those waits; nothing on the request path
   sleeps or polls.
-- **8 KB prompts.** tiktoken's count of 8 KB of distinct text is most of the
-  extra cost (the `system3k` rows show what memoizing repeated content saves);
-  only a faster exact BPE counter would close it.
+- **8 KB prompts.** A long text not counted before is held at its bytes (a
+  strict bound for a byte-level BPE) and counted only when the bound would
+  change a decision, so a distinct 8 KB prompt far from its limits costs no
+  tiktoken count; what remains is reading and splicing 8 KB bodies twice
+  (in from the caller, out to the upstream).
 - **Streaming at 1,000 req/s** is 20,000 relayed events a second on two shared
   cores: overloaded. Per-event work is actix's body stream and the SSE scan
   for the usage chunk; at 200 req/s the first token's added p99 is the same

@@ -83,7 +83,9 @@ impl Passed {
         if item.content.is_empty() {
             return true;
         }
-        self.tokens += relay.gw.estimator.count_text(&item.content);
+        // In the encoding the target's prompts are counted with: its model's.
+        let counting = relay.gw.estimator.with(relay.target.counting);
+        self.tokens += counting.count_text(&item.content);
         if self.tokens > relay.held_output_tokens {
             return false;
         }
