@@ -742,7 +742,7 @@ mod tests {
         let last_data = text
             .lines()
             .filter_map(|l| l.strip_prefix("data: "))
-            .last()
+            .next_back()
             .unwrap();
         let last: Value = serde_json::from_str(last_data).unwrap();
         assert_eq!(last["response"]["output"][0]["content"][0]["text"], "Hello");

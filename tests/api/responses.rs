@@ -111,7 +111,7 @@ async fn a_responses_stream_that_ignores_its_limit_ends_incomplete_at_the_hold()
         .raw
         .lines()
         .filter_map(|l| l.strip_prefix("data: "))
-        .last()
+        .next_back()
         .unwrap();
     let last: Value = serde_json::from_str(last).unwrap();
     assert_eq!(
