@@ -25,6 +25,13 @@ fi
 need setpriv util-linux
 # The shared-quota tests start their own redis-server on a free loopback port.
 need redis-server redis-server
+# The official Node SDK too, installed into tests/sdk (its package.json).
+need node nodejs
+need npm npm
+if [ ! -d tests/sdk/node_modules/openai ]; then
+  echo "installing the openai Node package"
+  (cd tests/sdk && npm install --silent --no-audit --no-fund)
+fi
 # The official OpenAI SDK is part of the contract: any OpenAI client must work unchanged.
 if ! python3 -c "import openai" >/dev/null 2>&1; then
   echo "installing the openai Python package"

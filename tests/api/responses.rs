@@ -126,3 +126,35 @@ async fn a_responses_stream_that_ignores_its_limit_ends_incomplete_at_the_hold()
     );
     assert!(rows[0].charged_nanos <= rows[0].reserved_nanos);
 }
+
+#[actix_web::test]
+async fn the_official_openai_node_sdk_streams_chat_and_responses() {
+    let app = spawn_app(setup()).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sdk/openai_streams.mjs");
+    let base = format!("{}/v1", app.base_url);
+
+    let output = actix_web::rt::task::spawn_blocking(move || {
+        std::process::Command::new("node")
+            .args([script, &base, &key])
+            .output()
+    })
+    .await
+    .unwrap()
+    .expect("node must be installed (scripts/test.sh installs it and the openai package)");
+
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let expected: String = (0..4).map(tollgate::fake_upstream::chunk_text).collect();
+    assert_eq!(seen["chat"]["text"], expected.as_str(), "{seen}");
+    assert_eq!(seen["chat"]["completion_tokens"], 30);
+    assert_eq!(seen["responses"]["text"], expected.as_str(), "{seen}");
+    assert_eq!(seen["responses"]["output_tokens"], 30);
+    let rows = app.ledger_rows(&tenant).await;
+    let doors: Vec<&str> = rows.iter().map(|r| r.api.as_str()).collect();
+    assert_eq!(doors, ["chat", "responses"]);
+}
