@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use sea_orm::sea_query::{Expr, OnConflict};
 use sea_orm::{
     ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DatabaseTransaction, EntityTrait,
-    FromQueryResult, QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
+    FromQueryResult, QueryFilter, QueryOrder, QuerySelect, Select, TransactionTrait,
 };
 use serde::Serialize;
 
@@ -403,15 +403,9 @@ fn count_status(statuses: &[&str]) -> sea_orm::sea_query::SimpleExpr {
     ))
 }
 
-/// Rows in a time range (and of one tenant, if given), by id after `after_id`, at most `limit`.
-pub async fn rows_page(
-    db: &DatabaseConnection,
-    filter: &SpendFilter,
-    after_id: i64,
-    limit: u64,
-) -> Result<Vec<usage::Model>, StorageError> {
+/// `query` narrowed to the filter's tenant and time range.
+fn filtered(mut query: Select<usage::Entity>, filter: &SpendFilter) -> Select<usage::Entity> {
     let ms = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-    let mut query = usage::Entity::find().filter(usage::Column::Id.gt(after_id));
     if let Some(tenant) = &filter.tenant {
         query = query.filter(usage::Column::TenantId.eq(tenant.as_str()));
     }
@@ -421,7 +415,18 @@ pub async fn rows_page(
     if let Some(to) = filter.to_ms {
         query = query.filter(usage::Column::CreatedAtMs.lt(ms(to)));
     }
-    Ok(query
+    query
+}
+
+/// Rows in a time range (and of one tenant, if given), by id after `after_id`, at most `limit`.
+pub async fn rows_page(
+    db: &DatabaseConnection,
+    filter: &SpendFilter,
+    after_id: i64,
+    limit: u64,
+) -> Result<Vec<usage::Model>, StorageError> {
+    let query = usage::Entity::find().filter(usage::Column::Id.gt(after_id));
+    Ok(filtered(query, filter)
         .order_by_asc(usage::Column::Id)
         .limit(limit)
         .all(db)
@@ -437,22 +442,12 @@ pub async fn unreconciled_rows(
     filter: &SpendFilter,
     limit: u64,
 ) -> Result<Vec<usage::Model>, StorageError> {
-    let ms = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-    let mut query = usage::Entity::find().filter(
+    let query = usage::Entity::find().filter(
         Condition::any()
             .add(usage::Column::Status.eq(AttemptStatus::Orphaned.as_str()))
             .add(usage::Column::UsageKind.eq(UsageKind::Unknown.as_str())),
     );
-    if let Some(tenant) = &filter.tenant {
-        query = query.filter(usage::Column::TenantId.eq(tenant.as_str()));
-    }
-    if let Some(from) = filter.from_ms {
-        query = query.filter(usage::Column::CreatedAtMs.gte(ms(from)));
-    }
-    if let Some(to) = filter.to_ms {
-        query = query.filter(usage::Column::CreatedAtMs.lt(ms(to)));
-    }
-    Ok(query
+    Ok(filtered(query, filter)
         .order_by_asc(usage::Column::Id)
         .limit(limit)
         .all(db)

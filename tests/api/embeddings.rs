@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{TestSetup, chat_body, spawn_app};
+use crate::support::{TestSetup, chat_body, run_sdk, spawn_app};
 
 fn setup() -> TestSetup {
     TestSetup::new()
@@ -136,27 +136,13 @@ async fn the_official_openai_python_sdk_creates_embeddings_and_gets_the_402() {
     let (_poor, poor_key) = app
         .tenant_with_key("free", json!({"monthly_budget": "0.000000001"}))
         .await;
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/sdk/openai_embeddings.py"
-    );
     let base = format!("{}/v1", app.base_url);
-
-    let output = actix_web::rt::task::spawn_blocking(move || {
-        std::process::Command::new("python3")
-            .args([script, &base, &key, &poor_key])
-            .output()
-    })
-    .await
-    .unwrap()
-    .expect("python3 must be installed (scripts/test.sh installs it with the openai package)");
-
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let seen: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let seen = run_sdk(
+        "python3",
+        "openai_embeddings.py",
+        vec![base.clone(), key.clone(), poor_key.clone()],
+    )
+    .await;
     assert_eq!(seen["vectors"], 2, "{seen}");
     // The SDK asks for base64 and decodes it: the fake's default 8 dimensions.
     assert_eq!(seen["dimensions"], 8, "{seen}");

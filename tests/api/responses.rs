@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{TestSetup, spawn_app};
+use crate::support::{TestSetup, run_sdk, spawn_app};
 
 fn setup() -> TestSetup {
     TestSetup::new()
@@ -19,24 +19,13 @@ async fn the_official_openai_python_sdk_creates_streams_and_uses_tools_through_r
     let (_poor, poor_key) = app
         .tenant_with_key("free", json!({"monthly_budget": "0.01"}))
         .await;
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sdk/openai_responses.py");
     let base = format!("{}/v1", app.base_url);
-
-    let output = actix_web::rt::task::spawn_blocking(move || {
-        std::process::Command::new("python3")
-            .args([script, &base, &key, &poor_key])
-            .output()
-    })
-    .await
-    .unwrap()
-    .expect("python3 must be installed (scripts/test.sh installs it with the openai package)");
-
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let seen: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let seen = run_sdk(
+        "python3",
+        "openai_responses.py",
+        vec![base.clone(), key.clone(), poor_key.clone()],
+    )
+    .await;
     assert!(
         seen["plain"]["text"]
             .as_str()
@@ -131,24 +120,13 @@ async fn a_responses_stream_that_ignores_its_limit_ends_incomplete_at_the_hold()
 async fn the_official_openai_node_sdk_streams_chat_and_responses() {
     let app = spawn_app(setup()).await;
     let (tenant, key) = app.tenant_with_key("free", json!({})).await;
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sdk/openai_streams.mjs");
     let base = format!("{}/v1", app.base_url);
-
-    let output = actix_web::rt::task::spawn_blocking(move || {
-        std::process::Command::new("node")
-            .args([script, &base, &key])
-            .output()
-    })
-    .await
-    .unwrap()
-    .expect("node must be installed (scripts/test.sh installs it and the openai package)");
-
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let seen: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let seen = run_sdk(
+        "node",
+        "openai_streams.mjs",
+        vec![base.clone(), key.clone()],
+    )
+    .await;
     let expected: String = (0..4).map(tollgate::fake_upstream::chunk_text).collect();
     assert_eq!(seen["chat"]["text"], expected.as_str(), "{seen}");
     assert_eq!(seen["chat"]["completion_tokens"], 30);

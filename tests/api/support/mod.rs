@@ -667,3 +667,26 @@ pub fn metric_value(exposition: &str, series: &str) -> u64 {
 pub fn now_ms() -> u64 {
     SystemClock.now_ms()
 }
+
+/// Runs an official SDK's check script (`python3` or `node`, from
+/// `tests/sdk/`) against the gateway and returns the JSON it printed.
+pub async fn run_sdk(program: &'static str, script: &'static str, args: Vec<String>) -> Value {
+    let path = format!("{}/tests/sdk/{script}", env!("CARGO_MANIFEST_DIR"));
+    let output = actix_web::rt::task::spawn_blocking(move || {
+        std::process::Command::new(program)
+            .arg(path)
+            .args(args)
+            .output()
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|e| {
+        panic!("{program} must be installed (scripts/test.sh installs it and the SDKs): {e}")
+    });
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
