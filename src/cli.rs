@@ -62,26 +62,14 @@ enum Command {
         /// A TOML file with `[[prices]]` (a configuration file works too).
         #[arg(long)]
         prices: Option<PathBuf>,
-        #[arg(long)]
-        tenant: Option<String>,
-        /// First day, YYYY-MM-DD.
-        #[arg(long)]
-        from: Option<String>,
-        /// Last day, YYYY-MM-DD (inclusive).
-        #[arg(long)]
-        to: Option<String>,
+        #[command(flatten)]
+        range: LedgerRange,
     },
     /// Rows charged their hold without the provider's usage (orphaned, or an
     /// unknown outcome), by provider: what to compare with each provider's bill.
     Reconcile {
-        #[arg(long)]
-        tenant: Option<String>,
-        /// First day, YYYY-MM-DD.
-        #[arg(long)]
-        from: Option<String>,
-        /// Last day, YYYY-MM-DD (inclusive).
-        #[arg(long)]
-        to: Option<String>,
+        #[command(flatten)]
+        range: LedgerRange,
     },
     /// The daily report: a day against the day before, top spenders, budget progress.
     Report {
@@ -93,6 +81,19 @@ enum Command {
     },
     /// Run the OpenAI-compatible fake upstream (tests, demos, load).
     FakeUpstream(FakeArgs),
+}
+
+/// Which ledger rows a report reads: one tenant's or all, over whole days.
+#[derive(Debug, Args)]
+struct LedgerRange {
+    #[arg(long)]
+    tenant: Option<String>,
+    /// First day, YYYY-MM-DD.
+    #[arg(long)]
+    from: Option<String>,
+    /// Last day, YYYY-MM-DD (inclusive).
+    #[arg(long)]
+    to: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -234,9 +235,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Command::Spend(args) => spend_report(load(config_path, &ProcessEnv)?, args).await,
         Command::Reprice {
             prices,
-            tenant,
-            from,
-            to,
+            range: LedgerRange { tenant, from, to },
         } => {
             let config = load(config_path, &ProcessEnv)?;
             let (table, version) = match prices {
@@ -261,7 +260,9 @@ async fn dispatch(cli: Cli) -> Result<()> {
             .await?;
             json_out(&report)
         }
-        Command::Reconcile { tenant, from, to } => {
+        Command::Reconcile {
+            range: LedgerRange { tenant, from, to },
+        } => {
             let config = load(config_path, &ProcessEnv)?;
             let db = storage::connect_and_migrate(&config.storage.database_url, 1).await?;
             let query = crate::admin::reconcile::ReconcileQuery { tenant, from, to };

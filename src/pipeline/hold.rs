@@ -47,11 +47,6 @@ impl Hold {
         self.granted.amount
     }
 
-    /// Whether an attempt may leave now: its hold is in place.
-    pub fn is_held(&self) -> bool {
-        self.guard.is_some()
-    }
-
     /// Hands the reservation over to be settled (a finished attempt's).
     pub fn take(&mut self) -> Option<ReservationGuard> {
         self.guard.take()
