@@ -13,16 +13,16 @@
 //! On start the actor loads the period's committed spend from the ledger
 //! (after flushing it) before answering anything.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use actix::prelude::*;
-use futures_util::future::LocalBoxFuture;
 use sea_orm::DatabaseConnection;
 
 use super::alerts::{self, AlertBook, AlertNotice};
-use super::book::{BudgetStatus, Granted, Limits, QuotaBook, RateDecision, ReserveRequest, Seed};
+use super::book::{
+    BudgetStatus, Granted, KeyShare, Lapsed, Limits, QuotaBook, RateDecision, Seed, Settled,
+};
 use super::decision::Decision;
 use super::handle::QuotaError;
 use super::messages::{
@@ -31,11 +31,10 @@ use super::messages::{
 };
 use super::registry::RegistryInner;
 use super::seed::SeedSource;
-use super::share::{local_share, share_budget};
+use super::share::local_share;
 use super::shared::expiry;
-use super::shared::{
-    Reserved, SharedQuota, SharedSettled, SharedStore, StoreFailure, threshold_amount,
-};
+use super::shared::{RedisQuota, SharedQuota, SharedStore};
+use super::store::{Close, Closed, QuotaStore, Reservation, Step, Verdict};
 use crate::clock::SharedClock;
 use crate::config::{AlertsConfig, StoreErrorPolicy};
 use crate::ids::{EventId, ReservationId, TenantId};
@@ -52,9 +51,6 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 /// An actor with no reservations and no message for this long stops.
 const IDLE_STOP_MS: u64 = 5 * 60 * 1000;
 const MAILBOX_CAPACITY: usize = 4096;
-/// Reservations of the local book beside a shared store get ids from here,
-/// so they never collide with the store's.
-const LOCAL_IDS: u64 = 1 << 62;
 
 /// What every tenant actor shares.
 pub struct TenantDeps {
@@ -76,26 +72,11 @@ enum Mode {
     Local,
 }
 
-/// Where the next decision is made.
+/// Which store makes the next decision.
 enum Path {
     Book,
     Closed,
-    Shared { quota: SharedQuota, rejoin: bool },
-}
-
-/// How a decision through the shared store ended.
-enum Outcome<T> {
-    Shared(Result<T, QuotaError>),
-    /// The store failed; with the `local` policy, the ledger's seed to continue from.
-    Down(Option<Result<Seed, String>>),
-}
-
-/// A settle the shared store did not take; retried until it does.
-#[derive(Debug, Clone, Copy)]
-struct PendingClose {
-    id: ReservationId,
-    charged: Nanos,
-    tokens: u64,
+    Redis { rejoin: bool },
 }
 
 pub struct TenantActor {
@@ -104,8 +85,10 @@ pub struct TenantActor {
     label: String,
     /// The tenant's own limits (the book holds a share of them in `Local` mode).
     limits: Limits,
+    /// The store without Redis, and the stand-in when Redis fails.
     book: QuotaBook,
-    meta: HashMap<ReservationId, ReservationMeta>,
+    /// The store when replicas share the tenant.
+    redis: Option<RedisQuota>,
     clock: SharedClock,
     ledger: LedgerHandle,
     db: DatabaseConnection,
@@ -114,18 +97,20 @@ pub struct TenantActor {
     registry: Weak<RegistryInner>,
     alerts: AlertBook,
     alerts_config: Arc<AlertsConfig>,
-    shared: Option<SharedQuota>,
     mode: Mode,
     replicas: u32,
     /// The last ledger seed: the base of this replica's share in `Local` mode.
     seed: Seed,
-    pending: Vec<PendingClose>,
+    /// Closes Redis did not take; retried until it does.
+    pending: Vec<Close>,
     /// Committed and reserved in Redis at the last settle (for the gauges).
     shared_totals: Option<(Nanos, Nanos)>,
     reconcile_interval_ms: u64,
     last_reconcile_ms: u64,
     /// When the gauges were last published (their budget period is that month's).
     published_ms: Option<u64>,
+    /// The book's own reservation ids when it is the only store.
+    next_id: u64,
 }
 
 impl TenantActor {
@@ -147,18 +132,21 @@ impl TenantActor {
             reconcile_interval_ms,
         } = deps;
         let now = clock.now_ms();
-        let shared = shared.map(|store| store.tenant(&tenant));
-        let book = QuotaBook::new(limits.clone(), Nanos::ZERO, now);
+        let source = SeedSource {
+            ledger: ledger.clone(),
+            db: db.clone(),
+            tenant: tenant.clone(),
+        };
+        let thresholds = alerts_config.thresholds_percent.clone();
+        let redis = shared.map(|store| {
+            RedisQuota::new(store.tenant(&tenant), limits.clone(), source, thresholds)
+        });
         TenantActor {
             tenant,
             label,
-            book: if shared.is_some() {
-                book.first_id(LOCAL_IDS)
-            } else {
-                book
-            },
+            book: QuotaBook::new(limits.clone(), Nanos::ZERO, now),
+            redis,
             limits,
-            meta: HashMap::new(),
             clock,
             ledger,
             db,
@@ -167,7 +155,6 @@ impl TenantActor {
             registry,
             alerts: AlertBook::new(&alerts_config.thresholds_percent),
             alerts_config,
-            shared,
             mode: Mode::Shared,
             replicas,
             seed: Seed::default(),
@@ -176,6 +163,7 @@ impl TenantActor {
             reconcile_interval_ms,
             last_reconcile_ms: now,
             published_ms: None,
+            next_id: 0,
         }
     }
 
@@ -187,110 +175,102 @@ impl TenantActor {
         }
     }
 
+    fn shared(&self) -> Option<&SharedQuota> {
+        self.redis.as_ref().map(RedisQuota::quota)
+    }
+
     fn path(&self) -> Path {
-        let Some(quota) = &self.shared else {
+        let Some(quota) = self.shared() else {
             return Path::Book;
         };
-        let up = quota.health().is_up();
-        match (self.mode, up) {
-            (Mode::Shared, true) => Path::Shared {
-                quota: quota.clone(),
-                rejoin: false,
-            },
-            (Mode::Local, true) => Path::Shared {
-                quota: quota.clone(),
-                rejoin: true,
-            },
+        match (self.mode, quota.health().is_up()) {
+            (Mode::Shared, true) => Path::Redis { rejoin: false },
+            (Mode::Local, true) => Path::Redis { rejoin: true },
             (Mode::Local, false) => Path::Book,
             // Straight to the policy: a store marked down is not waited for.
             (Mode::Shared, false) => match self.limits.on_store_error {
-                StoreErrorPolicy::Local => Path::Shared {
-                    quota: quota.clone(),
-                    rejoin: false,
-                },
+                StoreErrorPolicy::Local => Path::Redis { rejoin: false },
                 StoreErrorPolicy::FailClosed => Path::Closed,
             },
         }
     }
 
-    /// Runs `shared` through Redis, or `local` on the book, as the store's
-    /// state and the tenant's policy say.
+    /// A reservation id no store of this tenant holds.
+    fn reservation_id(&mut self) -> ReservationId {
+        if self.redis.is_some() {
+            // Random, so replicas never pick the same one.
+            return ReservationId(rand::random::<u64>() >> 2);
+        }
+        self.next_id += 1;
+        ReservationId(self.next_id)
+    }
+
+    /// Asks the store the path picks: on the spot from the book, or through
+    /// Redis, falling back as the tenant's policy says when Redis fails.
     fn decide<T: 'static>(
         &mut self,
         now: u64,
-        shared: impl FnOnce(
-            SharedQuota,
-            SeedSource,
-            Limits,
-        )
-            -> LocalBoxFuture<'static, Result<Result<T, QuotaError>, StoreFailure>>
-        + 'static,
-        local: impl FnOnce(&mut Self, u64) -> Result<T, QuotaError> + 'static,
-        // A reservation `shared` may leave in Redis although its reply is lost.
+        ask: impl Fn(&mut dyn QuotaStore, u64) -> Step<T> + 'static,
+        // A reservation Redis may hold although its reply is lost.
         lost: Option<ReservationId>,
-    ) -> Decision<Self, Result<T, QuotaError>> {
-        match self.path() {
+    ) -> Decision<Self, Verdict<T>> {
+        let mut redis = match self.path() {
             Path::Book => {
-                if self.shared.is_some() {
+                if self.redis.is_some() {
                     counter_add(Metric::QuotaStoreFallbacksTotal, &[("policy", "local")], 1);
                 }
-                Decision::Now(local(self, now))
+                return Decision::Now(ask(&mut self.book, now).now());
             }
             Path::Closed => {
-                counter_add(
-                    Metric::QuotaStoreFallbacksTotal,
-                    &[("policy", "fail_closed")],
-                    1,
-                );
-                Decision::Now(Err(QuotaError::StoreDown))
+                return Decision::Now(self.fall_back(None, now).and(Err(QuotaError::StoreDown)));
             }
-            Path::Shared { quota, rejoin } => {
-                let source = self.seed_source();
-                let policy = self.limits.on_store_error;
-                let limits = self.limits.clone();
-                let future = async move {
-                    if rejoin {
-                        // Spend made on the local store reaches Redis before Redis decides again.
-                        let seed = source.clone().load(now).await;
-                        match &seed {
-                            Ok(loaded) if quota.raise(loaded, now).await.is_ok() => {}
-                            _ => return Outcome::Down(Some(seed)),
-                        }
-                    }
-                    match shared(quota, source.clone(), limits).await {
-                        Ok(result) => Outcome::Shared(result),
-                        Err(_) => Outcome::Down(match policy {
-                            StoreErrorPolicy::Local => Some(source.load(now).await),
-                            StoreErrorPolicy::FailClosed => None,
-                        }),
-                    }
-                };
-                Decision::wait(future.into_actor(self).map(
-                    move |outcome, act, _ctx| match outcome {
-                        Outcome::Shared(result) => {
-                            if act.mode == Mode::Local {
-                                act.rejoined();
-                            }
-                            result
-                        }
-                        Outcome::Down(seed) => {
-                            if let Some(id) = lost {
-                                // The script may have run with its reply lost: release it once Redis answers.
-                                act.pending.push(PendingClose {
-                                    id,
-                                    charged: Nanos::ZERO,
-                                    tokens: 0,
-                                });
-                            }
-                            act.fall_back(seed, now)?;
-                            local(act, now)
-                        }
-                    },
-                ))
+            Path::Redis { rejoin } => match &self.redis {
+                Some(redis) if rejoin => redis.rejoining(),
+                Some(redis) => redis.clone(),
+                None => return Decision::Now(Err(QuotaError::Unavailable)),
+            },
+        };
+        let Step::Pending(step) = ask(&mut redis, now) else {
+            return Decision::Now(Err(QuotaError::Unavailable));
+        };
+        let source = self.seed_source();
+        let policy = self.limits.on_store_error;
+        let asked = async move {
+            match step.await {
+                Ok(verdict) => Ok(verdict),
+                Err(_) => Err(match policy {
+                    StoreErrorPolicy::Local => Some(source.load(now).await),
+                    StoreErrorPolicy::FailClosed => None,
+                }),
             }
-        }
+        };
+        Decision::wait(
+            asked
+                .into_actor(self)
+                .map(move |asked, act, _ctx| match asked {
+                    Ok(verdict) => {
+                        if act.mode == Mode::Local {
+                            act.rejoined();
+                        }
+                        verdict
+                    }
+                    Err(seed) => {
+                        if let Some(id) = lost {
+                            // The script may have run with its reply lost: release it once Redis answers.
+                            act.pending.push(Close {
+                                id,
+                                charged: Nanos::ZERO,
+                                tokens: 0,
+                            });
+                        }
+                        act.fall_back(seed, now)?;
+                        ask(&mut act.book, now).now()
+                    }
+                }),
+        )
     }
 
+    /// Onto the book with this replica's share (`seed`), or refused (`None`: `fail_closed`).
     fn fall_back(
         &mut self,
         seed: Option<Result<Seed, String>>,
@@ -317,6 +297,10 @@ impl TenantActor {
         self.book.reseed(&self.seed, now);
         self.book
             .set_limits(local_share(&self.limits, &self.seed, self.replicas));
+        self.book.share_keys(Some(KeyShare {
+            committed: self.seed.keys.clone(),
+            replicas: self.replicas,
+        }));
         self.mode = Mode::Local;
         tracing::warn!(tenant = %self.tenant, replicas = self.replicas, "Serving the tenant from this replica's share of its limits until the shared quota store answers.");
         Ok(())
@@ -325,19 +309,8 @@ impl TenantActor {
     fn rejoined(&mut self) {
         self.mode = Mode::Shared;
         self.book.set_limits(self.limits.clone());
+        self.book.share_keys(None);
         tracing::info!(tenant = %self.tenant, "The tenant's decisions are back on the shared quota store.");
-    }
-
-    /// Thresholds already reached by the ledger's committed spend.
-    fn reached(thresholds: &[u32], budget: Option<Nanos>, committed: Nanos) -> Vec<u32> {
-        let Some(budget) = budget.filter(|b| b.get() > 0) else {
-            return Vec::new();
-        };
-        thresholds
-            .iter()
-            .copied()
-            .filter(|t| committed >= threshold_amount(budget, *t))
-            .collect()
     }
 
     /// Fires the budget thresholds committed spend has newly crossed (book modes).
@@ -373,7 +346,7 @@ impl TenantActor {
             return;
         }
         let (committed, reserved) = match (self.mode, self.shared_totals) {
-            (Mode::Shared, Some(totals)) if self.shared.is_some() => totals,
+            (Mode::Shared, Some(totals)) if self.redis.is_some() => totals,
             _ => {
                 let status = self.book.status(now);
                 (status.committed, status.reserved)
@@ -401,8 +374,7 @@ impl TenantActor {
         let now = self.clock.now_ms();
         let expired = self.book.expire(now);
         let any = !expired.is_empty();
-        for (id, amount) in expired {
-            let meta = self.meta.remove(&id);
+        for Lapsed { amount, meta, .. } in expired {
             self.record_orphan(meta, amount, now);
         }
         let new_period = self
@@ -416,7 +388,7 @@ impl TenantActor {
             self.publish(now);
             self.check_alerts(now);
         }
-        if let Some(quota) = self.shared.clone()
+        if let Some(quota) = self.shared().cloned()
             && quota.health().is_up()
         {
             self.sweep_shared(quota, now, ctx);
@@ -521,76 +493,97 @@ impl TenantActor {
         });
     }
 
-    fn after_shared_settle(&mut self, settled: &SharedSettled, now: u64) {
-        if matches!(settled.settled, super::book::Settled::AlreadyClosed) {
-            return;
+    /// What follows a close on either store: the gauges, and the thresholds it crossed.
+    fn closed(&mut self, closed: &Closed, on_book: bool, now: u64) -> SettleReply {
+        if on_book {
+            self.publish(now);
+            self.check_alerts(now);
+        } else if !matches!(closed.settled, Settled::AlreadyClosed) {
+            self.shared_totals = Some((closed.committed, closed.reserved));
+            self.publish(now);
+            let month = period::month_key(now);
+            for threshold in &closed.fired {
+                self.fire(*threshold, closed.committed, &month);
+            }
         }
-        self.shared_totals = Some((settled.committed, settled.reserved));
-        self.publish(now);
-        let month = period::month_key(now);
-        for threshold in &settled.fired {
-            self.fire(*threshold, settled.committed, &month);
-        }
-    }
-
-    fn settle_local(&mut self, msg: Settle, now: u64, ctx: &mut Context<Self>) -> SettleReply {
-        let meta = self.meta.remove(&msg.id);
-        let settled = self.book.settle(msg.id, msg.charged, msg.tokens, now);
-        // Held on the local store before Redis came back: Redis learns of the spend now.
-        if self.mode == Mode::Shared
-            && let (Some(quota), Some(meta)) = (self.shared.clone(), meta)
-            && matches!(settled, super::book::Settled::Committed { .. })
-        {
-            let absorb = async move {
-                quota
-                    .absorb(
-                        msg.charged,
-                        meta.key.as_str(),
-                        &meta.feature,
-                        msg.tokens,
-                        now,
-                    )
-                    .await
-            };
-            ctx.spawn(absorb.into_actor(self).map(|result, act, _| {
-                if let Err(error) = result {
-                    tracing::warn!(tenant = %act.tenant, error = %error, "Spend settled locally did not reach the shared store; reconciliation will raise it.");
-                }
-            }));
-        }
-        self.publish(now);
-        self.check_alerts(now);
+        let remaining = self
+            .limits
+            .budget
+            .map(|b| b.saturating_sub(closed.committed.saturating_add(closed.reserved)));
         SettleReply {
-            settled,
-            remaining: self.book.remaining(),
+            settled: closed.settled,
+            // The book's remaining in `Local` mode is this replica's share.
+            remaining: if on_book {
+                self.book.remaining()
+            } else {
+                remaining
+            },
         }
     }
 
-    /// In `Local` mode a key's budget is shared out like the tenant's.
-    fn local_key_budget(&self, key: &crate::ids::KeyId, budget: Option<Nanos>) -> Option<Nanos> {
-        let budget = budget?;
-        if self.mode != Mode::Local {
-            return Some(budget);
-        }
-        let committed = self.seed.keys.get(key).copied().unwrap_or_default();
-        Some(share_budget(budget, committed, self.replicas))
+    /// Held on the book while Redis was away, settled after it came back:
+    /// Redis learns of the spend now.
+    fn absorb(
+        &mut self,
+        close: Close,
+        scopes: (crate::ids::KeyId, String),
+        now: u64,
+        ctx: &mut Context<Self>,
+    ) {
+        let Some(quota) = self.shared().cloned() else {
+            return;
+        };
+        let (key, feature) = scopes;
+        let absorb = async move {
+            quota
+                .absorb(close.charged, key.as_str(), &feature, close.tokens, now)
+                .await
+        };
+        ctx.spawn(absorb.into_actor(self).map(|result, act, _| {
+            if let Err(error) = result {
+                tracing::warn!(tenant = %act.tenant, error = %error, "Spend settled locally did not reach the shared store; reconciliation will raise it.");
+            }
+        }));
     }
-}
 
-/// Seeds the tenant's month in Redis from the ledger if no replica has yet.
-async fn seed_shared(
-    quota: &SharedQuota,
-    source: SeedSource,
-    limits: &Limits,
-    thresholds: &[u32],
-    now: u64,
-) -> Result<Result<(), QuotaError>, StoreFailure> {
-    let Ok(seed) = source.load(now).await else {
-        return Ok(Err(QuotaError::Unavailable));
-    };
-    let reached = TenantActor::reached(thresholds, limits.budget, seed.committed);
-    quota.seed(&seed, &reached, now).await?;
-    Ok(Ok(()))
+    /// Closes a reservation on the store that holds it. A close Redis does
+    /// not take is kept and retried: the reservation must not expire into an orphan.
+    fn close(
+        &mut self,
+        close: Close,
+        now: u64,
+        ctx: &mut Context<Self>,
+    ) -> Decision<Self, Verdict<SettleReply>> {
+        let on_book = self.redis.is_none() || self.book.holds(close.id);
+        if on_book {
+            let scopes = self.book.scopes_of(close.id);
+            let closed = QuotaStore::settle(&mut self.book, close, now).now();
+            let committed = matches!(
+                &closed,
+                Ok(Closed {
+                    settled: Settled::Committed { .. },
+                    ..
+                })
+            );
+            if let Some(scopes) = scopes.filter(|_| committed && self.mode == Mode::Shared) {
+                self.absorb(close, scopes, now, ctx);
+            }
+            return Decision::Now(closed.map(|closed| self.closed(&closed, true, now)));
+        }
+        let Some(mut redis) = self.redis.clone() else {
+            return Decision::Now(Err(QuotaError::Unavailable));
+        };
+        let Step::Pending(step) = QuotaStore::settle(&mut redis, close, now) else {
+            return Decision::Now(Err(QuotaError::Unavailable));
+        };
+        Decision::wait(step.into_actor(self).map(move |result, act, _| {
+            let Ok(closed) = result else {
+                act.pending.push(close);
+                return Err(QuotaError::Unavailable);
+            };
+            closed.map(|closed| act.closed(&closed, false, now))
+        }))
+    }
 }
 
 impl Actor for TenantActor {
@@ -634,231 +627,79 @@ impl Actor for TenantActor {
 }
 
 impl Handler<CheckRate> for TenantActor {
-    type Result = Decision<Self, Result<RateDecision, QuotaError>>;
+    type Result = Decision<Self, Verdict<RateDecision>>;
 
     fn handle(&mut self, _msg: CheckRate, _ctx: &mut Context<Self>) -> Self::Result {
         let now = self.touch();
-        self.decide(
-            now,
-            move |quota, _, limits| {
-                Box::pin(async move { quota.check_rate(&limits, now).await.map(Ok) })
-            },
-            |act, now| Ok(act.book.check_rate(now)),
-            None,
-        )
+        self.decide(now, |store, now| store.check_rate(now), None)
     }
 }
 
 impl Handler<Reserve> for TenantActor {
-    type Result = Decision<Self, Result<Granted, QuotaError>>;
+    type Result = Decision<Self, Verdict<Granted>>;
 
     fn handle(&mut self, msg: Reserve, _ctx: &mut Context<Self>) -> Self::Result {
         let now = self.touch();
-        let plan = self.plan_reserve(msg);
-        let id = plan.id;
-        let (shared, local) = plan.split();
-        self.decide(
+        let reservation = self.reservation(msg);
+        let id = reservation.id;
+        let decision = self.decide(
             now,
-            move |quota, source, limits| Box::pin(shared.run(quota, source, limits, now)),
-            move |act, now| local.run(act, now),
+            move |store, now| store.reserve(&reservation, now),
             Some(id),
-        )
+        );
+        self.published(decision, now)
     }
 }
 
 impl Handler<RateAndReserve> for TenantActor {
-    type Result = Decision<Self, Result<Admitted, QuotaError>>;
+    type Result = Decision<Self, Verdict<Admitted>>;
 
     fn handle(&mut self, msg: RateAndReserve, _ctx: &mut Context<Self>) -> Self::Result {
         let now = self.touch();
-        let plan = self.plan_reserve(msg.0);
-        let id = plan.id;
-        let (shared, local) = plan.split();
-        self.decide(
+        let reservation = self.reservation(msg.0);
+        let id = reservation.id;
+        let decision = self.decide(
             now,
-            move |quota, source, limits| Box::pin(shared.run_with_rate(quota, source, limits, now)),
-            move |act, now| {
-                let rate = act.book.check_rate(now);
-                let reservation = rate.allowed.then(|| local.run(act, now));
-                Ok(Admitted { rate, reservation })
-            },
+            move |store, now| store.check_rate_and_reserve(&reservation, now),
             Some(id),
-        )
+        );
+        self.published(decision, now)
     }
-}
-
-/// One reservation, ready to be decided through Redis or on the book.
-struct ReservePlan {
-    id: ReservationId,
-    request: ReserveRequest,
-    meta: ReservationMeta,
-    thresholds: Vec<u32>,
-    /// The meta as Redis stores it; empty without a shared store.
-    meta_json: String,
-}
-
-struct SharedReserve {
-    id: ReservationId,
-    request: ReserveRequest,
-    meta_json: String,
-    thresholds: Vec<u32>,
-}
-
-struct LocalReserve {
-    request: ReserveRequest,
-    meta: ReservationMeta,
 }
 
 impl TenantActor {
-    fn plan_reserve(&self, msg: Reserve) -> ReservePlan {
-        let Reserve { request, meta } = msg;
-        let meta_json = if self.shared.is_some() {
-            serde_json::to_string(&meta).unwrap_or_default()
-        } else {
-            String::new()
-        };
-        ReservePlan {
-            // Below the local book's ids; random, so replicas never pick the same one.
-            id: ReservationId(rand::random::<u64>() % LOCAL_IDS),
-            request,
-            meta,
-            thresholds: self.alerts_config.thresholds_percent.clone(),
-            meta_json,
+    fn reservation(&mut self, msg: Reserve) -> Reservation {
+        Reservation {
+            id: self.reservation_id(),
+            request: msg.request,
+            meta: msg.meta,
         }
     }
-}
 
-impl ReservePlan {
-    fn split(self) -> (SharedReserve, LocalReserve) {
-        (
-            SharedReserve {
-                id: self.id,
-                request: self.request.clone(),
-                meta_json: self.meta_json,
-                thresholds: self.thresholds,
-            },
-            LocalReserve {
-                request: self.request,
-                meta: self.meta,
-            },
-        )
-    }
-}
-
-impl SharedReserve {
-    async fn run(
-        self,
-        quota: SharedQuota,
-        source: SeedSource,
-        limits: Limits,
+    /// The book's gauges move with every reservation it takes (Redis's with its settles).
+    fn published<T>(
+        &mut self,
+        decision: Decision<Self, Verdict<T>>,
         now: u64,
-    ) -> Result<Result<Granted, QuotaError>, StoreFailure> {
-        let reserved = quota
-            .reserve(self.id, &self.request, &limits, &self.meta_json, now)
-            .await?;
-        self.finish(reserved, quota, source, limits, now).await
-    }
-
-    /// The rate check and the first attempt in one script.
-    async fn run_with_rate(
-        self,
-        quota: SharedQuota,
-        source: SeedSource,
-        limits: Limits,
-        now: u64,
-    ) -> Result<Result<Admitted, QuotaError>, StoreFailure> {
-        let (rate, reserved) = quota
-            .check_rate_and_reserve(self.id, &self.request, &limits, &self.meta_json, now)
-            .await?;
-        let Some(reserved) = reserved else {
-            return Ok(Ok(Admitted {
-                rate,
-                reservation: None,
-            }));
-        };
-        let granted = self.finish(reserved, quota, source, limits, now).await?;
-        Ok(Ok(Admitted {
-            rate,
-            reservation: Some(granted),
-        }))
-    }
-
-    /// A month no replica has seeded yet is seeded from the ledger, then reserved in.
-    async fn finish(
-        self,
-        mut reserved: Reserved,
-        quota: SharedQuota,
-        source: SeedSource,
-        limits: Limits,
-        now: u64,
-    ) -> Result<Result<Granted, QuotaError>, StoreFailure> {
-        if matches!(reserved, Reserved::NeedSeed) {
-            if let Err(error) = seed_shared(&quota, source, &limits, &self.thresholds, now).await? {
-                return Ok(Err(error));
-            }
-            reserved = quota
-                .reserve(self.id, &self.request, &limits, &self.meta_json, now)
-                .await?;
+    ) -> Decision<Self, Verdict<T>> {
+        if matches!(decision, Decision::Now(Ok(_))) {
+            self.publish(now);
         }
-        Ok(match reserved {
-            Reserved::Granted(granted) => Ok(granted),
-            Reserved::Refused(refusal) => Err(refusal.into()),
-            Reserved::NeedSeed => Err(QuotaError::Unavailable),
-        })
-    }
-}
-
-impl LocalReserve {
-    fn run(self, act: &mut TenantActor, now: u64) -> Result<Granted, QuotaError> {
-        let LocalReserve { mut request, meta } = self;
-        request.key_budget = act.local_key_budget(&request.key, request.key_budget);
-        let granted = act.book.reserve(request, now)?;
-        act.meta.insert(granted.id, meta);
-        act.publish(now);
-        Ok(granted)
+        decision
     }
 }
 
 impl Handler<Settle> for TenantActor {
-    type Result = Decision<Self, Result<SettleReply, QuotaError>>;
+    type Result = Decision<Self, Verdict<SettleReply>>;
 
     fn handle(&mut self, msg: Settle, ctx: &mut Context<Self>) -> Self::Result {
         let now = self.touch();
-        let Some(quota) = self.shared.clone().filter(|_| !self.book.holds(msg.id)) else {
-            return Decision::Now(Ok(self.settle_local(msg, now, ctx)));
-        };
-        let pending = PendingClose {
+        let close = Close {
             id: msg.id,
             charged: msg.charged,
             tokens: msg.tokens,
         };
-        if !quota.health().is_up() {
-            // Kept and retried: the reservation must not expire into an orphan.
-            self.pending.push(pending);
-            return Decision::Now(Err(QuotaError::Unavailable));
-        }
-        let limits = self.limits.clone();
-        let thresholds = self.alerts_config.thresholds_percent.clone();
-        let settle = async move {
-            quota
-                .settle(msg.id, msg.charged, msg.tokens, &limits, &thresholds, now)
-                .await
-        };
-        Decision::wait(settle.into_actor(self).map(move |result, act, _| {
-            let Ok(settled) = result else {
-                act.pending.push(pending);
-                return Err(QuotaError::Unavailable);
-            };
-            act.after_shared_settle(&settled, now);
-            let remaining = act
-                .limits
-                .budget
-                .map(|b| b.saturating_sub(settled.committed.saturating_add(settled.reserved)));
-            Ok(SettleReply {
-                settled: settled.settled,
-                remaining,
-            })
-        }))
+        self.close(close, now, ctx)
     }
 }
 
@@ -867,81 +708,39 @@ impl Handler<Release> for TenantActor {
 
     fn handle(&mut self, msg: Release, ctx: &mut Context<Self>) {
         let now = self.touch();
-        let Some(quota) = self.shared.clone().filter(|_| !self.book.holds(msg.id)) else {
-            self.meta.remove(&msg.id);
-            self.book.release(msg.id, now);
-            self.publish(now);
-            return;
-        };
-        let pending = PendingClose {
+        let close = Close {
             id: msg.id,
             charged: Nanos::ZERO,
             tokens: 0,
         };
-        if !quota.health().is_up() {
-            self.pending.push(pending);
-            return;
+        // Nobody waits for a release's reply; the actor does, so the next
+        // decision sees the money back.
+        if let Decision::Wait(released) = self.close(close, now, ctx) {
+            ctx.wait(released.map(|_, _, _| ()));
         }
-        let limits = self.limits.clone();
-        let release = async move {
-            quota
-                .settle(msg.id, Nanos::ZERO, 0, &limits, &[], now)
-                .await
-        };
-        ctx.wait(
-            release
-                .into_actor(self)
-                .map(move |result, act, _| match result {
-                    Ok(settled) => act.after_shared_settle(&settled, now),
-                    Err(_) => act.pending.push(pending),
-                }),
-        );
     }
 }
 
 impl Handler<GetStatus> for TenantActor {
-    type Result = Decision<Self, Result<BudgetStatus, QuotaError>>;
+    type Result = Decision<Self, Verdict<BudgetStatus>>;
 
     fn handle(&mut self, _msg: GetStatus, _ctx: &mut Context<Self>) -> Self::Result {
         let now = self.clock.now_ms();
-        let thresholds = self.alerts_config.thresholds_percent.clone();
-        self.decide(
-            now,
-            move |quota, source, limits| {
-                Box::pin(async move {
-                    let mut totals = quota.status(now).await?;
-                    if totals.is_none() {
-                        if let Err(error) =
-                            seed_shared(&quota, source, &limits, &thresholds, now).await?
-                        {
-                            return Ok(Err(error));
-                        }
-                        totals = quota.status(now).await?;
-                    }
-                    let (committed, reserved) = totals.unwrap_or_default();
-                    Ok(Ok(BudgetStatus {
-                        budget: limits.budget,
-                        committed,
-                        reserved,
-                        remaining: limits
-                            .budget
-                            .map(|b| b.saturating_sub(committed.saturating_add(reserved))),
-                        period: period::month_key(now),
-                    }))
-                })
-            },
-            |act, now| {
-                let mut status = act.book.status(now);
-                // A local share is this replica's business; the tenant's budget is what it is.
-                status.budget = act.limits.budget;
-                status.remaining = act
-                    .limits
-                    .budget
-                    .map(|b| b.saturating_sub(status.committed.saturating_add(status.reserved)));
-                Ok(status)
-            },
-            None,
-        )
+        let budget = self.limits.budget;
+        let decision = self.decide(now, |store, now| store.status(now), None);
+        // A local share is this replica's business; the tenant's budget is what it is.
+        let tenant_view = move |mut status: BudgetStatus| {
+            status.budget = budget;
+            status.remaining =
+                budget.map(|b| b.saturating_sub(status.committed.saturating_add(status.reserved)));
+            status
+        };
+        match decision {
+            Decision::Now(status) => Decision::Now(status.map(tenant_view)),
+            Decision::Wait(status) => {
+                Decision::wait(status.map(move |status, _, _| status.map(tenant_view)))
+            }
+        }
     }
 }
 
@@ -950,11 +749,14 @@ impl Handler<UpdateLimits> for TenantActor {
 
     fn handle(&mut self, msg: UpdateLimits, _ctx: &mut Context<Self>) {
         self.limits = msg.0;
+        if let Some(redis) = &mut self.redis {
+            redis.set_limits(self.limits.clone());
+        }
         let limits = match self.mode {
             Mode::Local => local_share(&self.limits, &self.seed, self.replicas),
             Mode::Shared => self.limits.clone(),
         };
-        self.book.set_limits(limits);
+        QuotaStore::set_limits(&mut self.book, limits);
         let now = self.clock.now_ms();
         self.publish(now);
     }

@@ -16,6 +16,9 @@ use crate::ids::{KeyId, ReservationId};
 use crate::money::{CostAccumulator, Nanos, PricePerMTok};
 use crate::period;
 
+use super::messages::ReservationMeta;
+use super::share::share_budget;
+use super::store::Reservation;
 use super::tokens::{TokenLimits, TokenQuota, TokenRefusal, TokenWindow};
 
 /// A token bucket's units per request: refilling `rpm` units per millisecond
@@ -174,6 +177,23 @@ struct Held {
     feature: String,
     /// Tokens admitted against the token limits (input estimate + max_tokens).
     tokens: u64,
+    meta: Option<ReservationMeta>,
+}
+
+/// A replica's share of its keys' budgets while the book stands in for the
+/// shared store (see `share.rs`).
+#[derive(Debug, Clone, Default)]
+pub struct KeyShare {
+    pub committed: HashMap<KeyId, Nanos>,
+    pub replicas: u32,
+}
+
+/// A reservation committed at its reserved amount because it outlived its expiry.
+#[derive(Debug, Clone)]
+pub struct Lapsed {
+    pub id: ReservationId,
+    pub amount: Nanos,
+    pub meta: Option<ReservationMeta>,
 }
 
 #[derive(Debug)]
@@ -189,6 +209,7 @@ pub struct QuotaBook {
     held: HashMap<ReservationId, Held>,
     next_id: u64,
     tokens: TokenQuota,
+    key_share: Option<KeyShare>,
 }
 
 impl QuotaBook {
@@ -206,6 +227,7 @@ impl QuotaBook {
             held: HashMap::new(),
             next_id: 1,
             tokens: TokenQuota::new(limits_tokens, 0, 0, now_ms),
+            key_share: None,
         }
     }
 
@@ -240,11 +262,15 @@ impl QuotaBook {
         self.set_token_usage(seed.tokens_today, seed.tokens_this_month, now_ms);
     }
 
-    /// Reservation ids start here (a book beside a shared store keeps its ids apart).
-    #[must_use]
-    pub fn first_id(mut self, first: u64) -> QuotaBook {
-        self.next_id = first;
-        self
+    /// Keys' budgets are shared out (`Some`) or whole (`None`).
+    pub fn share_keys(&mut self, share: Option<KeyShare>) {
+        self.key_share = share;
+    }
+
+    /// The key and feature a held reservation is charged to.
+    pub fn scopes_of(&self, id: ReservationId) -> Option<(KeyId, String)> {
+        let held = self.held.get(&id)?;
+        Some((held.key.clone(), held.feature.clone()))
     }
 
     pub fn holds(&self, id: ReservationId) -> bool {
@@ -327,9 +353,39 @@ impl QuotaBook {
     }
 
     /// Holds the worst case of a request against every budget that applies,
-    /// all or nothing.
+    /// all or nothing, under the book's next id.
     pub fn reserve(&mut self, request: ReserveRequest, now_ms: u64) -> Result<Granted, Refusal> {
+        let id = ReservationId(self.next_id);
+        self.next_id += 1;
+        self.hold(id, request, None, now_ms)
+    }
+
+    /// `reserve` under the caller's id, keeping who it belongs to.
+    pub fn reserve_as(
+        &mut self,
+        reservation: &Reservation,
+        now_ms: u64,
+    ) -> Result<Granted, Refusal> {
+        let meta = Some(reservation.meta.clone());
+        self.hold(reservation.id, reservation.request.clone(), meta, now_ms)
+    }
+
+    fn hold(
+        &mut self,
+        id: ReservationId,
+        mut request: ReserveRequest,
+        meta: Option<ReservationMeta>,
+        now_ms: u64,
+    ) -> Result<Granted, Refusal> {
         self.roll_period(now_ms);
+        if let (Some(share), Some(budget)) = (&self.key_share, request.key_budget) {
+            let committed = share.committed.get(&request.key).copied();
+            request.key_budget = Some(share_budget(
+                budget,
+                committed.unwrap_or_default(),
+                share.replicas,
+            ));
+        }
         let mut max_tokens = request.max_tokens;
         let mut amount = worst_case(&request, max_tokens);
         let mut clamped = false;
@@ -369,8 +425,6 @@ impl QuotaBook {
             .input_tokens
             .saturating_add(request.output_tokens(max_tokens));
         let window = self.tokens.admit(tokens, now_ms)?;
-        let id = ReservationId(self.next_id);
-        self.next_id += 1;
         self.reserved = self.reserved.saturating_add(amount);
         let key = self.keys.entry(request.key.clone()).or_default();
         key.reserved = key.reserved.saturating_add(amount);
@@ -384,6 +438,7 @@ impl QuotaBook {
                 key: request.key,
                 feature: request.feature,
                 tokens,
+                meta,
             },
         );
         Ok(Granted {
@@ -447,7 +502,7 @@ impl QuotaBook {
     /// Reservations past their expiry are committed at their reserved amount:
     /// their request died mid-call and the upstream may have charged us, so
     /// releasing them is the one move that could overspend.
-    pub fn expire(&mut self, now_ms: u64) -> Vec<(ReservationId, Nanos)> {
+    pub fn expire(&mut self, now_ms: u64) -> Vec<Lapsed> {
         self.roll_period(now_ms);
         let expired: Vec<ReservationId> = self
             .held
@@ -461,10 +516,14 @@ impl QuotaBook {
                 self.close(&held, held.amount);
                 // As with money: what the upstream may have used counts.
                 self.tokens.settle(held.tokens, held.tokens, now_ms);
-                committed.push((id, held.amount));
+                committed.push(Lapsed {
+                    id,
+                    amount: held.amount,
+                    meta: held.meta,
+                });
             }
         }
-        committed.sort_unstable();
+        committed.sort_unstable_by_key(|lapsed| lapsed.id);
         committed
     }
 
@@ -727,7 +786,12 @@ mod tests {
         let mut book = QuotaBook::new(limits(Some("5"), BudgetMode::Strict), Nanos::ZERO, NOW);
         let granted = book.reserve(request(100), NOW).unwrap();
         assert!(book.expire(NOW + 999).is_empty());
-        assert_eq!(book.expire(NOW + 1000), vec![(granted.id, granted.amount)]);
+        let lapsed: Vec<_> = book
+            .expire(NOW + 1000)
+            .into_iter()
+            .map(|l| (l.id, l.amount, l.meta.is_some()))
+            .collect();
+        assert_eq!(lapsed, vec![(granted.id, granted.amount, false)]);
         let status = book.status(NOW + 1000);
         assert_eq!(
             (status.committed, status.reserved),
@@ -895,7 +959,7 @@ mod tests {
                         }
                         Op::Advance { ms } => {
                             now += ms;
-                            for (id, amount) in book.expire(now) {
+                            for Lapsed { id, amount, .. } in book.expire(now) {
                                 let position = outstanding.iter().position(|(o, _, _)| *o == id);
                                 prop_assert!(position.is_some(), "expired an unknown reservation");
                                 let (_, held, expires) = outstanding.remove(position.unwrap_or(0));

@@ -12,6 +12,7 @@ pub mod registry;
 mod seed;
 mod share;
 pub mod shared;
+pub mod store;
 pub mod tokens;
 
 pub use book::{BudgetStatus, Granted, Limits, RateDecision, Refusal, Refused, ReserveRequest};

@@ -32,3 +32,4 @@ mod sdk;
 mod shared_quota;
 mod storage;
 mod streaming;
+mod tenant_actor;

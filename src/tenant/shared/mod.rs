@@ -9,6 +9,7 @@ mod health;
 mod keys;
 pub mod restart;
 mod scripts;
+mod store;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -20,11 +21,13 @@ use redis::aio::MultiplexedConnection;
 
 pub use health::StoreHealth;
 use keys::TenantKeys;
+pub use store::RedisQuota;
 
 use super::book::{
     Granted, Limits, RateDecision, Refusal, Refused, ReserveRequest, Scope, Seed, Settled,
     UNITS_PER_REQUEST, bucket_capacity, clamped_max_tokens, worst_case,
 };
+use super::store::Closed;
 use super::tokens::{daily_refusal, monthly_refusal, per_minute_refusal, window};
 use crate::directory::BudgetMode;
 use crate::ids::{ReservationId, TenantId};
@@ -297,15 +300,6 @@ pub enum Reserved {
     Refused(Refusal),
     /// The tenant's month is not in Redis yet: seed it from the ledger, then retry.
     NeedSeed,
-}
-
-#[derive(Debug)]
-pub struct SharedSettled {
-    pub settled: Settled,
-    pub committed: Nanos,
-    pub reserved: Nanos,
-    /// Alert thresholds (percent) this settle crossed first, across replicas.
-    pub fired: Vec<u32>,
 }
 
 /// A held reservation past its expiry.
@@ -614,7 +608,7 @@ impl SharedQuota {
         limits: &Limits,
         thresholds: &[u32],
         now_ms: u64,
-    ) -> Result<SharedSettled, StoreFailure> {
+    ) -> Result<Closed, StoreFailure> {
         let (month_key, previous_key, month) = self.month_keys(now_ms);
         let mut args = vec![
             id.0.to_string(),
@@ -642,14 +636,14 @@ impl SharedQuota {
             )
             .await?;
         if field(&reply, 0)? == "closed" {
-            return Ok(SharedSettled {
+            return Ok(Closed {
                 settled: Settled::AlreadyClosed,
                 committed: Nanos::ZERO,
                 reserved: Nanos::ZERO,
                 fired: Vec::new(),
             });
         }
-        Ok(SharedSettled {
+        Ok(Closed {
             settled: Settled::Committed {
                 reserved: nanos(&reply, 1)?,
             },

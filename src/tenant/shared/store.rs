@@ -1,0 +1,227 @@
+//! `RedisQuota`: the shared store behind the `QuotaStore` trait. Every step
+//! is one script (`SharedQuota`); a month no replica has seeded yet is seeded
+//! from the ledger first, inside the step, so the actor sees the same answers
+//! as from the book, which is seeded when the actor starts.
+
+use futures_util::FutureExt;
+
+use super::{Reserved, SharedQuota, StoreFailure, threshold_amount};
+use crate::money::Nanos;
+use crate::period;
+use crate::tenant::book::{BudgetStatus, Granted, Limits, RateDecision};
+use crate::tenant::handle::QuotaError;
+use crate::tenant::messages::Admitted;
+use crate::tenant::seed::SeedSource;
+use crate::tenant::store::{Close, Closed, QuotaStore, Reservation, Step, Verdict};
+
+/// One tenant's decisions on Redis.
+#[derive(Clone)]
+pub struct RedisQuota {
+    quota: SharedQuota,
+    limits: Limits,
+    source: SeedSource,
+    /// Alert thresholds (percent) a settle reports crossing.
+    thresholds: Vec<u32>,
+    /// Spend the book took while Redis was away reaches Redis before it decides again.
+    rejoin: bool,
+}
+
+impl RedisQuota {
+    pub fn new(
+        quota: SharedQuota,
+        limits: Limits,
+        source: SeedSource,
+        thresholds: Vec<u32>,
+    ) -> RedisQuota {
+        RedisQuota {
+            quota,
+            limits,
+            source,
+            thresholds,
+            rejoin: false,
+        }
+    }
+
+    /// The script-level view, for the upkeep that is Redis's alone (sweeps,
+    /// reconciliation, retried settles).
+    pub fn quota(&self) -> &SharedQuota {
+        &self.quota
+    }
+
+    /// This store, raising itself to the ledger before its next step.
+    #[must_use]
+    pub fn rejoining(&self) -> RedisQuota {
+        RedisQuota {
+            rejoin: true,
+            ..self.clone()
+        }
+    }
+
+    /// Runs `step` on a copy of this store's state (the future outlives `&self`).
+    fn pending<T: 'static, F>(
+        &self,
+        now_ms: u64,
+        step: impl FnOnce(RedisQuota) -> F + 'static,
+    ) -> Step<T>
+    where
+        F: Future<Output = Result<Verdict<T>, StoreFailure>> + 'static,
+    {
+        let store = self.clone();
+        Step::Pending(
+            async move {
+                if store.rejoin {
+                    let seed = store.source.clone().load(now_ms).await;
+                    let seed = seed.map_err(|e| StoreFailure(format!("ledger: {e}")))?;
+                    store.quota.raise(&seed, now_ms).await?;
+                }
+                step(store).await
+            }
+            .boxed_local(),
+        )
+    }
+
+    /// Seeds the month from the ledger unless another replica already did.
+    async fn seed(&self, now_ms: u64) -> Result<Verdict<()>, StoreFailure> {
+        let Ok(seed) = self.source.clone().load(now_ms).await else {
+            return Ok(Err(QuotaError::Unavailable));
+        };
+        let reached = reached(&self.thresholds, self.limits.budget, seed.committed);
+        self.quota.seed(&seed, &reached, now_ms).await?;
+        Ok(Ok(()))
+    }
+
+    /// A granted or refused reservation; an unseeded month is seeded, then reserved in.
+    async fn finish(
+        &self,
+        reserved: Reserved,
+        reservation: &Reservation,
+        meta: &str,
+        now_ms: u64,
+    ) -> Result<Verdict<Granted>, StoreFailure> {
+        let reserved = match reserved {
+            Reserved::NeedSeed => {
+                if let Err(error) = self.seed(now_ms).await? {
+                    return Ok(Err(error));
+                }
+                let request = &reservation.request;
+                let id = reservation.id;
+                self.quota
+                    .reserve(id, request, &self.limits, meta, now_ms)
+                    .await?
+            }
+            reserved => reserved,
+        };
+        Ok(match reserved {
+            Reserved::Granted(granted) => Ok(granted),
+            Reserved::Refused(refusal) => Err(refusal.into()),
+            Reserved::NeedSeed => Err(QuotaError::Unavailable),
+        })
+    }
+}
+
+/// Thresholds already reached by the ledger's committed spend.
+pub fn reached(thresholds: &[u32], budget: Option<Nanos>, committed: Nanos) -> Vec<u32> {
+    let Some(budget) = budget.filter(|b| b.get() > 0) else {
+        return Vec::new();
+    };
+    thresholds
+        .iter()
+        .copied()
+        .filter(|t| committed >= threshold_amount(budget, *t))
+        .collect()
+}
+
+/// The meta as Redis keeps it beside the reservation.
+fn meta_json(reservation: &Reservation) -> String {
+    serde_json::to_string(&reservation.meta).unwrap_or_default()
+}
+
+impl QuotaStore for RedisQuota {
+    fn set_limits(&mut self, limits: Limits) {
+        self.limits = limits;
+    }
+
+    fn check_rate(&mut self, now_ms: u64) -> Step<RateDecision> {
+        self.pending(now_ms, move |store| async move {
+            store.quota.check_rate(&store.limits, now_ms).await.map(Ok)
+        })
+    }
+
+    fn reserve(&mut self, reservation: &Reservation, now_ms: u64) -> Step<Granted> {
+        let reservation = reservation.clone();
+        self.pending(now_ms, move |store| async move {
+            let meta = meta_json(&reservation);
+            let (id, request) = (reservation.id, &reservation.request);
+            let reserved = store
+                .quota
+                .reserve(id, request, &store.limits, &meta, now_ms)
+                .await?;
+            store.finish(reserved, &reservation, &meta, now_ms).await
+        })
+    }
+
+    fn check_rate_and_reserve(&mut self, reservation: &Reservation, now_ms: u64) -> Step<Admitted> {
+        let reservation = reservation.clone();
+        self.pending(now_ms, move |store| async move {
+            let meta = meta_json(&reservation);
+            let (id, request) = (reservation.id, &reservation.request);
+            let (rate, reserved) = store
+                .quota
+                .check_rate_and_reserve(id, request, &store.limits, &meta, now_ms)
+                .await?;
+            let reservation = match reserved {
+                Some(reserved) => Some(store.finish(reserved, &reservation, &meta, now_ms).await?),
+                None => None,
+            };
+            Ok(Ok(Admitted { rate, reservation }))
+        })
+    }
+
+    fn settle(&mut self, close: Close, now_ms: u64) -> Step<Closed> {
+        if !self.quota.health().is_up() {
+            // Not waited for: the actor keeps the close and retries it.
+            let down = StoreFailure("marked down".to_owned());
+            return Step::Pending(std::future::ready(Err(down)).boxed_local());
+        }
+        self.pending(now_ms, move |store| async move {
+            let Close {
+                id,
+                charged,
+                tokens,
+            } = close;
+            let closed = store
+                .quota
+                .settle(
+                    id,
+                    charged,
+                    tokens,
+                    &store.limits,
+                    &store.thresholds,
+                    now_ms,
+                )
+                .await?;
+            Ok(Ok(closed))
+        })
+    }
+
+    fn status(&mut self, now_ms: u64) -> Step<BudgetStatus> {
+        self.pending(now_ms, move |store| async move {
+            let mut totals = store.quota.status(now_ms).await?;
+            if totals.is_none() {
+                if let Err(error) = store.seed(now_ms).await? {
+                    return Ok(Err(error));
+                }
+                totals = store.quota.status(now_ms).await?;
+            }
+            let (committed, reserved) = totals.unwrap_or_default();
+            let budget = store.limits.budget;
+            Ok(Ok(BudgetStatus {
+                budget,
+                committed,
+                reserved,
+                remaining: budget.map(|b| b.saturating_sub(committed.saturating_add(reserved))),
+                period: period::month_key(now_ms),
+            }))
+        })
+    }
+}

@@ -1,0 +1,126 @@
+//! `QuotaStore`: where a tenant's quota state lives, and the one place its
+//! decisions are made. Each decision is one atomic step on the store: on the
+//! in-memory `QuotaBook` (one process) a method call under the actor's
+//! `&mut`, on Redis (`shared::RedisQuota`, several replicas) one Lua script.
+//! The tenant actor asks either store the same questions and reads the same
+//! answers, so the budget rule is visibly one rule: which store answers is
+//! the actor's choice (by the store's health and the tenant's policy), never
+//! what the answer is.
+
+use futures_util::future::LocalBoxFuture;
+
+use super::book::{
+    BudgetStatus, Granted, Limits, QuotaBook, RateDecision, ReserveRequest, Settled,
+};
+use super::handle::QuotaError;
+use super::messages::{Admitted, ReservationMeta};
+use super::shared::StoreFailure;
+use crate::ids::ReservationId;
+use crate::money::Nanos;
+
+/// A decision: the store's answer, or its refusal (`QuotaError`).
+pub type Verdict<T> = Result<T, QuotaError>;
+
+/// A step on a store: decided on the spot (the book), or by a script whose
+/// reply is on its way (Redis, which may fail as a store: `StoreFailure`).
+pub enum Step<T> {
+    Done(Verdict<T>),
+    Pending(LocalBoxFuture<'static, Result<Verdict<T>, StoreFailure>>),
+}
+
+impl<T> Step<T> {
+    /// The verdict of a step that cannot wait (the book's).
+    pub fn now(self) -> Verdict<T> {
+        match self {
+            Step::Done(verdict) => verdict,
+            Step::Pending(_) => Err(QuotaError::Unavailable),
+        }
+    }
+}
+
+/// A worst case to hold. The id is the caller's, so a reply lost on the
+/// wire can still be released by it.
+#[derive(Debug, Clone)]
+pub struct Reservation {
+    pub id: ReservationId,
+    pub request: ReserveRequest,
+    /// Who it belongs to: an orphan's ledger row is written from it.
+    pub meta: ReservationMeta,
+}
+
+/// A held reservation to close: `charged` committed, the rest released.
+#[derive(Debug, Clone, Copy)]
+pub struct Close {
+    pub id: ReservationId,
+    pub charged: Nanos,
+    /// Tokens the call really used, for the token limits.
+    pub tokens: u64,
+}
+
+/// How a close ended, and the tenant's totals after it.
+#[derive(Debug)]
+pub struct Closed {
+    pub settled: Settled,
+    pub committed: Nanos,
+    pub reserved: Nanos,
+    /// Alert thresholds (percent) this close crossed first.
+    pub fired: Vec<u32>,
+}
+
+pub trait QuotaStore {
+    /// The limits the next decisions apply.
+    fn set_limits(&mut self, limits: Limits);
+    /// Takes one request from the requests/min bucket.
+    fn check_rate(&mut self, now_ms: u64) -> Step<RateDecision>;
+    /// Holds the worst case against every scope that applies, all or nothing.
+    fn reserve(&mut self, reservation: &Reservation, now_ms: u64) -> Step<Granted>;
+    /// `check_rate`, then `reserve` if the rate allows: one step for both.
+    fn check_rate_and_reserve(&mut self, reservation: &Reservation, now_ms: u64) -> Step<Admitted>;
+    /// Closes a reservation; closing one twice changes nothing.
+    fn settle(&mut self, close: Close, now_ms: u64) -> Step<Closed>;
+    /// The tenant's period: committed, reserved, what is left.
+    fn status(&mut self, now_ms: u64) -> Step<BudgetStatus>;
+}
+
+impl QuotaStore for QuotaBook {
+    fn set_limits(&mut self, limits: Limits) {
+        QuotaBook::set_limits(self, limits);
+    }
+
+    fn check_rate(&mut self, now_ms: u64) -> Step<RateDecision> {
+        Step::Done(Ok(QuotaBook::check_rate(self, now_ms)))
+    }
+
+    fn reserve(&mut self, reservation: &Reservation, now_ms: u64) -> Step<Granted> {
+        Step::Done(
+            self.reserve_as(reservation, now_ms)
+                .map_err(QuotaError::from),
+        )
+    }
+
+    fn check_rate_and_reserve(&mut self, reservation: &Reservation, now_ms: u64) -> Step<Admitted> {
+        let rate = QuotaBook::check_rate(self, now_ms);
+        let reservation = rate.allowed.then(|| {
+            self.reserve_as(reservation, now_ms)
+                .map_err(QuotaError::from)
+        });
+        Step::Done(Ok(Admitted { rate, reservation }))
+    }
+
+    fn settle(&mut self, close: Close, now_ms: u64) -> Step<Closed> {
+        let settled = QuotaBook::settle(self, close.id, close.charged, close.tokens, now_ms);
+        let status = QuotaBook::status(self, now_ms);
+        Step::Done(Ok(Closed {
+            settled,
+            committed: status.committed,
+            reserved: status.reserved,
+            // The actor's alert book follows the book's committed spend
+            // (expiries cross thresholds too).
+            fired: Vec::new(),
+        }))
+    }
+
+    fn status(&mut self, now_ms: u64) -> Step<BudgetStatus> {
+        Step::Done(Ok(QuotaBook::status(self, now_ms)))
+    }
+}
