@@ -145,6 +145,9 @@ enum KeyCommand {
         /// The key's own monthly budget inside its tenant's.
         #[arg(long)]
         budget: Option<String>,
+        /// When the key stops working (RFC 3339, e.g. `2026-12-31T23:59:59Z`).
+        #[arg(long)]
+        expires_at: Option<String>,
     },
     List {
         tenant: String,
@@ -341,11 +344,13 @@ async fn key(config: Arc<Config>, command: KeyCommand) -> Result<()> {
             tenant,
             name,
             budget,
+            expires_at,
         } => {
             let pepper = config.require_pepper()?;
             let new = keys::NewKey {
                 name,
                 monthly_budget: budget,
+                expires_at: expires_at.map(serde_json::Value::String),
             };
             let (_, view) = keys::issue(&db, pepper, &tenant, new, now_ms()).await?;
             json_out(&view)
@@ -569,6 +574,7 @@ async fn demo(path: Option<&Path>, listen: Option<std::net::SocketAddr>) -> Resu
         keys::NewKey {
             name: Some("demo".to_owned()),
             monthly_budget: None,
+            expires_at: None,
         },
         now_ms(),
     )

@@ -13,6 +13,8 @@ pub enum ErrorCode {
     InvalidRequest,
     PayloadTooLarge,
     InvalidApiKey,
+    /// A key past its `expires_at`.
+    KeyExpired,
     InvalidAdminToken,
     ModelNotFound,
     RouteNotAllowed,
@@ -38,7 +40,9 @@ impl ErrorCode {
             // An upstream refusal carries its real status; BAD_REQUEST is only the fallback.
             ErrorCode::InvalidRequest | ErrorCode::UpstreamRejected => StatusCode::BAD_REQUEST,
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorCode::InvalidApiKey | ErrorCode::InvalidAdminToken => StatusCode::UNAUTHORIZED,
+            ErrorCode::InvalidApiKey | ErrorCode::KeyExpired | ErrorCode::InvalidAdminToken => {
+                StatusCode::UNAUTHORIZED
+            }
             ErrorCode::RouteNotAllowed => StatusCode::FORBIDDEN,
             ErrorCode::ModelNotFound | ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::Conflict => StatusCode::CONFLICT,
@@ -60,6 +64,7 @@ impl ErrorCode {
             ErrorCode::InvalidRequest
             | ErrorCode::PayloadTooLarge
             | ErrorCode::InvalidApiKey
+            | ErrorCode::KeyExpired
             | ErrorCode::InvalidAdminToken
             | ErrorCode::ModelNotFound
             | ErrorCode::NotFound
@@ -83,6 +88,7 @@ impl ErrorCode {
             ErrorCode::InvalidRequest => "invalid_request",
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::InvalidApiKey => "invalid_api_key",
+            ErrorCode::KeyExpired => "key_expired",
             ErrorCode::InvalidAdminToken => "invalid_admin_token",
             ErrorCode::ModelNotFound => "model_not_found",
             ErrorCode::RouteNotAllowed => "model_not_allowed",

@@ -65,6 +65,44 @@ impl Date {
     }
 }
 
+/// An RFC 3339 instant (`2026-12-31T23:59:59Z`, `…+08:00`, fractions of a
+/// second allowed) as ms since the epoch; anything else is `None`.
+pub fn parse_instant(text: &str) -> Option<u64> {
+    let (date, rest) = text.split_at_checked(10)?;
+    let rest = rest.strip_prefix(['T', 't', ' '])?;
+    let (clock, offset_minutes) = split_offset(rest)?;
+    let (hms, fraction) = clock.split_once('.').unwrap_or((clock, ""));
+    let mut parts = hms.splitn(3, ':');
+    let hours: u64 = parts.next()?.parse().ok()?;
+    let minutes: u64 = parts.next()?.parse().ok()?;
+    let seconds: u64 = parts.next()?.parse().ok()?;
+    if hms.len() != 8 || hours > 23 || minutes > 59 || seconds > 60 {
+        return None;
+    }
+    if !fraction.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let millis: u64 = format!("{fraction:0<3}").get(..3)?.parse().ok()?;
+    let local = Date::parse(date)?.start_unix_ms()
+        + ((hours * 60 + minutes) * 60 + seconds) * 1000
+        + millis;
+    let offset_ms = offset_minutes * 60_000;
+    u64::try_from(i64::try_from(local).ok()?.checked_sub(offset_ms)?).ok()
+}
+
+/// `12:00:00Z` or `12:00:00+08:00`: the clock and its offset from UTC in minutes.
+fn split_offset(rest: &str) -> Option<(&str, i64)> {
+    if let Some(clock) = rest.strip_suffix(['Z', 'z']) {
+        return Some((clock, 0));
+    }
+    let at = rest.rfind(['+', '-'])?;
+    let (clock, offset) = rest.split_at(at);
+    let sign = if offset.starts_with('-') { -1 } else { 1 };
+    let (h, m) = offset.get(1..)?.split_once(':')?;
+    let (h, m): (i64, i64) = (h.parse().ok()?, m.parse().ok()?);
+    (offset.len() == 6 && h <= 23 && m <= 59).then_some((clock, sign * (h * 60 + m)))
+}
+
 /// The budget period (UTC calendar month) containing `ms`.
 pub fn month_key(ms: u64) -> String {
     Date::from_unix_ms(ms).month_key()
@@ -114,6 +152,34 @@ fn civil_from_days(days: i64) -> Date {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_rfc3339_instants_with_offsets_and_fractions() {
+        // 2026-11-30T12:00:00Z
+        let noon = 1_796_040_000_000;
+        assert_eq!(parse_instant("2026-11-30T12:00:00Z"), Some(noon));
+        assert_eq!(parse_instant("2026-11-30t12:00:00z"), Some(noon));
+        assert_eq!(parse_instant("2026-11-30T20:00:00+08:00"), Some(noon));
+        assert_eq!(parse_instant("2026-11-30T07:30:00-04:30"), Some(noon));
+        assert_eq!(parse_instant("2026-11-30T12:00:00.25Z"), Some(noon + 250));
+        assert_eq!(
+            parse_instant("2026-11-30T12:00:00.123456Z"),
+            Some(noon + 123)
+        );
+        for bad in [
+            "2026-11-30",
+            "2026-11-30T12:00Z",
+            "2026-11-30T12:00:00",
+            "2026-11-30T25:00:00Z",
+            "2026-11-31T12:00:00Z",
+            "2026-11-30T12:00:00+8:00",
+            "2026-11-30T12:00:00.x5Z",
+            "1970-01-01T00:00:00+01:00",
+            "next tuesday",
+        ] {
+            assert_eq!(parse_instant(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn round_trips_dates_and_periods() {

@@ -16,6 +16,8 @@ pub struct Model {
     pub revoked_at_ms: Option<i64>,
     /// The key's own monthly cap inside its tenant's; `None`: only the tenant's applies.
     pub monthly_budget_nanos: Option<i64>,
+    /// When the key stops working (ms since the epoch); `None`: never.
+    pub expires_at_ms: Option<i64>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

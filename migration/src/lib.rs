@@ -10,6 +10,7 @@ mod m20261130_000005_token_limits;
 mod m20261130_000006_store_policy;
 mod m20261130_000007_usage_totals;
 mod m20261201_000008_usage_api;
+mod m20261202_000009_key_expiry;
 
 pub struct Migrator;
 
@@ -25,6 +26,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000006_store_policy::Migration),
             Box::new(m20261130_000007_usage_totals::Migration),
             Box::new(m20261201_000008_usage_api::Migration),
+            Box::new(m20261202_000009_key_expiry::Migration),
         ]
     }
 }

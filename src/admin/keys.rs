@@ -19,6 +19,7 @@ pub struct KeyView {
     pub created_at_ms: i64,
     pub revoked_at_ms: Option<i64>,
     pub monthly_budget: Option<Nanos>,
+    pub expires_at_ms: Option<i64>,
 }
 
 impl From<entity::api_key::Model> for KeyView {
@@ -30,6 +31,7 @@ impl From<entity::api_key::Model> for KeyView {
             created_at_ms: k.created_at_ms,
             revoked_at_ms: k.revoked_at_ms,
             monthly_budget: k.monthly_budget_nanos.map(Nanos::from_db),
+            expires_at_ms: k.expires_at_ms,
         }
     }
 }
@@ -49,11 +51,44 @@ pub struct NewKey {
     pub name: Option<String>,
     /// The key's own monthly budget inside its tenant's (decimal in the billing currency).
     pub monthly_budget: Option<String>,
+    /// When the key stops working: an RFC 3339 instant or Unix seconds.
+    pub expires_at: Option<serde_json::Value>,
+}
+
+/// A change to a key (`PATCH`): a field left out stays as it is, `null` clears it.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyChange {
+    /// A decimal budget, or `null`: only the tenant's applies.
+    #[serde(default, deserialize_with = "tenants::double_option")]
+    pub monthly_budget: Option<Option<String>>,
+    /// An RFC 3339 instant or Unix seconds, or `null`: the key never expires.
+    #[serde(default, deserialize_with = "tenants::double_option")]
+    pub expires_at: Option<Option<serde_json::Value>>,
 }
 
 fn parse_budget(text: Option<&str>) -> Result<Option<Nanos>, AdminError> {
     text.map(|t| Nanos::parse_decimal(t).map_err(|e| invalid("monthly_budget", e.to_string())))
         .transpose()
+}
+
+/// `expires_at` as ms since the epoch.
+fn parse_expiry(value: Option<&serde_json::Value>) -> Result<Option<i64>, AdminError> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let ms = match value {
+        serde_json::Value::Number(n) => n.as_u64().and_then(|s| s.checked_mul(1000)),
+        serde_json::Value::String(text) => crate::period::parse_instant(text),
+        _ => None,
+    };
+    let ms = ms.and_then(|ms| i64::try_from(ms).ok()).ok_or_else(|| {
+        invalid(
+            "expires_at",
+            "must be an RFC 3339 instant (`2026-12-31T23:59:59Z`) or Unix seconds",
+        )
+    })?;
+    Ok(Some(ms))
 }
 
 pub async fn issue(
@@ -65,6 +100,7 @@ pub async fn issue(
 ) -> Result<(KeyRecord, IssuedKeyView), AdminError> {
     let tenant = tenants::get(db, tenant).await?;
     let budget = parse_budget(new.monthly_budget.as_deref())?;
+    let expires_at_ms = parse_expiry(new.expires_at.as_ref())?;
     let issued = auth::issue_key(pepper);
     let model = entity::api_key::ActiveModel {
         id: Set(issued.key_id.to_string()),
@@ -74,6 +110,7 @@ pub async fn issue(
         created_at_ms: Set(now_ms),
         revoked_at_ms: Set(None),
         monthly_budget_nanos: Set(budget.map(Nanos::to_db)),
+        expires_at_ms: Set(expires_at_ms),
     };
     repo::insert_key(db, model).await?;
     let record = KeyRecord {
@@ -81,6 +118,7 @@ pub async fn issue(
         tenant: tenant.id.clone(),
         secret_hash: issued.secret_hash,
         monthly_budget: budget,
+        expires_at_ms,
     };
     let view = IssuedKeyView {
         id: issued.key_id.to_string(),
@@ -90,15 +128,24 @@ pub async fn issue(
     Ok((record, view))
 }
 
-/// Sets (`Some`) or clears (`None`) a key's own budget; replicas pick it up with its tenant.
-pub async fn set_budget(
+/// Changes a key's budget or expiry; replicas pick it up with its tenant.
+pub async fn update(
     db: &DatabaseConnection,
     key_id: &str,
-    budget: Option<&str>,
+    change: KeyChange,
     now_ms: i64,
 ) -> Result<KeyView, AdminError> {
-    let budget = parse_budget(budget)?;
-    let row = repo::set_key_budget(db, &KeyId::new(key_id), budget)
+    let change = repo::KeyChange {
+        monthly_budget: change
+            .monthly_budget
+            .map(|b| parse_budget(b.as_deref()))
+            .transpose()?,
+        expires_at_ms: change
+            .expires_at
+            .map(|e| parse_expiry(e.as_ref()))
+            .transpose()?,
+    };
+    let row = repo::update_key(db, &KeyId::new(key_id), change)
         .await?
         .ok_or_else(|| AdminError::NotFound(format!("no key `{key_id}`")))?;
     repo::touch_tenant(db, &TenantId::new(row.tenant_id.as_str()), now_ms).await?;

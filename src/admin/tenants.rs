@@ -57,7 +57,7 @@ pub struct TenantPatch {
     clippy::option_option,
     reason = "absent (keep) differs from null (clear) in a PATCH"
 )]
-fn double_option<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
+pub(super) fn double_option<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<Option<T>>, D::Error> {
     Option::<T>::deserialize(deserializer).map(Some)

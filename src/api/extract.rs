@@ -57,6 +57,10 @@ impl FromRequest for TenantAuth {
                     "key lookup is unavailable; try again shortly",
                 )
                 .with_retry_after(1)),
+                Err(AuthError::Expired) => Err(ApiError::new(
+                    ErrorCode::KeyExpired,
+                    "the API key has expired: ask for a new one",
+                )),
                 Err(error) => Err(ApiError::new(ErrorCode::InvalidApiKey, error.to_string())),
             }
         })

@@ -238,6 +238,7 @@ mod tests {
             tenant: TenantId::new("t"),
             secret_hash: String::new(),
             monthly_budget: None,
+            expires_at_ms: None,
         });
         first.finish(Outcome::Found(record), 0);
         assert!(matches!(waiting.borrow().as_ref(), Some(Outcome::Found(_))));

@@ -32,6 +32,15 @@ pub struct KeyRecord {
     pub secret_hash: String,
     /// The key's own monthly budget inside its tenant's.
     pub monthly_budget: Option<crate::money::Nanos>,
+    /// When the key stops working (ms since the epoch); `None`: never.
+    pub expires_at_ms: Option<i64>,
+}
+
+impl KeyRecord {
+    pub fn expired(&self, now_ms: u64) -> bool {
+        self.expires_at_ms
+            .is_some_and(|at| u64::try_from(at).unwrap_or(0) <= now_ms)
+    }
 }
 
 /// Why a presented key was refused; all become 401.
@@ -45,6 +54,9 @@ pub enum AuthError {
     /// look this one up now (see `misses::MAX_IN_FLIGHT`).
     #[error("the API key is unknown or revoked (key lookups are saturated; retry shortly)")]
     Busy,
+    /// The key's `expires_at` has passed; like a revocation, but said.
+    #[error("the API key has expired")]
+    Expired,
     #[error("key lookup failed")]
     Storage,
 }
@@ -135,6 +147,10 @@ impl Directory {
         };
         if !auth::secret_matches(&self.pepper, presented.secret, &key.secret_hash) {
             return Err(AuthError::Unknown);
+        }
+        // Checked against the clock, not synced: every replica refuses at the same instant.
+        if key.expired(self.clock.now_ms()) {
+            return Err(AuthError::Expired);
         }
         let tenant = match self.tenant(&key.tenant) {
             Some(tenant) => tenant,

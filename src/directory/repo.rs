@@ -120,10 +120,17 @@ pub async fn touch_tenant(
 }
 
 /// Sets or clears a key's own monthly budget; `None` when there is no such key.
-pub async fn set_key_budget(
+/// What a key update sets; `None` leaves a field as it is.
+#[derive(Debug, Default)]
+pub struct KeyChange {
+    pub monthly_budget: Option<Option<Nanos>>,
+    pub expires_at_ms: Option<Option<i64>>,
+}
+
+pub async fn update_key(
     db: &DatabaseConnection,
     key_id: &KeyId,
-    budget: Option<Nanos>,
+    change: KeyChange,
 ) -> Result<Option<api_key::Model>, StorageError> {
     let Some(row) = api_key::Entity::find_by_id(key_id.as_str().to_owned())
         .one(db)
@@ -132,7 +139,12 @@ pub async fn set_key_budget(
         return Ok(None);
     };
     let mut model: api_key::ActiveModel = row.into();
-    model.monthly_budget_nanos = Set(budget.map(Nanos::to_db));
+    if let Some(budget) = change.monthly_budget {
+        model.monthly_budget_nanos = Set(budget.map(Nanos::to_db));
+    }
+    if let Some(expires_at_ms) = change.expires_at_ms {
+        model.expires_at_ms = Set(expires_at_ms);
+    }
     Ok(Some(model.update(db).await?))
 }
 
@@ -188,6 +200,7 @@ fn key_record(row: api_key::Model) -> KeyRecord {
         tenant: TenantId::new(row.tenant_id),
         secret_hash: row.secret_hash,
         monthly_budget: row.monthly_budget_nanos.map(Nanos::from_db),
+        expires_at_ms: row.expires_at_ms,
     }
 }
 

@@ -1,8 +1,10 @@
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
+use tollgate::clock::{Clock, ManualClock};
 
-use crate::support::{ADMIN_TOKEN, TestSetup, chat_body, spawn_app};
+use crate::support::{ADMIN_TOKEN, TestSetup, chat_body, now_ms, spawn_app, spawn_replica};
 
 fn setup() -> TestSetup {
     TestSetup::new()
@@ -113,4 +115,151 @@ async fn admin_endpoints_refuse_tenant_keys_and_missing_tokens() {
         assert_eq!(reply.status, 401);
     }
     assert_eq!(app.get("/admin/v1/tenants", ADMIN_TOKEN).await.status, 200);
+}
+
+fn key_id(key: &str) -> String {
+    let (id, _) = key.strip_prefix("tg_").unwrap().split_once('_').unwrap();
+    id.to_owned()
+}
+
+#[actix_web::test]
+async fn a_key_works_until_its_expires_at_then_gets_401_key_expired() {
+    let clock = Arc::new(ManualClock::new(now_ms()));
+    let app = spawn_app(setup().clock(clock.clone())).await;
+    let (tenant, _) = app.tenant_with_key("free", json!({})).await;
+    let expires_at_s = clock.now_ms() / 1000 + 60;
+    let issued = app
+        .admin(
+            "POST",
+            &format!("/tenants/{tenant}/keys"),
+            Some(json!({ "expires_at": expires_at_s })),
+        )
+        .await;
+    assert_eq!(issued.status, 201, "{}", issued.raw);
+    let key = issued.body["key"].as_str().unwrap().to_owned();
+    assert_eq!(app.chat(&key, &chat_body("fast")).await.status, 200);
+
+    clock.advance_ms(60_000);
+    let refused = app.chat(&key, &chat_body("fast")).await;
+    assert_eq!(refused.status, 401, "{}", refused.raw);
+    assert_eq!(refused.error_code(), "key_expired");
+    let listed = app
+        .admin("GET", &format!("/tenants/{tenant}/keys"), None)
+        .await;
+    let view = listed.body["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["id"] == key_id(&key).as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(view["expires_at_ms"], json!(expires_at_s * 1000));
+
+    // Moved later, the key works again; `null` makes it last.
+    let id = key_id(&key);
+    let later = app
+        .admin(
+            "PATCH",
+            &format!("/keys/{id}"),
+            Some(json!({ "expires_at": "2999-01-01T00:00:00+08:00" })),
+        )
+        .await;
+    assert_eq!(later.status, 200, "{}", later.raw);
+    assert_eq!(app.chat(&key, &chat_body("fast")).await.status, 200);
+    let forever = app
+        .admin(
+            "PATCH",
+            &format!("/keys/{id}"),
+            Some(json!({ "expires_at": null })),
+        )
+        .await;
+    assert_eq!(
+        forever.body["expires_at_ms"],
+        json!(null),
+        "{}",
+        forever.raw
+    );
+}
+
+#[actix_web::test]
+async fn an_expiry_patched_on_one_replica_refuses_the_key_on_another_within_the_sync_bound() {
+    let setup = setup();
+    let first = spawn_app(setup.clone()).await;
+    let second = spawn_replica(&first, &setup).await;
+    let (_tenant, key) = first
+        .tenant_with_key("free", json!({"monthly_budget": "5"}))
+        .await;
+    let budget = first
+        .admin(
+            "PATCH",
+            &format!("/keys/{}", key_id(&key)),
+            Some(json!({"monthly_budget": "2"})),
+        )
+        .await;
+    assert_eq!(budget.status, 200, "{}", budget.raw);
+    // The second replica knows the key before the change.
+    assert_eq!(second.chat(&key, &chat_body("fast")).await.status, 200);
+
+    let past = first
+        .admin(
+            "PATCH",
+            &format!("/keys/{}", key_id(&key)),
+            Some(json!({ "expires_at": "2020-01-01T00:00:00Z" })),
+        )
+        .await;
+    assert_eq!(past.status, 200, "{}", past.raw);
+    // Only the expiry changed: the key's budget is as it was.
+    assert_eq!(past.body["monthly_budget"], json!("2"), "{}", past.raw);
+    assert_eq!(
+        first.chat(&key, &chat_body("fast")).await.error_code(),
+        "key_expired"
+    );
+    let mut code = String::new();
+    for _ in 0..20 {
+        let reply = second.chat(&key, &chat_body("fast")).await;
+        code = reply.error_code().to_owned();
+        if reply.status == 401 {
+            break;
+        }
+        actix_rt::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        code, "key_expired",
+        "the expiry did not reach the other replica within 2 s"
+    );
+}
+
+#[actix_web::test]
+async fn an_expires_at_that_is_not_an_instant_is_a_400_naming_it() {
+    let app = spawn_app(setup()).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    for bad in [
+        json!("tomorrow"),
+        json!(-5),
+        json!({"at": 1}),
+        json!("2026-13-01T00:00:00Z"),
+    ] {
+        let issued = app
+            .admin(
+                "POST",
+                &format!("/tenants/{tenant}/keys"),
+                Some(json!({ "expires_at": bad })),
+            )
+            .await;
+        assert_eq!(issued.status, 400, "{bad}: {}", issued.raw);
+        assert_eq!(
+            issued.body["error"]["param"], "expires_at",
+            "{}",
+            issued.raw
+        );
+        let patched = app
+            .admin(
+                "PATCH",
+                &format!("/keys/{}", key_id(&key)),
+                Some(json!({ "expires_at": bad })),
+            )
+            .await;
+        assert_eq!(patched.status, 400, "{bad}: {}", patched.raw);
+    }
+    assert_eq!(app.chat(&key, &chat_body("fast")).await.status, 200);
 }

@@ -96,6 +96,7 @@ async fn an_id_refused_as_unknown_works_at_once_when_issued_here_and_after_a_syn
         tenant: TenantId::new(tenant.as_str()),
         secret_hash: secret_hash.clone(),
         monthly_budget: None,
+        expires_at_ms: None,
     });
     assert!(directory.authenticate(&here).await.is_ok());
 
@@ -117,6 +118,7 @@ async fn an_id_refused_as_unknown_works_at_once_when_issued_here_and_after_a_syn
             created_at_ms: Set(0),
             revoked_at_ms: Set(None),
             monthly_budget_nanos: Set(None),
+            expires_at_ms: Set(None),
         },
     )
     .await
@@ -147,6 +149,7 @@ async fn a_key_issued_elsewhere_is_known_after_a_sync_without_a_lookup() {
             created_at_ms: Set(i64::try_from(now_ms()).unwrap()),
             revoked_at_ms: Set(None),
             monthly_budget_nanos: Set(None),
+            expires_at_ms: Set(None),
         },
     )
     .await

@@ -1,7 +1,6 @@
 //! API key resources.
 
 use actix_web::{HttpResponse, web};
-use serde::Deserialize;
 
 use super::now_ms;
 use crate::admin::keys::{self, NewKey};
@@ -22,22 +21,14 @@ pub async fn issue_key(
     Ok(HttpResponse::Created().json(view))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct KeyPatch {
-    /// A decimal budget, or `null` to remove the key's own budget.
-    monthly_budget: Option<String>,
-}
-
 pub async fn update_key(
     _admin: AdminAuth,
     gw: web::Data<Gateway>,
     id: web::Path<String>,
-    body: web::Json<KeyPatch>,
+    body: web::Json<keys::KeyChange>,
 ) -> Result<HttpResponse, ApiError> {
-    let budget = body.into_inner().monthly_budget;
-    let view = keys::set_budget(gw.directory.db(), &id, budget.as_deref(), now_ms(&gw)).await?;
-    // The cached key is re-read with its new budget on its next use.
+    let view = keys::update(gw.directory.db(), &id, body.into_inner(), now_ms(&gw)).await?;
+    // The cached key is re-read with its new budget and expiry on its next use.
     gw.directory.evict_key(&crate::ids::KeyId::new(id.as_str()));
     Ok(HttpResponse::Ok().json(view))
 }
