@@ -71,7 +71,8 @@ const STREAM_INTERRUPTED: &str = "stream_interrupted";
 #[derive(Default)]
 struct Passed {
     content: String,
-    tokens: u64,
+    /// Tokens of `content`, once counting began (see `fits`).
+    tokens: Option<u64>,
     /// The last event with generated text: the id and model a cut ending repeats.
     last_chunk: Option<Bytes>,
 }
@@ -83,11 +84,22 @@ impl Passed {
         if item.content.is_empty() {
             return true;
         }
-        // In the encoding the target's prompts are counted with: its model's.
-        let counting = relay.gw.estimator.with(relay.target.counting);
-        self.tokens += counting.count_text(&item.content);
-        if self.tokens > relay.held_output_tokens {
-            return false;
+        let held = relay.held_output_tokens;
+        let bytes = self.content.len().saturating_add(item.content.len());
+        // Every token is at least one byte, so a text no longer than the hold
+        // in bytes fits it in tokens: most streams are never tokenized here.
+        if u64::try_from(bytes).unwrap_or(u64::MAX) > held {
+            // In the encoding the target's prompts are counted with: its model's.
+            let counting = relay.gw.estimator.with(relay.target.counting);
+            let before = match self.tokens {
+                Some(tokens) => tokens,
+                None => counting.count_text(&self.content),
+            };
+            let tokens = before + counting.count_text(&item.content);
+            if tokens > held {
+                return false;
+            }
+            self.tokens = Some(tokens);
         }
         self.content.push_str(&item.content);
         self.last_chunk.clone_from(&item.bytes);
