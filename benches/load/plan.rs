@@ -76,9 +76,14 @@ pub enum Shape {
 pub enum Mode {
     /// The gateway with quotas in memory, plain JSON answers.
     Plain,
-    /// `"stream": true` to the plain gateway; the 0 ms fake sends `chunks` content events
-    /// `chunk_delay_ms` apart (the fake's `chunks-N+chunk-delay-Nms` model string).
-    Stream { chunks: u32, chunk_delay_ms: u64 },
+    /// `"stream": true` to the plain gateway through `door`; the 0 ms fake sends `chunks`
+    /// content events `chunk_delay_ms` apart (the fake's `chunks-N+chunk-delay-Nms` model
+    /// string). Every door's upstream call is the same chat stream.
+    Stream {
+        chunks: u32,
+        chunk_delay_ms: u64,
+        door: Door,
+    },
     /// The second gateway, whose limits, quotas and budgets live in Redis.
     Redis,
     /// A gateway configured like the plain one but with `ledger.fsync = "batch"`: each
@@ -86,11 +91,54 @@ pub enum Mode {
     Batch,
 }
 
-/// The streaming shapes measured (each gets a route in every gateway's configuration).
-pub const STREAM_MODES: [Mode; 1] = [Mode::Stream {
-    chunks: 20,
-    chunk_delay_ms: 2,
-}];
+/// The API a streaming cell calls: the translation a door adds is in its figures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Door {
+    /// `POST /v1/chat/completions`, relayed as the upstream sends it.
+    Chat,
+    /// `POST /v1/responses`: chat chunks mapped to Responses events.
+    Responses,
+    /// `POST /v1/messages`: chat chunks mapped to Anthropic's events.
+    Messages,
+}
+
+impl Door {
+    pub fn path(self) -> &'static str {
+        match self {
+            Door::Chat => CHAT_PATH,
+            Door::Responses => "/v1/responses",
+            Door::Messages => "/v1/messages",
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Door::Chat => "chat",
+            Door::Responses => "responses",
+            Door::Messages => "messages",
+        }
+    }
+}
+
+/// The streaming shapes measured (each shape gets a route in every gateway's configuration).
+pub const STREAM_MODES: [Mode; 3] = [
+    Mode::Stream {
+        chunks: 20,
+        chunk_delay_ms: 2,
+        door: Door::Chat,
+    },
+    Mode::Stream {
+        chunks: 20,
+        chunk_delay_ms: 2,
+        door: Door::Responses,
+    },
+    Mode::Stream {
+        chunks: 20,
+        chunk_delay_ms: 2,
+        door: Door::Messages,
+    },
+];
 /// The open-loop rates of the streaming cells, and of the fsync-batch and Redis cells in a
 /// full run (a smoke run keeps 1,000 for those).
 pub const MODE_RATES: [u64; 2] = [200, 1_000];
@@ -368,7 +416,12 @@ impl<'a> Runner<'a> {
     /// A gateway request on `route` (the in-flight scenario's slow route, say).
     pub fn route_target(&self, addr: SocketAddr, key: &str, route: &str) -> Result<Target> {
         let scenario = self.scenarios.first().context("no scenarios")?;
-        Ok(gateway_target(addr, key, &scenario.gateway_body(route)?))
+        Ok(gateway_target(
+            addr,
+            key,
+            Door::Chat,
+            &scenario.gateway_body(route)?,
+        ))
     }
 
     fn target(&self, scenario: &Scenario, mode: Mode, delay_ms: u64, kind: Kind) -> Result<Target> {
@@ -377,6 +430,7 @@ impl<'a> Runner<'a> {
             Mode::Stream {
                 chunks,
                 chunk_delay_ms,
+                ..
             } => {
                 if delay_ms != 0 {
                     bail!("streaming cells use the 0 ms fake upstream");
@@ -388,6 +442,10 @@ impl<'a> Runner<'a> {
             }
         };
         let streaming = matches!(mode, Mode::Stream { .. });
+        let door = match mode {
+            Mode::Stream { door, .. } => door,
+            Mode::Plain | Mode::Redis | Mode::Batch => Door::Chat,
+        };
         let target = match kind {
             Kind::Direct => Target {
                 addr: fake.addr,
@@ -400,7 +458,8 @@ impl<'a> Runner<'a> {
             },
             Kind::Gateway => {
                 let (addr, key, _) = self.stack.gateway_for(mode)?;
-                gateway_target(addr, key, &scenario.gateway_body_for(&route, streaming)?)
+                let body = scenario.gateway_body_for(&route, streaming, door)?;
+                gateway_target(addr, key, door, &body)
             }
             Kind::Nginx => {
                 let Nginx::Running { addr, .. } = &self.stack.nginx else {
@@ -637,14 +696,17 @@ fn summarize(kind: Kind, runs: &[Run]) -> Option<Summary> {
     })
 }
 
-fn gateway_target(addr: SocketAddr, key: &str, body: &[u8]) -> Target {
+fn gateway_target(addr: SocketAddr, key: &str, door: Door, body: &[u8]) -> Target {
     let auth = format!("Bearer {key}");
-    let headers = [
+    let mut headers = vec![
         ("Authorization", auth.as_str()),
         ("X-Tollgate-Feature", "load"),
     ];
+    if door == Door::Messages {
+        headers.push(("anthropic-version", "2023-06-01"));
+    }
     Target {
         addr,
-        template: Template::post(addr, CHAT_PATH, &headers, body),
+        template: Template::post(addr, door.path(), &headers, body),
     }
 }

@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::inflight::{self, InFlight};
 use crate::machine::Machine;
 use crate::plan::{
-    Cell, CellPlan, Kind, MODE_RATES, Mode, OPEN_RATES, Run, Shape, Summary, Timing,
+    Cell, CellPlan, Door, Kind, MODE_RATES, Mode, OPEN_RATES, Run, Shape, Summary, Timing,
 };
 use crate::profile::Profile;
 use crate::stats::{self, Percentiles, grouped, ms, ratio, signed_ms};
@@ -195,7 +195,7 @@ pub fn progress(plan: &CellPlan, run: &Run) {
 fn scenario_label(mode: Mode, scenario: &str) -> String {
     match mode {
         Mode::Plain => scenario.to_owned(),
-        Mode::Stream { .. } => format!("{scenario} SSE"),
+        Mode::Stream { door, .. } => format!("{scenario} SSE {}", door.as_str()),
         Mode::Redis => format!("{scenario} Redis"),
         Mode::Batch => format!("{scenario} fsync batch"),
     }
@@ -464,7 +464,16 @@ fn clean(summary: Option<&Summary>) -> bool {
 fn stream_checks(cells: &[Cell]) -> Vec<Check> {
     let mut checks = Vec::new();
     for cell in cells {
-        let (Mode::Stream { chunks, .. }, Shape::Open { rate }) = (cell.mode, cell.shape) else {
+        // The target is chat's; the other doors' rows show what their translation adds.
+        let (
+            Mode::Stream {
+                chunks,
+                door: Door::Chat,
+                ..
+            },
+            Shape::Open { rate },
+        ) = (cell.mode, cell.shape)
+        else {
             continue;
         };
         let first = |kind| cell.summary(kind).and_then(|s| s.first_event_us.as_ref());
@@ -616,14 +625,16 @@ fn mib(kib: Option<u64>) -> String {
 /// Streaming cells: time to the first SSE event and the whole stream, gateway against direct.
 pub fn stream_table(cells: &[Cell]) -> String {
     let mut out = String::from(
-        "Streaming (`\"stream\": true`, short prompt, 0 ms fake upstream sending N content events 2 ms apart), open loop. \
+        "Streaming (`\"stream\": true`, short prompt, 0 ms fake upstream sending N content events 2 ms apart), open loop, through each door: \
+         chat completions (relayed as sent), Responses and Messages (the same upstream chat stream mapped to their events; the direct baseline is that chat stream). \
          Time to first event = until the first SSE `data:` line of the body, from each request's intended start; ms, medians of the runs. \
          Per chunk = added whole-stream p50 ÷ N: an upper bound on the relay's cost per event, since the added time of the request itself is in it too.\n\n",
     );
-    out.push_str("| rate (req/s) | N chunks | direct first event p50 / p95 / p99 | gateway first event p50 / p95 / p99 | added first event p50 / p95 / p99 | direct whole stream p50 / p99 | gateway whole stream p50 / p99 | added per chunk p50 (µs) | gateway CPU µs/req | gateway errors |\n");
-    out.push_str("|---:|---:|---|---|---|---|---|---:|---:|---|\n");
+    out.push_str("| door | rate (req/s) | N chunks | direct first event p50 / p95 / p99 | gateway first event p50 / p95 / p99 | added first event p50 / p95 / p99 | direct whole stream p50 / p99 | gateway whole stream p50 / p99 | added per chunk p50 (µs) | gateway CPU µs/req | gateway errors |\n");
+    out.push_str("|---|---:|---:|---|---|---|---|---|---:|---:|---|\n");
     for cell in cells {
-        let (Mode::Stream { chunks, .. }, Shape::Open { rate }) = (cell.mode, cell.shape) else {
+        let (Mode::Stream { chunks, door, .. }, Shape::Open { rate }) = (cell.mode, cell.shape)
+        else {
             continue;
         };
         let first = |kind| cell.summary(kind).and_then(|s| s.first_event_us.as_ref());
@@ -657,7 +668,8 @@ pub fn stream_table(cells: &[Cell]) -> String {
             .map_or_else(|| "—".to_owned(), |us| us.to_string());
         let _ = writeln!(
             out,
-            "| {} | {chunks} | {} | {} | {} | {} | {} | {} | {cpu} | {} |",
+            "| {} | {} | {chunks} | {} | {} | {} | {} | {} | {} | {cpu} | {} |",
+            door.as_str(),
             grouped(rate),
             three(first(Kind::Direct)),
             three(first(Kind::Gateway)),

@@ -3,6 +3,7 @@
 //! carries its own number in the user message, so no two prompts are equal; only the system
 //! prompt repeats.
 
+use crate::plan::Door;
 use anyhow::{Context as _, Result};
 use serde_json::{Value, json};
 
@@ -27,16 +28,43 @@ impl Scenario {
     /// The body sent to the gateway: the route's name as `model`, no `max_tokens` (the
     /// tier's default applies, as for most callers).
     pub fn gateway_body(&self, route: &str) -> Result<Vec<u8>> {
-        self.gateway_body_for(route, false)
+        self.gateway_body_for(route, false, Door::Chat)
     }
 
-    /// `stream`: ask for an SSE stream, without the usage event.
-    pub fn gateway_body_for(&self, route: &str, stream: bool) -> Result<Vec<u8>> {
-        let mut body = json!({"model": route, "messages": self.messages});
+    /// `stream`: ask for an SSE stream, without the usage event. The same messages in
+    /// each door's shape; Messages requires `max_tokens`, so it sends the tier's default.
+    pub fn gateway_body_for(&self, route: &str, stream: bool, door: Door) -> Result<Vec<u8>> {
+        let mut body = match door {
+            Door::Chat => json!({"model": route, "messages": self.messages}),
+            Door::Responses => json!({"model": route, "input": self.messages}),
+            Door::Messages => {
+                let (system, messages) = self.split_system();
+                let mut body =
+                    json!({"model": route, "messages": messages, "max_tokens": MAX_TOKENS});
+                if let Some(system) = system {
+                    body["system"] = system;
+                }
+                body
+            }
+        };
         if stream {
             body["stream"] = json!(true);
         }
         serde_json::to_vec(&body).context("serializing a request body")
+    }
+
+    /// The system message's content (Messages takes it beside the messages) and the rest.
+    fn split_system(&self) -> (Option<Value>, Vec<Value>) {
+        let mut system = None;
+        let mut rest = Vec::new();
+        for message in self.messages.as_array().into_iter().flatten() {
+            if message["role"] == "system" {
+                system = Some(message["content"].clone());
+            } else {
+                rest.push(message.clone());
+            }
+        }
+        (system, rest)
     }
 
     /// The body the gateway forwards upstream, sent directly (and through nginx).

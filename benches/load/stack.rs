@@ -71,9 +71,11 @@ fn model_routes() -> Vec<ModelRoute> {
     let mut routes: Vec<ModelRoute> = crate::plan::STREAM_MODES
         .iter()
         .filter_map(|mode| match mode {
+            // One route per shape: every door streams from it.
             Mode::Stream {
                 chunks,
                 chunk_delay_ms,
+                door: crate::plan::Door::Chat,
             } => Some(stream_route(*chunks, *chunk_delay_ms)),
             _ => None,
         })
