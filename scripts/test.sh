@@ -38,6 +38,8 @@ if ! python3 -c "import openai" >/dev/null 2>&1; then
   python3 -m pip install --quiet openai || python3 -m pip install --quiet --break-system-packages openai
 fi
 
+# The alert rules: each tested rule fires on the series it must and not on the rest.
+promtool test rules dashboards/alerts.test.yaml
 cargo test --workspace --all-targets
 # The integration suite again, every gateway on a fresh PostgreSQL database
 # (the production backend) instead of a SQLite file.

@@ -202,7 +202,11 @@ impl Dispatch<'_> {
             Ok(Opened::Stream { .. }) => Class::Success,
             Err(error) => classify_error(error),
         };
-        observe_attempt(target, class, latency_ms);
+        let answered = match &result {
+            Ok(Opened::Complete(reply)) => Some(reply.status.as_u16()),
+            _ => None,
+        };
+        observe_attempt(target, class, answered, latency_ms);
 
         let mut row = AttemptRow::new(
             target.provider.as_str(),
@@ -535,9 +539,13 @@ impl Dispatch<'_> {
     }
 }
 
-fn observe_attempt(target: &Target, class: Class, latency_ms: u64) {
+/// `answered`: the upstream's status, when it answered with one.
+fn observe_attempt(target: &Target, class: Class, answered: Option<u16>, latency_ms: u64) {
     let outcome = match class {
         Class::Success => "ok",
+        // Apart from other retryable failures: a provider's rate limit is
+        // capacity to buy or spread, not a fault to page on.
+        Class::Retryable if answered == Some(429) => "rate_limited",
         Class::Retryable => "retryable",
         Class::GiveBack => "rejected",
         Class::Local => "local_error",

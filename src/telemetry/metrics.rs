@@ -150,7 +150,9 @@ impl Metric {
             Metric::UpstreamTtftSeconds => {
                 "Time to the first streamed chunk, by provider and model."
             }
-            Metric::UpstreamAttemptsTotal => "Upstream attempts by provider and outcome.",
+            Metric::UpstreamAttemptsTotal => {
+                "Upstream attempts by provider and outcome: ok, retryable (timeouts, connection errors, 5xx), rate_limited (429), rejected (other 4xx), local_error."
+            }
             Metric::FallbacksTotal => {
                 "Requests served by a later target, by route, failed provider and serving provider."
             }

@@ -172,3 +172,30 @@ async fn budget_utilization_starts_again_at_zero_in_a_new_month_busy_or_idle() {
     utilization_becomes(&app, &busy, 0.0, "a stopped actor's gauge in January").await;
     utilization_becomes(&app, &idle, 0.0, "a stopped actor's gauge in January").await;
 }
+
+#[actix_web::test]
+async fn an_upstream_429_counts_as_rate_limited_not_as_another_retryable_failure() {
+    let app = spawn_app(
+        TestSetup::new()
+            .route("limited", &["primary/status-429", "secondary/ok"])
+            .tier("free", &["limited"], 1000, 100),
+    )
+    .await;
+    let (_tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let attempts = |text: &str, outcome| {
+        series(
+            text,
+            "tollgate_upstream_attempts_total",
+            &[("provider", "primary"), ("outcome", outcome)],
+        )
+        .unwrap_or(0.0)
+    };
+    let before = scrape(&app).await;
+    assert_eq!(app.chat(&key, &chat_body("limited")).await.status, 200);
+    let after = scrape(&app).await;
+    // Other tests share the process's recorder: only this call's increase is certain.
+    assert!(
+        attempts(&after, "rate_limited") >= attempts(&before, "rate_limited") + 1.0,
+        "{after}"
+    );
+}
