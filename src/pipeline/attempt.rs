@@ -202,11 +202,7 @@ impl Dispatch<'_> {
             Ok(Opened::Stream { .. }) => Class::Success,
             Err(error) => classify_error(error),
         };
-        let answered = match &result {
-            Ok(Opened::Complete(reply)) => Some(reply.status.as_u16()),
-            _ => None,
-        };
-        observe_attempt(target, class, answered, latency_ms);
+        observe_attempt(target, class, answered(&result), latency_ms);
 
         let mut row = AttemptRow::new(
             target.provider.as_str(),
@@ -536,6 +532,14 @@ impl Dispatch<'_> {
             message.push_str("; no further attempt was sent: the budget cannot hold another one");
         }
         ApiError::new(ErrorCode::UpstreamFailed, message)
+    }
+}
+
+/// The upstream's status, when it answered with a complete reply.
+fn answered(result: &Result<Opened, CallError>) -> Option<u16> {
+    match result {
+        Ok(Opened::Complete(reply)) => Some(reply.status.as_u16()),
+        _ => None,
     }
 }
 

@@ -195,7 +195,7 @@ async fn an_upstream_429_counts_as_rate_limited_not_as_another_retryable_failure
     let after = scrape(&app).await;
     // Other tests share the process's recorder: only this call's increase is certain.
     assert!(
-        attempts(&after, "rate_limited") >= attempts(&before, "rate_limited") + 1.0,
+        attempts(&after, "rate_limited") > attempts(&before, "rate_limited"),
         "{after}"
     );
 }
