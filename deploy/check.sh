@@ -89,7 +89,7 @@ step_k8s() {
   mkdir -p "$out"
   kustomize deploy/k8s/base >"$out/base.yaml"
   local overlay report skipped
-  for overlay in base dev production stateless; do
+  for overlay in base dev production canary stateless; do
     local dir=deploy/k8s/overlays/$overlay
     [ "$overlay" = base ] && dir=deploy/k8s/base
     kustomize "$dir" >"$out/$overlay.yaml"
