@@ -49,8 +49,10 @@ root=$cache/rootfs
 rm -rf "$root"
 mkdir -p "$root"
 mounted=$(podman image mount "$image")
+trap 'podman image unmount "$image" >/dev/null 2>&1 || true' EXIT
 cp -a "$mounted/." "$root/"
 podman image unmount "$image" >/dev/null
+trap - EXIT
 # chroot gives no /dev; the binary needs these few nodes.
 for node in null:1:3 zero:1:5 random:1:8 urandom:1:9; do
   IFS=: read -r name major minor <<<"$node"

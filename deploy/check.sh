@@ -78,7 +78,8 @@ step_k8s() {
   if ! kubectl version --client 2>/dev/null | grep -q 'Kustomize Version: v[4-9]'; then
     # Debian's own kubernetes-client bundles a Kustomize too old for these
     # overlays; this needs the Kubernetes project's kubectl package.
-    apt_install kubectl "kubectl kustomize"
+    apt_install kubectl "kubectl kustomize" ||
+      { echo "k8s: needs kubectl with Kustomize v4 or later (the Kubernetes project's kubectl package)" >&2; return 1; }
   fi
   command -v kubernetes-validate >/dev/null 2>&1 || pip_install kubernetes-validate
   need promtool prometheus
