@@ -47,3 +47,6 @@ TOLLGATE_TEST_DATABASE=postgres cargo test --test api
 # And once more with every gateway's quotas on Redis (a real redis-server, one
 # database per gateway) instead of in memory: the same budgets and limits must hold.
 TOLLGATE_TEST_REDIS=1 cargo test --test api
+# The deployment (deploy/): Dockerfile lint, compose and Kubernetes checks,
+# the shipped configs, and the container image built and smoke-tested.
+deploy/check.sh

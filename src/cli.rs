@@ -6,6 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use clap::{Args, Parser, Subcommand};
@@ -18,6 +19,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{ADMIN_TOKEN_ENV, Config, EnvSource, KEY_PEPPER_ENV, ProcessEnv, Secret};
 use crate::fake_upstream::{self, FakeArgs, FakeConfig};
 use crate::period::Date;
+use crate::probe;
 use crate::state::ConfigSource;
 use crate::storage;
 use crate::telemetry;
@@ -81,6 +83,18 @@ enum Command {
     },
     /// Run the OpenAI-compatible fake upstream (tests, demos, load).
     FakeUpstream(FakeArgs),
+    /// Exit 0 iff the gateway's `/readyz` answers 200 (for container
+    /// HEALTHCHECKs and probes where no curl exists).
+    Healthcheck {
+        /// Default: `/readyz` on the configuration's `admin_listen`, else `listen`.
+        #[arg(long)]
+        url: Option<String>,
+        /// Not ready if no answer arrives within this many milliseconds.
+        #[arg(long, default_value_t = 2000)]
+        timeout_ms: u64,
+    },
+    /// Validate a configuration file; exit non-zero with the reason.
+    CheckConfig { file: PathBuf },
 }
 
 /// Which ledger rows a report reads: one tenant's or all, over whole days.
@@ -277,7 +291,47 @@ async fn dispatch(cli: Cli) -> Result<()> {
             daily_report(load(config_path, &ProcessEnv)?, date.as_deref(), json).await
         }
         Command::FakeUpstream(args) => Ok(fake_upstream::serve(&args).await?),
+        Command::Healthcheck { url, timeout_ms } => {
+            // With an explicit URL the probe needs no configuration at all.
+            let url = match url {
+                Some(url) => url,
+                None => probe::readyz_url(&load(config_path, &ProcessEnv)?.server),
+            };
+            probe::check(&url, Duration::from_millis(timeout_ms)).await
+        }
+        Command::CheckConfig { file } => check_config(&file),
     }
+}
+
+/// Loads `file` as `serve` would (secrets from the environment) and names
+/// what a start would warn about, so a deployment's config can be checked
+/// before it ships.
+fn check_config(file: &Path) -> Result<()> {
+    let config = Config::load(file, &ProcessEnv)
+        .with_context(|| format!("{} is not a valid configuration", file.display()))?;
+    out(&format!(
+        "{}: ok ({} providers, {} routes, {} tiers)",
+        file.display(),
+        config.providers.len(),
+        config.routes.len(),
+        config.tiers.len()
+    ));
+    let mut notes: Vec<String> = config
+        .providers
+        .values()
+        .filter_map(|provider| {
+            let env = provider.missing_key_env()?;
+            Some(format!(
+                "note: {env} is not set here; provider {} would start disabled",
+                provider.name
+            ))
+        })
+        .collect();
+    notes.sort();
+    for note in &notes {
+        out(note);
+    }
+    Ok(())
 }
 
 async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {

@@ -20,6 +20,7 @@ pub mod openai;
 pub mod period;
 pub mod pipeline;
 pub mod pricing;
+pub mod probe;
 pub mod provider;
 pub mod reload;
 pub mod routing;

@@ -20,6 +20,7 @@ mod dashboards;
 mod embeddings;
 mod errors;
 mod failover;
+mod healthcheck;
 mod holds;
 mod journal;
 mod ledger;
