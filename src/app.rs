@@ -102,6 +102,7 @@ impl Application {
             quota_store.clone(),
         );
         let (providers, _) = reload::start_providers(&config, &clock, None, quota_store.as_ref());
+        crate::telemetry::zeros::zero_configured(&config);
         let estimator = Estimator::new(&config.tokenizer);
         estimator.warm_up(config.routes.values().flat_map(|route| &route.countings));
 

@@ -51,6 +51,7 @@ fn apply(gw: &Gateway, config: Arc<Config>) -> ReloadReport {
     let previous = gw.live();
     let (providers, started) =
         start_providers(&config, &gw.clock, Some(&previous), gw.quota_store.as_ref());
+    crate::telemetry::zeros::zero_configured(&config);
     let mut kept: Vec<String> = providers
         .keys()
         .map(ToString::to_string)

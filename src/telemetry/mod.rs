@@ -3,3 +3,4 @@
 pub mod handles;
 pub mod logging;
 pub mod metrics;
+pub mod zeros;

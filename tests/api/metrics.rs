@@ -199,3 +199,48 @@ async fn an_upstream_429_counts_as_rate_limited_not_as_another_retryable_failure
         "{after}"
     );
 }
+
+#[actix_web::test]
+async fn a_scrape_before_any_call_has_the_configured_series_at_zero() {
+    let app = spawn_app(
+        TestSetup::new()
+            .provider("[providers.zeroes_a]\nkind = \"openai\"\nbase_url = \"FAKE\"")
+            .provider("[providers.zeroes_b]\nkind = \"openai\"\nbase_url = \"FAKE\"")
+            .route("zeroes_route", &["zeroes_a/ok", "zeroes_b/ok"])
+            .cached_route("zeroes_route", 60_000)
+            .tier("free", &["zeroes_route"], 1000, 100),
+    )
+    .await;
+    let text = scrape(&app).await;
+    let zero = |name: &str, labels: &[(&str, &str)]| {
+        assert_eq!(series(&text, name, labels), Some(0.0), "{name} {labels:?}");
+    };
+    let route = ("route", "zeroes_route");
+    zero("tollgate_requests_total", &[route, ("status", "ok")]);
+    zero(
+        "tollgate_fallbacks_total",
+        &[route, ("from", "zeroes_a"), ("to", "zeroes_b")],
+    );
+    zero("tollgate_cache_requests_total", &[route, ("result", "hit")]);
+    zero(
+        "tollgate_cache_requests_total",
+        &[route, ("result", "miss")],
+    );
+    for provider in ["zeroes_a", "zeroes_b"] {
+        for outcome in ["ok", "retryable", "rate_limited", "rejected", "local_error"] {
+            zero(
+                "tollgate_upstream_attempts_total",
+                &[("provider", provider), ("outcome", outcome)],
+            );
+        }
+        for reason in ["cut_at_hold", "partial", "client_cancelled"] {
+            zero(
+                "tollgate_stream_interruptions_total",
+                &[("provider", provider), ("reason", reason)],
+            );
+        }
+    }
+    // No fallback goes backwards.
+    let backwards = [route, ("from", "zeroes_b"), ("to", "zeroes_a")];
+    assert_eq!(series(&text, "tollgate_fallbacks_total", &backwards), None);
+}

@@ -1,0 +1,66 @@
+//! Counters whose label values the configuration already names (routes,
+//! their fallback pairs, providers and their outcomes, cache results, alert
+//! thresholds) are exported at 0 from the start and after each reload: a
+//! panel or alert rule that selects one of them has a series before the
+//! first event, and `increase()` sees the first one.
+
+use super::metrics::{Metric, counter_add};
+use crate::config::Config;
+
+/// `tollgate_upstream_attempts_total`'s outcomes (see `pipeline::attempt`).
+const ATTEMPT_OUTCOMES: [&str; 5] = ["ok", "retryable", "rate_limited", "rejected", "local_error"];
+/// Why a stream ended before its provider finished it (see `pipeline::stream`).
+const STREAM_ENDS: [&str; 3] = ["cut_at_hold", "partial", "client_cancelled"];
+
+pub fn zero_configured(config: &Config) {
+    for (name, route) in &config.routes {
+        let route_name = name.as_str();
+        counter_add(
+            Metric::RequestsTotal,
+            &[("route", route_name), ("status", "ok")],
+            0,
+        );
+        if route.cache_ttl_ms > 0 {
+            for result in ["hit", "miss"] {
+                counter_add(
+                    Metric::CacheRequestsTotal,
+                    &[("route", route_name), ("result", result)],
+                    0,
+                );
+            }
+        }
+        // A fallback goes from a failed target to any later one.
+        for (i, from) in route.targets.iter().enumerate() {
+            for to in route.targets.iter().skip(i + 1) {
+                if from.provider == to.provider {
+                    continue;
+                }
+                let labels = [
+                    ("route", route_name),
+                    ("from", from.provider.as_str()),
+                    ("to", to.provider.as_str()),
+                ];
+                counter_add(Metric::FallbacksTotal, &labels, 0);
+            }
+        }
+    }
+    for provider in config.providers.keys() {
+        let provider = provider.as_str();
+        for outcome in ATTEMPT_OUTCOMES {
+            let labels = [("provider", provider), ("outcome", outcome)];
+            counter_add(Metric::UpstreamAttemptsTotal, &labels, 0);
+        }
+        for reason in STREAM_ENDS {
+            let labels = [("provider", provider), ("reason", reason)];
+            counter_add(Metric::StreamInterruptionsTotal, &labels, 0);
+        }
+    }
+    for threshold in &config.alerts.thresholds_percent {
+        let threshold = threshold.to_string();
+        counter_add(
+            Metric::BudgetAlertsTotal,
+            &[("threshold", threshold.as_str())],
+            0,
+        );
+    }
+}
