@@ -24,6 +24,7 @@ mod holds;
 mod journal;
 mod ledger;
 mod lifecycle;
+mod messages;
 mod metrics;
 mod rate_limit;
 mod resilience;
