@@ -13,7 +13,7 @@ const BETA: &str = "prompt-caching-2024-07-31";
 fn setup() -> TestSetup {
     TestSetup::new()
         .provider(
-            "[providers.claude]\nkind = \"anthropic\"\nbase_url = \"@ANTHROPIC@\"\napi_key_env = \"TEST_ANTHROPIC_KEY\"",
+            "[providers.claude]\nkind = \"anthropic\"\nbase_url = \"@ANTHROPIC@\"\napi_key_env = \"TEST_ANTHROPIC_KEY\"\nmax_tokens_ceiling = 200",
         )
         .env("TEST_ANTHROPIC_KEY", "sk-ant-test")
         .route("claude", &[CLAUDE])
@@ -22,6 +22,8 @@ fn setup() -> TestSetup {
         .route("gpt", &["primary/usage-100-20-30+chunks-4"])
         .route("gpt-tool", &["primary/usage-100-20-30+tool"])
         .route("gpt-broken", &["primary/chunks-8+cut-after-2"])
+        .route("mixed", &["claude/status-503", "primary/usage-100-20-30"])
+        .route("claude-refuses", &["claude/status-400", "primary/never-after-claude"])
         .price(CLAUDE, "3", "0.3", "15")
         .cache_write_price(CLAUDE, "3.75")
         .tier(
@@ -33,6 +35,8 @@ fn setup() -> TestSetup {
                 "gpt",
                 "gpt-tool",
                 "gpt-broken",
+                "mixed",
+                "claude-refuses",
             ],
             1000,
             100,
@@ -128,7 +132,8 @@ fn text_of(events: &[(String, Value)]) -> String {
 }
 
 #[actix_web::test]
-async fn a_message_reaches_anthropic_as_sent_with_the_held_max_tokens_and_comes_back_unchanged() {
+async fn a_message_reaches_anthropic_as_sent_but_for_the_held_max_tokens_and_comes_back_unchanged()
+{
     let app = spawn_app(setup()).await;
     let (tenant, key) = app.tenant_with_key("free", json!({})).await;
     let sent = cached_request("claude");
@@ -148,10 +153,8 @@ async fn a_message_reaches_anthropic_as_sent_with_the_held_max_tokens_and_comes_
     assert_eq!(upstream.header("anthropic-version"), Some(VERSION));
     assert_eq!(upstream.header("anthropic-beta"), Some(BETA));
     assert_eq!(upstream.body["model"], "usage-100-200-300-50");
-    assert_eq!(
-        upstream.body["max_tokens"], 300,
-        "the held limit is the caller's"
-    );
+    // The caller asked for 300; the provider takes at most 200, which is what was held.
+    assert_eq!(upstream.body["max_tokens"], 200);
     assert_eq!(
         upstream.body["system"], sent["system"],
         "cache_control unchanged"
@@ -608,4 +611,35 @@ async fn the_official_anthropic_python_sdk_creates_streams_uses_tools_and_counts
         seen["create"]["output_tokens"],
         json!(created.completion_tokens)
     );
+}
+
+#[actix_web::test]
+async fn a_failover_from_anthropic_to_openai_still_answers_a_message_and_refusals_keep_anthropic_s_body()
+ {
+    let app = spawn_app(setup()).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    let served = messages(&app, &key, &cached_request("mixed")).await;
+
+    assert_eq!(served.status, 200, "{}", served.raw);
+    assert_eq!(served.body["type"], "message", "{}", served.raw);
+    assert_eq!(served.body["usage"]["output_tokens"], 30);
+    let rows = app.ledger_rows(&tenant).await;
+    let last = rows.last().unwrap();
+    assert_eq!(
+        (last.status.as_str(), last.provider.as_str()),
+        ("fallback_ok", "primary")
+    );
+    assert!(rows.iter().all(|r| r.api == "messages"));
+
+    let refused = messages(&app, &key, &cached_request("claude-refuses")).await;
+    assert_eq!(refused.status, 400, "{}", refused.raw);
+    assert_eq!(refused.body["type"], "error");
+    assert_eq!(refused.body["error"]["type"], "invalid_request_error");
+    assert!(
+        refused.raw.contains("fake upstream scenario"),
+        "{}",
+        refused.raw
+    );
+    assert_eq!(app.fake.stats.requests_for_model("never-after-claude"), 0);
 }
