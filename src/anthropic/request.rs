@@ -49,10 +49,17 @@ pub fn to_chat(bytes: &[u8]) -> Result<Translation, ApiError> {
     if let Some(user) = body.get("metadata").and_then(|m| m.get("user_id")) {
         chat.insert("user".to_owned(), user.clone());
     }
-    if let Some(stream) = body.get("stream").filter(|v| !v.is_null()) {
-        chat.insert("stream".to_owned(), stream.clone());
-        // The door's `message_delta` reports the usage: ask for it.
-        chat.insert("stream_options".to_owned(), json!({"include_usage": true}));
+    match body.get("stream") {
+        None | Some(Value::Null | Value::Bool(false)) => {}
+        Some(Value::Bool(true)) => {
+            chat.insert("stream".to_owned(), Value::Bool(true));
+            // The door's `message_delta` reports the usage: ask for it (only a stream may).
+            chat.insert("stream_options".to_owned(), json!({"include_usage": true}));
+        }
+        // Not a boolean: the chat request's validation refuses it, naming `stream`.
+        Some(other) => {
+            chat.insert("stream".to_owned(), other.clone());
+        }
     }
     Ok(Translation {
         chat: Value::Object(chat).to_string().into_bytes(),
@@ -459,5 +466,8 @@ mod tests {
             "system"
         );
         assert!(to_chat(b"{nope").is_err());
+        let (chat, _) = chat_of(&json!({"model": "m", "max_tokens": 5, "stream": false,
+            "messages": [{"role": "user", "content": "x"}]}));
+        assert!(chat.get("stream_options").is_none(), "{chat}");
     }
 }
