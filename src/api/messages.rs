@@ -39,9 +39,10 @@ pub async fn count_tokens(
 ) -> Result<HttpResponse, ApiError> {
     let started = monotonic();
     let meter = RequestMeter::default();
+    let request_id = RequestId::generate();
     let result = async {
         let body = read_body(&req, payload, gw.config.server.body_limit_bytes).await?;
-        let ctx = request_context(&req, &auth.0, Api::Messages, RequestId::generate())?;
+        let ctx = request_context(&req, &auth.0, Api::Messages, request_id.clone())?;
         count(&gw.clone().into_inner(), &ctx, &meter, &body).await
     }
     .await;
@@ -49,7 +50,7 @@ pub async fn count_tokens(
     let status = result.as_ref().map_or_else(|e| e.code().as_str(), |_| "ok");
     observe_request(&meter, Some(status), latency_ms);
     let route = meter.route_label();
-    tracing::info!(tenant = %auth.0.tenant.id, key = %auth.0.key.id, route, status, latency_ms, "Tokens counted.");
+    tracing::info!(request_id = %request_id, tenant = %auth.0.tenant.id, key = %auth.0.key.id, route, status, latency_ms, "Tokens counted.");
     let Counted { input_tokens, rate } = result.map_err(ApiError::in_anthropic_envelope)?;
     let mut response = HttpResponse::Ok();
     for header in rate_headers(&rate) {
