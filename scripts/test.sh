@@ -32,10 +32,14 @@ if [ ! -d tests/sdk/node_modules/openai ]; then
   echo "installing the openai Node package"
   (cd tests/sdk && npm install --silent --no-audit --no-fund)
 fi
-# The official OpenAI SDK is part of the contract: any OpenAI client must work unchanged.
+# The official OpenAI and Anthropic SDKs are part of the contract: their clients must work unchanged.
 if ! python3 -c "import openai" >/dev/null 2>&1; then
   echo "installing the openai Python package"
   python3 -m pip install --quiet openai || python3 -m pip install --quiet --break-system-packages openai
+fi
+if ! python3 -c "import anthropic" >/dev/null 2>&1; then
+  echo "installing the anthropic Python package"
+  python3 -m pip install --quiet anthropic || python3 -m pip install --quiet --break-system-packages anthropic
 fi
 
 # The alert rules: each tested rule fires on the series it must and not on the rest.

@@ -1,6 +1,7 @@
 //! Every error a client can see: one `ErrorCode` table (status, OpenAI `type`,
-//! wire `code`, which is also the metric label) and one `ResponseError` impl that
-//! renders OpenAI's envelope. This is the only place errors are logged.
+//! Anthropic `type`, wire `code`, which is also the metric label) and one
+//! `ResponseError` impl that renders OpenAI's envelope, or Anthropic's for the
+//! Messages door. This is the only place errors are logged.
 
 use actix_web::http::StatusCode;
 use actix_web::http::header::{HeaderName, HeaderValue};
@@ -82,6 +83,31 @@ impl ErrorCode {
         }
     }
 
+    /// Anthropic's `error.type`, for the Messages door. A budget refusal is
+    /// `billing_error`: Anthropic's own type for 402, so its SDKs raise a
+    /// status error the caller can tell apart from a malformed request.
+    pub const fn anthropic_type(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidRequest | ErrorCode::Conflict | ErrorCode::UpstreamRejected => {
+                "invalid_request_error"
+            }
+            ErrorCode::PayloadTooLarge => "request_too_large",
+            ErrorCode::InvalidApiKey | ErrorCode::KeyExpired | ErrorCode::InvalidAdminToken => {
+                "authentication_error"
+            }
+            ErrorCode::RouteNotAllowed => "permission_error",
+            ErrorCode::ModelNotFound | ErrorCode::NotFound => "not_found_error",
+            ErrorCode::RateLimited | ErrorCode::TokenLimited => "rate_limit_error",
+            ErrorCode::BudgetExceeded => "billing_error",
+            ErrorCode::ProviderMisconfigured | ErrorCode::UpstreamFailed | ErrorCode::Internal => {
+                "api_error"
+            }
+            ErrorCode::ProviderUnavailable
+            | ErrorCode::Overloaded
+            | ErrorCode::QuotaUnavailable => "overloaded_error",
+        }
+    }
+
     /// The wire `error.code`, and the `status` label of metrics.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -123,8 +149,16 @@ struct Inner {
     headers: Vec<(HeaderName, HeaderValue)>,
     /// The requests/min decision, sent as OpenAI's `x-ratelimit-*` headers.
     rate: Option<crate::tenant::RateDecision>,
-    /// An upstream's own error body, returned unchanged.
+    /// An upstream's own error body, returned unchanged (in the door's envelope).
     raw_body: Option<Bytes>,
+    wire: Wire,
+}
+
+/// Whose envelope the error is rendered in: the door's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    OpenAi,
+    Anthropic,
 }
 
 impl ApiError {
@@ -138,6 +172,7 @@ impl ApiError {
             headers: Vec::new(),
             rate: None,
             raw_body: None,
+            wire: Wire::OpenAi,
         }))
     }
 
@@ -170,6 +205,13 @@ impl ApiError {
     #[must_use]
     pub fn with_header(mut self, name: HeaderName, value: HeaderValue) -> Self {
         self.0.headers.push((name, value));
+        self
+    }
+
+    /// Rendered in Anthropic's envelope, as the Messages door answers.
+    #[must_use]
+    pub fn in_anthropic_envelope(mut self) -> Self {
+        self.0.wire = Wire::Anthropic;
         self
     }
 
@@ -227,6 +269,45 @@ impl ApiError {
         };
         serde_json::to_vec(&envelope).unwrap_or_else(|_| b"{\"error\":{}}".to_vec())
     }
+
+    /// Anthropic's envelope `{"type": "error", "error": {"type", "message"}}`. An
+    /// upstream's body already in it passes unchanged; any other (an OpenAI-kind
+    /// upstream's refusal) is rewrapped with the type its status means.
+    pub fn anthropic_envelope_json(&self, status: StatusCode) -> Vec<u8> {
+        let e = &self.0;
+        let (kind, message) = match &e.raw_body {
+            None => (e.code.anthropic_type(), e.message.clone()),
+            Some(raw) => {
+                let parsed: serde_json::Value =
+                    serde_json::from_slice(raw).unwrap_or(serde_json::Value::Null);
+                if parsed["type"] == "error" && parsed["error"]["type"].is_string() {
+                    return raw.to_vec();
+                }
+                let message = parsed["error"]["message"]
+                    .as_str()
+                    .map_or_else(|| String::from_utf8_lossy(raw).into_owned(), str::to_owned);
+                (anthropic_type_of_status(status), message)
+            }
+        };
+        let envelope =
+            serde_json::json!({"type": "error", "error": {"type": kind, "message": message}});
+        envelope.to_string().into_bytes()
+    }
+}
+
+/// The `error.type` Anthropic's API answers a status with.
+pub fn anthropic_type_of_status(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        401 => "authentication_error",
+        402 => "billing_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        503 | 529 => "overloaded_error",
+        500..=599 => "api_error",
+        _ => "invalid_request_error",
+    }
 }
 
 impl ResponseError for ApiError {
@@ -263,9 +344,10 @@ impl ResponseError for ApiError {
         for header in e.rate.iter().flat_map(crate::api::headers::rate_headers) {
             response.insert_header(header);
         }
-        match &e.raw_body {
-            Some(body) => response.body(body.clone()),
-            None => response.body(self.envelope_json()),
+        match (e.wire, &e.raw_body) {
+            (Wire::Anthropic, _) => response.body(self.anthropic_envelope_json(status)),
+            (Wire::OpenAi, Some(body)) => response.body(body.clone()),
+            (Wire::OpenAi, None) => response.body(self.envelope_json()),
         }
     }
 }
@@ -290,6 +372,40 @@ mod tests {
         );
         let response = error.error_response();
         assert_eq!(response.headers().get("x-should-retry").unwrap(), "false");
+    }
+
+    #[test]
+    fn the_messages_door_renders_anthropic_s_envelope_and_rewraps_openai_refusals() {
+        let error =
+            ApiError::new(ErrorCode::BudgetExceeded, "budget exceeded").in_anthropic_envelope();
+        let response = error.error_response();
+        assert_eq!(response.status(), StatusCode::PAYMENT_REQUIRED);
+        assert_eq!(response.headers().get("x-should-retry").unwrap(), "false");
+        let body: serde_json::Value =
+            serde_json::from_slice(&error.anthropic_envelope_json(StatusCode::PAYMENT_REQUIRED))
+                .unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({"type": "error", "error": {"type": "billing_error", "message": "budget exceeded"}})
+        );
+        let openai = Bytes::from_static(
+            br#"{"error":{"message":"bad tool","type":"invalid_request_error"}}"#,
+        );
+        let rewrapped: serde_json::Value = serde_json::from_slice(
+            &ApiError::upstream_rejected(StatusCode::UNPROCESSABLE_ENTITY, openai)
+                .anthropic_envelope_json(StatusCode::UNPROCESSABLE_ENTITY),
+        )
+        .unwrap();
+        assert_eq!(
+            rewrapped["error"],
+            serde_json::json!({"type": "invalid_request_error", "message": "bad tool"})
+        );
+        let native = Bytes::from_static(
+            br#"{"type":"error","error":{"type":"overloaded_error","message":"busy"}}"#,
+        );
+        let kept = ApiError::upstream_rejected(StatusCode::BAD_REQUEST, native.clone())
+            .anthropic_envelope_json(StatusCode::BAD_REQUEST);
+        assert_eq!(kept, native.to_vec());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod anthropic;
 pub mod api;
 pub mod app;
 pub mod auth;

@@ -1,7 +1,8 @@
-//! The OpenAI doors: `POST /v1/chat/completions`, `POST /v1/embeddings` and
-//! `POST /v1/responses`. All are the one pipeline; a door only translates
-//! its wire format to the pipeline's request and the outcome back
-//! (`openai/responses.rs` for Responses).
+//! The doors' one way through the pipeline: `POST /v1/chat/completions`,
+//! `POST /v1/embeddings`, `POST /v1/responses` here, and `POST /v1/messages`
+//! from `messages.rs`. A door only translates its wire format to the
+//! pipeline's request and the outcome back (`openai/responses.rs` for
+//! Responses, `anthropic/` for Messages, unless the answer is already in it).
 
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -9,6 +10,7 @@ use tracing::Instrument;
 
 use super::extract::{TenantAuth, read_body};
 use super::headers;
+use crate::anthropic;
 use crate::api::headers::{rate_headers, token_headers};
 use crate::clock::{elapsed_ms, monotonic};
 use crate::error::ApiError;
@@ -53,7 +55,7 @@ pub async fn embeddings(
     serve(req, gw, clients, auth, payload, Api::Embeddings).await
 }
 
-async fn serve(
+pub(super) async fn serve(
     req: HttpRequest,
     gw: web::Data<Gateway>,
     clients: web::Data<UpstreamClients>,
@@ -67,8 +69,7 @@ async fn serve(
     let client_request_id = headers::client_request_id(&req);
     let echoed = headers::echoed_request_id(client_request_id.as_deref(), &request_id);
     let span = tracing::info_span!("request", api = api.as_str(), request_id = %request_id, tenant = %auth.tenant.id);
-    let trace = headers::traceparent(&req);
-    let trace_id = trace.as_ref().map(|(id, _)| id.clone());
+    let trace_id = headers::traceparent(&req).map(|(id, _)| id);
     meter.trace_id.borrow_mut().clone_from(&trace_id);
     let mut door = Door::Same;
     let result = async {
@@ -83,19 +84,15 @@ async fn serve(
                 door = Door::Responses(identity, echo);
                 bytes::Bytes::from(chat)
             }
-            Api::Chat | Api::Embeddings | Api::Messages => body,
+            Api::Messages => {
+                door = Door::Messages {
+                    id: format!("msg_{request_id}"),
+                };
+                body
+            }
+            Api::Chat | Api::Embeddings => body,
         };
-        let ctx = RequestContext {
-            tenant: auth.tenant.clone(),
-            key: auth.key.clone(),
-            feature: headers::feature(&req)?,
-            api,
-            request_id: request_id.clone(),
-            client_request_id,
-            trace_id,
-            traceparent: trace.map(|(_, value)| value),
-            complexity: headers::complexity(&req)?,
-        };
+        let ctx = request_context(&req, &auth, api, request_id.clone())?;
         handle_chat(&gw.clone().into_inner(), &clients, &ctx, &meter, &body).await
     }
     .instrument(span)
@@ -108,7 +105,7 @@ async fn serve(
         Ok(outcome) => {
             let status = if outcome.degraded { "degraded" } else { "ok" };
             // A stream's final status is known when it ends: its relay counts it.
-            let streamed = matches!(outcome.body, OutcomeBody::Stream(_));
+            let streamed = matches!(outcome.body, OutcomeBody::Stream { .. });
             observe_request(&meter, (!streamed).then_some(status), latency_ms);
             let mut response = HttpResponse::Ok();
             if let Some(value) = echoed_value {
@@ -143,13 +140,17 @@ async fn serve(
                     if let Some(remaining) = remaining {
                         response.insert_header((headers::BUDGET_REMAINING, remaining.to_string()));
                     }
-                    Ok(response.body(door.complete(&body)))
+                    Ok(response.body(door.complete(&body, outcome.native)))
                 }
-                OutcomeBody::Stream(receiver) => {
+                OutcomeBody::Stream {
+                    body,
+                    prompt_tokens,
+                } => {
                     response
                         .content_type("text/event-stream")
                         .insert_header(("cache-control", "no-cache"));
-                    Ok(response.streaming(door.stream(receiver)))
+                    let door = if outcome.native { Door::Same } else { door };
+                    Ok(response.streaming(door.stream(body, prompt_tokens)))
                 }
             }
         }
@@ -163,8 +164,33 @@ async fn serve(
     }
 }
 
+/// Who is asking, as the pipeline reads it from the request's headers.
+pub(super) fn request_context(
+    req: &HttpRequest,
+    auth: &TenantAuth,
+    api: Api,
+    request_id: RequestId,
+) -> Result<RequestContext, ApiError> {
+    let trace = headers::traceparent(req);
+    Ok(RequestContext {
+        tenant: auth.tenant.clone(),
+        key: auth.key.clone(),
+        feature: headers::feature(req)?,
+        api,
+        request_id,
+        client_request_id: headers::client_request_id(req),
+        trace_id: trace.as_ref().map(|(id, _)| id.clone()),
+        traceparent: trace.map(|(_, value)| value),
+        complexity: headers::complexity(req)?,
+        anthropic_headers: match api {
+            Api::Messages => headers::anthropic(req),
+            Api::Chat | Api::Responses | Api::Embeddings => Vec::new(),
+        },
+    })
+}
+
 /// Request metrics; `status`, if the request is over, counts it.
-fn observe_request(meter: &RequestMeter, status: Option<&str>, latency_ms: u64) {
+pub(super) fn observe_request(meter: &RequestMeter, status: Option<&str>, latency_ms: u64) {
     let route = meter.route_label();
     if let Some(status) = status {
         counter_add(
@@ -201,7 +227,7 @@ fn access_log(
         Ok(outcome) => {
             let cost = match &outcome.body {
                 OutcomeBody::Complete { cost, .. } => cost.to_string(),
-                OutcomeBody::Stream(_) => "stream".to_owned(),
+                OutcomeBody::Stream { .. } => "stream".to_owned(),
             };
             tracing::info!(request_id = %request_id, trace_id, tenant = %auth.tenant.id, key = %auth.key.id, route, provider = %outcome.provider, model = %outcome.model, status = "ok", cost, latency_ms, "Request served.");
         }
@@ -211,47 +237,61 @@ fn access_log(
     }
 }
 
-/// How a door's answer leaves: as the pipeline's (OpenAI chat), or translated.
+/// How a door's answer leaves: as the pipeline's (OpenAI chat, or already in
+/// the door's API), or translated.
 enum Door {
     Same,
     Responses(Identity, Echo),
+    Messages { id: String },
 }
 
 type Chunk = Result<bytes::Bytes, std::io::Error>;
 
+/// A door's stream mapper: one chat SSE event's `data` in, the door's events out.
+type DataMapper = Box<dyn FnMut(&[u8]) -> Vec<u8>>;
+
 impl Door {
-    fn complete(&self, body: &bytes::Bytes) -> bytes::Bytes {
+    /// `native`: the body is already in the door's API.
+    fn complete(&self, body: &bytes::Bytes, native: bool) -> bytes::Bytes {
         match self {
+            _ if native => body.clone(),
             Door::Same => body.clone(),
             Door::Responses(identity, echo) => responses::to_response(body, identity, echo),
+            Door::Messages { id } => anthropic::response::to_message(body, id),
         }
     }
 
     fn stream(
         self,
         receiver: ClientBody,
+        prompt_tokens: u64,
     ) -> std::pin::Pin<Box<dyn futures_util::Stream<Item = Chunk>>> {
         let chunks = futures_util::stream::unfold(receiver, |mut receiver| async move {
             receiver.recv().await.map(|item| (item, receiver))
         });
-        match self {
-            Door::Same => Box::pin(chunks),
+        let mut on_data: DataMapper = match self {
+            Door::Same => return Box::pin(chunks),
             Door::Responses(identity, echo) => {
                 let mut mapper = StreamMapper::new(identity, echo);
-                let mut splitter = SseSplitter::default();
-                Box::pin(futures_util::StreamExt::map(chunks, move |chunk| {
-                    let bytes = chunk?;
-                    splitter.push(&bytes);
-                    let mut out = Vec::new();
-                    while let Some(event) = splitter.next_event() {
-                        if let Some(data) = sse_data(&event) {
-                            out.extend(mapper.on_data(&data));
-                        }
-                    }
-                    Ok(bytes::Bytes::from(out))
-                }))
+                Box::new(move |data| mapper.on_data(data))
             }
-        }
+            Door::Messages { id } => {
+                let mut mapper = anthropic::stream::StreamMapper::new(id, prompt_tokens);
+                Box::new(move |data| mapper.on_data(data))
+            }
+        };
+        let mut splitter = SseSplitter::default();
+        Box::pin(futures_util::StreamExt::map(chunks, move |chunk| {
+            let bytes = chunk?;
+            splitter.push(&bytes);
+            let mut out = Vec::new();
+            while let Some(event) = splitter.next_event() {
+                if let Some(data) = sse_data(&event) {
+                    out.extend(on_data(&data));
+                }
+            }
+            Ok(bytes::Bytes::from(out))
+        }))
     }
 }
 

@@ -43,27 +43,73 @@ impl FromRequest for TenantAuth {
         let gw = gateway(req);
         let token = bearer(req);
         Box::pin(async move {
-            let gw = gw?;
-            let Some(token) = token else {
-                return Err(ApiError::new(
-                    ErrorCode::InvalidApiKey,
-                    "missing API key: send `Authorization: Bearer <key>`",
-                ));
-            };
-            match gw.directory.authenticate(&token).await {
-                Ok((key, tenant)) => Ok(TenantAuth { tenant, key }),
-                Err(AuthError::Storage) => Err(ApiError::new(
-                    ErrorCode::QuotaUnavailable,
-                    "key lookup is unavailable; try again shortly",
-                )
-                .with_retry_after(1)),
-                Err(AuthError::Expired) => Err(ApiError::new(
-                    ErrorCode::KeyExpired,
-                    "the API key has expired: ask for a new one",
-                )),
-                Err(error) => Err(ApiError::new(ErrorCode::InvalidApiKey, error.to_string())),
+            authenticate(
+                gw?,
+                token,
+                "missing API key: send `Authorization: Bearer <key>`",
+            )
+            .await
+        })
+    }
+}
+
+/// A caller where Anthropic's clients call (the Messages door, `GET
+/// /v1/models`): the key in `x-api-key` or as a Bearer token, and refusals in
+/// Anthropic's envelope when the request is Anthropic's (the Messages door,
+/// or `anthropic-version` sent).
+pub struct AnthropicAuth(pub TenantAuth);
+
+impl FromRequest for AnthropicAuth {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _payload: &mut Payload) -> Self::Future {
+        let gw = gateway(req);
+        let token = req
+            .headers()
+            .get("x-api-key")
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+            .or_else(|| bearer(req));
+        let anthropic = is_anthropic(req);
+        Box::pin(async move {
+            let missing =
+                "missing API key: send `x-api-key: <key>` or `Authorization: Bearer <key>`";
+            match authenticate(gw?, token, missing).await {
+                Ok(auth) => Ok(AnthropicAuth(auth)),
+                Err(error) if anthropic => Err(error.in_anthropic_envelope()),
+                Err(error) => Err(error),
             }
         })
+    }
+}
+
+/// Whether a request follows Anthropic's API, so its errors use that envelope.
+pub fn is_anthropic(req: &HttpRequest) -> bool {
+    req.path().starts_with("/v1/messages") || req.headers().contains_key("anthropic-version")
+}
+
+async fn authenticate(
+    gw: web::Data<Gateway>,
+    token: Option<String>,
+    missing: &str,
+) -> Result<TenantAuth, ApiError> {
+    let Some(token) = token else {
+        return Err(ApiError::new(ErrorCode::InvalidApiKey, missing));
+    };
+    match gw.directory.authenticate(&token).await {
+        Ok((key, tenant)) => Ok(TenantAuth { tenant, key }),
+        Err(AuthError::Storage) => Err(ApiError::new(
+            ErrorCode::QuotaUnavailable,
+            "key lookup is unavailable; try again shortly",
+        )
+        .with_retry_after(1)),
+        Err(AuthError::Expired) => Err(ApiError::new(
+            ErrorCode::KeyExpired,
+            "the API key has expired: ask for a new one",
+        )),
+        Err(error) => Err(ApiError::new(ErrorCode::InvalidApiKey, error.to_string())),
     }
 }
 

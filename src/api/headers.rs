@@ -84,6 +84,24 @@ pub fn traceparent(req: &HttpRequest) -> Option<(String, String)> {
     valid.then(|| (parts[1].to_ascii_lowercase(), value.to_owned()))
 }
 
+/// The caller's `anthropic-version` and `anthropic-beta` (several beta
+/// headers joined, as Anthropic reads them), for Anthropic upstreams.
+pub fn anthropic(req: &HttpRequest) -> Vec<(&'static str, String)> {
+    ["anthropic-version", "anthropic-beta"]
+        .into_iter()
+        .filter_map(|name| {
+            let values: Vec<&str> = req
+                .headers()
+                .get_all(name)
+                .filter_map(|v| v.to_str().ok())
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .collect();
+            (!values.is_empty()).then(|| (name, values.join(",")))
+        })
+        .collect()
+}
+
 /// The id echoed in `X-Request-Id`: the caller's, else the gateway's own.
 pub fn echoed_request_id(client: Option<&str>, own: &RequestId) -> String {
     client.map_or_else(|| own.to_string(), str::to_owned)

@@ -5,6 +5,7 @@ pub mod admin;
 pub mod chat;
 pub mod extract;
 pub mod headers;
+pub mod messages;
 pub mod models;
 pub mod ops;
 
@@ -35,6 +36,17 @@ pub fn configure(cfg: &mut web::ServiceConfig, surface: Surface) {
         .route("/v1/responses", web::post().to(chat::responses))
         .route("/responses", web::post().to(chat::responses))
         .route("/embeddings", web::post().to(chat::embeddings))
+        .service(
+            web::resource("/v1/messages")
+                .route(web::post().to(messages::messages))
+                .default_service(web::to(messages::unknown)),
+        )
+        .service(
+            web::resource("/v1/messages/count_tokens")
+                .route(web::post().to(messages::count_tokens))
+                .default_service(web::to(messages::unknown)),
+        )
+        .route("/v1/messages/{rest:.*}", web::to(messages::unknown))
         .route("/v1/models", web::get().to(models::list_models));
     }
     cfg.route("/healthz", web::get().to(ops::healthz));

@@ -1,12 +1,19 @@
-//! `GET /v1/models`: the routes this key may use.
+//! `GET /v1/models`: the routes this key may use, in OpenAI's list shape, or
+//! in Anthropic's for a request that sends `anthropic-version`.
 
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 
-use super::extract::TenantAuth;
+use super::extract::{AnthropicAuth, is_anthropic};
+use crate::anthropic;
 use crate::openai::models::ModelList;
 use crate::state::Gateway;
 
-pub async fn list_models(gw: web::Data<Gateway>, auth: TenantAuth) -> HttpResponse {
+pub async fn list_models(
+    req: HttpRequest,
+    gw: web::Data<Gateway>,
+    auth: AnthropicAuth,
+) -> HttpResponse {
+    let auth = auth.0;
     let tier_routes = gw
         .live()
         .config
@@ -23,5 +30,8 @@ pub async fn list_models(gw: web::Data<Gateway>, auth: TenantAuth) -> HttpRespon
                 .is_none_or(|allowed| allowed.contains(route))
         })
         .map(|route| route.to_string());
+    if is_anthropic(&req) {
+        return HttpResponse::Ok().json(anthropic::models::ModelList::new(routes));
+    }
     HttpResponse::Ok().json(ModelList::new(routes))
 }

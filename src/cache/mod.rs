@@ -12,14 +12,16 @@ use sha2::{Digest, Sha256};
 use crate::config::CacheConfig;
 use crate::pricing::Usage;
 
-/// SHA-256 of tenant, route and body.
+/// SHA-256 of tenant, door, route and body. The door is in the key because
+/// one body can be valid at two doors (chat and Messages) that answer in
+/// different shapes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CacheKey([u8; 32]);
 
 impl CacheKey {
-    pub fn new(tenant: &str, route: &str, body: &[u8]) -> CacheKey {
+    pub fn new(tenant: &str, door: &str, route: &str, body: &[u8]) -> CacheKey {
         let mut hasher = Sha256::new();
-        for part in [tenant.as_bytes(), route.as_bytes()] {
+        for part in [tenant.as_bytes(), door.as_bytes(), route.as_bytes()] {
             hasher.update(u64::try_from(part.len()).unwrap_or(u64::MAX).to_le_bytes());
             hasher.update(part);
         }
@@ -36,6 +38,8 @@ pub struct CachedResponse {
     pub model: String,
     /// The original call's usage: a hit is metered with it but charged nothing.
     pub usage: Usage,
+    /// The body is in its door's own API, not OpenAI chat (a passthrough answer).
+    pub native: bool,
 }
 
 #[derive(Debug)]
@@ -137,27 +141,32 @@ mod tests {
             provider: "p".into(),
             model: "m".into(),
             usage: Usage::default(),
+            native: false,
         }
     }
 
     #[test]
-    fn keys_separate_tenants_and_routes() {
+    fn keys_separate_tenants_doors_and_routes() {
         let body = br#"{"model":"fast"}"#;
         assert_ne!(
-            CacheKey::new("a", "fast", body),
-            CacheKey::new("b", "fast", body)
+            CacheKey::new("a", "chat", "fast", body),
+            CacheKey::new("b", "chat", "fast", body)
         );
         assert_ne!(
-            CacheKey::new("a", "fast", body),
-            CacheKey::new("a", "smart", body)
+            CacheKey::new("a", "chat", "fast", body),
+            CacheKey::new("a", "chat", "smart", body)
         );
         assert_ne!(
-            CacheKey::new("ab", "c", body),
-            CacheKey::new("a", "bc", body)
+            CacheKey::new("a", "chat", "fast", body),
+            CacheKey::new("a", "messages", "fast", body)
+        );
+        assert_ne!(
+            CacheKey::new("ab", "chat", "c", body),
+            CacheKey::new("a", "chat", "bc", body)
         );
         assert_eq!(
-            CacheKey::new("a", "fast", body),
-            CacheKey::new("a", "fast", body)
+            CacheKey::new("a", "chat", "fast", body),
+            CacheKey::new("a", "chat", "fast", body)
         );
     }
 
@@ -167,7 +176,7 @@ mod tests {
             max_entries: 2,
             max_bytes: 1024,
         });
-        let k = |i: u8| CacheKey::new("t", "r", &[i]);
+        let k = |i: u8| CacheKey::new("t", "chat", "r", &[i]);
         cache.put(k(1), response("one"), 100);
         assert!(cache.get(&k(1), 99).is_some());
         assert!(cache.get(&k(1), 100).is_none(), "expired");
@@ -185,11 +194,19 @@ mod tests {
             max_entries: 100,
             max_bytes: 8,
         });
-        cache.put(CacheKey::new("t", "r", b"1"), response("12345"), 1000);
-        cache.put(CacheKey::new("t", "r", b"2"), response("67890"), 1000);
+        cache.put(
+            CacheKey::new("t", "chat", "r", b"1"),
+            response("12345"),
+            1000,
+        );
+        cache.put(
+            CacheKey::new("t", "chat", "r", b"2"),
+            response("67890"),
+            1000,
+        );
         assert_eq!(cache.len(), 1);
         cache.put(
-            CacheKey::new("t", "r", b"3"),
+            CacheKey::new("t", "chat", "r", b"3"),
             response("too large to keep"),
             1000,
         );

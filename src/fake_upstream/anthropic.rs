@@ -3,7 +3,8 @@
 //! headers or fields, roles that do not alternate, stray OpenAI fields, tool results without a
 //! matching tool use, malformed `cache_control`) with Anthropic's error envelope, so a mapping
 //! bug fails a test instead of production. Scenarios ride in the `model` string as in the
-//! OpenAI fake: `status-NNN`, `delay-NNNms`, `usage-IN-CW-CR-OUT`, `tool`.
+//! OpenAI fake: `status-NNN`, `delay-NNNms`, `usage-IN-CW-CR-OUT`, `tool`, and `words-N` (a
+//! reply of N words whatever `max_tokens` says: a runaway upstream).
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
@@ -832,6 +833,8 @@ struct Scenario {
     /// `[input, cache_creation, cache_read, output]` tokens.
     usage: Option<[u64; 4]>,
     tool: bool,
+    /// A reply of this many words, ignoring `max_tokens`.
+    words: Option<u64>,
 }
 
 impl Scenario {
@@ -851,6 +854,8 @@ impl Scenario {
                 if let Some(ms) = rest.strip_suffix("ms").and_then(number) {
                     scenario.delay_ms = ms.min(MAX_DELAY_MS);
                 }
+            } else if let Some(rest) = segment.strip_prefix("words-") {
+                scenario.words = number(rest).map(|n| n.min(100_000));
             } else if let Some(rest) = segment.strip_prefix("usage-") {
                 let counts: Option<Vec<u64>> = rest.split('-').map(number).collect();
                 if let Some(Ok(counts)) = counts.map(<[u64; 4]>::try_from) {
@@ -902,9 +907,10 @@ impl Reply {
                 input,
             )
         });
-        let text = match &tool_use {
-            Some((_, name, _)) => format!("I will call the {name} tool."),
-            None => REPLY_TEXT.to_owned(),
+        let text = match (&tool_use, scenario.words) {
+            (Some((_, name, _)), _) => format!("I will call the {name} tool."),
+            (None, Some(words)) => "word ".repeat(usize::try_from(words).unwrap_or(0)),
+            (None, None) => REPLY_TEXT.to_owned(),
         };
         let default_output = DEFAULT_OUTPUT_TOKENS.min(max_tokens);
         let usage =
@@ -1473,12 +1479,13 @@ mod tests {
     fn parses_scenarios() {
         assert_eq!(Scenario::parse("claude-sonnet-4-5"), Scenario::default());
         assert_eq!(
-            Scenario::parse("claude+status-529+delay-20ms+usage-1-2-3-4+tool"),
+            Scenario::parse("claude+status-529+delay-20ms+usage-1-2-3-4+tool+words-7"),
             Scenario {
                 status: Some(529),
                 delay_ms: 20,
                 usage: Some([1, 2, 3, 4]),
                 tool: true,
+                words: Some(7),
             }
         );
         for ignored in [

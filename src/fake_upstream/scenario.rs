@@ -26,6 +26,8 @@ pub(super) struct Scenario {
     /// The first `flaky` requests for this exact model string fail; 0 disables.
     pub flaky: u64,
     pub usage: UsageMode,
+    /// `tool`: a complete answer calls the request's first tool.
+    pub tool: bool,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -61,6 +63,7 @@ impl Scenario {
         match segment {
             "usage-max" => self.usage = UsageMode::MaxTokens,
             "no-usage" => self.usage = UsageMode::Omitted,
+            "tool" => self.tool = true,
             _ => {
                 if let Some(rest) = segment.strip_prefix("status-") {
                     if let Some(status) = number(rest)
@@ -314,7 +317,7 @@ mod tests {
 
     #[test]
     fn parses_combined_segments() {
-        let scenario = Scenario::parse("gpt-4o+status-429+retry-after-7+delay-20ms+flaky-2");
+        let scenario = Scenario::parse("gpt-4o+status-429+retry-after-7+delay-20ms+flaky-2+tool");
         assert_eq!(
             scenario,
             Scenario {
@@ -323,6 +326,7 @@ mod tests {
                 delay_ms: 20,
                 flaky: 2,
                 usage: UsageMode::Estimate,
+                tool: true,
             }
         );
     }

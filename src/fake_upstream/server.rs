@@ -228,6 +228,12 @@ fn success(
             "finish_reason": "stop",
         }],
     });
+    let first_tool = request["tools"][0]["function"]["name"].as_str();
+    if let (true, Some(name)) = (scenario.tool, first_tool) {
+        body["choices"][0]["message"]["tool_calls"] = json!([{"id": format!("call_fake_{request_number}"),
+            "type": "function", "function": {"name": name, "arguments": "{\"word\":\"fake\"}"}}]);
+        body["choices"][0]["finish_reason"] = json!("tool_calls");
+    }
     if let Some(usage) = scenario::usage(scenario.usage, request)
         && let Some(object) = body.as_object_mut()
     {

@@ -1,13 +1,25 @@
 //! A request of an OpenAI door (chat completions, embeddings), validated
 //! just enough to route, estimate and bound it. The body is kept as a JSON
 //! map so every field the caller sent (tools, response_format, dimensions,
-//! unknown ones) reaches the upstream unchanged.
+//! unknown ones) reaches the upstream unchanged. A Messages request is its
+//! chat translation plus the caller's own body (`Native`), which an upstream
+//! of Anthropic's API gets instead.
 
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
+use crate::anthropic::request::{self as messages, Gap};
 use crate::error::ApiError;
 use crate::ledger::Api;
+
+/// A request's body in its door's own API, when that is not OpenAI chat.
+#[derive(Debug, Clone)]
+pub struct Native {
+    /// As the caller sent it.
+    pub body: Bytes,
+    /// What the chat translation could not carry: an OpenAI-kind upstream refuses it.
+    pub gap: Option<Gap>,
+}
 
 #[derive(Debug, Clone)]
 pub struct ChatRequest {
@@ -24,6 +36,7 @@ pub struct ChatRequest {
     /// `n`: completions the upstream generates, each up to the output limit.
     choices: u32,
     stream: bool,
+    native: Option<Native>,
 }
 
 impl ChatRequest {
@@ -85,6 +98,7 @@ impl ChatRequest {
             both_limits,
             choices,
             stream,
+            native: None,
         })
     }
 
@@ -113,7 +127,33 @@ impl ChatRequest {
             both_limits: false,
             choices: 1,
             stream: false,
+            native: None,
         })
+    }
+
+    /// `POST /v1/messages`: routed and estimated by its chat translation;
+    /// `max_tokens` is required, as Anthropic requires it (it is the output
+    /// limit the request reserves).
+    pub fn parse_messages(bytes: &[u8]) -> Result<ChatRequest, ApiError> {
+        let request = ChatRequest::parse_count_tokens(bytes)?;
+        if request.max_tokens.is_none() {
+            return Err(ApiError::invalid_request(
+                "max_tokens",
+                "`max_tokens` is required",
+            ));
+        }
+        Ok(request)
+    }
+
+    /// `POST /v1/messages/count_tokens`: a Messages body without an output limit.
+    pub fn parse_count_tokens(bytes: &[u8]) -> Result<ChatRequest, ApiError> {
+        let translation = messages::to_chat(bytes)?;
+        let mut request = ChatRequest::parse(&translation.chat)?.through(Api::Messages);
+        request.native = Some(Native {
+            body: Bytes::copy_from_slice(bytes),
+            gap: translation.gap,
+        });
+        Ok(request)
     }
 
     /// The same request, arrived through another door (the Responses door
@@ -138,9 +178,14 @@ impl ChatRequest {
         &self.body
     }
 
-    /// The body as the caller sent it.
+    /// The chat body as the caller sent it (or as its door translated it).
     pub fn raw(&self) -> &[u8] {
         &self.raw
+    }
+
+    /// The caller's body in its door's own API, when that is not chat.
+    pub fn native(&self) -> Option<&Native> {
+        self.native.as_ref()
     }
 
     /// The `model` the caller asked for: a route name.
@@ -186,7 +231,8 @@ impl ChatRequest {
     }
 }
 
-fn object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
+/// The body as a JSON object, else the caller's 400.
+pub fn object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
     let value: Value = serde_json::from_slice(bytes).map_err(|e| {
         ApiError::invalid_request("body", format!("the body is not valid JSON: {e}"))
     })?;

@@ -2,6 +2,7 @@
 //! model list. Everything else in a body passes through untouched.
 
 pub mod chat;
+pub mod chunk;
 pub mod models;
 pub mod responses;
 pub mod splice;

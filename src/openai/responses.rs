@@ -8,6 +8,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
 use crate::error::ApiError;
+use crate::openai::chunk::{self, ChatEvent};
 
 /// What a `response` object repeats of its request.
 #[derive(Debug, Clone, Default)]
@@ -30,21 +31,7 @@ const ECHOED: [&str; 8] = [
 /// A Responses request as the chat completion body the pipeline serves, and
 /// what its answer echoes.
 pub fn to_chat(bytes: &[u8]) -> Result<(Vec<u8>, Echo), ApiError> {
-    let request: Map<String, Value> = match serde_json::from_slice(bytes) {
-        Ok(Value::Object(request)) => request,
-        Ok(_) => {
-            return Err(ApiError::invalid_request(
-                "body",
-                "the body must be a JSON object",
-            ));
-        }
-        Err(e) => {
-            return Err(ApiError::invalid_request(
-                "body",
-                format!("the body is not valid JSON: {e}"),
-            ));
-        }
-    };
+    let request = super::chat::object(bytes)?;
     refuse_state(&request)?;
     let mut chat = Map::new();
     if let Some(model) = request.get("model") {
@@ -394,25 +381,26 @@ impl StreamMapper {
         if self.finished {
             return out;
         }
-        if data.trim_ascii() == b"[DONE]" {
-            self.finish(&mut out);
-            return out;
-        }
-        let Ok(chunk) = serde_json::from_slice::<Value>(data) else {
-            return out;
+        let delta = match chunk::read(data) {
+            None => return out,
+            Some(ChatEvent::Done) => {
+                self.finish(&mut out);
+                return out;
+            }
+            Some(ChatEvent::Error(error)) => {
+                self.emit(
+                    &mut out,
+                    "error",
+                    json!({"code": error["code"], "message": error["message"], "param": null}),
+                );
+                self.finished = true;
+                return out;
+            }
+            Some(ChatEvent::Chunk(delta)) => delta,
         };
-        if let Some(error) = chunk.get("error") {
-            self.emit(
-                &mut out,
-                "error",
-                json!({"code": error["code"], "message": error["message"], "param": null}),
-            );
-            self.finished = true;
-            return out;
-        }
         if !self.started {
             self.started = true;
-            self.model = chunk["model"].clone();
+            self.model = delta.model;
             let response = self.response(None);
             self.emit(&mut out, "response.created", json!({"response": response}));
             self.emit(
@@ -421,25 +409,17 @@ impl StreamMapper {
                 json!({"response": response}),
             );
         }
-        if chunk.get("usage").is_some_and(|u| !u.is_null()) {
-            self.usage = Some(chunk["usage"].clone());
+        if delta.usage.is_some() {
+            self.usage = delta.usage;
         }
-        let choice = &chunk["choices"][0];
-        if let Some(text) = choice["delta"]["content"]
-            .as_str()
-            .filter(|t| !t.is_empty())
-        {
+        if let Some(text) = &delta.text {
             self.text_delta(&mut out, text);
         }
-        for call in choice["delta"]["tool_calls"]
-            .as_array()
-            .into_iter()
-            .flatten()
-        {
+        for call in &delta.tool_calls {
             self.call_delta(&mut out, call);
         }
-        if let Some(reason) = choice["finish_reason"].as_str() {
-            self.finish = Some(reason.to_owned());
+        if delta.finish_reason.is_some() {
+            self.finish = delta.finish_reason;
         }
         out
     }

@@ -171,7 +171,7 @@ impl Dispatch<'_> {
                 return Step::Skipped;
             }
         };
-        let adapter = Adapter::for_provider(provider);
+        let adapter = Adapter::for_request(provider, self.request);
         let body = match self.body(adapter, hold, target, provider) {
             Ok(body) => body,
             Err(error) => {
@@ -283,6 +283,7 @@ impl Dispatch<'_> {
             counter_add(Metric::FallbacksTotal, &labels, 1);
         }
         row.status = status;
+        let native = Adapter::for_request(provider, self.request).answers_natively();
         let Some(guard) = hold.take() else {
             // invariant: `run` renews the hold before every attempt.
             return Step::Done(Err(ApiError::internal("an attempt left without a hold")));
@@ -299,7 +300,7 @@ impl Dispatch<'_> {
         let body = match opened {
             Opened::Complete(reply) => {
                 permit.finish(Verdict::Healthy);
-                served.complete(guard, row, reply, target).await
+                served.complete(guard, row, reply, target, native).await
             }
             Opened::Stream {
                 first,
@@ -322,7 +323,7 @@ impl Dispatch<'_> {
                 served.relay(guard, start, target, provider, status, row.number)
             }
         };
-        Step::Done(Ok(self.outcome(target, hold, body)))
+        Step::Done(Ok(self.outcome(target, hold, native, body)))
     }
 
     /// A failed attempt another may not repeat: its row, charged its hold if
@@ -382,6 +383,7 @@ impl Dispatch<'_> {
     async fn send(&self, provider: &Provider, body: Bytes) -> Result<Opened, CallError> {
         let headers = CallHeaders {
             traceparent: self.ctx.traceparent.as_deref(),
+            anthropic: &self.ctx.anthropic_headers,
         };
         let client = self.clients.get(provider.connect_timeout_ms);
         let call = async {
@@ -422,10 +424,17 @@ impl Dispatch<'_> {
         record::settle_tokens(self.gw, self.ctx, route, guard, amount, tokens, row).await;
     }
 
-    fn outcome(&self, target: &Target, hold: &Hold, body: OutcomeBody) -> ChatOutcome {
+    fn outcome(
+        &self,
+        target: &Target,
+        hold: &Hold,
+        native: bool,
+        body: OutcomeBody,
+    ) -> ChatOutcome {
         let granted = hold.granted();
         ChatOutcome {
             degraded: false,
+            native,
             cache: self.cache_key.map(|_| "miss"),
             tokens: granted.tokens,
             provider: target.provider.to_string(),
@@ -493,6 +502,7 @@ impl Dispatch<'_> {
             cache: None,
             tokens: None,
             degraded: true,
+            native: false,
             body: degraded::body(
                 text,
                 self.request.model(),

@@ -41,6 +41,8 @@ pub struct ChatOutcome {
     pub tokens: Option<TokenWindow>,
     /// Every target failed; this is the route's degraded answer.
     pub degraded: bool,
+    /// The body is in the request's own door API (a passthrough), not OpenAI chat.
+    pub native: bool,
     pub body: OutcomeBody,
 }
 
@@ -50,7 +52,12 @@ pub enum OutcomeBody {
         cost: Nanos,
         remaining: Option<Nanos>,
     },
-    Stream(ClientBody),
+    Stream {
+        body: ClientBody,
+        /// The prompt as the gateway counted it: what a translated stream can
+        /// report at its start, before the provider's usage arrives at its end.
+        prompt_tokens: u64,
+    },
 }
 
 pub async fn handle_chat(
@@ -63,7 +70,8 @@ pub async fn handle_chat(
     let request = match ctx.api {
         Api::Embeddings => ChatRequest::parse_embeddings(body)?,
         Api::Responses => ChatRequest::parse(body)?.through(Api::Responses),
-        Api::Chat | Api::Messages => ChatRequest::parse(body)?,
+        Api::Messages => ChatRequest::parse_messages(body)?,
+        Api::Chat => ChatRequest::parse(body)?,
     };
     log_prompt(gw, ctx, body);
     // One snapshot for the whole request: a reload cannot change its route or prices half-way.
@@ -79,8 +87,14 @@ pub async fn handle_chat(
         .handle(&ctx.tenant)
         .map_err(|e| ApiError::internal(e.to_string()))?;
 
-    let cache_key = (route.cache_ttl_ms > 0 && !request.stream())
-        .then(|| CacheKey::new(ctx.tenant.id.as_str(), route.name.as_str(), body));
+    let cache_key = (route.cache_ttl_ms > 0 && !request.stream()).then(|| {
+        CacheKey::new(
+            ctx.tenant.id.as_str(),
+            ctx.api.as_str(),
+            route.name.as_str(),
+            body,
+        )
+    });
     if let Some(key) = &cache_key {
         let labels = |result| [("route", route.name.as_str()), ("result", result)];
         if let Some(hit) = gw.cache.get(key, gw.clock.now_ms()) {
@@ -295,6 +309,7 @@ async fn serve_from_cache(
         cache: Some("hit"),
         tokens: None,
         degraded: false,
+        native: hit.native,
         body: OutcomeBody::Complete {
             body: hit.body,
             cost: Nanos::ZERO,
@@ -303,7 +318,7 @@ async fn serve_from_cache(
     }
 }
 
-fn resolve_route<'a>(
+pub(super) fn resolve_route<'a>(
     config: &'a Config,
     ctx: &RequestContext,
     model: &str,
@@ -351,7 +366,7 @@ fn resolve_route<'a>(
 }
 
 /// The tenant's rate decision, or the 429 that refuses the request.
-async fn allowed_rate(tenant: &TenantHandle) -> Result<RateDecision, ApiError> {
+pub(super) async fn allowed_rate(tenant: &TenantHandle) -> Result<RateDecision, ApiError> {
     let rate = tenant.check_rate().await.map_err(|e| quota_error(&e))?;
     if rate.allowed {
         Ok(rate)

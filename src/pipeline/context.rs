@@ -26,6 +26,9 @@ pub struct RequestContext {
     pub traceparent: Option<String>,
     /// `X-Tollgate-Complexity`, for complexity routes (else they estimate it).
     pub complexity: Option<Complexity>,
+    /// The caller's `anthropic-version` and `anthropic-beta` (the Messages
+    /// door), forwarded to Anthropic upstreams in place of the configured version.
+    pub anthropic_headers: Vec<(&'static str, String)>,
 }
 
 /// What the handler needs to label and time the request once it is over.

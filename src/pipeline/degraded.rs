@@ -71,5 +71,8 @@ pub fn body(
         // The channel holds every event: sending cannot wait or fail while `rx` lives.
         let _ = tx.try_send(Ok(event));
     }
-    OutcomeBody::Stream(rx)
+    OutcomeBody::Stream {
+        body: rx,
+        prompt_tokens: 0,
+    }
 }

@@ -3,10 +3,12 @@
 //! (`attempt.rs`: every attempt under a hold, `hold.rs`; the provider decides
 //! retries) → settlement (`settle.rs`, and `stream.rs` for streams) through
 //! the ledger, which writes each attempt's row as it settles (`record.rs`).
+//! `count.rs` answers the Messages door's count_tokens from the estimator.
 
 pub mod attempt;
 pub mod chat;
 pub mod context;
+pub mod count;
 pub mod degraded;
 pub mod hold;
 pub mod record;

@@ -61,13 +61,15 @@ impl Served<'_> {
             .estimate_for(countings, self.request.body())
     }
 
-    /// Charges a complete answer its real cost and caches it when the route does.
+    /// Charges a complete answer its real cost and caches it when the route
+    /// does (`native`: the body is in the door's own API).
     pub async fn complete(
         &self,
         reservation: ReservationGuard,
         mut row: AttemptRow,
         reply: UpstreamReply,
         target: &Target,
+        native: bool,
     ) -> OutcomeBody {
         let reported = reply
             .usage
@@ -96,6 +98,7 @@ impl Served<'_> {
                 provider,
                 model,
                 usage,
+                native,
             };
             let expires = self
                 .gw
@@ -130,6 +133,7 @@ impl Served<'_> {
             });
         let held_output_tokens =
             u64::from(sent_max_tokens).saturating_mul(u64::from(self.request.choices()));
+        let prompt_tokens = self.prompt_estimate();
         let relay = Relay {
             gw: self.gw.clone(),
             ctx: self.ctx.clone(),
@@ -139,12 +143,12 @@ impl Served<'_> {
             success_status,
             attempt,
             // Charged only if the stream ends without the provider's usage.
-            input_tokens: self.prompt_estimate(),
+            input_tokens: prompt_tokens,
             held_output_tokens,
             choices: self.request.choices(),
             include_usage: self.request.include_usage(),
             deadline: self.deadline,
-            translator: Adapter::for_provider(provider)
+            translator: Adapter::for_request(provider, self.request)
                 .translator(&target.model, self.request.include_usage()),
             reservation,
             event_id: stream.event_id,
@@ -152,6 +156,9 @@ impl Served<'_> {
             started: stream.started,
             ttft_ms: stream.ttft_ms,
         };
-        OutcomeBody::Stream(relay.spawn(stream.first, stream.body))
+        OutcomeBody::Stream {
+            body: relay.spawn(stream.first, stream.body),
+            prompt_tokens,
+        }
     }
 }

@@ -23,7 +23,7 @@ use crate::ids::EventId;
 use crate::ledger::{AttemptStatus, UsageKind};
 use crate::pricing::{self, Usage};
 use crate::provider::actor::{Permit, Verdict};
-use crate::provider::adapters::{Relayed, Translated, Translator};
+use crate::provider::adapters::{Ending, Relayed, Translated, Translator};
 use crate::provider::call::UpstreamBody;
 use crate::state::Gateway;
 use crate::telemetry::metrics::{Metric, counter_add};
@@ -211,26 +211,49 @@ impl Relay {
         }
         // Dropping the upstream body closes that connection: it never returns to the pool half-read.
         drop(upstream);
-        let last = match (&end, client_gone) {
-            (_, true) => None,
-            (End::Done, false) => Some(Bytes::from_static(b"data: [DONE]\n\n")),
-            (End::Cut, false) => Some(self.cut_ending(passed.last_chunk.as_deref())),
-            (End::Broken(reason), false) => {
-                let error = serde_json::json!({"error": {
-                    "message": format!("the upstream stream broke: {reason}"),
-                    "type": "server_error",
-                    "code": STREAM_INTERRUPTED,
-                    "param": null,
-                }});
-                Some(Bytes::from(format!("data: {error}\n\n")))
-            }
-        };
+        let last = (!client_gone)
+            .then(|| self.last_events(&end, &passed))
+            .flatten();
         // The row is written before the caller's stream ends: a graceful shutdown
         // waits for responses, not for this task, so it cannot outrun the row.
         self.settle(end, client_gone, usage, &passed.content).await;
         if let Some(last) = last {
             let _ = tx.send(Ok(last)).await;
         }
+    }
+
+    /// The events that end the caller's stream, after the upstream's.
+    fn last_events(&self, end: &End, passed: &Passed) -> Option<Bytes> {
+        if let Some(own) = self.own_ending(end) {
+            Some(own).filter(|bytes| !bytes.is_empty())
+        } else {
+            Some(match end {
+                End::Done => Bytes::from_static(b"data: [DONE]\n\n"),
+                End::Cut => self.cut_ending(passed.last_chunk.as_deref()),
+                End::Broken(reason) => {
+                    let error = serde_json::json!({"error": {
+                        "message": format!("the upstream stream broke: {reason}"),
+                        "type": "server_error",
+                        "code": STREAM_INTERRUPTED,
+                        "param": null,
+                    }});
+                    Bytes::from(format!("data: {error}\n\n"))
+                }
+            })
+        }
+    }
+
+    /// The ending in the translator's own format, if it is not OpenAI chat.
+    fn own_ending(&self, end: &End) -> Option<Bytes> {
+        let ending = match end {
+            End::Done => Ending::Done,
+            End::Cut => Ending::Cut {
+                input_tokens: self.input_tokens,
+                output_tokens: self.held_output_tokens,
+            },
+            End::Broken(reason) => Ending::Broken(reason),
+        };
+        self.translator.own_ending(&ending)
     }
 
     fn cut_note(&self) -> String {

@@ -67,6 +67,8 @@ pub struct UpstreamReply {
 #[derive(Debug, Default)]
 pub struct CallHeaders<'a> {
     pub traceparent: Option<&'a str>,
+    /// The caller's `anthropic-*` headers, for Anthropic upstreams only.
+    pub anthropic: &'a [(&'static str, String)],
 }
 
 /// A complete call to `url` (the provider's chat or embeddings endpoint):
@@ -178,6 +180,12 @@ fn build_request(
     }
     for (name, value) in &provider.extra_headers {
         request = request.insert_header((name.as_str(), value.as_str()));
+    }
+    if provider.kind == ProviderKind::Anthropic {
+        // After the configured version: the caller's names the shape of its own body.
+        for (name, value) in headers.anthropic {
+            request = request.insert_header((*name, value.as_str()));
+        }
     }
     if let Some(traceparent) = headers.traceparent {
         request = request.insert_header(("traceparent", traceparent));

@@ -25,6 +25,7 @@ mod holds;
 mod journal;
 mod ledger;
 mod lifecycle;
+mod messages;
 mod metrics;
 mod rate_limit;
 mod resilience;

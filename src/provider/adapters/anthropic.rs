@@ -826,13 +826,7 @@ pub fn map_response_at(
             _ => {}
         }
     }
-    let Some(raw_usage) = body.get("usage").and_then(Value::as_object) else {
-        // Without usage the call cannot be billed; a silent zero would undercharge.
-        return Err(response_error("usage", "missing"));
-    };
-    let mut counts = AnthropicUsage::default();
-    counts.merge(raw_usage);
-    let usage = counts.to_usage();
+    let usage = usage_of(&body)?;
     let mut message = Map::new();
     message.insert("role".to_owned(), Value::from("assistant"));
     let content = if text.is_empty() && !tool_calls.is_empty() {
@@ -862,6 +856,28 @@ pub fn map_response_at(
         "usage": openai_usage(&usage),
     });
     Ok((Bytes::from(out.to_string()), usage))
+}
+
+/// The usage of a Messages API answer passed on unchanged (the Messages
+/// door's passthrough), which the call is billed by.
+pub fn read_usage(body: &[u8]) -> Result<Usage, AnthropicMapError> {
+    let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(body) else {
+        return Err(response_error("body", "not a JSON object"));
+    };
+    if body.get("type").and_then(Value::as_str) == Some("error") {
+        return Err(upstream_error(&body));
+    }
+    usage_of(&body)
+}
+
+fn usage_of(body: &Map<String, Value>) -> Result<Usage, AnthropicMapError> {
+    let Some(raw_usage) = body.get("usage").and_then(Value::as_object) else {
+        // Without usage the call cannot be billed; a silent zero would undercharge.
+        return Err(response_error("usage", "missing"));
+    };
+    let mut counts = AnthropicUsage::default();
+    counts.merge(raw_usage);
+    Ok(counts.to_usage())
 }
 
 fn tool_call(block: &Value, index: usize) -> Result<Value, AnthropicMapError> {

@@ -1,10 +1,13 @@
 //! Request and response mapping per provider kind, behind one facade the
 //! pipeline uses: build the upstream body, read a complete answer (as an
 //! OpenAI body plus its usage), turn an error body into OpenAI's envelope, and
-//! translate a stream event by event.
+//! translate a stream event by event. A request that came in by the door of
+//! its provider's own API (Messages to `anthropic`) passes through instead:
+//! its answer stays in that API (`passthrough.rs`).
 
 pub mod anthropic;
 pub mod openai;
+pub mod passthrough;
 
 use bytes::Bytes;
 use serde_json::Value;
@@ -20,15 +23,24 @@ use self::openai::ResponseUsage;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Adapter {
     OpenAi,
+    /// An OpenAI chat request translated into the Messages API and back.
     Anthropic,
+    /// A Messages request to an Anthropic provider: as sent, answered as is.
+    AnthropicPassthrough,
 }
 
 impl Adapter {
-    pub fn for_provider(provider: &Provider) -> Adapter {
-        match provider.kind {
-            ProviderKind::Openai => Adapter::OpenAi,
-            ProviderKind::Anthropic => Adapter::Anthropic,
+    pub fn for_request(provider: &Provider, request: &ChatRequest) -> Adapter {
+        match (provider.kind, request.native().is_some()) {
+            (ProviderKind::Openai, _) => Adapter::OpenAi,
+            (ProviderKind::Anthropic, false) => Adapter::Anthropic,
+            (ProviderKind::Anthropic, true) => Adapter::AnthropicPassthrough,
         }
+    }
+
+    /// Whether answers come back in the request's own door API rather than OpenAI chat.
+    pub fn answers_natively(self) -> bool {
+        self == Adapter::AnthropicPassthrough
     }
 
     /// The upstream body; a request the provider's API cannot express is the caller's 400.
@@ -41,7 +53,23 @@ impl Adapter {
         tenant: Option<(TenantIdField, &str)>,
     ) -> Result<Bytes, ApiError> {
         match self {
-            Adapter::OpenAi => Ok(openai::build_body(request, model, max_tokens, tenant)),
+            Adapter::OpenAi => {
+                if let Some(gap) = request.native().and_then(|native| native.gap.as_ref()) {
+                    return Err(ApiError::invalid_request(
+                        gap.param.clone(),
+                        format!(
+                            "{}, and the route's target `{model}` is served through OpenAI's chat API",
+                            gap.problem
+                        ),
+                    ));
+                }
+                Ok(openai::build_body(request, model, max_tokens, tenant))
+            }
+            Adapter::AnthropicPassthrough => {
+                let native = request.native().map_or(request.raw(), |n| &n.body[..]);
+                let user = tenant.map(|(_, id)| id);
+                Ok(passthrough::build_body(native, model, max_tokens, user))
+            }
             Adapter::Anthropic if !request.generates() => Err(ApiError::invalid_request(
                 "model",
                 format!(
@@ -70,13 +98,17 @@ impl Adapter {
             Adapter::Anthropic => anthropic::map_response(&body, model)
                 .map(|(body, usage)| (body, ResponseUsage::Reported(usage)))
                 .map_err(|e| e.to_string()),
+            Adapter::AnthropicPassthrough => passthrough::read_usage(&body)
+                .map(|usage| (body, ResponseUsage::Reported(usage)))
+                .map_err(|e| e.to_string()),
         }
     }
 
-    /// An upstream 4xx body in OpenAI's envelope (OpenAI-compatible bodies pass unchanged).
+    /// An upstream 4xx body in OpenAI's envelope (OpenAI-compatible bodies pass
+    /// unchanged, and so do Anthropic's to the Messages door).
     pub fn error_body(self, body: Bytes) -> Bytes {
         match self {
-            Adapter::OpenAi => body,
+            Adapter::OpenAi | Adapter::AnthropicPassthrough => body,
             Adapter::Anthropic => {
                 let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
                 let message = parsed["error"]["message"].as_str().map_or_else(
@@ -104,8 +136,23 @@ impl Adapter {
                 mapper: Box::new(anthropic::StreamMapper::new(model)),
                 include_usage,
             },
+            Adapter::AnthropicPassthrough => {
+                Translator::Passthrough(Box::new(passthrough::EventRelay::new(model)))
+            }
         }
     }
+}
+
+/// How the relay ended a stream, for a translator that ends it in its own format.
+#[derive(Debug)]
+pub enum Ending<'a> {
+    Done,
+    /// At the hold: the usage the relay charges.
+    Cut {
+        input_tokens: u64,
+        output_tokens: u64,
+    },
+    Broken(&'a str),
 }
 
 /// One OpenAI event for the caller, with what billing needs from it.
@@ -135,6 +182,8 @@ pub enum Translator {
         mapper: Box<anthropic::StreamMapper>,
         include_usage: bool,
     },
+    /// Anthropic's own events, to the Messages door.
+    Passthrough(Box<passthrough::EventRelay>),
 }
 
 fn framed(data: &str) -> Bytes {
@@ -142,9 +191,19 @@ fn framed(data: &str) -> Bytes {
 }
 
 impl Translator {
+    /// The last events of a stream the relay ended, in the translator's own
+    /// format; `None` when that is OpenAI chat's (the relay writes those).
+    pub fn own_ending(&self, end: &Ending<'_>) -> Option<Bytes> {
+        match self {
+            Translator::Passthrough(relay) => Some(relay.ending(end)),
+            Translator::OpenAi { .. } | Translator::Anthropic { .. } => None,
+        }
+    }
+
     /// `event` is one complete SSE event without its terminating blank line.
     pub fn on_event(&mut self, event: &[u8]) -> Translated {
         match self {
+            Translator::Passthrough(relay) => relay.on_event(event),
             Translator::OpenAi { include_usage } => match inspect(event) {
                 Inspected::Done => Translated::Done(Vec::new()),
                 Inspected::Chunk {
@@ -225,7 +284,7 @@ impl Translator {
 }
 
 /// The `event:` name and the joined `data:` lines of one SSE event.
-fn event_fields(event: &[u8]) -> (String, String) {
+pub(crate) fn event_fields(event: &[u8]) -> (String, String) {
     let text = String::from_utf8_lossy(event);
     let mut name = String::new();
     let mut data = Vec::new();

@@ -502,7 +502,7 @@ impl Reply {
     }
 }
 
-async fn reply<S>(mut response: ClientResponse<S>) -> Reply
+pub async fn reply<S>(mut response: ClientResponse<S>) -> Reply
 where
     S: futures_util::Stream<Item = Result<bytes::Bytes, awc::error::PayloadError>> + Unpin,
 {

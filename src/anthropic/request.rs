@@ -1,0 +1,473 @@
+//! A Messages request as the chat completion body the pipeline routes,
+//! estimates and, for an OpenAI-kind provider, sends. An Anthropic provider
+//! gets the caller's own bytes instead (`provider/adapters/passthrough.rs`),
+//! so what chat cannot carry (documents, server tools, thinking) is kept in
+//! the chat body only to be counted, and recorded as a `Gap` that an
+//! OpenAI-kind provider refuses.
+
+use serde_json::{Map, Value, json};
+
+use crate::error::ApiError;
+
+/// The first part of a Messages body that chat cannot express.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gap {
+    /// Its path in the Messages body (`messages[1].content[0]`).
+    pub param: String,
+    pub problem: String,
+}
+
+/// The chat body, and what it leaves out.
+#[derive(Debug)]
+pub struct Translation {
+    pub chat: Vec<u8>,
+    pub gap: Option<Gap>,
+}
+
+/// Translates a Messages body; its shape errors are the caller's 400.
+pub fn to_chat(bytes: &[u8]) -> Result<Translation, ApiError> {
+    let body = crate::openai::chat::object(bytes)?;
+    let mut out = Translator::default();
+    let mut chat = Map::new();
+    for field in ["model", "max_tokens", "temperature", "top_p"] {
+        if let Some(value) = body.get(field).filter(|v| !v.is_null()) {
+            chat.insert(field.to_owned(), value.clone());
+        }
+    }
+    out.system(body.get("system"))?;
+    out.messages(body.get("messages"))?;
+    chat.insert("messages".to_owned(), Value::Array(out.messages));
+    if let Some(tools) = tools(body.get("tools"), &mut out.gap)? {
+        chat.insert("tools".to_owned(), tools);
+        if let Some(choice) = tool_choice(body.get("tool_choice"), &mut chat)? {
+            chat.insert("tool_choice".to_owned(), choice);
+        }
+    }
+    if let Some(stops) = body.get("stop_sequences").filter(|v| !v.is_null()) {
+        chat.insert("stop".to_owned(), stops.clone());
+    }
+    if let Some(user) = body.get("metadata").and_then(|m| m.get("user_id")) {
+        chat.insert("user".to_owned(), user.clone());
+    }
+    match body.get("stream") {
+        None | Some(Value::Null | Value::Bool(false)) => {}
+        Some(Value::Bool(true)) => {
+            chat.insert("stream".to_owned(), Value::Bool(true));
+            // The door's `message_delta` reports the usage: ask for it (only a stream may).
+            chat.insert("stream_options".to_owned(), json!({"include_usage": true}));
+        }
+        // Not a boolean: the chat request's validation refuses it, naming `stream`.
+        Some(other) => {
+            chat.insert("stream".to_owned(), other.clone());
+        }
+    }
+    Ok(Translation {
+        chat: Value::Object(chat).to_string().into_bytes(),
+        gap: out.gap,
+    })
+}
+
+#[derive(Default)]
+struct Translator {
+    messages: Vec<Value>,
+    gap: Option<Gap>,
+}
+
+impl Translator {
+    /// Notes the first gap; later ones add nothing a caller needs to fix first.
+    fn gap(&mut self, param: String, problem: impl Into<String>) {
+        self.gap.get_or_insert(Gap {
+            param,
+            problem: problem.into(),
+        });
+    }
+
+    fn system(&mut self, system: Option<&Value>) -> Result<(), ApiError> {
+        let text = match system {
+            None | Some(Value::Null) => return Ok(()),
+            Some(Value::String(text)) => text.clone(),
+            Some(Value::Array(blocks)) => {
+                let mut texts = Vec::with_capacity(blocks.len());
+                for (i, block) in blocks.iter().enumerate() {
+                    match block.get("text").and_then(Value::as_str) {
+                        Some(text) if block_type(block) == Some("text") => texts.push(text),
+                        _ => {
+                            return Err(ApiError::invalid_request(
+                                format!("system[{i}]"),
+                                "system blocks must be text blocks",
+                            ));
+                        }
+                    }
+                }
+                texts.join("\n\n")
+            }
+            Some(_) => {
+                return Err(ApiError::invalid_request(
+                    "system",
+                    "`system` must be a string or an array of text blocks",
+                ));
+            }
+        };
+        self.messages
+            .push(json!({"role": "system", "content": text}));
+        Ok(())
+    }
+
+    fn messages(&mut self, messages: Option<&Value>) -> Result<(), ApiError> {
+        let Some(Value::Array(messages)) = messages else {
+            return Err(ApiError::invalid_request(
+                "messages",
+                "`messages` must be an array",
+            ));
+        };
+        for (i, message) in messages.iter().enumerate() {
+            let field = format!("messages[{i}]");
+            let blocks = match message.get("content") {
+                Some(Value::String(text)) => vec![json!({"type": "text", "text": text})],
+                Some(Value::Array(blocks)) => blocks.clone(),
+                _ => {
+                    return Err(ApiError::invalid_request(
+                        format!("{field}.content"),
+                        "`content` must be a string or an array of content blocks",
+                    ));
+                }
+            };
+            match message.get("role").and_then(Value::as_str) {
+                Some("user") => self.user(&blocks, &field)?,
+                Some("assistant") => self.assistant(&blocks, &field)?,
+                _ => {
+                    return Err(ApiError::invalid_request(
+                        format!("{field}.role"),
+                        "`role` must be `user` or `assistant`",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Tool results become `tool` messages, first (chat wants them right after
+    /// the assistant's calls); the other blocks one user message after them.
+    fn user(&mut self, blocks: &[Value], field: &str) -> Result<(), ApiError> {
+        let mut parts = Vec::new();
+        for (j, block) in blocks.iter().enumerate() {
+            let path = format!("{field}.content[{j}]");
+            match block_type(block) {
+                Some("text") => parts.push(text_part(block, &path)?),
+                Some("image") => parts.push(self.image(block, &path)),
+                Some("tool_result") => {
+                    let message = self.tool_result(block, &path)?;
+                    self.messages.push(message);
+                }
+                Some(other) => {
+                    self.gap(path, format!("`{other}` blocks have no chat counterpart"));
+                    // Kept so the estimate still counts it; never sent to a chat upstream.
+                    parts.push(block.clone());
+                }
+                None => return Err(no_type(&path)),
+            }
+        }
+        if !parts.is_empty() {
+            self.messages
+                .push(json!({"role": "user", "content": parts}));
+        }
+        Ok(())
+    }
+
+    fn assistant(&mut self, blocks: &[Value], field: &str) -> Result<(), ApiError> {
+        let mut text = String::new();
+        let mut calls = Vec::new();
+        for (j, block) in blocks.iter().enumerate() {
+            let path = format!("{field}.content[{j}]");
+            match block_type(block) {
+                Some("text") => {
+                    let part = text_part(block, &path)?;
+                    text.push_str(part["text"].as_str().unwrap_or_default());
+                }
+                Some("tool_use") => calls.push(tool_call(block, &path)?),
+                // The model's own reasoning from an earlier turn: chat has no place for it.
+                Some("thinking" | "redacted_thinking") => {}
+                Some(other) => {
+                    self.gap(path, format!("`{other}` blocks have no chat counterpart"));
+                    text.push_str(&block.to_string());
+                }
+                None => return Err(no_type(&path)),
+            }
+        }
+        let mut message = json!({"role": "assistant", "content": text});
+        if !calls.is_empty() {
+            if text.is_empty() {
+                message["content"] = Value::Null;
+            }
+            message["tool_calls"] = Value::Array(calls);
+        }
+        self.messages.push(message);
+        Ok(())
+    }
+
+    fn image(&mut self, block: &Value, path: &str) -> Value {
+        let source = &block["source"];
+        let url = match source["type"].as_str() {
+            Some("base64") => Some(format!(
+                "data:{};base64,{}",
+                source["media_type"].as_str().unwrap_or_default(),
+                source["data"].as_str().unwrap_or_default()
+            )),
+            Some("url") => source["url"].as_str().map(str::to_owned),
+            _ => None,
+        };
+        if let Some(url) = url {
+            return json!({"type": "image_url", "image_url": {"url": url}});
+        }
+        self.gap(
+            format!("{path}.source"),
+            "only base64 and url image sources map to chat",
+        );
+        json!({"type": "image"})
+    }
+
+    fn tool_result(&mut self, block: &Value, path: &str) -> Result<Value, ApiError> {
+        let Some(id) = block.get("tool_use_id").and_then(Value::as_str) else {
+            return Err(ApiError::invalid_request(
+                format!("{path}.tool_use_id"),
+                "a tool_result needs `tool_use_id`",
+            ));
+        };
+        let content = match block.get("content") {
+            None | Some(Value::Null) => String::new(),
+            Some(Value::String(text)) => text.clone(),
+            Some(Value::Array(parts)) => {
+                let mut texts = Vec::with_capacity(parts.len());
+                for (k, part) in parts.iter().enumerate() {
+                    let text = part.get("text").and_then(Value::as_str);
+                    if let (Some("text"), Some(text)) = (block_type(part), text) {
+                        texts.push(text.to_owned());
+                        continue;
+                    }
+                    self.gap(
+                        format!("{path}.content[{k}]"),
+                        "chat tool results carry text only",
+                    );
+                    texts.push(part.to_string());
+                }
+                texts.join("\n")
+            }
+            Some(other) => other.to_string(),
+        };
+        Ok(json!({"role": "tool", "tool_call_id": id, "content": content}))
+    }
+}
+
+fn block_type(block: &Value) -> Option<&str> {
+    block.get("type").and_then(Value::as_str)
+}
+
+fn no_type(path: &str) -> ApiError {
+    ApiError::invalid_request(format!("{path}.type"), "each content block needs a `type`")
+}
+
+fn text_part(block: &Value, path: &str) -> Result<Value, ApiError> {
+    match block.get("text") {
+        Some(Value::String(text)) => Ok(json!({"type": "text", "text": text})),
+        _ => Err(ApiError::invalid_request(
+            format!("{path}.text"),
+            "a text block needs a string `text`",
+        )),
+    }
+}
+
+fn tool_call(block: &Value, path: &str) -> Result<Value, ApiError> {
+    let (Some(id), Some(name)) = (
+        block.get("id").and_then(Value::as_str),
+        block.get("name").and_then(Value::as_str),
+    ) else {
+        return Err(ApiError::invalid_request(
+            path,
+            "a tool_use block needs `id` and `name`",
+        ));
+    };
+    let arguments = block
+        .get("input")
+        .map_or_else(|| "{}".to_owned(), Value::to_string);
+    Ok(json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}))
+}
+
+/// Custom tools as chat functions; server tools (`web_search_…`, `bash_…`)
+/// are kept for the count and are a gap.
+fn tools(tools: Option<&Value>, gap: &mut Option<Gap>) -> Result<Option<Value>, ApiError> {
+    let tools = match tools {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Array(tools)) if tools.is_empty() => return Ok(None),
+        Some(Value::Array(tools)) => tools,
+        Some(_) => {
+            return Err(ApiError::invalid_request(
+                "tools",
+                "`tools` must be an array",
+            ));
+        }
+    };
+    let mut mapped = Vec::with_capacity(tools.len());
+    for (i, tool) in tools.iter().enumerate() {
+        let Some(name) = tool.get("name").and_then(Value::as_str) else {
+            return Err(ApiError::invalid_request(
+                format!("tools[{i}].name"),
+                "each tool needs a `name`",
+            ));
+        };
+        match tool.get("type").and_then(Value::as_str) {
+            None | Some("custom") => {}
+            Some(kind) => {
+                gap.get_or_insert(Gap {
+                    param: format!("tools[{i}]"),
+                    problem: format!("the server tool `{kind}` has no chat counterpart"),
+                });
+                mapped.push(tool.clone());
+                continue;
+            }
+        }
+        let mut function = json!({"name": name});
+        if let Some(description) = tool.get("description").filter(|d| d.is_string()) {
+            function["description"] = description.clone();
+        }
+        function["parameters"] = tool
+            .get("input_schema")
+            .cloned()
+            .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+        mapped.push(json!({"type": "function", "function": function}));
+    }
+    Ok(Some(Value::Array(mapped)))
+}
+
+/// Anthropic's `tool_choice` in chat's terms; `disable_parallel_tool_use`
+/// becomes `parallel_tool_calls: false` on the chat body.
+fn tool_choice(
+    choice: Option<&Value>,
+    chat: &mut Map<String, Value>,
+) -> Result<Option<Value>, ApiError> {
+    let Some(choice) = choice.filter(|c| !c.is_null()) else {
+        return Ok(None);
+    };
+    if choice.get("disable_parallel_tool_use") == Some(&Value::Bool(true)) {
+        chat.insert("parallel_tool_calls".to_owned(), Value::Bool(false));
+    }
+    let mapped = match (
+        block_type(choice),
+        choice.get("name").and_then(Value::as_str),
+    ) {
+        (Some("auto"), _) => json!("auto"),
+        (Some("any"), _) => json!("required"),
+        (Some("none"), _) => json!("none"),
+        (Some("tool"), Some(name)) => json!({"type": "function", "function": {"name": name}}),
+        _ => {
+            return Err(ApiError::invalid_request(
+                "tool_choice",
+                "`tool_choice` must be auto, any, none, or tool with a `name`",
+            ));
+        }
+    };
+    Ok(Some(mapped))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chat_of(request: &Value) -> (Value, Option<Gap>) {
+        let translation = to_chat(request.to_string().as_bytes()).unwrap();
+        (
+            serde_json::from_slice(&translation.chat).unwrap(),
+            translation.gap,
+        )
+    }
+
+    #[test]
+    fn system_blocks_tools_and_a_tool_round_trip_become_a_chat_body() {
+        let (chat, gap) = chat_of(&json!({
+            "model": "m", "max_tokens": 64, "temperature": 0.5, "top_p": 0.9, "top_k": 5,
+            "stop_sequences": ["END"], "metadata": {"user_id": "u-1"}, "stream": true,
+            "system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+            "tools": [{"name": "lookup", "description": "Looks up.", "input_schema": {"type": "object"}}],
+            "tool_choice": {"type": "any", "disable_parallel_tool_use": true},
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "hi"},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]},
+                {"role": "assistant", "content": [{"type": "thinking", "thinking": "hm", "signature": "s"},
+                    {"type": "tool_use", "id": "t1", "name": "lookup", "input": {"q": 1}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "42"},
+                    {"type": "text", "text": "thanks"}]},
+            ]
+        }));
+        assert_eq!(gap, None);
+        assert_eq!(
+            chat["messages"][0],
+            json!({"role": "system", "content": "Be brief."})
+        );
+        assert_eq!(
+            chat["messages"][1]["content"][1]["image_url"]["url"],
+            "data:image/png;base64,AAAA"
+        );
+        assert_eq!(chat["messages"][2]["content"], Value::Null);
+        assert_eq!(
+            chat["messages"][2]["tool_calls"][0]["function"]["arguments"],
+            r#"{"q":1}"#
+        );
+        assert_eq!(
+            chat["messages"][3],
+            json!({"role": "tool", "tool_call_id": "t1", "content": "42"})
+        );
+        assert_eq!(chat["messages"][4]["content"][0]["text"], "thanks");
+        assert_eq!(
+            chat["tools"][0]["function"]["parameters"],
+            json!({"type": "object"})
+        );
+        assert_eq!(
+            (
+                chat["tool_choice"].clone(),
+                chat["parallel_tool_calls"].clone()
+            ),
+            (json!("required"), json!(false))
+        );
+        assert_eq!(
+            (chat["stop"].clone(), chat["user"].clone()),
+            (json!(["END"]), json!("u-1"))
+        );
+        assert_eq!(chat["stream_options"]["include_usage"], true);
+        assert_eq!(chat["max_tokens"], 64);
+        assert!(chat.get("top_k").is_none());
+    }
+
+    #[test]
+    fn what_chat_cannot_carry_is_a_gap_and_bad_shapes_name_the_field() {
+        let (_, gap) = chat_of(&json!({"model": "m", "max_tokens": 5, "messages": [
+            {"role": "user", "content": [{"type": "document", "source": {"type": "text", "data": "x"}}]}]}));
+        assert_eq!(gap.unwrap().param, "messages[0].content[0]");
+        let (_, gap) = chat_of(&json!({"model": "m", "max_tokens": 5,
+            "tools": [{"type": "web_search_20250305", "name": "web_search"}],
+            "messages": [{"role": "user", "content": "x"}]}));
+        assert_eq!(gap.unwrap().param, "tools[0]");
+        let param = |request: Value| {
+            let error = to_chat(request.to_string().as_bytes()).unwrap_err();
+            let envelope: Value = serde_json::from_slice(&error.envelope_json()).unwrap();
+            envelope["error"]["param"].as_str().unwrap().to_owned()
+        };
+        assert_eq!(param(json!({"model": "m"})), "messages");
+        assert_eq!(
+            param(json!({"model": "m", "messages": [{"role": "system", "content": "x"}]})),
+            "messages[0].role"
+        );
+        assert_eq!(
+            param(
+                json!({"model": "m", "messages": [{"role": "user", "content": [{"text": "x"}]}]})
+            ),
+            "messages[0].content[0].type"
+        );
+        assert_eq!(
+            param(json!({"model": "m", "system": 3, "messages": []})),
+            "system"
+        );
+        assert!(to_chat(b"{nope").is_err());
+        let (chat, _) = chat_of(&json!({"model": "m", "max_tokens": 5, "stream": false,
+            "messages": [{"role": "user", "content": "x"}]}));
+        assert!(chat.get("stream_options").is_none(), "{chat}");
+    }
+}

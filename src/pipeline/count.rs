@@ -1,0 +1,39 @@
+//! count_tokens: a Messages body's input tokens as the gateway's estimator
+//! counts them for the route (the count reservations are made with). Nothing
+//! goes upstream, nothing is held or charged and no ledger row is written,
+//! but it is a call like any other: key, route and tier checks, and the
+//! requests-per-minute limit.
+
+use std::sync::Arc;
+
+use super::chat::{allowed_rate, resolve_route};
+use super::context::{RequestContext, RequestMeter};
+use crate::error::ApiError;
+use crate::openai::chat::ChatRequest;
+use crate::state::Gateway;
+use crate::tenant::RateDecision;
+
+/// The count, and the rate decision the call was let through by.
+pub struct Counted {
+    pub input_tokens: u64,
+    pub rate: RateDecision,
+}
+
+pub async fn count_tokens(
+    gw: &Arc<Gateway>,
+    ctx: &RequestContext,
+    meter: &RequestMeter,
+    body: &[u8],
+) -> Result<Counted, ApiError> {
+    let request = ChatRequest::parse_count_tokens(body)?;
+    let live = gw.live();
+    let route = resolve_route(&live.config, ctx, request.model(), request.body())?;
+    *meter.route.borrow_mut() = Some(route.name.to_string());
+    let tenant = gw
+        .tenants
+        .handle(&ctx.tenant)
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let rate = allowed_rate(&tenant).await?;
+    let input_tokens = gw.estimator.estimate_for(&route.countings, request.body());
+    Ok(Counted { input_tokens, rate })
+}
