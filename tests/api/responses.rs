@@ -136,3 +136,122 @@ async fn the_official_openai_node_sdk_streams_chat_and_responses() {
     let doors: Vec<&str> = rows.iter().map(|r| r.api.as_str()).collect();
     assert_eq!(doors, ["chat", "responses"]);
 }
+
+/// The Responses door in front of an `anthropic` provider: Responses → chat →
+/// Messages on the way out, and back, under the same hold.
+fn anthropic_setup() -> TestSetup {
+    TestSetup::new()
+        .provider(
+            "[providers.claude]\nkind = \"anthropic\"\nbase_url = \"@ANTHROPIC@\"\napi_key_env = \"TEST_ANTHROPIC_KEY\"",
+        )
+        .env("TEST_ANTHROPIC_KEY", "sk-ant-test")
+        .route("claude", &["claude/usage-40-0-0-12"])
+        .route("claude-runaway", &["claude/words-400"])
+        .price("claude/usage-40-0-0-12", "3", "0.3", "15")
+        .price("claude/words-400", "3", "0.3", "15")
+        .tier("free", &["claude", "claude-runaway"], 1000, 100)
+}
+
+#[actix_web::test]
+async fn responses_reach_an_anthropic_provider_as_messages_and_come_back_as_a_response() {
+    let app = spawn_app(anthropic_setup()).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let body = json!({
+        "model": "claude",
+        "instructions": "Answer briefly.",
+        "input": [{"role": "user", "content": "Say hello."}],
+        "max_output_tokens": 64,
+    });
+
+    let reply = app.post_json("/v1/responses", &key, &body).await;
+
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(reply.body["object"], "response");
+    assert_eq!(reply.body["status"], "completed");
+    let text = reply.body["output"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(!text.is_empty(), "{}", reply.raw);
+    assert_eq!(reply.body["usage"]["input_tokens"], 40);
+    assert_eq!(reply.body["usage"]["output_tokens"], 12);
+    let captured = app.anthropic.state.captured();
+    let sent = &captured[0].body;
+    assert_eq!(sent["max_tokens"], 64, "{sent}");
+    assert_eq!(sent["system"], json!("Answer briefly."), "{sent}");
+    assert_eq!(sent["messages"][0]["role"], "user", "{sent}");
+    let rows = app.ledger_rows(&tenant).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (
+            rows[0].api.as_str(),
+            rows[0].prompt_tokens,
+            rows[0].completion_tokens
+        ),
+        ("responses", 40, 12)
+    );
+    // 40 in at 3 + 12 out at 15, per 1M.
+    assert_eq!(rows[0].charged_nanos, 300_000);
+}
+
+#[actix_web::test]
+async fn a_runaway_anthropic_stream_through_responses_ends_incomplete_at_the_hold() {
+    let app = spawn_app(anthropic_setup()).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let body = json!({
+        "model": "claude-runaway",
+        "input": "go on",
+        "max_output_tokens": 10,
+        "stream": true,
+    });
+
+    let reply = app.post_json("/v1/responses", &key, &body).await;
+
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    let kinds: Vec<&str> = reply
+        .raw
+        .lines()
+        .filter_map(|l| l.strip_prefix("event: "))
+        .collect();
+    assert_eq!(kinds.first(), Some(&"response.created"), "{}", reply.raw);
+    assert_eq!(kinds.last(), Some(&"response.incomplete"), "{}", reply.raw);
+    let rows = app.ledger_rows_eventually(&tenant, 1).await;
+    assert_eq!(rows[0].api.as_str(), "responses");
+    assert!(rows[0].completion_tokens <= 10, "{:?}", rows[0]);
+    assert!(
+        rows[0].charged_nanos <= rows[0].reserved_nanos,
+        "{:?}",
+        rows[0]
+    );
+}
+
+#[actix_web::test]
+async fn a_budget_refusal_and_stateful_fields_get_openai_errors_at_the_responses_door() {
+    let app = spawn_app(setup()).await;
+    let (_tenant, key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "0.0000001"}))
+        .await;
+    let refused = app
+        .post_json(
+            "/v1/responses",
+            &key,
+            &json!({"model": "quick", "input": "hi"}),
+        )
+        .await;
+    assert_eq!(refused.status, 402, "{}", refused.raw);
+    assert_eq!(
+        refused.body["error"]["code"], "budget_exceeded",
+        "{}",
+        refused.raw
+    );
+    for (field, value) in [
+        ("store", json!(true)),
+        ("previous_response_id", json!("resp_1")),
+    ] {
+        let mut body = json!({"model": "quick", "input": "hi"});
+        body[field] = value;
+        let reply = app.post_json("/v1/responses", &key, &body).await;
+        assert_eq!(reply.status, 400, "{field}: {}", reply.raw);
+        assert_eq!(reply.body["error"]["param"], field, "{}", reply.raw);
+        assert!(reply.error_message().contains("stateless"), "{}", reply.raw);
+    }
+}

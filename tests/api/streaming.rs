@@ -78,8 +78,10 @@ where
     String::from_utf8(raw).unwrap()
 }
 
+/// Waits up to 10 s: the whole suite shares two cores, and an upstream
+/// learns of a cancel only when its next write fails.
 async fn wait_until(mut check: impl FnMut() -> bool, what: &str) {
-    for _ in 0..100 {
+    for _ in 0..500 {
         if check() {
             return;
         }
