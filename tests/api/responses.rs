@@ -9,7 +9,8 @@ fn setup() -> TestSetup {
     TestSetup::new()
         .route("quick", &["primary/usage-100-20-30+chunks-4"])
         .route("runaway", &["primary/usage-100-0-40+chunks-400"])
-        .tier("free", &["quick", "runaway"], 1000, 100)
+        .route("cut3", &["primary/chunks-8+cut-after-3"])
+        .tier("free", &["quick", "runaway", "cut3"], 1000, 100)
 }
 
 #[actix_web::test]
@@ -254,4 +255,42 @@ async fn a_budget_refusal_and_stateful_fields_get_openai_errors_at_the_responses
         assert_eq!(reply.body["error"]["param"], field, "{}", reply.raw);
         assert!(reply.error_message().contains("stateless"), "{}", reply.raw);
     }
+}
+
+#[actix_web::test]
+async fn a_responses_stream_the_upstream_breaks_ends_with_an_error_event_and_a_partial_row() {
+    let app = spawn_app(setup()).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    let reply = app
+        .post_json(
+            "/v1/responses",
+            &key,
+            &json!({"model": "cut3", "input": "go on", "stream": true}),
+        )
+        .await;
+
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    let kinds: Vec<&str> = reply
+        .raw
+        .lines()
+        .filter_map(|l| l.strip_prefix("event: "))
+        .collect();
+    assert_eq!(kinds.last(), Some(&"error"), "{}", reply.raw);
+    assert!(!kinds.contains(&"response.completed"), "{}", reply.raw);
+    let last = reply
+        .raw
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .next_back()
+        .unwrap();
+    let last: Value = serde_json::from_str(last).unwrap();
+    assert_eq!(last["code"], "stream_interrupted", "{}", reply.raw);
+    let rows = app.ledger_rows_eventually(&tenant, 1).await;
+    assert_eq!(
+        (rows[0].api.as_str(), rows[0].status.as_str()),
+        ("responses", "partial")
+    );
+    assert!(rows[0].charged_nanos > 0, "{:?}", rows[0]);
+    assert_eq!(app.budget(&tenant).await["reserved"], "0");
 }
