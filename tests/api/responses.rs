@@ -9,8 +9,8 @@ fn setup() -> TestSetup {
     TestSetup::new()
         .route("quick", &["primary/usage-100-20-30+chunks-4"])
         .route("runaway", &["primary/usage-100-0-40+chunks-400"])
-        .route("cut3", &["primary/chunks-8+cut-after-3"])
-        .tier("free", &["quick", "runaway", "cut3"], 1000, 100)
+        .route("responses_cut3", &["primary/chunks-8+cut-after-3"])
+        .tier("free", &["quick", "runaway", "responses_cut3"], 1000, 100)
 }
 
 #[actix_web::test]
@@ -266,7 +266,7 @@ async fn a_responses_stream_the_upstream_breaks_ends_with_an_error_event_and_a_p
         .post_json(
             "/v1/responses",
             &key,
-            &json!({"model": "cut3", "input": "go on", "stream": true}),
+            &json!({"model": "responses_cut3", "input": "go on", "stream": true}),
         )
         .await;
 
