@@ -506,18 +506,16 @@ impl TenantActor {
                 self.fire(*threshold, closed.committed, &month);
             }
         }
-        let remaining = self
-            .limits
-            .budget
-            .map(|b| b.saturating_sub(closed.committed.saturating_add(closed.reserved)));
+        // The book's remaining in `Local` mode is this replica's share.
+        let remaining = if on_book {
+            self.book.remaining()
+        } else {
+            let spent = closed.committed.saturating_add(closed.reserved);
+            self.limits.budget.map(|b| b.saturating_sub(spent))
+        };
         SettleReply {
             settled: closed.settled,
-            // The book's remaining in `Local` mode is this replica's share.
-            remaining: if on_book {
-                self.book.remaining()
-            } else {
-                remaining
-            },
+            remaining,
         }
     }
 

@@ -194,14 +194,7 @@ async fn a_reservation_past_its_expiry_is_committed_whole_with_an_orphan_row_on_
         assert_eq!(status.committed, units("0.4"), "{}", name(&store));
         assert_eq!(status.reserved, Nanos::ZERO, "{}", name(&store));
         let tenant = record.id.to_string();
-        let mut rows = Vec::new();
-        for _ in 0..100 {
-            rows = app.ledger_rows(&tenant).await;
-            if !rows.is_empty() {
-                break;
-            }
-            actix_rt::time::sleep(Duration::from_millis(50)).await;
-        }
+        let rows = app.ledger_rows_eventually(&tenant, 1).await;
         assert_eq!(rows.len(), 1, "{}: {rows:?}", name(&store));
         assert_eq!(
             rows[0].status,
