@@ -53,6 +53,8 @@ fn reserve(c: &mut Criterion) {
         feature_budgets: std::collections::BTreeMap::new(),
         tokens: tollgate::tenant::TokenLimits::default(),
         on_store_error: tollgate::config::StoreErrorPolicy::FailClosed,
+        calendar: tollgate::calendar::Calendar::utc(),
+        end_users_in_memory: 1_000,
     };
     let mut book = QuotaBook::new(limits, Nanos::ZERO, 1_796_040_000_000);
     let request = ReserveRequest {
@@ -65,6 +67,7 @@ fn reserve(c: &mut Criterion) {
         key: tollgate::ids::KeyId::new("bench"),
         key_budget: None,
         feature: "bench".to_owned(),
+        end_user: None,
     };
     c.bench_function("quota_book/rate+reserve+settle", |b| {
         b.iter(|| {
@@ -110,6 +113,7 @@ fn journal(c: &mut Criterion) {
         trace_id: None,
         tenant: TenantId::new("bench"),
         key: KeyId::new("bench"),
+        end_user: None,
         feature: "bench".to_owned(),
         api: tollgate::ledger::Api::Chat,
         route: "fast".to_owned(),

@@ -269,6 +269,7 @@ async fn open_quota_store(
         url,
         config.storage.redis_pool_size,
         config.storage.redis_timeout_ms,
+        config.calendar.clone(),
     )
     .map_err(AppError::QuotaStore)?;
     store.start_prober();
@@ -293,6 +294,7 @@ async fn open_ledger(
             db.clone(),
             clock.clone(),
             &config.ledger,
+            config.calendar.clone(),
             None,
         ));
     };
@@ -308,6 +310,7 @@ async fn open_ledger(
         db.clone(),
         clock.clone(),
         &config.ledger,
+        config.calendar.clone(),
         Some(journal.clone()),
     );
     replay(&ledger, &journal, recovered).await;

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use crate::ids::{ProviderName, RouteName};
-use crate::money::{MoneyError, PricePerMTok};
+use crate::money::{MoneyError, Nanos, PricePerMTok};
 
 // === env ===
 
@@ -307,6 +307,20 @@ pub struct BillingConfig {
     /// `clamp` mode never lowers `max_tokens` below this.
     #[serde(default = "default_clamp_floor_tokens")]
     pub clamp_floor_tokens: u32,
+    /// The IANA zone where a budget's day, week and month begin.
+    #[serde(default = "default_timezone")]
+    pub timezone: String,
+    /// End users a tenant keeps in memory at most (memory mode): the least
+    /// recently seen idle ones are evicted and reloaded from the ledger.
+    #[serde(default = "default_end_users_in_memory")]
+    pub end_users_in_memory: usize,
+}
+
+fn default_timezone() -> String {
+    "UTC".to_owned()
+}
+fn default_end_users_in_memory() -> usize {
+    100_000
 }
 
 fn default_currency() -> String {
@@ -321,6 +335,8 @@ impl Default for BillingConfig {
         BillingConfig {
             currency: default_currency(),
             clamp_floor_tokens: default_clamp_floor_tokens(),
+            timezone: default_timezone(),
+            end_users_in_memory: default_end_users_in_memory(),
         }
     }
 }
@@ -735,6 +751,22 @@ struct RawTier {
     /// What the tier's tenants get while the shared quota store is unreachable.
     #[serde(default)]
     on_store_error: StoreErrorPolicy,
+    /// Where an end user's id may come from: `header`, `body` (default both).
+    end_user_sources: Option<Vec<EndUserSource>>,
+    /// A request without an end user is refused (400 `end_user_required`).
+    #[serde(default)]
+    end_user_required: bool,
+    /// Every end user's own limits, with no admin call.
+    end_user: Option<RawEndUser>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEndUser {
+    budget: Option<String>,
+    #[serde(default)]
+    period: crate::calendar::Period,
+    rpm: Option<u32>,
 }
 
 /// Above 8 choices a request is almost always a mistake or an attempt to multiply spend.
@@ -941,6 +973,11 @@ pub struct ComplexityRoutes {
 #[derive(Debug, Clone)]
 pub struct Tier {
     pub name: String,
+    /// Where an end user's id is read from, in order of trust.
+    pub end_user_sources: Vec<EndUserSource>,
+    pub end_user_required: bool,
+    /// The limits every end user of the tier gets.
+    pub end_user: Option<EndUserLimits>,
     pub routes: Vec<RouteName>,
     pub rpm: u32,
     pub tpm: Option<u64>,
@@ -952,6 +989,27 @@ pub struct Tier {
     pub max_choices: u32,
     pub on_store_error: StoreErrorPolicy,
 }
+
+/// Where an end user's id comes from: `X-Tollgate-End-User`, or the body's
+/// `user` (`metadata.user_id` on the Messages door).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndUserSource {
+    Header,
+    Body,
+}
+
+/// One end user's limits: a budget per period and a request rate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndUserLimits {
+    pub budget: Option<Nanos>,
+    pub period: crate::calendar::Period,
+    pub rpm: Option<u32>,
+}
+
+/// The longest end-user id accepted, in bytes: ids are stored per row and in
+/// store keys, so a caller cannot grow them without bound.
+pub const END_USER_MAX_BYTES: usize = 128;
 
 /// What a tenant gets while the shared quota store (Redis) is unreachable.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
@@ -1002,6 +1060,8 @@ pub struct Config {
     pub providers: HashMap<ProviderName, Provider>,
     pub routes: HashMap<RouteName, Route>,
     pub tiers: HashMap<String, Tier>,
+    /// `billing.timezone`'s calendar: where budget periods begin.
+    pub calendar: crate::calendar::Calendar,
     /// Identifies the price table rows were charged under (a hash of the prices).
     pub price_version: String,
     /// Every `[[prices]]` entry by (provider, model).
@@ -1169,6 +1229,8 @@ fn validate(raw: RawConfig, env: &dyn EnvSource) -> Result<Config, ConfigError> 
         default_counting,
     )?;
     let tiers = validate_tiers(&raw.tiers, &routes)?;
+    let calendar = crate::calendar::Calendar::named(&raw.billing.timezone)
+        .map_err(|e| invalid("billing.timezone", e))?;
 
     let key_pepper = env
         .get(KEY_PEPPER_ENV)
@@ -1191,6 +1253,7 @@ fn validate(raw: RawConfig, env: &dyn EnvSource) -> Result<Config, ConfigError> 
         providers,
         routes,
         tiers,
+        calendar,
         price_version: price_version(&raw.prices),
         prices,
         key_pepper,
@@ -1543,10 +1606,21 @@ fn validate_tiers(
                 "must be positive",
             ));
         }
+        let end_user = t
+            .end_user
+            .as_ref()
+            .map(|e| validate_end_user(name, e))
+            .transpose()?;
         tiers.insert(
             name.clone(),
             Tier {
                 name: name.clone(),
+                end_user_sources: t
+                    .end_user_sources
+                    .clone()
+                    .unwrap_or_else(|| vec![EndUserSource::Header, EndUserSource::Body]),
+                end_user_required: t.end_user_required,
+                end_user,
                 routes: t
                     .routes
                     .iter()
@@ -1564,6 +1638,28 @@ fn validate_tiers(
         );
     }
     Ok(tiers)
+}
+
+fn validate_end_user(tier: &str, raw: &RawEndUser) -> Result<EndUserLimits, ConfigError> {
+    let budget = raw
+        .budget
+        .as_deref()
+        .map(|text| {
+            Nanos::parse_decimal(text)
+                .map_err(|e| invalid(format!("tiers.{tier}.end_user.budget"), e.to_string()))
+        })
+        .transpose()?;
+    if raw.rpm == Some(0) {
+        return Err(invalid(
+            format!("tiers.{tier}.end_user.rpm"),
+            "must be positive",
+        ));
+    }
+    Ok(EndUserLimits {
+        budget,
+        period: raw.period,
+        rpm: raw.rpm,
+    })
 }
 
 fn price_version(prices: &[RawPrice]) -> String {

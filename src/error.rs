@@ -12,6 +12,8 @@ use serde::Serialize;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ErrorCode {
     InvalidRequest,
+    /// The tier caps end users and the request named none.
+    EndUserRequired,
     PayloadTooLarge,
     InvalidApiKey,
     /// A key past its `expires_at`.
@@ -39,7 +41,9 @@ impl ErrorCode {
     pub const fn status(self) -> StatusCode {
         match self {
             // An upstream refusal carries its real status; BAD_REQUEST is only the fallback.
-            ErrorCode::InvalidRequest | ErrorCode::UpstreamRejected => StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidRequest
+            | ErrorCode::EndUserRequired
+            | ErrorCode::UpstreamRejected => StatusCode::BAD_REQUEST,
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::InvalidApiKey | ErrorCode::KeyExpired | ErrorCode::InvalidAdminToken => {
                 StatusCode::UNAUTHORIZED
@@ -63,6 +67,7 @@ impl ErrorCode {
     pub const fn openai_type(self) -> &'static str {
         match self {
             ErrorCode::InvalidRequest
+            | ErrorCode::EndUserRequired
             | ErrorCode::PayloadTooLarge
             | ErrorCode::InvalidApiKey
             | ErrorCode::KeyExpired
@@ -88,9 +93,10 @@ impl ErrorCode {
     /// status error the caller can tell apart from a malformed request.
     pub const fn anthropic_type(self) -> &'static str {
         match self {
-            ErrorCode::InvalidRequest | ErrorCode::Conflict | ErrorCode::UpstreamRejected => {
-                "invalid_request_error"
-            }
+            ErrorCode::InvalidRequest
+            | ErrorCode::EndUserRequired
+            | ErrorCode::Conflict
+            | ErrorCode::UpstreamRejected => "invalid_request_error",
             ErrorCode::PayloadTooLarge => "request_too_large",
             ErrorCode::InvalidApiKey | ErrorCode::KeyExpired | ErrorCode::InvalidAdminToken => {
                 "authentication_error"
@@ -112,6 +118,7 @@ impl ErrorCode {
     pub const fn as_str(self) -> &'static str {
         match self {
             ErrorCode::InvalidRequest => "invalid_request",
+            ErrorCode::EndUserRequired => "end_user_required",
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::InvalidApiKey => "invalid_api_key",
             ErrorCode::KeyExpired => "key_expired",

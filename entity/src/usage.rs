@@ -16,6 +16,8 @@ pub struct Model {
     pub tenant_id: String,
     pub key_id: String,
     pub feature: String,
+    /// The end user charged, if the request named one.
+    pub end_user: Option<String>,
     /// The door: `chat`, `responses`, `messages` or `embeddings`.
     pub api: String,
     pub route: String,

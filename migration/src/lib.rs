@@ -11,6 +11,7 @@ mod m20261130_000006_store_policy;
 mod m20261130_000007_usage_totals;
 mod m20261201_000008_usage_api;
 mod m20261202_000009_key_expiry;
+mod m20261202_000010_end_users;
 
 pub struct Migrator;
 
@@ -27,6 +28,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000007_usage_totals::Migration),
             Box::new(m20261201_000008_usage_api::Migration),
             Box::new(m20261202_000009_key_expiry::Migration),
+            Box::new(m20261202_000010_end_users::Migration),
         ]
     }
 }

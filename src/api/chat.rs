@@ -176,6 +176,8 @@ pub(super) fn request_context(
         tenant: auth.tenant.clone(),
         key: auth.key.clone(),
         feature: headers::feature(req)?,
+        end_user_header: headers::end_user(req),
+        end_user: None,
         api,
         request_id,
         client_request_id: headers::client_request_id(req),

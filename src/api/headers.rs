@@ -11,6 +11,7 @@ use crate::routing::Complexity;
 
 pub const REQUEST_ID: &str = "x-request-id";
 pub const FEATURE: &str = "x-tollgate-feature";
+pub const END_USER: &str = "x-tollgate-end-user";
 pub const PROVIDER: &str = "x-tollgate-provider";
 pub const MODEL: &str = "x-tollgate-model";
 pub const COST: &str = "x-tollgate-cost";
@@ -43,6 +44,11 @@ pub fn feature(req: &HttpRequest) -> Result<String, ApiError> {
             FEATURE_RULE,
         ))
     }
+}
+
+/// `X-Tollgate-End-User`, if sent (checked where the tier is known).
+pub fn end_user(req: &HttpRequest) -> Option<String> {
+    header(req, END_USER).map(str::to_owned)
 }
 
 /// `X-Tollgate-Complexity`: `simple`, `moderate` or `complex`, if sent.

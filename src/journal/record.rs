@@ -39,6 +39,9 @@ pub struct EventRecord {
     pub tenant: String,
     pub key: String,
     pub feature: String,
+    /// Absent in records written before end users had budgets, and when none was named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_user: Option<String>,
     /// Absent in records written before doors other than chat existed.
     #[serde(default)]
     pub api: Api,
@@ -72,6 +75,7 @@ impl From<&UsageEvent> for EventRecord {
             tenant: e.tenant.to_string(),
             key: e.key.to_string(),
             feature: e.feature.clone(),
+            end_user: e.end_user.clone(),
             api: e.api,
             route: e.route.clone(),
             provider: e.provider.clone(),
@@ -107,6 +111,7 @@ impl EventRecord {
             tenant: TenantId::new(self.tenant.as_str()),
             key: KeyId::new(self.key.as_str()),
             feature: self.feature.clone(),
+            end_user: self.end_user.clone(),
             api: self.api,
             route: self.route.clone(),
             provider: self.provider.clone(),

@@ -19,6 +19,7 @@ use sea_orm::DatabaseConnection;
 use super::batch::Batch;
 use super::event::UsageEvent;
 use super::repo;
+use crate::calendar::Calendar;
 use crate::clock::SharedClock;
 use crate::config::{LedgerConfig, OnBacklogFull};
 use crate::journal::{Cursor, Journal};
@@ -68,6 +69,8 @@ struct Flush;
 pub struct LedgerActor {
     db: DatabaseConnection,
     clock: SharedClock,
+    /// Where an end user's day begins, for their running totals.
+    calendar: Calendar,
     batch: Batch<Journaled>,
     flush_interval: Duration,
     /// Shared with the handle: events recorded and not yet in the database.
@@ -119,8 +122,9 @@ impl LedgerActor {
             return;
         }
         let db = self.db.clone();
+        let calendar = self.calendar.clone();
         let fut = async move {
-            let result = repo::insert_batch(&db, &events)
+            let result = repo::insert_batch(&db, &events, &calendar)
                 .await
                 .map_err(|e| e.to_string());
             (events, result)
@@ -277,6 +281,7 @@ impl Handler<Flush> for LedgerActor {
             chunks.push(self.batch.take());
         }
         let db = self.db.clone();
+        let calendar = self.calendar.clone();
         // The spill's cursor travels with the flush and comes back with its outcome.
         let mut spill = self.spill.take();
         let upto = self.journal.as_ref().map_or(0, |j| j.last_seq());
@@ -289,7 +294,7 @@ impl Handler<Flush> for LedgerActor {
                 let result = if failed {
                     Err("an earlier chunk of this flush failed".to_owned())
                 } else {
-                    repo::insert_batch(&db, &chunk)
+                    repo::insert_batch(&db, &chunk, &calendar)
                         .await
                         .map_err(|e| e.to_string())
                 };
@@ -304,7 +309,7 @@ impl Handler<Flush> for LedgerActor {
                         break;
                     }
                     Ok(chunk) => {
-                        let result = repo::insert_batch(&db, &chunk)
+                        let result = repo::insert_batch(&db, &chunk, &calendar)
                             .await
                             .map_err(|e| e.to_string());
                         failed |= result.is_err();
@@ -371,6 +376,7 @@ impl LedgerHandle {
         db: DatabaseConnection,
         clock: SharedClock,
         config: &LedgerConfig,
+        calendar: Calendar,
         journal: Option<Arc<Journal>>,
     ) -> LedgerHandle {
         let backlog = Arc::new(AtomicUsize::new(0));
@@ -387,6 +393,7 @@ impl LedgerHandle {
         let addr = LedgerActor::start_in_arbiter(&arbiter.handle(), move |_ctx| LedgerActor {
             db,
             clock,
+            calendar,
             batch: Batch::new(max_batch_rows),
             flush_interval: Duration::from_millis(flush_interval_ms),
             backlog: shared,

@@ -140,6 +140,8 @@ pub struct UsageEvent {
     pub tenant: TenantId,
     pub key: KeyId,
     pub feature: String,
+    /// The end user charged, if the request named one.
+    pub end_user: Option<String>,
     /// The door the request came in by.
     pub api: Api,
     pub route: String,
@@ -173,6 +175,7 @@ impl UsageEvent {
             tenant_id: Set(self.tenant.to_string()),
             key_id: Set(self.key.to_string()),
             feature: Set(self.feature.clone()),
+            end_user: Set(self.end_user.clone()),
             api: Set(self.api.as_str().to_owned()),
             route: Set(self.route.clone()),
             provider: Set(self.provider.clone()),
@@ -210,6 +213,7 @@ impl UsageEvent {
             trace_id: Some("abc".to_owned()),
             tenant: TenantId::new("t"),
             key: KeyId::new("k"),
+            end_user: None,
             feature: "unknown".to_owned(),
             api: Api::Chat,
             route: "fast".to_owned(),

@@ -14,13 +14,14 @@ use entity::{usage, usage_total};
 
 use super::event::{AttemptStatus, UsageEvent, UsageKind};
 use super::insert;
+use crate::calendar::{Calendar, LIFETIME, Window, day_keys};
 use crate::ids::{KeyId, TenantId};
 use crate::money::Nanos;
 use crate::period::Date;
 use crate::storage::StorageError;
 use crate::telemetry::metrics::ratio;
 
-/// Rows per INSERT statement at most. A usage row binds 27 parameters, and a
+/// Rows per INSERT statement at most. A usage row binds 28 parameters, and a
 /// statement may bind at most 65,535 on PostgreSQL and 32,766 on SQLite, so a
 /// larger batch is split: without this, a batch past ~1,200 rows (SQLite) or
 /// ~2,400 (PostgreSQL) could never be written.
@@ -29,9 +30,11 @@ const MAX_ROWS_PER_STATEMENT: usize = 256;
 /// Inserts a batch in one transaction, and adds the rows it inserted to
 /// `usage_totals` in the same one; events already present (same event id)
 /// are skipped, so a replayed batch never duplicates a row or a total.
+/// `calendar` says where an end user's day begins, for their totals.
 pub async fn insert_batch<E: Borrow<UsageEvent>>(
     db: &DatabaseConnection,
     events: &[E],
+    calendar: &Calendar,
 ) -> Result<(), StorageError> {
     if events.is_empty() {
         return Ok(());
@@ -50,9 +53,12 @@ pub async fn insert_batch<E: Borrow<UsageEvent>>(
     }
     let all = events.iter().map(Borrow::borrow);
     let rows = if inserted.len() == events.len() {
-        Totals::rows(all)
+        Totals::rows(all, calendar)
     } else {
-        Totals::rows(all.filter(|e| inserted.contains(&e.event_id.to_string())))
+        Totals::rows(
+            all.filter(|e| inserted.contains(&e.event_id.to_string())),
+            calendar,
+        )
     };
     add_totals(&txn, rows).await?;
     txn.commit().await?;
@@ -65,7 +71,12 @@ struct Totals;
 impl Totals {
     /// One row per (tenant, kind, period, scope) the events touch, with their
     /// sums. Keys borrow from the events; each UTC day's keys are formatted once.
-    fn rows<'a>(events: impl Iterator<Item = &'a UsageEvent>) -> Vec<usage_total::ActiveModel> {
+    /// An end user's rows are per local day of `calendar` (weeks and months
+    /// are sums of days) and over their lifetime.
+    fn rows<'a>(
+        events: impl Iterator<Item = &'a UsageEvent>,
+        calendar: &Calendar,
+    ) -> Vec<usage_total::ActiveModel> {
         use sea_orm::ActiveValue::Set;
         let events: Vec<&UsageEvent> = events.collect();
         let mut periods: HashMap<u64, (String, String)> = HashMap::new();
@@ -77,8 +88,16 @@ impl Totals {
                     (date.day_key(), date.month_key())
                 });
         }
+        let local_days: Vec<Option<String>> = events
+            .iter()
+            .map(|e| {
+                e.end_user
+                    .as_ref()
+                    .map(|_| calendar.day_key(e.created_at_ms))
+            })
+            .collect();
         let mut sums: HashMap<(&str, &'static str, &str, &str), (i64, i64)> = HashMap::new();
-        for event in &events {
+        for (event, local_day) in events.iter().zip(&local_days) {
             let Some((day, month)) = periods.get(&(event.created_at_ms / DAY_MS)) else {
                 continue;
             };
@@ -91,12 +110,22 @@ impl Totals {
             .unwrap_or(i64::MAX);
             let charged = event.charged.to_db();
             let tenant = event.tenant.as_str();
+            let end_user = event.end_user.as_deref().zip(local_day.as_deref());
+            let end_user_rows = end_user.into_iter().flat_map(|(user, local_day)| {
+                [
+                    (TOTAL_END_USER_DAY, local_day, user),
+                    (TOTAL_END_USER_LIFETIME, LIFETIME, user),
+                ]
+            });
             for (kind, period, scope) in [
                 (TOTAL_TENANT, month.as_str(), ""),
                 (TOTAL_KEY, month.as_str(), event.key.as_str()),
                 (TOTAL_FEATURE, month.as_str(), event.feature.as_str()),
                 (TOTAL_DAY, day.as_str(), ""),
-            ] {
+            ]
+            .into_iter()
+            .chain(end_user_rows)
+            {
                 let sum = sums.entry((tenant, kind, period, scope)).or_default();
                 sum.0 = sum.0.saturating_add(charged);
                 sum.1 = sum.1.saturating_add(tokens);
@@ -122,6 +151,9 @@ const TOTAL_TENANT: &str = "tenant";
 const TOTAL_KEY: &str = "key";
 const TOTAL_FEATURE: &str = "feature";
 const TOTAL_DAY: &str = "day";
+/// An end user's spend on one local day (`billing.timezone`).
+const TOTAL_END_USER_DAY: &str = "end_user_day";
+const TOTAL_END_USER_LIFETIME: &str = "end_user_lifetime";
 
 async fn add_totals(
     txn: &DatabaseTransaction,
@@ -163,6 +195,32 @@ pub struct PeriodTotals {
     pub features: HashMap<String, Nanos>,
     pub tokens_today: u64,
     pub tokens_this_month: u64,
+}
+
+/// An end user's committed spend in `window`: the sum of its days' running
+/// totals (at most 31 rows), or its lifetime total.
+pub async fn end_user_committed(
+    db: &DatabaseConnection,
+    tenant: &TenantId,
+    end_user: &str,
+    window: &Window,
+) -> Result<Nanos, StorageError> {
+    let query = usage_total::Entity::find()
+        .filter(usage_total::Column::TenantId.eq(tenant.as_str()))
+        .filter(usage_total::Column::Scope.eq(end_user));
+    let query = if window.key == LIFETIME {
+        query
+            .filter(usage_total::Column::Kind.eq(TOTAL_END_USER_LIFETIME))
+            .filter(usage_total::Column::Period.eq(LIFETIME))
+    } else {
+        query
+            .filter(usage_total::Column::Kind.eq(TOTAL_END_USER_DAY))
+            .filter(usage_total::Column::Period.is_in(day_keys(window)))
+    };
+    let rows = query.all(db).await?;
+    Ok(rows.iter().fold(Nanos::ZERO, |sum, row| {
+        sum.saturating_add(Nanos::from_db(row.charged_nanos))
+    }))
 }
 
 /// One indexed read, however many rows the month holds.
@@ -251,6 +309,8 @@ pub enum GroupBy {
     Key,
     /// The door: `chat`, `responses`, `messages`, `embeddings`.
     Api,
+    /// The end user named (`""` for requests that named none).
+    EndUser,
 }
 
 impl GroupBy {
@@ -265,6 +325,7 @@ impl GroupBy {
             "status" => GroupBy::Status,
             "key" => GroupBy::Key,
             "api" => GroupBy::Api,
+            "end_user" => GroupBy::EndUser,
             _ => return None,
         })
     }
@@ -280,6 +341,15 @@ impl GroupBy {
             GroupBy::Status => usage::Column::Status,
             GroupBy::Key => usage::Column::KeyId,
             GroupBy::Api => usage::Column::Api,
+            GroupBy::EndUser => usage::Column::EndUser,
+        }
+    }
+
+    /// The group's key as text: a nullable column reads as `""` where null.
+    fn key(self) -> sea_orm::sea_query::SimpleExpr {
+        match self {
+            GroupBy::EndUser => Expr::cust("COALESCE(end_user, '')"),
+            _ => Expr::col(self.column()).into(),
         }
     }
 }
@@ -334,7 +404,7 @@ pub async fn spend(
     let sum = |column: &str| Expr::cust(format!("CAST(SUM({column}) AS BIGINT)"));
     let mut query = usage::Entity::find()
         .select_only()
-        .column_as(group_by.column(), "key")
+        .column_as(group_by.key(), "key")
         .column_as(Expr::cust("COUNT(DISTINCT request_id)"), "requests")
         .column_as(Expr::cust("COUNT(*)"), "attempts")
         .column_as(sum("prompt_tokens"), "prompt_tokens")

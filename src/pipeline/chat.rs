@@ -24,6 +24,7 @@ use crate::provider::clients::UpstreamClients;
 use crate::routing::Complexity;
 use crate::state::Gateway;
 use crate::telemetry::metrics::{Metric, counter_add};
+use crate::tenant::end_users::EndUserHold;
 use crate::tenant::tokens::{TokenLimitKind, TokenWindow};
 use crate::tenant::{QuotaError, RateDecision, ReservationMeta, ReserveRequest, TenantHandle};
 use crate::tokenize::Estimate;
@@ -82,6 +83,25 @@ pub async fn handle_chat(
         ApiError::internal(format!("tiers.{} is not configured", ctx.tenant.tier))
     })?;
     check_choices(&request, tier)?;
+    let identified;
+    let ctx = match super::end_user::identify(ctx, &request, tier)? {
+        Some(id) => {
+            identified = RequestContext {
+                end_user: Some(id),
+                ..ctx.clone()
+            };
+            &identified
+        }
+        None => ctx,
+    };
+    let end_user = ctx
+        .end_user
+        .as_ref()
+        .zip(tier.end_user.as_ref())
+        .map(|(id, limits)| EndUserHold {
+            id: id.clone(),
+            limits: limits.clone(),
+        });
     let tenant = gw
         .tenants
         .handle(&ctx.tenant)
@@ -136,6 +156,7 @@ pub async fn handle_chat(
         request: &request,
         tenant: &tenant,
         max_tokens,
+        end_user,
     };
     let (rate, hold, input) = admission.reserve(limited).await?;
 
@@ -164,6 +185,7 @@ struct Admission<'a> {
     request: &'a ChatRequest,
     tenant: &'a TenantHandle,
     max_tokens: u32,
+    end_user: Option<EndUserHold>,
 }
 
 impl Admission<'_> {
@@ -242,6 +264,7 @@ impl Admission<'_> {
             key: self.ctx.key.id.clone(),
             key_budget: self.ctx.key.monthly_budget,
             feature: self.ctx.feature.clone(),
+            end_user: self.end_user.clone(),
         }
     }
 
@@ -250,6 +273,7 @@ impl Admission<'_> {
             request_id: self.ctx.request_id.clone(),
             key: self.ctx.key.id.clone(),
             feature: self.ctx.feature.clone(),
+            end_user: self.ctx.end_user.clone(),
             api: self.ctx.api,
             route: self.route.name.to_string(),
             client_request_id: self.ctx.client_request_id.clone(),
@@ -399,6 +423,10 @@ fn quota_error(error: &QuotaError) -> ApiError {
             let seconds = refused.retry_after_ms.div_ceil(1000).min(86_400 * 31);
             ApiError::new(ErrorCode::TokenLimited, refused.to_string()).with_retry_after(seconds)
         }
+        QuotaError::EndUserRate(limited) => {
+            ApiError::new(ErrorCode::RateLimited, limited.to_string())
+                .with_retry_after(limited.retry_after_ms.div_ceil(1000))
+        }
         QuotaError::Unavailable => ApiError::new(
             ErrorCode::QuotaUnavailable,
             "the tenant's budget state is unavailable; try again shortly",
@@ -423,6 +451,11 @@ fn budget_error(error: &QuotaError, rate: &RateDecision) -> ApiError {
             };
             counter_add(Metric::RejectionsTotal, &[("kind", kind)], 1);
         }
+        QuotaError::EndUserRate(_) => counter_add(
+            Metric::RejectionsTotal,
+            &[("kind", "end_user_rate_limit")],
+            1,
+        ),
         QuotaError::Unavailable | QuotaError::StoreDown => {}
     }
     quota_error(error).with_rate(*rate)

@@ -14,6 +14,10 @@ pub struct RequestContext {
     pub key: Arc<KeyRecord>,
     /// `X-Tollgate-Feature`, for cost attribution.
     pub feature: String,
+    /// `X-Tollgate-End-User` as sent: the tier decides whether it is trusted.
+    pub end_user_header: Option<String>,
+    /// The end user charged, once the tier has said which source it trusts.
+    pub end_user: Option<String>,
     /// The door the request came in by.
     pub api: Api,
     /// The gateway's own id.

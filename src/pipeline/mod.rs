@@ -10,6 +10,7 @@ pub mod chat;
 pub mod context;
 pub mod count;
 pub mod degraded;
+pub mod end_user;
 pub mod hold;
 pub mod record;
 pub mod settle;

@@ -122,6 +122,7 @@ fn event(
         tenant: ctx.tenant.id.clone(),
         key: ctx.key.id.clone(),
         feature: ctx.feature.clone(),
+        end_user: ctx.end_user.clone(),
         api: ctx.api,
         route: route.to_owned(),
         provider: row.provider,

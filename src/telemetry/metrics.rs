@@ -27,6 +27,7 @@ pub enum Metric {
     ReservationChargeRatio,
     ReservationOverrunNanosTotal,
     ReservationsOrphanedTotal,
+    EndUserLoadsTotal,
     UnknownOutcomesTotal,
     BudgetAlertsTotal,
     RejectionsTotal,
@@ -53,7 +54,7 @@ pub enum Metric {
 }
 
 impl Metric {
-    pub const ALL: [Metric; 37] = [
+    pub const ALL: [Metric; 38] = [
         Metric::RequestsTotal,
         Metric::RequestDurationSeconds,
         Metric::GatewayOverheadSeconds,
@@ -68,6 +69,7 @@ impl Metric {
         Metric::ReservationChargeRatio,
         Metric::ReservationOverrunNanosTotal,
         Metric::ReservationsOrphanedTotal,
+        Metric::EndUserLoadsTotal,
         Metric::UnknownOutcomesTotal,
         Metric::BudgetAlertsTotal,
         Metric::RejectionsTotal,
@@ -109,6 +111,7 @@ impl Metric {
             Metric::ReservationChargeRatio => "tollgate_reservation_charge_ratio",
             Metric::ReservationOverrunNanosTotal => "tollgate_reservation_overrun_nanos_total",
             Metric::ReservationsOrphanedTotal => "tollgate_reservations_orphaned_total",
+            Metric::EndUserLoadsTotal => "tollgate_end_user_loads_total",
             Metric::UnknownOutcomesTotal => "tollgate_upstream_unknown_outcomes_total",
             Metric::BudgetAlertsTotal => "tollgate_budget_alerts_total",
             Metric::RejectionsTotal => "tollgate_rejections_total",
@@ -172,6 +175,9 @@ impl Metric {
             Metric::ReservationOverrunNanosTotal => "Charged cost above its reservation.",
             Metric::ReservationsOrphanedTotal => {
                 "Reservations that expired unsettled and were committed."
+            }
+            Metric::EndUserLoadsTotal => {
+                "End users' period spend read from the ledger (new in a period, evicted from memory, or expired in Redis)."
             }
             Metric::UnknownOutcomesTotal => {
                 "Attempts that reached the provider and ended without a usage report, charged their hold, by provider."
@@ -269,6 +275,7 @@ fn zero_unlabeled() {
     for metric in [
         Metric::ReservationOverrunNanosTotal,
         Metric::ReservationsOrphanedTotal,
+        Metric::EndUserLoadsTotal,
         Metric::LedgerEventsFlushed,
         Metric::LedgerWriteErrors,
     ] {

@@ -21,7 +21,8 @@ use sea_orm::DatabaseConnection;
 
 use super::alerts::{self, AlertBook, AlertNotice};
 use super::book::{
-    BudgetStatus, Granted, KeyShare, Lapsed, Limits, QuotaBook, RateDecision, Seed, Settled,
+    BudgetStatus, Granted, KeyShare, Lapsed, Limits, QuotaBook, RateDecision, ReserveRequest, Seed,
+    Settled,
 };
 use super::decision::Decision;
 use super::handle::QuotaError;
@@ -474,6 +475,7 @@ impl TenantActor {
             tenant: self.tenant.clone(),
             key: meta.key,
             feature: meta.feature,
+            end_user: meta.end_user,
             api: meta.api,
             route: meta.route,
             provider: String::new(),
@@ -640,12 +642,15 @@ impl Handler<Reserve> for TenantActor {
         let now = self.touch();
         let reservation = self.reservation(msg);
         let id = reservation.id;
-        let decision = self.decide(
-            now,
-            move |store, now| store.reserve(&reservation, now),
-            Some(id),
-        );
-        self.published(decision, now)
+        let request = reservation.request.clone();
+        self.after_end_user(&request, now, move |act, now| {
+            let decision = act.decide(
+                now,
+                move |store, now| store.reserve(&reservation, now),
+                Some(id),
+            );
+            act.published(decision, now)
+        })
     }
 }
 
@@ -656,12 +661,15 @@ impl Handler<RateAndReserve> for TenantActor {
         let now = self.touch();
         let reservation = self.reservation(msg.0);
         let id = reservation.id;
-        let decision = self.decide(
-            now,
-            move |store, now| store.check_rate_and_reserve(&reservation, now),
-            Some(id),
-        );
-        self.published(decision, now)
+        let request = reservation.request.clone();
+        self.after_end_user(&request, now, move |act, now| {
+            let decision = act.decide(
+                now,
+                move |store, now| store.check_rate_and_reserve(&reservation, now),
+                Some(id),
+            );
+            act.published(decision, now)
+        })
     }
 }
 
@@ -672,6 +680,39 @@ impl TenantActor {
             request: msg.request,
             meta: msg.meta,
         }
+    }
+
+    /// `decide`, once the book knows the request's end user: one it does not
+    /// know (new this period, or evicted) is loaded from the ledger first, so
+    /// no decision on an end user starts from nothing.
+    fn after_end_user<T: 'static>(
+        &mut self,
+        request: &ReserveRequest,
+        now: u64,
+        decide: impl FnOnce(&mut Self, u64) -> Decision<Self, Verdict<T>> + 'static,
+    ) -> Decision<Self, Verdict<T>> {
+        let unknown = match self.path() {
+            Path::Book => self.book.needs_end_user(request).cloned(),
+            Path::Closed | Path::Redis { .. } => None,
+        };
+        let Some(hold) = unknown else {
+            return decide(self, now);
+        };
+        let window = self.book.end_users().window(&hold.limits, now);
+        let load = self.seed_source().end_user(hold.id.clone(), window);
+        Decision::wait(load.into_actor(self).then(move |loaded, act, _ctx| {
+            let now = act.clock.now_ms();
+            match loaded {
+                Ok(committed) => {
+                    act.book.load_end_user(&hold, committed, now);
+                    decide(act, now).into_future()
+                }
+                Err(error) => {
+                    tracing::error!(tenant = %act.tenant, error = %error, "Cannot load an end user's spend from the ledger; refusing rather than starting them from zero.");
+                    Decision::Now(Err(QuotaError::Unavailable)).into_future()
+                }
+            }
+        }))
     }
 
     /// The book's gauges move with every reservation it takes (Redis's with its settles).

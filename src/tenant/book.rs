@@ -10,12 +10,14 @@ use std::fmt;
 
 use serde::Serialize;
 
+use crate::calendar::Calendar;
 use crate::config::StoreErrorPolicy;
 use crate::directory::BudgetMode;
 use crate::ids::{KeyId, ReservationId};
 use crate::money::{CostAccumulator, Nanos, PricePerMTok};
 use crate::period;
 
+use super::end_users::{EndUserHold, EndUsers};
 use super::messages::ReservationMeta;
 use super::share::share_budget;
 use super::store::Reservation;
@@ -36,6 +38,10 @@ pub struct Limits {
     pub feature_budgets: BTreeMap<String, Nanos>,
     pub tokens: TokenLimits,
     pub on_store_error: StoreErrorPolicy,
+    /// Where end users' budget periods begin.
+    pub calendar: Calendar,
+    /// End users kept in memory at most (see `end_users.rs`).
+    pub end_users_in_memory: usize,
 }
 
 /// Where a budget applies inside one tenant.
@@ -44,6 +50,7 @@ pub enum Scope {
     Tenant,
     Key(KeyId),
     Feature(String),
+    EndUser(String),
 }
 
 impl fmt::Display for Scope {
@@ -52,6 +59,7 @@ impl fmt::Display for Scope {
             Scope::Tenant => f.write_str("tenant"),
             Scope::Key(key) => write!(f, "key `{key}`"),
             Scope::Feature(feature) => write!(f, "feature `{feature}`"),
+            Scope::EndUser(id) => write!(f, "end user `{id}`"),
         }
     }
 }
@@ -115,6 +123,8 @@ pub struct ReserveRequest {
     /// The key's own monthly budget, if it has one.
     pub key_budget: Option<Nanos>,
     pub feature: String,
+    /// The request's end user and the limits their tier gives them.
+    pub end_user: Option<EndUserHold>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,6 +149,20 @@ pub enum Refusal {
     Budget(#[from] Refused),
     #[error(transparent)]
     Tokens(#[from] TokenRefusal),
+    #[error(transparent)]
+    EndUserRate(#[from] EndUserRateLimited),
+    /// The end user's spend this period is not in memory: the ledger must be read first.
+    #[error("end user `{0}` is not loaded")]
+    EndUserUnknown(String),
+}
+
+/// An end user's requests/min, which the tier's template sets.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("end user `{id}` is limited to {rpm} requests per minute; retry in {retry_after_ms} ms")]
+pub struct EndUserRateLimited {
+    pub id: String,
+    pub rpm: u32,
+    pub retry_after_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -175,6 +199,7 @@ struct Held {
     expires_at_ms: u64,
     key: KeyId,
     feature: String,
+    end_user: Option<EndUserHold>,
     /// Tokens admitted against the token limits (input estimate + max_tokens).
     tokens: u64,
     meta: Option<ReservationMeta>,
@@ -210,11 +235,13 @@ pub struct QuotaBook {
     next_id: u64,
     tokens: TokenQuota,
     key_share: Option<KeyShare>,
+    end_users: EndUsers,
 }
 
 impl QuotaBook {
     pub fn new(limits: Limits, committed: Nanos, now_ms: u64) -> QuotaBook {
         let limits_tokens = limits.tokens;
+        let end_users = EndUsers::new(limits.end_users_in_memory, limits.calendar.clone());
         QuotaBook {
             bucket_units: bucket_capacity(&limits),
             limits,
@@ -228,6 +255,7 @@ impl QuotaBook {
             next_id: 1,
             tokens: TokenQuota::new(limits_tokens, 0, 0, now_ms),
             key_share: None,
+            end_users,
         }
     }
 
@@ -282,6 +310,7 @@ impl QuotaBook {
             Scope::Tenant => self.committed,
             Scope::Key(key) => self.keys.get(key).map_or(Nanos::ZERO, |t| t.committed),
             Scope::Feature(f) => self.features.get(f).map_or(Nanos::ZERO, |t| t.committed),
+            Scope::EndUser(id) => self.end_users.committed_of(id).unwrap_or(Nanos::ZERO),
         }
     }
 
@@ -297,6 +326,8 @@ impl QuotaBook {
         let capacity = bucket_capacity(&limits);
         self.bucket_units = self.bucket_units.min(capacity);
         self.tokens.set_limits(limits.tokens);
+        self.end_users
+            .set_bounds(limits.end_users_in_memory, limits.calendar.clone());
         self.limits = limits;
     }
 
@@ -325,7 +356,11 @@ impl QuotaBook {
     }
 
     /// The scope with the least budget left for this request, among those with a budget.
-    fn tightest(&self, request: &ReserveRequest) -> Option<(Scope, Nanos)> {
+    fn tightest(
+        &self,
+        request: &ReserveRequest,
+        end_user: Option<Nanos>,
+    ) -> Option<(Scope, Nanos)> {
         let tenant = Totals {
             committed: self.committed,
             reserved: self.reserved,
@@ -348,6 +383,9 @@ impl QuotaBook {
                 Scope::Feature(request.feature.clone()),
                 totals.remaining(*budget),
             ));
+        }
+        if let (Some(remaining), Some(hold)) = (end_user, &request.end_user) {
+            scopes.push((Scope::EndUser(hold.id.clone()), remaining));
         }
         scopes.into_iter().min_by_key(|(_, remaining)| *remaining)
     }
@@ -386,11 +424,12 @@ impl QuotaBook {
                 share.replicas,
             ));
         }
+        let end_user = self.end_user_check(&request, now_ms)?;
         let mut max_tokens = request.max_tokens;
         let mut amount = worst_case(&request, max_tokens);
         let mut clamped = false;
         let mut over_budget = false;
-        if let Some((scope, remaining)) = self.tightest(&request)
+        if let Some((scope, remaining)) = self.tightest(&request, end_user)
             && amount > remaining
         {
             match self.limits.mode {
@@ -430,6 +469,9 @@ impl QuotaBook {
         key.reserved = key.reserved.saturating_add(amount);
         let feature = self.features.entry(request.feature.clone()).or_default();
         feature.reserved = feature.reserved.saturating_add(amount);
+        if let Some(hold) = &request.end_user {
+            self.end_users.hold(hold, amount, now_ms);
+        }
         self.held.insert(
             id,
             Held {
@@ -437,6 +479,7 @@ impl QuotaBook {
                 expires_at_ms: request.expires_at_ms,
                 key: request.key,
                 feature: request.feature,
+                end_user: request.end_user,
                 tokens,
                 meta,
             },
@@ -452,8 +495,56 @@ impl QuotaBook {
         })
     }
 
+    /// The end user's budget left (`None`: no budget), or why the request
+    /// cannot go on: its rate, or an end user the book must first load.
+    fn end_user_check(
+        &mut self,
+        request: &ReserveRequest,
+        now_ms: u64,
+    ) -> Result<Option<Nanos>, Refusal> {
+        let Some(hold) = &request.end_user else {
+            return Ok(None);
+        };
+        let replicas = self.key_share.as_ref().map(|share| share.replicas);
+        let Some((remaining, rate)) = self.end_users.check(hold, replicas, now_ms) else {
+            return Err(Refusal::EndUserUnknown(hold.id.clone()));
+        };
+        if let (Err(retry_after_ms), Some(rpm)) = (rate, hold.limits.rpm) {
+            return Err(EndUserRateLimited {
+                id: hold.id.clone(),
+                rpm,
+                retry_after_ms,
+            }
+            .into());
+        }
+        Ok(remaining)
+    }
+
+    /// Whether decisions on this request's end user need the ledger first.
+    pub fn needs_end_user<'a>(&self, request: &'a ReserveRequest) -> Option<&'a EndUserHold> {
+        request
+            .end_user
+            .as_ref()
+            .filter(|hold| !self.end_users.knows(&hold.id))
+    }
+
+    /// Starts tracking an end user from the ledger's spend in its current period.
+    pub fn load_end_user(&mut self, hold: &EndUserHold, committed: Nanos, now_ms: u64) {
+        let window = self.end_users.window(&hold.limits, now_ms);
+        self.end_users
+            .load(&hold.id, &hold.limits, window, committed, now_ms);
+    }
+
+    pub fn end_users(&mut self) -> &mut EndUsers {
+        &mut self.end_users
+    }
+
     /// Takes a reservation out of every scope, then commits `charged` to them.
-    fn close(&mut self, held: &Held, charged: Nanos) {
+    fn close(&mut self, held: &Held, charged: Nanos, now_ms: u64) {
+        if let Some(hold) = &held.end_user {
+            self.end_users
+                .close(&hold.id, &hold.limits, held.amount, charged, now_ms);
+        }
         self.reserved = self.reserved.saturating_sub(held.amount);
         self.committed = self.committed.saturating_add(charged);
         for totals in [
@@ -480,7 +571,7 @@ impl QuotaBook {
         let Some(held) = self.held.remove(&id) else {
             return Settled::AlreadyClosed;
         };
-        self.close(&held, charged);
+        self.close(&held, charged, now_ms);
         self.tokens.settle(held.tokens, used_tokens, now_ms);
         Settled::Committed {
             reserved: held.amount,
@@ -491,7 +582,7 @@ impl QuotaBook {
     pub fn release(&mut self, id: ReservationId, now_ms: u64) -> bool {
         match self.held.remove(&id) {
             Some(held) => {
-                self.close(&held, Nanos::ZERO);
+                self.close(&held, Nanos::ZERO, now_ms);
                 self.tokens.settle(held.tokens, 0, now_ms);
                 true
             }
@@ -513,7 +604,7 @@ impl QuotaBook {
         let mut committed = Vec::with_capacity(expired.len());
         for id in expired {
             if let Some(held) = self.held.remove(&id) {
-                self.close(&held, held.amount);
+                self.close(&held, held.amount, now_ms);
                 // As with money: what the upstream may have used counts.
                 self.tokens.settle(held.tokens, held.tokens, now_ms);
                 committed.push(Lapsed {
@@ -621,6 +712,8 @@ mod tests {
             feature_budgets: BTreeMap::new(),
             tokens: TokenLimits::default(),
             on_store_error: StoreErrorPolicy::FailClosed,
+            calendar: crate::calendar::Calendar::utc(),
+            end_users_in_memory: 1_000,
         }
     }
 
@@ -642,6 +735,7 @@ mod tests {
             key: KeyId::new("k1"),
             key_budget: None,
             feature: "chat".to_owned(),
+            end_user: None,
         }
     }
 

@@ -17,9 +17,17 @@ pub enum Decision<A: Actor, T> {
     Wait(Pin<Box<dyn ActorFuture<A, Output = T>>>),
 }
 
-impl<A: Actor, T> Decision<A, T> {
+impl<A: Actor, T: 'static> Decision<A, T> {
     pub fn wait(future: impl ActorFuture<A, Output = T> + 'static) -> Self {
         Decision::Wait(Box::pin(future))
+    }
+
+    /// The decision as a future, to follow another one.
+    pub fn into_future(self) -> Pin<Box<dyn ActorFuture<A, Output = T>>> {
+        match self {
+            Decision::Now(result) => Box::pin(actix::fut::ready(result)),
+            Decision::Wait(future) => future,
+        }
     }
 }
 

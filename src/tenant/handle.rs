@@ -9,7 +9,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use actix::{Addr, MailboxError};
 
 use super::actor::TenantActor;
-use super::book::{BudgetStatus, Granted, RateDecision, Refusal, Refused, ReserveRequest, Settled};
+use super::book::{
+    BudgetStatus, EndUserRateLimited, Granted, RateDecision, Refusal, Refused, ReserveRequest,
+    Settled,
+};
 use super::messages::{
     Admitted, CheckRate, GetStatus, RateAndReserve, Release, ReservationMeta, Reserve, Settle,
     SettleReply,
@@ -25,6 +28,8 @@ pub enum QuotaError {
     Refused(#[from] Refused),
     #[error(transparent)]
     TokenLimited(#[from] TokenRefusal),
+    #[error(transparent)]
+    EndUserRate(#[from] EndUserRateLimited),
     #[error("the tenant's quota state is unavailable")]
     Unavailable,
     /// The shared quota store is unreachable and the tenant is `fail_closed`.
@@ -189,6 +194,9 @@ impl From<Refusal> for QuotaError {
         match refusal {
             Refusal::Budget(refused) => QuotaError::Refused(refused),
             Refusal::Tokens(refused) => QuotaError::TokenLimited(refused),
+            Refusal::EndUserRate(limited) => QuotaError::EndUserRate(limited),
+            // The actor loads an end user before it asks; one it could not load is unavailable.
+            Refusal::EndUserUnknown(_) => QuotaError::Unavailable,
         }
     }
 }

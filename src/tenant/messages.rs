@@ -21,6 +21,9 @@ pub struct ReservationMeta {
     pub request_id: RequestId,
     pub key: KeyId,
     pub feature: String,
+    /// The end user charged, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_user: Option<String>,
     /// The door the request came in by.
     #[serde(default)]
     pub api: crate::ledger::Api,

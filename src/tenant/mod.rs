@@ -6,6 +6,7 @@ pub mod actor;
 pub mod alerts;
 pub mod book;
 mod decision;
+pub mod end_users;
 pub mod handle;
 pub mod messages;
 pub mod registry;

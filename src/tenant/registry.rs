@@ -181,6 +181,8 @@ impl TenantRegistry {
                 monthly: tenant.monthly_token_limit.or(tier.monthly_tokens),
             },
             on_store_error: tenant.on_store_error.unwrap_or(tier.on_store_error),
+            calendar: config.calendar.clone(),
+            end_users_in_memory: config.billing.end_users_in_memory,
         })
     }
 

@@ -5,9 +5,12 @@
 use sea_orm::DatabaseConnection;
 
 use super::book::Seed;
+use crate::calendar::Window;
 use crate::ids::TenantId;
 use crate::ledger::{LedgerHandle, repo};
+use crate::money::Nanos;
 use crate::period::{self, Date};
+use crate::telemetry::metrics::{Metric, counter_add};
 
 #[derive(Clone)]
 pub struct SeedSource {
@@ -22,6 +25,15 @@ impl SeedSource {
         let day = Date::from_unix_ms(now_ms).day_key();
         self.ledger.flush().await.map_err(|e| e.to_string())?;
         repo::period_totals(&self.db, &self.tenant, &day, &month)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// An end user's committed spend in `window`, after the same flush.
+    pub async fn end_user(self, id: String, window: Window) -> Result<Nanos, String> {
+        counter_add(Metric::EndUserLoadsTotal, &[], 1);
+        self.ledger.flush().await.map_err(|e| e.to_string())?;
+        repo::end_user_committed(&self.db, &self.tenant, &id, &window)
             .await
             .map_err(|e| e.to_string())
     }

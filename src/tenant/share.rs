@@ -71,6 +71,8 @@ mod tests {
                 monthly: None,
             },
             on_store_error: StoreErrorPolicy::Local,
+            calendar: crate::calendar::Calendar::utc(),
+            end_users_in_memory: 1_000,
         };
         let seed = Seed {
             committed: Nanos::parse_decimal("4").unwrap(),

@@ -58,6 +58,7 @@ impl Run<'_> {
             key: self.key.clone(),
             key_budget: None,
             feature: "default".to_owned(),
+            end_user: None,
         }
     }
 
@@ -67,6 +68,7 @@ impl Run<'_> {
             request_id: RequestId::new(format!("{}-{}", self.tenant, self.requests)),
             key: self.key.clone(),
             feature: "default".to_owned(),
+            end_user: None,
             api: tollgate::ledger::Api::Chat,
             route: "fast".to_owned(),
             client_request_id: None,
@@ -100,6 +102,7 @@ impl Run<'_> {
             tenant: self.tenant.clone(),
             key: self.key.clone(),
             feature: "default".to_owned(),
+            end_user: None,
             api: tollgate::ledger::Api::Chat,
             route: "fast".to_owned(),
             provider: "primary".to_owned(),

@@ -42,6 +42,7 @@ fn event(tenant: &str, request: &str, status: AttemptStatus, charged: u64) -> Us
         tenant: TenantId::new(tenant),
         key: KeyId::new("k"),
         feature: "unknown".to_owned(),
+        end_user: None,
         api: tollgate::ledger::Api::Chat,
         route: "fast".to_owned(),
         provider: "primary".to_owned(),
@@ -113,14 +114,18 @@ async fn a_batch_replayed_after_its_commit_but_before_its_checkpoint_changes_no_
     journal.append_reserve(&orphan_of(&in_flight), 0).await;
     assert_eq!(journal.open_reserves(), 1);
     // The flusher commits the batch and dies before its checkpoint.
-    repo::insert_batch(&db, &delivered).await.unwrap();
+    repo::insert_batch(&db, &delivered, &tollgate::calendar::Calendar::utc())
+        .await
+        .unwrap();
     drop(journal);
     assert_eq!(rows(&db, &tenant).await.len(), 20);
 
     // The restart replays the batch the database already holds, and the orphan.
     let (journal, recovered) = Journal::open(&options).unwrap();
     assert_eq!((recovered.settles, recovered.orphans), (20, 1));
-    repo::insert_batch(&db, &recovered.events).await.unwrap();
+    repo::insert_batch(&db, &recovered.events, &tollgate::calendar::Calendar::utc())
+        .await
+        .unwrap();
     let after = rows(&db, &tenant).await;
     assert_eq!(after.len(), 21);
     assert_unique_event_ids(&after);
@@ -138,7 +143,9 @@ async fn a_batch_replayed_after_its_commit_but_before_its_checkpoint_changes_no_
     drop(journal);
     let (_journal, again) = Journal::open(&options).unwrap();
     assert_eq!(again.events.len(), 21);
-    repo::insert_batch(&db, &again.events).await.unwrap();
+    repo::insert_batch(&db, &again.events, &tollgate::calendar::Calendar::utc())
+        .await
+        .unwrap();
     assert_eq!(rows(&db, &tenant).await.len(), 21);
 }
 

@@ -18,6 +18,7 @@ mod ceiling;
 mod chat;
 mod dashboards;
 mod embeddings;
+mod end_users;
 mod errors;
 mod failover;
 mod healthcheck;

@@ -480,6 +480,8 @@ async fn the_expiry_sweep_asks_the_ledger_before_committing_an_orphan() {
         feature_budgets: std::collections::BTreeMap::new(),
         tokens: TokenLimits::default(),
         on_store_error: StoreErrorPolicy::FailClosed,
+        calendar: tollgate::calendar::Calendar::utc(),
+        end_users_in_memory: 1_000,
     };
     let key_id = KeyId::new(key.split('_').nth(1).unwrap());
 
@@ -494,11 +496,13 @@ async fn the_expiry_sweep_asks_the_ledger_before_committing_an_orphan() {
             key: key_id.clone(),
             key_budget: None,
             feature: "default".to_owned(),
+            end_user: None,
         };
         let meta = ReservationMeta {
             request_id: RequestId::new(format!("req-{id}")),
             key: key_id.clone(),
             feature: "default".to_owned(),
+            end_user: None,
             api: tollgate::ledger::Api::Chat,
             route: "fast".to_owned(),
             client_request_id: None,
@@ -521,6 +525,7 @@ async fn the_expiry_sweep_asks_the_ledger_before_committing_an_orphan() {
         tenant: tenant.clone(),
         key: key_id.clone(),
         feature: "default".to_owned(),
+        end_user: None,
         api: tollgate::ledger::Api::Chat,
         route: "fast".to_owned(),
         provider: "primary".to_owned(),
@@ -538,7 +543,9 @@ async fn the_expiry_sweep_asks_the_ledger_before_committing_an_orphan() {
         error: None,
         created_at_ms: now,
     };
-    repo::insert_batch(db, &[row]).await.unwrap();
+    repo::insert_batch(db, &[row], &tollgate::calendar::Calendar::utc())
+        .await
+        .unwrap();
 
     let orphaned = expiry::sweep(&quota, db, &tenant, now + 2000)
         .await

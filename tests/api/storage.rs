@@ -76,6 +76,7 @@ async fn running_totals(db: &DatabaseConnection, url: &str) {
     let at = |event: UsageEvent, key: &str, feature: &str, created_at_ms: u64| UsageEvent {
         key: KeyId::new(key),
         feature: feature.to_owned(),
+        end_user: None,
         created_at_ms,
         ..event
     };
@@ -103,8 +104,12 @@ async fn running_totals(db: &DatabaseConnection, url: &str) {
             today,
         ),
     ];
-    repo::insert_batch(db, &first).await.unwrap();
-    repo::insert_batch(db, &first).await.unwrap();
+    repo::insert_batch(db, &first, &tollgate::calendar::Calendar::utc())
+        .await
+        .unwrap();
+    repo::insert_batch(db, &first, &tollgate::calendar::Calendar::utc())
+        .await
+        .unwrap();
     let mut second = first[..2].to_vec();
     second.push(at(
         event(&tenant, 2, AttemptStatus::Ok, 600_000),
@@ -112,7 +117,9 @@ async fn running_totals(db: &DatabaseConnection, url: &str) {
         "b",
         today,
     ));
-    repo::insert_batch(db, &second).await.unwrap();
+    repo::insert_batch(db, &second, &tollgate::calendar::Calendar::utc())
+        .await
+        .unwrap();
 
     let id = TenantId::new(tenant.as_str());
     let totals = repo::period_totals(db, &id, "2026-11-30", "2026-11")
@@ -184,6 +191,7 @@ async fn backfilled_totals(url: &str) {
     // Rows as they were then: columns added by later migrations are not set.
     let then = |event: &UsageEvent| entity::usage::ActiveModel {
         api: sea_orm::ActiveValue::NotSet,
+        end_user: sea_orm::ActiveValue::NotSet,
         ..event.to_active_model()
     };
     entity::usage::Entity::insert_many(events.iter().map(then))
@@ -236,9 +244,13 @@ async fn round_trip(db: &DatabaseConnection, url: &str) {
         ..failed.clone()
     };
     let events = [failed, served];
-    repo::insert_batch(db, &events).await.unwrap();
+    repo::insert_batch(db, &events, &tollgate::calendar::Calendar::utc())
+        .await
+        .unwrap();
     // A replayed batch (same event ids) inserts nothing.
-    repo::insert_batch(db, &events).await.unwrap();
+    repo::insert_batch(db, &events, &tollgate::calendar::Calendar::utc())
+        .await
+        .unwrap();
 
     let rows = repo::tenant_rows(db, &TenantId::new(tenant.as_str()))
         .await
@@ -288,8 +300,12 @@ async fn large_batch(db: &DatabaseConnection, url: &str) {
     let events: Vec<UsageEvent> = (0..3_000)
         .map(|_| event(&tenant, 1, AttemptStatus::Ok, 7))
         .collect();
-    repo::insert_batch(db, &events).await.unwrap();
-    repo::insert_batch(db, &events).await.unwrap();
+    repo::insert_batch(db, &events, &tollgate::calendar::Calendar::utc())
+        .await
+        .unwrap();
+    repo::insert_batch(db, &events, &tollgate::calendar::Calendar::utc())
+        .await
+        .unwrap();
     let rows = repo::tenant_rows(db, &TenantId::new(tenant.as_str()))
         .await
         .unwrap();
@@ -306,6 +322,7 @@ fn event(tenant: &str, attempt: u32, status: AttemptStatus, charged: i64) -> Usa
         tenant: TenantId::new(tenant),
         key: KeyId::new("key-1"),
         feature: "résumé-search".to_owned(),
+        end_user: None,
         api: tollgate::ledger::Api::Chat,
         route: "fast".to_owned(),
         provider: "primary".to_owned(),

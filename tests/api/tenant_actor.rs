@@ -79,6 +79,7 @@ fn request(output_tokens: u32, expires_at_ms: u64) -> ReserveRequest {
         key: KeyId::new("key_actor"),
         key_budget: None,
         feature: String::new(),
+        end_user: None,
     }
 }
 
@@ -87,6 +88,7 @@ fn meta() -> ReservationMeta {
         request_id: RequestId::generate(),
         key: KeyId::new("key_actor"),
         feature: String::new(),
+        end_user: None,
         api: tollgate::ledger::Api::Chat,
         route: "fast".to_owned(),
         client_request_id: None,

@@ -30,10 +30,30 @@ impl TenantKeys {
         format!("{}:x", self.prefix)
     }
 
+    /// Where the hashes of end users' windows begin.
+    pub fn end_user_prefix(&self) -> String {
+        format!("{}:u:", self.prefix)
+    }
+
+    /// One end user's spend and bucket in one budget window.
+    pub fn end_user(&self, id: &str, window: &str) -> String {
+        format!("{}:u:{}:{window}", self.prefix, hex_id(id))
+    }
+
     /// Money and tokens of one month (`YYYY-MM`).
     pub fn month(&self, month: &str) -> String {
         format!("{}:m:{month}", self.prefix)
     }
+}
+
+/// An end user id as key-safe text: ids are opaque, and may hold `:`, `|` or braces.
+pub fn hex_id(id: &str) -> String {
+    use std::fmt::Write as _;
+    id.bytes()
+        .fold(String::with_capacity(id.len() * 2), |mut hex, b| {
+            let _ = write!(hex, "{b:02x}");
+            hex
+        })
 }
 
 #[cfg(test)]

@@ -23,12 +23,15 @@ pub use health::StoreHealth;
 use keys::TenantKeys;
 pub use store::RedisQuota;
 
+use super::book::EndUserRateLimited;
 use super::book::{
     Granted, Limits, RateDecision, Refusal, Refused, ReserveRequest, Scope, Seed, Settled,
     UNITS_PER_REQUEST, bucket_capacity, clamped_max_tokens, worst_case,
 };
+use super::end_users::EndUserHold;
 use super::store::Closed;
 use super::tokens::{daily_refusal, monthly_refusal, per_minute_refusal, window};
+use crate::calendar::{Calendar, Period, Window};
 use crate::directory::BudgetMode;
 use crate::ids::{ReservationId, TenantId};
 use crate::money::Nanos;
@@ -36,6 +39,23 @@ use crate::period::{self, Date};
 
 /// Month hashes outlive their month long enough for late settles and reports.
 const MONTH_TTL_MS: u64 = 62 * 86_400_000;
+/// An end user's window outlives its end by this much, for late settles.
+const END_USER_MARGIN_MS: u64 = 2 * 86_400_000;
+/// A lifetime never ends: its hash goes after this long unused, and comes
+/// back from the ledger (flushed long before) when the end user does.
+const LIFETIME_IDLE_TTL_MS: u64 = 35 * 86_400_000;
+
+/// How long an end user's hash for `window` must live from `now_ms`.
+fn end_user_ttl_ms(window: &Window, now_ms: u64) -> u64 {
+    if window.end_ms == u64::MAX {
+        return LIFETIME_IDLE_TTL_MS;
+    }
+    window
+        .end_ms
+        .saturating_sub(now_ms)
+        .saturating_add(END_USER_MARGIN_MS)
+}
+
 /// How often a store marked down is probed.
 const PROBE_INTERVAL: Duration = Duration::from_millis(200);
 
@@ -54,6 +74,8 @@ struct Scripts {
     absorb: Script,
     status: Script,
     close_request: Script,
+    seed_end_user: Script,
+    end_user_status: Script,
 }
 
 #[derive(Clone)]
@@ -68,12 +90,19 @@ pub struct SharedStore {
     next_connection: Arc<AtomicUsize>,
     timeout: Duration,
     health: Arc<StoreHealth>,
+    calendar: Calendar,
     scripts: Arc<Scripts>,
 }
 
 impl SharedStore {
     /// Builds the pool; nothing connects until the first call.
-    pub fn new(url: &str, pool_size: usize, timeout_ms: u64) -> Result<SharedStore, String> {
+    /// `calendar`: where end users' budget periods begin.
+    pub fn new(
+        url: &str,
+        pool_size: usize,
+        timeout_ms: u64,
+        calendar: Calendar,
+    ) -> Result<SharedStore, String> {
         let timeout = Duration::from_millis(timeout_ms);
         let mut config = deadpool_redis::Config::from_url(url);
         let mut pool = PoolConfig::new(pool_size.max(1));
@@ -92,6 +121,7 @@ impl SharedStore {
             next_connection: Arc::new(AtomicUsize::new(0)),
             timeout,
             health: Arc::new(StoreHealth::default()),
+            calendar,
             scripts: Arc::new(Scripts {
                 rate: Script::new(scripts::RATE),
                 reserve: Script::new(scripts::RESERVE),
@@ -103,6 +133,8 @@ impl SharedStore {
                 absorb: Script::new(scripts::ABSORB),
                 status: Script::new(scripts::STATUS),
                 close_request: Script::new(scripts::CLOSE_REQUEST),
+                seed_end_user: Script::new(scripts::SEED_END_USER),
+                end_user_status: Script::new(scripts::END_USER_STATUS),
             }),
         })
     }
@@ -217,7 +249,7 @@ impl SharedStore {
                     .bounded(async |conn| read.query_async::<Vec<String>>(conn).await)
                     .await?;
                 for record in records {
-                    let meta = record.splitn(7, '|').nth(6).unwrap_or_default();
+                    let meta = record.splitn(8, '|').nth(7).unwrap_or_default();
                     let Ok(meta) = serde_json::from_str::<serde_json::Value>(meta) else {
                         continue;
                     };
@@ -300,6 +332,8 @@ pub enum Reserved {
     Refused(Refusal),
     /// The tenant's month is not in Redis yet: seed it from the ledger, then retry.
     NeedSeed,
+    /// The end user's window is not in Redis yet: likewise.
+    NeedEndUser,
 }
 
 /// A held reservation past its expiry.
@@ -323,6 +357,7 @@ enum Attempt {
     Budget(Scope, Nanos),
     Refused(Refusal),
     NeedSeed,
+    NeedEndUser,
 }
 
 impl SharedQuota {
@@ -438,6 +473,7 @@ impl SharedQuota {
             Attempt::Ok(granted) => return Ok(Reserved::Granted(granted)),
             Attempt::Refused(refusal) => return Ok(Reserved::Refused(refusal)),
             Attempt::NeedSeed => return Ok(Reserved::NeedSeed),
+            Attempt::NeedEndUser => return Ok(Reserved::NeedEndUser),
             Attempt::Budget(scope, remaining) => (scope, remaining),
         };
         let refused = |scope, remaining, needed| {
@@ -466,6 +502,7 @@ impl SharedQuota {
                 }),
                 Attempt::Refused(refusal) => Reserved::Refused(refusal),
                 Attempt::NeedSeed => Reserved::NeedSeed,
+                Attempt::NeedEndUser => Reserved::NeedEndUser,
                 Attempt::Budget(scope, remaining) => refused(scope, remaining, amount),
             },
         )
@@ -516,29 +553,108 @@ impl SharedQuota {
         let limit = |l: Option<u64>| l.map_or_else(|| "-1".to_owned(), |l| l.to_string());
         let feature_budget = limits.feature_budgets.get(&request.feature).copied();
         let alert_mode = limits.mode == BudgetMode::Alert;
-        ScriptCall {
-            keys: self.book_keys(month_key, None),
-            args: vec![
-                now_ms.to_string(),
-                day,
-                month,
-                request.expires_at_ms.to_string(),
-                amount.get().to_string(),
-                if alert_mode { "1" } else { "0" }.to_owned(),
-                budget(limits.budget),
-                request.key.to_string(),
-                budget(request.key_budget),
-                request.feature.clone(),
-                budget(feature_budget),
-                tokens.to_string(),
-                limit(limits.tokens.tpm),
-                limit(limits.tokens.daily),
-                limit(limits.tokens.monthly),
-                meta.to_owned(),
-                MONTH_TTL_MS.to_string(),
-                id.0.to_string(),
-            ],
+        let mut keys = self.book_keys(month_key, None);
+        let end_user = request.end_user.as_ref().map(|hold| {
+            let window = self.store.calendar.window(hold.limits.period, now_ms);
+            keys.push(self.keys.end_user(&hold.id, &window.key));
+            let field = format!(
+                "{}:{}:{}",
+                keys::hex_id(&hold.id),
+                window.key,
+                hold.limits.period
+            );
+            (field, hold, end_user_ttl_ms(&window, now_ms))
+        });
+        let mut args = vec![
+            now_ms.to_string(),
+            day,
+            month,
+            request.expires_at_ms.to_string(),
+            amount.get().to_string(),
+            if alert_mode { "1" } else { "0" }.to_owned(),
+            budget(limits.budget),
+            request.key.to_string(),
+            budget(request.key_budget),
+            request.feature.clone(),
+            budget(feature_budget),
+            tokens.to_string(),
+            limit(limits.tokens.tpm),
+            limit(limits.tokens.daily),
+            limit(limits.tokens.monthly),
+            meta.to_owned(),
+            MONTH_TTL_MS.to_string(),
+            id.0.to_string(),
+        ];
+        if let Some((field, hold, ttl)) = end_user {
+            args.extend([
+                field,
+                budget(hold.limits.budget),
+                limit(hold.limits.rpm.map(u64::from)),
+                ttl.to_string(),
+            ]);
         }
+        ScriptCall { keys, args }
+    }
+
+    /// The end-user context of a script that closes (see `euctx` in `scripts.rs`).
+    fn end_user_context(&self, now_ms: u64) -> Vec<String> {
+        let calendar = &self.store.calendar;
+        let periods = [Period::Day, Period::Week, Period::Month];
+        let windows: Vec<Window> = periods
+            .iter()
+            .map(|p| calendar.window(*p, now_ms))
+            .collect();
+        let mut args = vec![self.keys.end_user_prefix()];
+        args.extend(windows.iter().map(|w| w.key.clone()));
+        args.extend(
+            windows
+                .iter()
+                .map(|w| end_user_ttl_ms(w, now_ms).to_string()),
+        );
+        args.push(LIFETIME_IDLE_TTL_MS.to_string());
+        args
+    }
+
+    /// The window an end user's limits put `now_ms` in.
+    pub fn end_user_window(&self, hold: &EndUserHold, now_ms: u64) -> Window {
+        self.store.calendar.window(hold.limits.period, now_ms)
+    }
+
+    /// Starts an end user's window in Redis from the ledger's spend in it.
+    pub async fn seed_end_user(
+        &self,
+        hold: &EndUserHold,
+        committed: Nanos,
+        now_ms: u64,
+    ) -> Result<(), StoreFailure> {
+        let window = self.store.calendar.window(hold.limits.period, now_ms);
+        let key = self.keys.end_user(&hold.id, &window.key);
+        let args = [
+            committed.get().to_string(),
+            end_user_ttl_ms(&window, now_ms).to_string(),
+        ];
+        self.store
+            .run(&self.store.scripts.seed_end_user, &[key], &args)
+            .await?;
+        Ok(())
+    }
+
+    /// An end user's committed and reserved in their current window (`None`: not seeded).
+    pub async fn end_user_status(
+        &self,
+        hold: &EndUserHold,
+        now_ms: u64,
+    ) -> Result<Option<(Nanos, Nanos)>, StoreFailure> {
+        let window = self.store.calendar.window(hold.limits.period, now_ms);
+        let key = self.keys.end_user(&hold.id, &window.key);
+        let reply = self
+            .store
+            .run(&self.store.scripts.end_user_status, &[key], &[])
+            .await?;
+        if field(&reply, 0)? == "seed" {
+            return Ok(None);
+        }
+        Ok(Some((nanos(&reply, 1)?, nanos(&reply, 2)?)))
     }
 
     /// Reads a `RESERVE` reply.
@@ -554,12 +670,29 @@ impl SharedQuota {
         let tokens = request
             .input_tokens
             .saturating_add(request.output_tokens(max_tokens));
+        let end_user = request.end_user.as_ref();
         match field(reply, 0)? {
             "seed" => Ok(Attempt::NeedSeed),
+            "seed_eu" => Ok(Attempt::NeedEndUser),
+            "eu_rate" => {
+                let hold = end_user.ok_or_else(|| {
+                    StoreFailure("an end user rate without an end user".to_owned())
+                })?;
+                let rpm = hold.limits.rpm.unwrap_or(1).max(1);
+                let units = u64::try_from(number(reply, 1)?).unwrap_or(0);
+                Ok(Attempt::Refused(Refusal::EndUserRate(EndUserRateLimited {
+                    id: hold.id.clone(),
+                    rpm,
+                    retry_after_ms: UNITS_PER_REQUEST
+                        .saturating_sub(units)
+                        .div_ceil(u64::from(rpm)),
+                })))
+            }
             "budget" => {
-                let scope = match field(reply, 1)? {
-                    "key" => Scope::Key(request.key.clone()),
-                    "feature" => Scope::Feature(request.feature.clone()),
+                let scope = match (field(reply, 1)?, end_user) {
+                    ("key", _) => Scope::Key(request.key.clone()),
+                    ("feature", _) => Scope::Feature(request.feature.clone()),
+                    ("end_user", Some(hold)) => Scope::EndUser(hold.id.clone()),
                     _ => Scope::Tenant,
                 };
                 Ok(Attempt::Budget(scope, nanos(reply, 2)?))
@@ -621,6 +754,7 @@ impl SharedQuota {
                 .tpm
                 .map_or_else(|| "-1".to_owned(), |t| t.to_string()),
         ];
+        args.extend(self.end_user_context(now_ms));
         if let Some(budget) = limits.budget {
             for percent in thresholds {
                 args.push(percent.to_string());
@@ -676,7 +810,7 @@ impl SharedQuota {
                 Ok(Expired {
                     id: ReservationId(u64::try_from(id).unwrap_or(0)),
                     amount: Nanos::new(amount.parse().unwrap_or(0)),
-                    meta: record.splitn(7, '|').nth(6).unwrap_or_default().to_owned(),
+                    meta: record.splitn(8, '|').nth(7).unwrap_or_default().to_owned(),
                 })
             })
             .collect()
@@ -763,18 +897,20 @@ impl SharedQuota {
         now_ms: u64,
     ) -> Result<bool, StoreFailure> {
         let (month_key, previous_key, month) = self.month_keys(now_ms);
+        let mut args = vec![
+            request.to_owned(),
+            charged.map_or_else(|| "-1".to_owned(), |c| c.get().to_string()),
+            tokens.map_or_else(|| "-1".to_owned(), |t| t.to_string()),
+            month,
+            Date::from_unix_ms(now_ms).day_key(),
+        ];
+        args.extend(self.end_user_context(now_ms));
         let reply = self
             .store
             .run(
                 &self.store.scripts.close_request,
                 &self.book_keys(month_key, Some(previous_key)),
-                &[
-                    request.to_owned(),
-                    charged.map_or_else(|| "-1".to_owned(), |c| c.get().to_string()),
-                    tokens.map_or_else(|| "-1".to_owned(), |t| t.to_string()),
-                    month,
-                    Date::from_unix_ms(now_ms).day_key(),
-                ],
+                &args,
             )
             .await?;
         Ok(field(&reply, 0)? == "closed")

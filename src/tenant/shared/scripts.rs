@@ -9,7 +9,12 @@
 //! Month hash fields: `seeded`, `c`/`r` (tenant committed/reserved),
 //! `k:<key>:c|r`, `f:<feature>:c|r`, `tm` (tokens this month, held
 //! included), `td:<day>` (tokens that day), `a:<percent>` (alert fired).
-//! A held reservation is `amount|tokens|month|day|key|feature|meta`.
+//! A held reservation is `amount|tokens|month|day|key|feature|end user|meta`,
+//! its end user `hex id:window:period` (empty without one).
+//!
+//! An end user's hash (`…:u:<hex id>:<window>`, one per budget period) holds
+//! `seeded`, `c`/`r` and the request bucket `ru`/`rat`; it expires a margin
+//! after its period ends, so Redis keeps only the end users active in it.
 
 /// Shared by every script: number parsing and integer formatting.
 macro_rules! prelude {
@@ -17,7 +22,12 @@ macro_rules! prelude {
         r"
 local function n(x) return tonumber(x) or 0 end
 local function s(x) return string.format('%d', x) end
-local function parse(rec) return string.match(rec, '^(%d+)|(%d+)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|') end
+local function parse(rec) return string.match(rec, '^(%d+)|(%d+)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|') end
+local function euctx(A, i)
+  if not A[i] then return nil end
+  return {prefix = A[i], day = A[i + 1], week = A[i + 2], month = A[i + 3], lifetime = 'lifetime',
+    ttl = {day = A[i + 4], week = A[i + 5], month = A[i + 6], lifetime = A[i + 7]}}
+end
 "
     };
 }
@@ -46,12 +56,15 @@ end
 /// See `rate_fn`.
 pub const RATE: &str = concat!(prelude!(), rate_fn!(), "return rate(KEYS, ARGV)\n");
 
-/// A reservation. KEYS: month, buckets, held, expiry.
+/// A reservation. KEYS: month, buckets, held, expiry, and the end user's
+/// hash for the current window when the request has one.
 /// ARGV: now, day, month, expires_at, amount, over_ok (1: alert mode),
 /// tenant budget, key, key budget, feature, feature budget (-1: none),
 /// tokens, tpm, daily, monthly (-1: none), meta, ttl ms, reservation id
-/// (chosen by the caller, so a reservation whose reply was lost can still be released).
-/// Returns {'seed'} | {'budget', scope, remaining} | {'tokens', kind, units or used}
+/// (chosen by the caller, so a reservation whose reply was lost can still be released),
+/// end user record field, end user budget, end user rpm (-1: none), end user ttl ms.
+/// Returns {'seed'} | {'seed_eu'} | {'eu_rate', units} | {'budget', scope, remaining}
+/// | {'tokens', kind, units or used}
 /// | {'ok', id, over, committed, reserved, tpm units (-1: none)}.
 macro_rules! reserve_fn {
     () => {
@@ -64,6 +77,20 @@ local kc, kr = 'k:' .. ARGV[8] .. ':c', 'k:' .. ARGV[8] .. ':r'
 local fc, fr = 'f:' .. ARGV[10] .. ':c', 'f:' .. ARGV[10] .. ':r'
 local td = 'td:' .. ARGV[2]
 local v = redis.call('HMGET', m, 'c', 'r', kc, kr, fc, fr, 'tm', td)
+local eu, ev, eurpm = KEYS[5], nil, -1
+if eu then
+  if redis.call('HEXISTS', eu, 'seeded') == 0 then return {'seed_eu'} end
+  ev = redis.call('HMGET', eu, 'c', 'r', 'ru', 'rat')
+  eurpm = tonumber(ARGV[21])
+  if eurpm >= 0 then
+    local cap = eurpm * 60000
+    local units, at = tonumber(ev[3]) or cap, tonumber(ev[4]) or now
+    if now > at then units = units + (now - at) * eurpm; at = now end
+    if units > cap then units = cap end
+    if units < 60000 then return {'eu_rate', s(units)} end
+    ev[3], ev[4] = units - 60000, at
+  end
+end
 local scope, left
 local function consider(name, budget, c, r)
   if budget < 0 then return end
@@ -74,6 +101,7 @@ end
 consider('tenant', tonumber(ARGV[7]), n(v[1]), n(v[2]))
 consider('key', tonumber(ARGV[9]), n(v[3]), n(v[4]))
 consider('feature', tonumber(ARGV[11]), n(v[5]), n(v[6]))
+if eu then consider('end_user', tonumber(ARGV[20]), n(ev[1]), n(ev[2])) end
 local over = '0'
 if left ~= nil and amount > left then
   if ARGV[6] ~= '1' then return {'budget', scope, s(left)} end
@@ -101,7 +129,12 @@ redis.call('HINCRBY', m, kr, ARGV[5])
 redis.call('HINCRBY', m, fr, ARGV[5])
 redis.call('HINCRBY', m, 'tm', ARGV[12])
 redis.call('HINCRBY', m, td, ARGV[12])
-redis.call('HSET', h, id, table.concat({ARGV[5], ARGV[12], ARGV[3], ARGV[2], ARGV[8], ARGV[10], ARGV[16]}, '|'))
+if eu then
+  redis.call('HINCRBY', eu, 'r', ARGV[5])
+  if eurpm >= 0 then redis.call('HSET', eu, 'ru', s(ev[3]), 'rat', s(ev[4])) end
+  redis.call('PEXPIRE', eu, ARGV[22])
+end
+redis.call('HSET', h, id, table.concat({ARGV[5], ARGV[12], ARGV[3], ARGV[2], ARGV[8], ARGV[10], ARGV[19] or '', ARGV[16]}, '|'))
 redis.call('ZADD', x, ARGV[4], id)
 for _, key in ipairs({m, b, h, x}) do redis.call('PEXPIRE', key, ARGV[17]) end
 local totals = redis.call('HMGET', m, 'c', 'r')
@@ -134,12 +167,23 @@ return v
 );
 
 /// Closes one held reservation: out of `reserved` in its own month, `charged`
-/// into `committed` of the current one, its token estimate replaced by `used`.
+/// into `committed` of the current one, its token estimate replaced by `used`;
+/// for its end user (`E`: see `euctx`) likewise, in their own windows.
 macro_rules! close {
     () => {
         r"
-local function close(rec, charged, used, cur, prev, curmonth, today, b, tpm)
-  local a, est, mo, day, key, feat = parse(rec)
+local function close_end_user(eu, a, charged, E)
+  local hex, win, per = string.match(eu, '^([^:]*):([^:]*):(%a+)$')
+  if not hex or not E then return end
+  local held = E.prefix .. hex .. ':' .. win
+  if redis.call('EXISTS', held) == 1 then redis.call('HINCRBY', held, 'r', s(-tonumber(a))) end
+  local now = E.prefix .. hex .. ':' .. E[per]
+  redis.call('HINCRBY', now, 'c', charged)
+  redis.call('PEXPIRE', now, E.ttl[per])
+end
+local function close(rec, charged, used, cur, prev, curmonth, today, b, tpm, E)
+  local a, est, mo, day, key, feat, eu = parse(rec)
+  if eu ~= '' then close_end_user(eu, a, charged, E) end
   local hm = cur
   if mo ~= curmonth then hm = prev end
   for _, f in ipairs({'r', 'k:' .. key .. ':r', 'f:' .. feat .. ':r'}) do
@@ -165,8 +209,10 @@ end
 }
 
 /// KEYS: month, buckets, held, expiry, previous month.
-/// ARGV: id, charged, used tokens, month, day, tpm (-1: none), then pairs of
-/// (alert percent, committed amount that reaches it).
+/// ARGV: id, charged, used tokens, month, day, tpm (-1: none), the end-user
+/// context (prefix, day, week and month windows, their ttls and the
+/// lifetime's: see `euctx`), then pairs of (alert percent, committed amount
+/// that reaches it).
 /// Returns {'closed'} | {'ok', reserved amount, committed, reserved, fired percents...}.
 pub const SETTLE: &str = concat!(
     prelude!(),
@@ -176,10 +222,10 @@ local rec = redis.call('HGET', KEYS[3], ARGV[1])
 if not rec then return {'closed'} end
 redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
-local a = close(rec, ARGV[2], ARGV[3], KEYS[1], KEYS[5], ARGV[4], ARGV[5], KEYS[2], tonumber(ARGV[6]))
+local a = close(rec, ARGV[2], ARGV[3], KEYS[1], KEYS[5], ARGV[4], ARGV[5], KEYS[2], tonumber(ARGV[6]), euctx(ARGV, 7))
 local totals = redis.call('HMGET', KEYS[1], 'c', 'r')
 local out = {'ok', a, s(n(totals[1])), s(n(totals[2]))}
-local i = 7
+local i = 15
 while ARGV[i + 1] do
   if n(totals[1]) >= tonumber(ARGV[i + 1]) and redis.call('HSETNX', KEYS[1], 'a:' .. ARGV[i], '1') == 1 then
     out[#out + 1] = ARGV[i]
@@ -296,7 +342,8 @@ return {'ok', s(n(v[2])), s(n(v[3]))}
 /// to its journal but not to Redis before it died) or, with `-1`, at its
 /// reserved amount (an orphan). Held reservations are few (in flight only).
 /// KEYS: month, buckets, held, expiry, previous month.
-/// ARGV: request id, charged or -1, used tokens or -1, month, day.
+/// ARGV: request id, charged or -1, used tokens or -1, month, day, the
+/// end-user context (see `SETTLE`).
 /// Returns {'closed', id} | {'none'}.
 pub const CLOSE_REQUEST: &str = concat!(
     prelude!(),
@@ -313,10 +360,27 @@ for i = 1, #all, 2 do
     local charged, used = ARGV[2], ARGV[3]
     if charged == '-1' then charged = a end
     if used == '-1' then used = est end
-    close(rec, charged, used, KEYS[1], KEYS[5], ARGV[4], ARGV[5], KEYS[2], -1)
+    close(rec, charged, used, KEYS[1], KEYS[5], ARGV[4], ARGV[5], KEYS[2], -1, euctx(ARGV, 6))
     return {'closed', id}
   end
 end
 return {'none'}
 "#
 );
+
+/// Starts an end user's window from the ledger, once (as `SEED` does a month).
+/// KEYS: the end user's hash. ARGV: committed, ttl ms.
+pub const SEED_END_USER: &str = r"
+if redis.call('HSETNX', KEYS[1], 'seeded', '1') == 1 then
+  redis.call('HINCRBY', KEYS[1], 'c', ARGV[1])
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {'seeded'}
+";
+
+/// KEYS: the end user's hash. Returns {'seed'} | {'ok', committed, reserved}.
+pub const END_USER_STATUS: &str = r"
+local v = redis.call('HMGET', KEYS[1], 'seeded', 'c', 'r')
+if not v[1] then return {'seed'} end
+return {'ok', v[2] or '0', v[3] or '0'}
+";

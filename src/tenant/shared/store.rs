@@ -90,31 +90,52 @@ impl RedisQuota {
         Ok(Ok(()))
     }
 
-    /// A granted or refused reservation; an unseeded month is seeded, then reserved in.
+    /// Starts the request's end user's window from the ledger unless another replica did.
+    async fn seed_end_user(
+        &self,
+        reservation: &Reservation,
+        now_ms: u64,
+    ) -> Result<Verdict<()>, StoreFailure> {
+        let Some(hold) = &reservation.request.end_user else {
+            return Ok(Err(QuotaError::Unavailable));
+        };
+        let window = self.quota.end_user_window(hold, now_ms);
+        let loaded = self.source.clone().end_user(hold.id.clone(), window).await;
+        let Ok(committed) = loaded else {
+            return Ok(Err(QuotaError::Unavailable));
+        };
+        self.quota.seed_end_user(hold, committed, now_ms).await?;
+        Ok(Ok(()))
+    }
+
+    /// A granted or refused reservation; an unseeded month or end user is
+    /// seeded, then reserved in (each at most once).
     async fn finish(
         &self,
-        reserved: Reserved,
+        mut reserved: Reserved,
         reservation: &Reservation,
         meta: &str,
         now_ms: u64,
     ) -> Result<Verdict<Granted>, StoreFailure> {
-        let reserved = match reserved {
-            Reserved::NeedSeed => {
-                if let Err(error) = self.seed(now_ms).await? {
-                    return Ok(Err(error));
-                }
-                let request = &reservation.request;
-                let id = reservation.id;
-                self.quota
-                    .reserve(id, request, &self.limits, meta, now_ms)
-                    .await?
+        for _ in 0..2 {
+            let seeded = match reserved {
+                Reserved::NeedSeed => self.seed(now_ms).await?,
+                Reserved::NeedEndUser => self.seed_end_user(reservation, now_ms).await?,
+                Reserved::Granted(_) | Reserved::Refused(_) => break,
+            };
+            if let Err(error) = seeded {
+                return Ok(Err(error));
             }
-            reserved => reserved,
-        };
+            let (id, request) = (reservation.id, &reservation.request);
+            reserved = self
+                .quota
+                .reserve(id, request, &self.limits, meta, now_ms)
+                .await?;
+        }
         Ok(match reserved {
             Reserved::Granted(granted) => Ok(granted),
             Reserved::Refused(refusal) => Err(refusal.into()),
-            Reserved::NeedSeed => Err(QuotaError::Unavailable),
+            Reserved::NeedSeed | Reserved::NeedEndUser => Err(QuotaError::Unavailable),
         })
     }
 }

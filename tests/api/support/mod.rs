@@ -50,6 +50,7 @@ pub struct TestSetup {
     cache_ttl_ms: BTreeMap<String, u64>,
     storage: Vec<String>,
     ledger: Vec<String>,
+    billing: Vec<String>,
     request_timeout_ms: u64,
 }
 
@@ -75,6 +76,7 @@ impl TestSetup {
             cache_ttl_ms: BTreeMap::new(),
             storage: Vec::new(),
             ledger: Vec::new(),
+            billing: Vec::new(),
             request_timeout_ms: 20_000,
         }
     }
@@ -97,6 +99,21 @@ impl TestSetup {
         self.tiers.push(format!(
             "[tiers.{name}]\nroutes = [{list}]\nrpm = {rpm}\ndefault_max_tokens = {default_max_tokens}\n"
         ));
+        self
+    }
+
+    /// A line for the tier added last (`end_user_required = true`, …).
+    pub fn tier_line(mut self, line: &str) -> Self {
+        if let Some(tier) = self.tiers.last_mut() {
+            tier.push_str(line);
+            tier.push('\n');
+        }
+        self
+    }
+
+    /// A line of `[billing]` (`timezone = "Asia/Shanghai"`, …).
+    pub fn billing(mut self, line: &str) -> Self {
+        self.billing.push(line.to_owned());
         self
     }
 
@@ -243,6 +260,9 @@ timeout_ms = 5000
             storage = self.storage_lines().join("\n"),
             journal_dir = dir.join("journal").display(),
         );
+        for line in &self.billing {
+            text = text.replacen("[billing]\n", &format!("[billing]\n{line}\n"), 1);
+        }
         for line in &self.ledger {
             text = text.replacen("[ledger]\n", &format!("[ledger]\n{line}\n"), 1);
         }

@@ -1,0 +1,272 @@
+//! One tenant's end users in memory: each one's spend in its current budget
+//! period and its request bucket, in a map bounded to
+//! `billing.end_users_in_memory`. Only an idle end user is evicted (nothing
+//! held, its last settle long enough ago that its rows have reached the
+//! ledger's writer, its bucket full again), and an end user the map does not
+//! know is loaded from the ledger before any decision on it: eviction can
+//! never reset a cap. While every end user is busy the map may pass its
+//! bound rather than forget one.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::calendar::{Calendar, Window};
+use crate::config::EndUserLimits;
+use crate::money::Nanos;
+
+use super::book::UNITS_PER_REQUEST;
+use super::share::share_budget;
+
+/// An end user settled less recently than this may be evicted: its last row
+/// was handed to the ledger right after its settle, and a reload flushes the
+/// ledger before it reads.
+pub const EVICT_AFTER_MS: u64 = 1_000;
+
+/// The oldest entries looked at for one eviction: an old busy end user (a
+/// long stream) must not make every insertion scan the whole map.
+const EVICTION_SCAN: usize = 16;
+
+/// What a request asks of its end user's scope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndUserHold {
+    pub id: String,
+    pub limits: EndUserLimits,
+}
+
+#[derive(Debug, Clone)]
+struct EndUser {
+    window: Window,
+    committed: Nanos,
+    /// What the ledger had when it was loaded (a replica's share is cut from it).
+    loaded: Nanos,
+    reserved: Nanos,
+    held: u32,
+    bucket_units: u64,
+    bucket_at_ms: u64,
+    /// The rate its bucket was last filled at.
+    rpm: Option<u32>,
+    last_ms: u64,
+    seq: u64,
+}
+
+/// An end user's period so far, as the admin API shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndUserStatus {
+    pub committed: Nanos,
+    pub reserved: Nanos,
+    pub period: String,
+}
+
+#[derive(Debug)]
+pub struct EndUsers {
+    capacity: usize,
+    calendar: Calendar,
+    users: HashMap<String, EndUser>,
+    /// Least recently touched first.
+    order: BTreeMap<u64, String>,
+    next_seq: u64,
+}
+
+fn capacity_units(rpm: u32) -> u64 {
+    u64::from(rpm.max(1)) * UNITS_PER_REQUEST
+}
+
+impl EndUsers {
+    pub fn new(capacity: usize, calendar: Calendar) -> EndUsers {
+        EndUsers {
+            capacity: capacity.max(1),
+            calendar,
+            users: HashMap::new(),
+            order: BTreeMap::new(),
+            next_seq: 0,
+        }
+    }
+
+    pub fn set_bounds(&mut self, capacity: usize, calendar: Calendar) {
+        self.capacity = capacity.max(1);
+        self.calendar = calendar;
+    }
+
+    pub fn len(&self) -> usize {
+        self.users.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.users.is_empty()
+    }
+
+    pub fn committed_of(&self, id: &str) -> Option<Nanos> {
+        self.users.get(id).map(|user| user.committed)
+    }
+
+    /// Whether decisions on this end user can be made without the ledger.
+    pub fn knows(&self, id: &str) -> bool {
+        self.users.contains_key(id)
+    }
+
+    /// The window an end user's limits put `now_ms` in.
+    pub fn window(&self, limits: &EndUserLimits, now_ms: u64) -> Window {
+        self.calendar.window(limits.period, now_ms)
+    }
+
+    /// Starts tracking an end user with the spend the ledger has for `window`.
+    pub fn load(
+        &mut self,
+        id: &str,
+        limits: &EndUserLimits,
+        window: Window,
+        committed: Nanos,
+        now_ms: u64,
+    ) {
+        if self.users.contains_key(id) {
+            return;
+        }
+        let seq = self.bump();
+        self.users.insert(
+            id.to_owned(),
+            EndUser {
+                window,
+                committed,
+                loaded: committed,
+                reserved: Nanos::ZERO,
+                held: 0,
+                bucket_units: capacity_units(limits.rpm.unwrap_or(0)),
+                bucket_at_ms: now_ms,
+                rpm: limits.rpm,
+                last_ms: now_ms,
+                seq,
+            },
+        );
+        self.order.insert(seq, id.to_owned());
+        self.evict(now_ms);
+    }
+
+    fn bump(&mut self) -> u64 {
+        self.next_seq += 1;
+        self.next_seq
+    }
+
+    /// The end user, moved to its current period and bucket level, marked as just seen.
+    fn current(&mut self, id: &str, limits: &EndUserLimits, now_ms: u64) -> Option<&mut EndUser> {
+        let window = self.calendar.window(limits.period, now_ms);
+        let seq = self.bump();
+        let user = self.users.get_mut(id)?;
+        self.order.remove(&user.seq);
+        self.order.insert(seq, id.to_owned());
+        user.seq = seq;
+        user.last_ms = user.last_ms.max(now_ms);
+        if user.window.key != window.key {
+            // Reservations carry over; what was spent belongs to the period that ended.
+            user.window = window;
+            user.committed = Nanos::ZERO;
+            user.loaded = Nanos::ZERO;
+        }
+        if let Some(rpm) = limits.rpm {
+            let elapsed = now_ms.saturating_sub(user.bucket_at_ms);
+            user.bucket_units = user
+                .bucket_units
+                .saturating_add(elapsed.saturating_mul(u64::from(rpm)))
+                .min(capacity_units(rpm));
+            user.bucket_at_ms = user.bucket_at_ms.max(now_ms);
+        }
+        user.rpm = limits.rpm;
+        Some(user)
+    }
+
+    /// The budget left to the end user (`None`: no budget), and whether its
+    /// rate lets one more request in, without changing either.
+    /// `replicas`: while the shared store is down each replica gets its share
+    /// of what the end user had left when it was loaded.
+    pub fn check(
+        &mut self,
+        hold: &EndUserHold,
+        replicas: Option<u32>,
+        now_ms: u64,
+    ) -> Option<(Option<Nanos>, Result<(), u64>)> {
+        let user = self.current(&hold.id, &hold.limits, now_ms)?;
+        let remaining = hold.limits.budget.map(|budget| {
+            let budget = match replicas {
+                Some(n) => share_budget(budget, user.loaded, n),
+                None => budget,
+            };
+            budget.saturating_sub(user.committed.saturating_add(user.reserved))
+        });
+        let rate = match hold.limits.rpm {
+            Some(rpm) if user.bucket_units < UNITS_PER_REQUEST => {
+                Err((UNITS_PER_REQUEST - user.bucket_units).div_ceil(u64::from(rpm)))
+            }
+            _ => Ok(()),
+        };
+        Some((remaining, rate))
+    }
+
+    /// Holds `amount` and takes one request from the bucket (after `check` allowed both).
+    pub fn hold(&mut self, hold: &EndUserHold, amount: Nanos, now_ms: u64) {
+        if let Some(user) = self.current(&hold.id, &hold.limits, now_ms) {
+            user.reserved = user.reserved.saturating_add(amount);
+            user.held += 1;
+            if hold.limits.rpm.is_some() {
+                user.bucket_units = user.bucket_units.saturating_sub(UNITS_PER_REQUEST);
+            }
+        }
+    }
+
+    /// Takes a held amount out and commits `charged` to the current period.
+    pub fn close(
+        &mut self,
+        id: &str,
+        limits: &EndUserLimits,
+        amount: Nanos,
+        charged: Nanos,
+        now_ms: u64,
+    ) {
+        if let Some(user) = self.current(id, limits, now_ms) {
+            user.reserved = user.reserved.saturating_sub(amount);
+            user.committed = user.committed.saturating_add(charged);
+            user.held = user.held.saturating_sub(1);
+        }
+    }
+
+    pub fn status(
+        &mut self,
+        id: &str,
+        limits: &EndUserLimits,
+        now_ms: u64,
+    ) -> Option<EndUserStatus> {
+        let user = self.current(id, limits, now_ms)?;
+        Some(EndUserStatus {
+            committed: user.committed,
+            reserved: user.reserved,
+            period: user.window.key.clone(),
+        })
+    }
+
+    /// Drops idle end users, oldest first, until the map is within its bound
+    /// or the oldest few are all busy.
+    fn evict(&mut self, now_ms: u64) {
+        while self.users.len() > self.capacity {
+            let idle = self
+                .order
+                .iter()
+                .take(EVICTION_SCAN)
+                .find(|(_, id)| self.users.get(*id).is_some_and(|u| idle(u, now_ms)))
+                .map(|(seq, id)| (*seq, id.clone()));
+            let Some((seq, id)) = idle else { return };
+            self.order.remove(&seq);
+            self.users.remove(&id);
+        }
+    }
+}
+
+/// Nothing held, settled long enough ago, and a bucket that refilled: forgetting it loses nothing.
+fn idle(user: &EndUser, now_ms: u64) -> bool {
+    let refilled = user.rpm.is_none_or(|rpm| {
+        let elapsed = now_ms.saturating_sub(user.bucket_at_ms);
+        user.bucket_units
+            .saturating_add(elapsed.saturating_mul(u64::from(rpm)))
+            >= capacity_units(rpm)
+    });
+    user.held == 0
+        && user.reserved == Nanos::ZERO
+        && now_ms.saturating_sub(user.last_ms) >= EVICT_AFTER_MS
+        && refilled
+}

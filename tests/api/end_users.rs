@@ -1,0 +1,348 @@
+//! Budgets per end user: a tier's template caps every end user of a tenant
+//! on its own, in the billing time zone's periods, on every door, and
+//! eviction from memory never resets a cap. Runs on the in-memory book, and
+//! on Redis with `TOLLGATE_TEST_REDIS=1` (the 3-replica test always does).
+
+use std::sync::Arc;
+
+use futures_util::future::join_all;
+use serde_json::{Value, json};
+use tollgate::clock::ManualClock;
+use tollgate::money::Nanos;
+use tollgate::period::parse_instant;
+
+use crate::support::redis::{RedisServer, suite_on_redis};
+use crate::support::{TestApp, TestSetup, chat_body, metric_value, spawn_app, spawn_replica};
+
+/// Each call costs 0.000322 (1 prompt token at 2/M, 40 completion at 8/M) and
+/// holds a little more than 0.0004 (50 output tokens at 8/M): a cap of 0.001
+/// admits exactly two a period.
+const CAP: &str = "0.001";
+
+fn setup(route: &str, period: &str) -> TestSetup {
+    with_rpm(route, period, 1000)
+}
+
+fn with_rpm(route: &str, period: &str, rpm: u32) -> TestSetup {
+    TestSetup::new()
+        .route(route, &["primary/usage-1-0-40"])
+        .tier("free", &[route], rpm, 50)
+        .raw(&format!(
+            "[tiers.free.end_user]\nbudget = \"{CAP}\"\nperiod = \"{period}\""
+        ))
+}
+
+async fn as_user(app: &TestApp, key: &str, route: &str, user: &str) -> crate::support::Reply {
+    app.chat_with(key, &chat_body(route), &[("x-tollgate-end-user", user)])
+        .await
+}
+
+fn sum_charged(rows: &[entity::usage::Model], user: &str) -> i64 {
+    rows.iter()
+        .filter(|row| row.end_user.as_deref() == Some(user))
+        .map(|row| row.charged_nanos)
+        .sum()
+}
+
+#[actix_web::test]
+async fn each_end_user_has_their_own_cap_and_the_402_names_them() {
+    let route = "eu-cap";
+    let app = spawn_app(setup(route, "day")).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    for _ in 0..2 {
+        let ok = as_user(&app, &key, route, "alice").await;
+        assert_eq!(ok.status, 200, "{}", ok.raw);
+    }
+    let refused = as_user(&app, &key, route, "alice").await;
+    assert_eq!(refused.status, 402, "{}", refused.raw);
+    assert_eq!(refused.error_code(), "budget_exceeded");
+    assert!(
+        refused.error_message().contains("end user `alice`"),
+        "{}",
+        refused.raw
+    );
+    // Another end user of the same tenant and key is untouched, named in the body this time.
+    let mut body = chat_body(route);
+    body["user"] = json!("bob");
+    assert_eq!(app.chat(&key, &body).await.status, 200);
+
+    let rows = app.ledger_rows_eventually(&tenant, 3).await;
+    assert_eq!(
+        rows.iter()
+            .filter(|r| r.end_user.as_deref() == Some("alice"))
+            .count(),
+        2
+    );
+    assert_eq!(
+        rows.iter()
+            .filter(|r| r.end_user.as_deref() == Some("bob"))
+            .count(),
+        1
+    );
+    assert!(sum_charged(&rows, "alice") <= Nanos::parse_decimal(CAP).unwrap().to_db());
+    assert_eq!(app.budget(&tenant).await["reserved"], "0");
+
+    let report = app
+        .admin(
+            "GET",
+            &format!("/tenants/{tenant}/spend?group_by=end_user"),
+            None,
+        )
+        .await;
+    assert_eq!(report.status, 200, "{}", report.raw);
+    let cost_of = |user: &str| {
+        report.body["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|row| row["key"] == user)
+            .map(|row| {
+                Nanos::parse_decimal(row["cost"].as_str().unwrap())
+                    .unwrap()
+                    .to_db()
+            })
+    };
+    assert_eq!(
+        cost_of("alice"),
+        Some(sum_charged(&rows, "alice")),
+        "{}",
+        report.raw
+    );
+    assert_eq!(
+        cost_of("bob"),
+        Some(sum_charged(&rows, "bob")),
+        "{}",
+        report.raw
+    );
+}
+
+#[actix_web::test]
+async fn a_tier_that_requires_an_end_user_refuses_a_request_without_one_on_every_door() {
+    let route = "eu-required";
+    let app = spawn_app(
+        TestSetup::new()
+            .route(route, &["primary/usage-1-0-40"])
+            .tier("free", &[route], 1000, 50)
+            .tier_line("end_user_required = true")
+            .tier_line("end_user_sources = [\"header\"]"),
+    )
+    .await;
+    let (_, key) = app.tenant_with_key("free", json!({})).await;
+
+    let missing = app.chat(&key, &chat_body(route)).await;
+    assert_eq!(missing.status, 400, "{}", missing.raw);
+    assert_eq!(missing.error_code(), "end_user_required");
+    assert!(missing.error_message().contains("X-Tollgate-End-User"));
+    // The body's `user` is not a source this tier trusts.
+    let mut body = chat_body(route);
+    body["user"] = json!("mallory");
+    assert_eq!(
+        app.chat(&key, &body).await.error_code(),
+        "end_user_required"
+    );
+    let long = "u".repeat(129);
+    let too_long = as_user(&app, &key, route, &long).await;
+    assert_eq!(
+        (too_long.status, too_long.error_code()),
+        (400, "invalid_request")
+    );
+    assert_eq!(as_user(&app, &key, route, "carol").await.status, 200);
+
+    let messages = json!({"model": route, "max_tokens": 10,
+        "messages": [{"role": "user", "content": "hi"}]});
+    let refused = app.post_json("/v1/messages", &key, &messages).await;
+    assert_eq!(refused.status, 400, "{}", refused.raw);
+    assert_eq!(refused.body["type"], "error", "{}", refused.raw);
+    assert_eq!(refused.body["error"]["type"], "invalid_request_error");
+}
+
+#[actix_web::test]
+async fn the_messages_door_reads_the_end_user_from_metadata_user_id() {
+    let route = "eu-messages";
+    let app = spawn_app(setup(route, "day")).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let body = json!({"model": route, "max_tokens": 50, "metadata": {"user_id": "dave"},
+        "messages": [{"role": "user", "content": "hi"}]});
+    for _ in 0..2 {
+        let ok = app.post_json("/v1/messages", &key, &body).await;
+        assert_eq!(ok.status, 200, "{}", ok.raw);
+    }
+    let refused = app.post_json("/v1/messages", &key, &body).await;
+    assert_eq!(refused.status, 402, "{}", refused.raw);
+    assert_eq!(
+        refused.body["error"]["type"], "billing_error",
+        "{}",
+        refused.raw
+    );
+    assert!(refused.raw.contains("end user `dave`"), "{}", refused.raw);
+    let rows = app.ledger_rows_eventually(&tenant, 2).await;
+    assert!(rows.iter().all(|r| r.end_user.as_deref() == Some("dave")));
+}
+
+#[actix_web::test]
+async fn an_end_users_requests_per_minute_are_their_own() {
+    let route = "eu-rpm";
+    let app = spawn_app(
+        TestSetup::new()
+            .route(route, &["primary/usage-1-0-40"])
+            .tier("free", &[route], 1000, 50)
+            .raw("[tiers.free.end_user]\nrpm = 2"),
+    )
+    .await;
+    let (_, key) = app.tenant_with_key("free", json!({})).await;
+    for _ in 0..2 {
+        assert_eq!(as_user(&app, &key, route, "erin").await.status, 200);
+    }
+    let limited = as_user(&app, &key, route, "erin").await;
+    assert_eq!(limited.status, 429, "{}", limited.raw);
+    assert!(
+        limited.error_message().contains("end user `erin`"),
+        "{}",
+        limited.raw
+    );
+    assert!(limited.header("retry-after").is_some());
+    assert_eq!(as_user(&app, &key, route, "frank").await.status, 200);
+}
+
+/// Spends an end user's cap just before `boundary`, then checks who may spend
+/// just after it: `resets` says whether the period changed there.
+async fn across(timezone: &str, period: &str, boundary: &str, resets: bool) {
+    let at = parse_instant(boundary).unwrap();
+    let clock = Arc::new(ManualClock::new(at - 60_000));
+    let route = format!("eu-{period}-{}", timezone.replace('/', "-").to_lowercase());
+    let app = spawn_app(
+        setup(&route, period)
+            .billing(&format!("timezone = \"{timezone}\""))
+            .clock(clock.clone()),
+    )
+    .await;
+    let (_, key) = app.tenant_with_key("free", json!({})).await;
+    for _ in 0..2 {
+        assert_eq!(as_user(&app, &key, &route, "gina").await.status, 200);
+    }
+    clock.set_ms(at - 1);
+    assert_eq!(as_user(&app, &key, &route, "gina").await.status, 402);
+    clock.set_ms(at);
+    let after = as_user(&app, &key, &route, "gina").await;
+    let expected = if resets { 200 } else { 402 };
+    assert_eq!(
+        after.status, expected,
+        "{period} in {timezone} at {boundary}: {}",
+        after.raw
+    );
+}
+
+#[actix_web::test]
+async fn a_day_begins_at_midnight_in_the_billing_time_zone() {
+    // Midnight in Shanghai is 16:00 UTC; in UTC that instant is mid-day.
+    across("Asia/Shanghai", "day", "2026-12-02T16:00:00Z", true).await;
+    across("UTC", "day", "2026-12-02T16:00:00Z", false).await;
+    across("UTC", "day", "2026-12-03T00:00:00Z", true).await;
+}
+
+#[actix_web::test]
+async fn weeks_begin_on_monday_and_months_on_the_first_and_a_lifetime_never_resets() {
+    // 2026-12-07 is a Monday.
+    across("UTC", "week", "2026-12-07T00:00:00Z", true).await;
+    across("UTC", "week", "2026-12-06T00:00:00Z", false).await;
+    across("Asia/Shanghai", "month", "2026-12-31T16:00:00Z", true).await;
+    across("UTC", "month", "2026-12-31T16:00:00Z", false).await;
+    across("UTC", "lifetime", "2027-01-01T00:00:00Z", false).await;
+}
+
+#[actix_web::test]
+async fn end_users_evicted_from_memory_come_back_with_their_spend() {
+    let route = "eu-evict";
+    let clock = Arc::new(ManualClock::new(crate::support::now_ms()));
+    let app = spawn_app(
+        // The tenant's own rate would refuse first: the manual clock hardly moves.
+        with_rpm(route, "day", 1_000_000)
+            .billing("end_users_in_memory = 100")
+            .clock(clock.clone()),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let loads = |exposition: &str| metric_value(exposition, "tollgate_end_user_loads_total");
+    let before = loads(&app.get("/metrics", "").await.raw);
+    let users: Vec<String> = (0..1000).map(|i| format!("user-{i}")).collect();
+    // Two rounds spend each cap; the third must find every cap spent. 10 ms
+    // pass per call, so an end user is idle (evictable) 100 calls after theirs.
+    for round in 0..3 {
+        for user in &users {
+            let status = as_user(&app, &key, route, user).await.status;
+            let expected = if round < 2 { 200 } else { 402 };
+            assert_eq!(status, expected, "{user} in round {round}");
+            clock.advance_ms(10);
+        }
+    }
+    let after = loads(&app.get("/metrics", "").await.raw);
+    if !suite_on_redis() {
+        // A map of about 100 holding 1,000 users in turn: every call reloads
+        // its user (other tests of the process only add to the count).
+        assert!(after - before >= 2_900, "{} loads", after - before);
+    }
+    let rows = app.ledger_rows_eventually(&tenant, 2000).await;
+    let cap = Nanos::parse_decimal(CAP).unwrap().to_db();
+    for user in &users {
+        assert!(sum_charged(&rows, user) <= cap, "{user} passed their cap");
+    }
+}
+
+#[actix_web::test]
+async fn three_replicas_on_one_redis_keep_fifty_end_users_each_under_their_cap() {
+    let redis = RedisServer::start().await;
+    let route = "eu-replicas";
+    let setup = setup(route, "day").redis(&redis.url(), 3);
+    let first = spawn_app(setup.clone()).await;
+    let others = [
+        spawn_replica(&first, &setup).await,
+        spawn_replica(&first, &setup).await,
+    ];
+    let (tenant, key) = first
+        .tenant_with_key("free", json!({"monthly_budget": "0.02"}))
+        .await;
+    let apps: Vec<&TestApp> = std::iter::once(&first).chain(others.iter()).collect();
+    for app in &apps {
+        for attempt in 0.. {
+            if app.get("/v1/models", &key).await.status == 200 {
+                break;
+            }
+            assert!(attempt < 100, "a replica never learned the key");
+            actix_rt::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+    let calls = (0..50).flat_map(|user| (0..20).map(move |call| (user, call)));
+    let statuses: Vec<u16> = join_all(calls.map(|(user, call)| {
+        let app = apps[(user + call) % apps.len()];
+        let key = key.clone();
+        async move {
+            as_user(app, &key, route, &format!("user-{user}"))
+                .await
+                .status
+        }
+    }))
+    .await;
+    let ok = statuses.iter().filter(|s| **s == 200).count();
+    assert!(
+        statuses.iter().all(|s| *s == 200 || *s == 402),
+        "{statuses:?}"
+    );
+    assert!(
+        ok > 0 && ok <= 100,
+        "{ok} calls passed: at most 2 per end user"
+    );
+    let rows = first.ledger_rows_eventually(&tenant, ok).await;
+    let cap = Nanos::parse_decimal(CAP).unwrap().to_db();
+    for user in 0..50 {
+        let id = format!("user-{user}");
+        assert!(sum_charged(&rows, &id) <= cap, "{id} passed their cap");
+    }
+    let total: i64 = rows.iter().map(|row| row.charged_nanos).sum();
+    assert!(
+        total <= Nanos::parse_decimal("0.02").unwrap().to_db(),
+        "{total}"
+    );
+    let budget: Value = first.budget(&tenant).await;
+    assert_eq!(budget["reserved"], "0", "{budget}");
+}
