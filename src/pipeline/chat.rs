@@ -432,6 +432,11 @@ fn quota_error(error: &QuotaError) -> ApiError {
             "the tenant's budget state is unavailable; try again shortly",
         )
         .with_retry_after(1),
+        QuotaError::LedgerUnreadable => ApiError::new(
+            ErrorCode::QuotaUnavailable,
+            "the usage ledger could not be read to start this budget period; try again shortly",
+        )
+        .with_retry_after(1),
         QuotaError::StoreDown => ApiError::new(
             ErrorCode::QuotaUnavailable,
             "the shared quota store is unreachable and this tenant's limits fail closed; try again shortly",
@@ -456,7 +461,7 @@ fn budget_error(error: &QuotaError, rate: &RateDecision) -> ApiError {
             &[("kind", "end_user_rate_limit")],
             1,
         ),
-        QuotaError::Unavailable | QuotaError::StoreDown => {}
+        QuotaError::Unavailable | QuotaError::LedgerUnreadable | QuotaError::StoreDown => {}
     }
     quota_error(error).with_rate(*rate)
 }

@@ -709,7 +709,7 @@ impl TenantActor {
                 }
                 Err(error) => {
                     tracing::error!(tenant = %act.tenant, error = %error, "Cannot load an end user's spend from the ledger; refusing rather than starting them from zero.");
-                    Decision::Now(Err(QuotaError::Unavailable)).into_future()
+                    Decision::Now(Err(QuotaError::LedgerUnreadable)).into_future()
                 }
             }
         }))

@@ -32,6 +32,10 @@ pub enum QuotaError {
     EndUserRate(#[from] EndUserRateLimited),
     #[error("the tenant's quota state is unavailable")]
     Unavailable,
+    /// A budget period the store has not started (a tenant's month, an end
+    /// user's window) could not be read from the ledger: no decision starts from nothing.
+    #[error("the ledger could not be read to start a budget period")]
+    LedgerUnreadable,
     /// The shared quota store is unreachable and the tenant is `fail_closed`.
     #[error("the shared quota store is unreachable")]
     StoreDown,

@@ -82,8 +82,12 @@ impl RedisQuota {
 
     /// Seeds the month from the ledger unless another replica already did.
     async fn seed(&self, now_ms: u64) -> Result<Verdict<()>, StoreFailure> {
-        let Ok(seed) = self.source.clone().load(now_ms).await else {
-            return Ok(Err(QuotaError::Unavailable));
+        let seed = match self.source.clone().load(now_ms).await {
+            Ok(seed) => seed,
+            Err(error) => {
+                tracing::error!(tenant = %self.source.tenant, error = %error, "Cannot read the tenant's month from the ledger to seed the shared store; refusing.");
+                return Ok(Err(QuotaError::LedgerUnreadable));
+            }
         };
         let reached = reached(&self.thresholds, self.limits.budget, seed.committed);
         self.quota.seed(&seed, &reached, now_ms).await?;
@@ -101,8 +105,12 @@ impl RedisQuota {
         };
         let window = self.quota.end_user_window(hold, now_ms);
         let loaded = self.source.clone().end_user(hold.id.clone(), window).await;
-        let Ok(committed) = loaded else {
-            return Ok(Err(QuotaError::Unavailable));
+        let committed = match loaded {
+            Ok(committed) => committed,
+            Err(error) => {
+                tracing::error!(tenant = %self.source.tenant, error = %error, "Cannot read an end user's spend from the ledger to seed the shared store; refusing.");
+                return Ok(Err(QuotaError::LedgerUnreadable));
+            }
         };
         self.quota.seed_end_user(hold, committed, now_ms).await?;
         Ok(Ok(()))
