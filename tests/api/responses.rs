@@ -7,10 +7,29 @@ use crate::support::{TestSetup, run_sdk, spawn_app};
 
 fn setup() -> TestSetup {
     TestSetup::new()
+        .provider(
+            "[providers.responder_sdk]\nkind = \"openai\"\nbase_url = \"FAKE/v1\"\napi_key_env = \"TEST_PRIMARY_KEY\"\nresponses = true",
+        )
         .route("quick", &["primary/usage-100-20-30+chunks-4"])
         .route("runaway", &["primary/usage-100-0-40+chunks-400"])
         .route("responses_cut3", &["primary/chunks-8+cut-after-3"])
-        .tier("free", &["quick", "runaway", "responses_cut3"], 1000, 100)
+        .route("direct", &["responder_sdk/usage-60-0-10-9+chunks-4"])
+        .route(
+            "direct_runaway",
+            &["responder_sdk/chunks-400+chunk-delay-5ms"],
+        )
+        .tier(
+            "free",
+            &[
+                "quick",
+                "runaway",
+                "responses_cut3",
+                "direct",
+                "direct_runaway",
+            ],
+            1000,
+            100,
+        )
 }
 
 #[actix_web::test]
@@ -63,9 +82,46 @@ async fn the_official_openai_python_sdk_creates_streams_and_uses_tools_through_r
     );
     assert_eq!(tool_call.body["tools"][0]["function"]["name"], "lookup");
 
+    // Passed through: the provider's own ids, objects and events, parsed by the SDK.
+    let direct = &seen["direct"];
+    for id in [&direct["id"], &direct["stream_id"]] {
+        assert!(
+            id.as_str().is_some_and(|id| id.starts_with("resp_fake_")),
+            "{seen}"
+        );
+    }
+    assert_eq!(direct["effort"], "low", "{seen}");
+    assert!(direct["text"].as_str().is_some_and(|t| !t.is_empty()));
+    assert_eq!(direct["stream_text"], expected.as_str(), "{seen}");
+    assert_eq!(direct["final_text"], expected.as_str(), "{seen}");
+    assert_eq!(
+        (
+            &direct["input_tokens"],
+            &direct["cached"],
+            &direct["output_tokens"]
+        ),
+        (&json!(60), &json!(10), &json!(9))
+    );
+    assert_eq!(
+        seen["direct_cut"],
+        json!([
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.incomplete"
+        ]),
+        "{seen}"
+    );
+    assert_eq!(seen["direct_cut_reason"], "max_output_tokens", "{seen}");
+    let upstream = captured.iter().find(|c| c.path == "/v1/responses");
+    assert_eq!(
+        upstream.map(|c| c.body["reasoning"].clone()),
+        Some(json!({"effort": "low"}))
+    );
+
     // Every call is a ledger row under its door; the stream's completed usage is the row's.
     let rows = app.ledger_rows(&tenant).await;
-    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert_eq!(rows.len(), 6, "{rows:?}");
     assert!(
         rows.iter()
             .all(|r| r.api == "responses" && r.status == "ok")
@@ -74,6 +130,17 @@ async fn the_official_openai_python_sdk_creates_streams_and_uses_tools_through_r
         (rows[2].prompt_tokens, rows[2].completion_tokens),
         (100, 30)
     );
+    for row in &rows[3..5] {
+        assert_eq!(
+            (
+                row.provider.as_str(),
+                row.prompt_tokens,
+                row.cached_tokens,
+                row.completion_tokens
+            ),
+            ("responder_sdk", 60, 10, 9)
+        );
+    }
 }
 
 #[actix_web::test]
