@@ -385,14 +385,14 @@ impl Item {
     }
 }
 
-/// Grows a text field by a delta (an event for a part never added changes nothing).
+/// Grows a text field by a delta, in place: a long stream's text is not
+/// copied again for every delta. An event for a part never added changes nothing.
 fn append(field: Option<&mut Value>, delta: &str) {
-    let Some(field) = field else {
-        return;
-    };
-    let mut text = field.as_str().unwrap_or_default().to_owned();
-    text.push_str(delta);
-    *field = Value::String(text);
+    match field {
+        Some(Value::String(text)) => text.push_str(delta),
+        Some(field) => *field = Value::String(delta.to_owned()),
+        None => {}
+    }
 }
 
 /// Typed events the relay writes, numbered on from the upstream's.
