@@ -581,6 +581,7 @@ async fn demo(path: Option<&Path>, listen: Option<std::net::SocketAddr>) -> Resu
             provider.base_url = mock.base_url();
             provider.chat_url = format!("{}/chat/completions", mock.base_url());
             provider.embeddings_url = format!("{}/embeddings", mock.base_url());
+            provider.responses_url = format!("{}/responses", mock.base_url());
             provider.api_key = Some(Secret::new("mock"));
         }
     }

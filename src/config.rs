@@ -574,6 +574,10 @@ struct RawProvider {
     drain_timeout_ms: u64,
     /// `anthropic-version` header for `kind = "anthropic"`.
     anthropic_version: Option<String>,
+    /// An `openai` provider that also speaks OpenAI's Responses API at
+    /// `{base_url}/responses`: the Responses door passes through to it.
+    #[serde(default)]
+    responses: bool,
     /// Sends the tenant id upstream in this body field.
     tenant_id_as: Option<TenantIdField>,
     /// Headers added to every call to this provider.
@@ -874,6 +878,11 @@ pub struct Provider {
     pub chat_url: String,
     /// OpenAI's `{base_url}/embeddings`; Anthropic has no embeddings API.
     pub embeddings_url: String,
+    /// Speaks OpenAI's Responses API (only an `openai` provider may): the
+    /// Responses door's requests pass through to `responses_url`.
+    pub responses: bool,
+    /// `{base_url}/responses`, used only when `responses` is set.
+    pub responses_url: String,
     pub api_key_env: Option<String>,
     /// `None` with `api_key_env` set means the variable is unset: the provider is disabled.
     pub api_key: Option<Secret>,
@@ -1280,6 +1289,7 @@ fn validate_providers(
                 "Anthropic takes the tenant as metadata.user_id: use \"user\"",
             ));
         }
+        check_responses(&entry, p)?;
         if p.tokenizer_safety_percent.is_some_and(|s| s < 100) {
             return Err(invalid(
                 format!("{entry}.tokenizer_safety_percent"),
@@ -1325,12 +1335,10 @@ fn validate_providers(
                 name: ProviderName::new(name.as_str()),
                 kind: p.kind,
                 base_url: p.base_url.clone(),
-                chat_url: match p.kind {
-                    ProviderKind::Openai => format!("{base}/chat/completions"),
-                    ProviderKind::Anthropic if base.ends_with("/v1") => format!("{base}/messages"),
-                    ProviderKind::Anthropic => format!("{base}/v1/messages"),
-                },
+                chat_url: chat_url(p.kind, base),
                 embeddings_url: format!("{base}/embeddings"),
+                responses: p.responses,
+                responses_url: format!("{base}/responses"),
                 api_key_env: p.api_key_env.clone(),
                 api_key,
                 timeout_ms: p.timeout_ms,
@@ -1365,6 +1373,36 @@ fn validate_providers(
         );
     }
     Ok(providers)
+}
+
+/// Where a provider's kind takes chat requests (Anthropic: its Messages API).
+fn chat_url(kind: ProviderKind, base: &str) -> String {
+    match kind {
+        ProviderKind::Openai => format!("{base}/chat/completions"),
+        ProviderKind::Anthropic if base.ends_with("/v1") => format!("{base}/messages"),
+        ProviderKind::Anthropic => format!("{base}/v1/messages"),
+    }
+}
+
+/// `responses = true` means OpenAI's Responses API, which only an `openai`
+/// provider can speak, and which takes the tenant id only as `user`.
+fn check_responses(entry: &str, p: &RawProvider) -> Result<(), ConfigError> {
+    if !p.responses {
+        return Ok(());
+    }
+    if p.kind != ProviderKind::Openai {
+        return Err(invalid(
+            format!("{entry}.responses"),
+            "only a kind = \"openai\" provider speaks OpenAI's Responses API",
+        ));
+    }
+    if p.tenant_id_as == Some(TenantIdField::UserId) {
+        return Err(invalid(
+            format!("{entry}.tenant_id_as"),
+            "the Responses API takes the tenant as `user`: use \"user\" with responses = true",
+        ));
+    }
+    Ok(())
 }
 
 fn validate_extra_headers(
@@ -1890,6 +1928,54 @@ mod tests {
         assert_eq!(
             error.to_string(),
             "providers.deepseek.max_tokens_ceiling: must be positive"
+        );
+    }
+
+    #[test]
+    fn responses_is_for_openai_providers_only_and_takes_the_tenant_as_user() {
+        let with = |provider: &str, extra: &str| {
+            let text = format!(
+                "{BASE}\n[providers.{provider}]\nbase_url = \"https://api.example/v1/\"\n{extra}\n"
+            );
+            Config::from_toml(&text, &pepper())
+                .map(|c| {
+                    let p = &c.providers[&ProviderName::new(provider)];
+                    (p.responses, p.responses_url.clone())
+                })
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            with("direct", "kind = \"openai\"\nresponses = true"),
+            Ok((true, "https://api.example/v1/responses".to_owned()))
+        );
+        assert_eq!(
+            with("plain", "kind = \"openai\"").map(|(on, _)| on),
+            Ok(false)
+        );
+        assert_eq!(
+            with("claude", "kind = \"anthropic\"\nresponses = true"),
+            Err(
+                "providers.claude.responses: only a kind = \"openai\" provider speaks OpenAI's Responses API"
+                    .to_owned()
+            )
+        );
+        let error = with(
+            "direct",
+            "kind = \"openai\"\nresponses = true\ntenant_id_as = \"user_id\"",
+        )
+        .unwrap_err();
+        assert!(
+            error.starts_with(
+                "providers.direct.tenant_id_as: the Responses API takes the tenant as `user`"
+            ),
+            "{error}"
+        );
+        assert!(
+            with(
+                "direct",
+                "kind = \"openai\"\nresponses = true\ntenant_id_as = \"user\""
+            )
+            .is_ok()
         );
     }
 

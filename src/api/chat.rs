@@ -74,7 +74,7 @@ pub(super) async fn serve(
     let mut door = Door::Same;
     let result = async {
         let body = read_body(&req, payload, gw.config.server.body_limit_bytes).await?;
-        let body = match api {
+        let (body, native) = match api {
             Api::Responses => {
                 let (chat, echo) = responses::to_chat(&body)?;
                 let identity = Identity {
@@ -82,18 +82,20 @@ pub(super) async fn serve(
                     created_at: gw.clock.now_ms() / 1000,
                 };
                 door = Door::Responses(identity, echo);
-                bytes::Bytes::from(chat)
+                // The caller's bytes ride along for a provider that speaks Responses.
+                (bytes::Bytes::from(chat), Some(body))
             }
             Api::Messages => {
                 door = Door::Messages {
                     id: format!("msg_{request_id}"),
                 };
-                body
+                (body, None)
             }
-            Api::Chat | Api::Embeddings => body,
+            Api::Chat | Api::Embeddings => (body, None),
         };
         let ctx = request_context(&req, &auth, api, request_id.clone())?;
-        handle_chat(&gw.clone().into_inner(), &clients, &ctx, &meter, &body).await
+        let gw = gw.clone().into_inner();
+        handle_chat(&gw, &clients, &ctx, &meter, &body, native).await
     }
     .instrument(span)
     .await;

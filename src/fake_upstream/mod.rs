@@ -1,12 +1,14 @@
-//! In-process fake of an OpenAI-compatible upstream for the demo, integration tests and load
-//! harness. It owns the scenario language carried in the request's `model` string (forced
-//! statuses, delays, flaky starts, usage shapes), the instance-wide fault injection (latency,
-//! random errors, forced status), the request capture/counters, and the server lifecycle both
-//! embedded (`start`) and standalone (`serve`).
+//! In-process fake of an OpenAI-compatible upstream (chat completions, embeddings and the
+//! Responses API) for the demo, integration tests and load harness. It owns the scenario
+//! language carried in the request's `model` string (forced statuses, delays, flaky starts,
+//! usage shapes), the instance-wide fault injection (latency, random errors, forced status),
+//! the request capture/counters, and the server lifecycle both embedded (`start`) and
+//! standalone (`serve`).
 
 pub mod anthropic;
 mod args;
 mod embeddings;
+mod responses;
 mod scenario;
 mod server;
 mod stats;

@@ -1,6 +1,6 @@
-//! HTTP side of the fake upstream: the routes, capturing each chat request before anything can
-//! fail, applying its scenario, and the actix server lifecycle, embedded in the caller's actix
-//! System (`start`) or standalone until a signal (`serve`).
+//! HTTP side of the fake upstream: the routes (chat, embeddings, Responses), capturing each
+//! request before anything can fail, applying its scenario, and the actix server lifecycle,
+//! embedded in the caller's actix System (`start`) or standalone until a signal (`serve`).
 
 use std::io;
 use std::net::SocketAddr;
@@ -120,6 +120,8 @@ fn routes(cfg: &mut web::ServiceConfig, state: web::Data<AppState>) {
         .route("/v1/chat/completions", web::post().to(chat))
         .route("/embeddings", web::post().to(chat))
         .route("/v1/embeddings", web::post().to(chat))
+        .route("/responses", web::post().to(chat))
+        .route("/v1/responses", web::post().to(chat))
         .route("/fake/stats", web::get().to(stats))
         .default_service(web::to(not_found));
 }
@@ -186,6 +188,20 @@ async fn chat(req: HttpRequest, body: web::Bytes, state: web::Data<AppState>) ->
                 response.headers_mut().insert(header::RETRY_AFTER, value);
             }
             response
+        }
+        None if req.path().ends_with("/responses") => {
+            let answer = super::responses::Answer::new(
+                &request,
+                &model,
+                &scenario,
+                ordinals.request,
+                unix_now_secs(),
+            );
+            if request.get("stream").and_then(Value::as_bool) == Some(true) {
+                answer.stream(Arc::clone(&state.stats))
+            } else {
+                answer.complete()
+            }
         }
         None if request.get("stream").and_then(Value::as_bool) == Some(true) => {
             super::stream::response(

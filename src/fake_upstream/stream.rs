@@ -16,7 +16,9 @@ use super::scenario::MAX_DELAY_MS;
 use super::stats::FakeStats;
 
 const DEFAULT_CHUNKS: u32 = 5;
-const CUT_FLUSH_MS: u64 = 50;
+/// A real cut happens after the earlier chunks left; without a pause the
+/// server would drop them, unflushed, with the connection.
+pub(super) const CUT_FLUSH_MS: u64 = 50;
 const WORDS: [&str; 8] = [
     "This", "is", "a", "streamed", "reply", "from", "the", "fake.",
 ];
@@ -81,9 +83,21 @@ pub fn chunk_text(i: u32) -> String {
 }
 
 /// Marks the stream cancelled if it is dropped before it finished.
-struct Watch {
+pub(super) struct Watch {
     stats: Arc<FakeStats>,
-    finished: bool,
+    /// Set when the stream was sent to its end (or its scripted fault's).
+    pub finished: bool,
+}
+
+impl Watch {
+    /// Counts a stream begun; its drop counts how it ended.
+    pub fn start(stats: Arc<FakeStats>) -> Watch {
+        stats.stream_started();
+        Watch {
+            stats,
+            finished: false,
+        }
+    }
 }
 
 impl Drop for Watch {
@@ -140,17 +154,13 @@ pub(super) fn response(
         .and_then(|o| o.get("include_usage"))
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    stats.stream_started();
     let initial = State {
         plan,
         step: Step::First,
         base: json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model}),
         usage,
         include_usage,
-        watch: Watch {
-            stats,
-            finished: false,
-        },
+        watch: Watch::start(stats),
     };
     let body = stream::unfold(initial, |mut state| async move {
         let item = next(&mut state).await?;
@@ -162,7 +172,7 @@ pub(super) fn response(
         .streaming(body)
 }
 
-async fn sleep_ms(ms: u64) {
+pub(super) async fn sleep_ms(ms: u64) {
     if ms > 0 {
         actix_rt::time::sleep(Duration::from_millis(ms)).await;
     }
@@ -180,8 +190,6 @@ async fn next(state: &mut State) -> Option<Result<Bytes, std::io::Error>> {
             Step::Content(i) => {
                 match state.plan.fault {
                     Some(Fault::Cut(n)) if i == n => {
-                        // A real cut happens after the earlier chunks left; without a pause
-                        // the server would drop them, unflushed, with the connection.
                         sleep_ms(state.plan.chunk_delay_ms.max(CUT_FLUSH_MS)).await;
                         state.step = Step::End;
                         return Some(Err(std::io::Error::other("fake upstream: cut-after")));

@@ -1,9 +1,9 @@
 //! A request of an OpenAI door (chat completions, embeddings), validated
 //! just enough to route, estimate and bound it. The body is kept as a JSON
 //! map so every field the caller sent (tools, response_format, dimensions,
-//! unknown ones) reaches the upstream unchanged. A Messages request is its
-//! chat translation plus the caller's own body (`Native`), which an upstream
-//! of Anthropic's API gets instead.
+//! unknown ones) reaches the upstream unchanged. A Messages or Responses
+//! request is its chat translation plus the caller's own body (`Native`),
+//! which an upstream of that door's own API gets instead.
 
 use bytes::Bytes;
 use serde_json::{Map, Value};
@@ -156,10 +156,21 @@ impl ChatRequest {
         Ok(request)
     }
 
-    /// The same request, arrived through another door (the Responses door
-    /// hands over its request translated into a chat body).
+    /// `POST /v1/responses`: routed and estimated by `chat`, the door's
+    /// translation of the caller's `native` body, which an upstream of the
+    /// Responses API gets instead. What the door accepts chat can carry: no gap.
+    pub fn parse_responses(chat: &[u8], native: Bytes) -> Result<ChatRequest, ApiError> {
+        let mut request = ChatRequest::parse(chat)?.through(Api::Responses);
+        request.native = Some(Native {
+            body: native,
+            gap: None,
+        });
+        Ok(request)
+    }
+
+    /// The same request, arrived through another door.
     #[must_use]
-    pub fn through(mut self, api: Api) -> ChatRequest {
+    fn through(mut self, api: Api) -> ChatRequest {
         self.api = api;
         self
     }

@@ -66,24 +66,27 @@ pub fn to_chat(bytes: &[u8]) -> Result<(Vec<u8>, Echo), ApiError> {
     Ok((Value::Object(chat).to_string().into_bytes(), echo))
 }
 
-/// The gateway keeps no conversation state.
+/// The gateway keeps no conversation state, and bills a call when its answer
+/// arrives: nothing may refer to a stored conversation (its input was never
+/// estimated) or leave the answer for later (`background`: never billed).
 fn refuse_state(request: &Map<String, Value>) -> Result<(), ApiError> {
     let stateless =
         "the gateway's Responses API is stateless: send the whole conversation in `input`";
-    if request.get("store") == Some(&Value::Bool(true)) {
-        return Err(ApiError::invalid_request(
-            "store",
-            format!("`store: true` is not supported; {stateless}"),
-        ));
+    for field in ["store", "background"] {
+        if request.get(field) == Some(&Value::Bool(true)) {
+            return Err(ApiError::invalid_request(
+                field,
+                format!("`{field}: true` is not supported; {stateless}"),
+            ));
+        }
     }
-    if request
-        .get("previous_response_id")
-        .is_some_and(|v| !v.is_null())
-    {
-        return Err(ApiError::invalid_request(
-            "previous_response_id",
-            format!("`previous_response_id` is not supported; {stateless}"),
-        ));
+    for field in ["previous_response_id", "conversation"] {
+        if request.get(field).is_some_and(|v| !v.is_null()) {
+            return Err(ApiError::invalid_request(
+                field,
+                format!("`{field}` is not supported; {stateless}"),
+            ));
+        }
     }
     Ok(())
 }
@@ -301,7 +304,7 @@ fn response_object(
 ) -> Value {
     let (status, incomplete) = match finish {
         None => ("in_progress", Value::Null),
-        Some("length") => ("incomplete", json!({"reason": "max_output_tokens"})),
+        Some("length") => ("incomplete", incomplete_at_limit()),
         Some(_) => ("completed", Value::Null),
     };
     let mut response = json!({
@@ -327,9 +330,23 @@ fn response_usage(usage: &Value) -> Value {
         .or_else(|| usage["prompt_cache_hit_tokens"].as_u64())
         .unwrap_or(0);
     let reasoning = number(&usage["completion_tokens_details"]["reasoning_tokens"]);
+    usage_object(input, cached, output, reasoning)
+}
+
+/// A `response` object's `usage`. Input counts its cached tokens and output
+/// its reasoning tokens, as chat's prompt and completion counts do.
+/// Also what the passthrough relay reports when it ends a stream at its hold
+/// (`provider/adapters/responses.rs`), so both paths end alike.
+pub fn usage_object(input: u64, cached: u64, output: u64, reasoning: u64) -> Value {
     json!({"input_tokens": input, "input_tokens_details": {"cached_tokens": cached},
            "output_tokens": output, "output_tokens_details": {"reasoning_tokens": reasoning},
            "total_tokens": input.saturating_add(output)})
+}
+
+/// The `incomplete_details` of a response its output limit ended (or the
+/// gateway's hold did, which is that limit).
+pub fn incomplete_at_limit() -> Value {
+    json!({"reason": "max_output_tokens"})
 }
 
 /// Chat completion chunks → Responses stream events, in order.
@@ -641,6 +658,27 @@ mod tests {
             param(json!({"model": "m", "input": "x", "previous_response_id": "r"})),
             "previous_response_id"
         );
+        assert_eq!(
+            param(json!({"model": "m", "input": "x", "background": true})),
+            "background"
+        );
+        assert_eq!(
+            param(json!({"model": "m", "input": "x", "conversation": "conv_1"})),
+            "conversation"
+        );
+        // Saying what the gateway does anyway is fine.
+        for stateless in [
+            json!({"store": false}),
+            json!({"background": false}),
+            json!({"conversation": null}),
+        ] {
+            let mut request = json!({"model": "m", "input": "x"});
+            request
+                .as_object_mut()
+                .unwrap()
+                .extend(stateless.as_object().unwrap().clone());
+            assert!(to_chat(request.to_string().as_bytes()).is_ok(), "{request}");
+        }
         assert_eq!(
             param(json!({"model": "m", "input": [{"type": "web_search_call"}]})),
             "input[0]"

@@ -28,7 +28,7 @@ use crate::cache::CacheKey;
 use crate::clock::{elapsed_ms, monotonic};
 use crate::config::{Provider, Route, Target};
 use crate::error::{ApiError, ErrorCode};
-use crate::ledger::{Api, AttemptStatus, UsageKind};
+use crate::ledger::{AttemptStatus, UsageKind};
 use crate::money::Nanos;
 use crate::openai::chat::ChatRequest;
 use crate::provider::actor::{ProviderHandle, Verdict};
@@ -193,7 +193,9 @@ impl Dispatch<'_> {
         )
         .await;
         let started = monotonic();
-        let result = self.send(provider, body).await;
+        let result = self
+            .send(provider, adapter.url(provider, self.request.api()), body)
+            .await;
         let latency_ms = elapsed_ms(started);
         let result = read_complete(adapter, result, &target.model);
         self.meter.add_upstream_ms(latency_ms);
@@ -379,8 +381,8 @@ impl Dispatch<'_> {
         adapter.build_body(self.request, &target.model, sent_max_tokens, tenant)
     }
 
-    /// Sends the body, bounded by the provider's timeouts and the request's deadline.
-    async fn send(&self, provider: &Provider, body: Bytes) -> Result<Opened, CallError> {
+    /// Sends the body to `url`, bounded by the provider's timeouts and the request's deadline.
+    async fn send(&self, provider: &Provider, url: &str, body: Bytes) -> Result<Opened, CallError> {
         let headers = CallHeaders {
             traceparent: self.ctx.traceparent.as_deref(),
             anthropic: &self.ctx.anthropic_headers,
@@ -388,12 +390,8 @@ impl Dispatch<'_> {
         let client = self.clients.get(provider.connect_timeout_ms);
         let call = async {
             if self.request.stream() {
-                call::open_stream(&client, provider, body, &headers).await
+                call::open_stream(&client, provider, url, body, &headers).await
             } else {
-                let url = match self.request.api() {
-                    Api::Embeddings => &provider.embeddings_url,
-                    Api::Chat | Api::Responses | Api::Messages => &provider.chat_url,
-                };
                 call::post(&client, provider, url, body, &headers)
                     .await
                     .map(Opened::Complete)

@@ -61,19 +61,25 @@ pub enum OutcomeBody {
     },
 }
 
+/// `body` is the caller's, except at the Responses door, which hands over its
+/// chat translation with the caller's own bytes as `native`.
 pub async fn handle_chat(
     gw: &Arc<Gateway>,
     clients: &UpstreamClients,
     ctx: &RequestContext,
     meter: &RequestMeter,
     body: &[u8],
+    native: Option<Bytes>,
 ) -> Result<ChatOutcome, ApiError> {
-    let request = match ctx.api {
-        Api::Embeddings => ChatRequest::parse_embeddings(body)?,
-        Api::Responses => ChatRequest::parse(body)?.through(Api::Responses),
-        Api::Messages => ChatRequest::parse_messages(body)?,
-        Api::Chat => ChatRequest::parse(body)?,
+    let request = match (ctx.api, native) {
+        (Api::Embeddings, _) => ChatRequest::parse_embeddings(body)?,
+        (Api::Responses, Some(native)) => ChatRequest::parse_responses(body, native)?,
+        (Api::Messages, _) => ChatRequest::parse_messages(body)?,
+        (Api::Chat | Api::Responses, _) => ChatRequest::parse(body)?,
     };
+    // What the caller sent: a passthrough answers it, so the cache must tell
+    // apart bodies whose chat translations are the same.
+    let body = request.native().map_or(body, |native| &native.body[..]);
     log_prompt(gw, ctx, body);
     // One snapshot for the whole request: a reload cannot change its route or prices half-way.
     let live = gw.live();

@@ -65,7 +65,7 @@ pub struct Relay {
 }
 
 /// The code of the error event a broken stream ends with, and its request's status.
-const STREAM_INTERRUPTED: &str = "stream_interrupted";
+pub(crate) const STREAM_INTERRUPTED: &str = "stream_interrupted";
 
 /// The output passed on to the caller so far, counted against the hold.
 #[derive(Default)]

@@ -71,7 +71,7 @@ pub struct CallHeaders<'a> {
     pub anthropic: &'a [(&'static str, String)],
 }
 
-/// A complete call to `url` (the provider's chat or embeddings endpoint):
+/// A complete call to `url` (the provider's chat, embeddings or responses endpoint):
 /// the answer's headers within the first-byte timeout, all of it within the
 /// total one.
 pub async fn post(
@@ -100,11 +100,12 @@ pub async fn post(
 pub async fn open_stream(
     client: &awc::Client,
     provider: &Provider,
+    url: &str,
     body: Bytes,
     headers: &CallHeaders<'_>,
 ) -> Result<Opened, CallError> {
     let started = monotonic();
-    let request = build_request(client, provider, &provider.chat_url, headers)?;
+    let request = build_request(client, provider, url, headers)?;
     let first_token = Duration::from_millis(provider.first_token_timeout_ms);
     let first_byte_ms = provider
         .first_byte_timeout_ms

@@ -7,10 +7,29 @@ use crate::support::{TestSetup, run_sdk, spawn_app};
 
 fn setup() -> TestSetup {
     TestSetup::new()
+        .provider(
+            "[providers.responder_sdk]\nkind = \"openai\"\nbase_url = \"FAKE/v1\"\napi_key_env = \"TEST_PRIMARY_KEY\"\nresponses = true",
+        )
         .route("quick", &["primary/usage-100-20-30+chunks-4"])
         .route("runaway", &["primary/usage-100-0-40+chunks-400"])
         .route("responses_cut3", &["primary/chunks-8+cut-after-3"])
-        .tier("free", &["quick", "runaway", "responses_cut3"], 1000, 100)
+        .route("direct", &["responder_sdk/usage-60-0-10-9+chunks-4"])
+        .route(
+            "direct_runaway",
+            &["responder_sdk/chunks-400+chunk-delay-5ms"],
+        )
+        .tier(
+            "free",
+            &[
+                "quick",
+                "runaway",
+                "responses_cut3",
+                "direct",
+                "direct_runaway",
+            ],
+            1000,
+            100,
+        )
 }
 
 #[actix_web::test]
@@ -63,9 +82,46 @@ async fn the_official_openai_python_sdk_creates_streams_and_uses_tools_through_r
     );
     assert_eq!(tool_call.body["tools"][0]["function"]["name"], "lookup");
 
+    // Passed through: the provider's own ids, objects and events, parsed by the SDK.
+    let direct = &seen["direct"];
+    for id in [&direct["id"], &direct["stream_id"]] {
+        assert!(
+            id.as_str().is_some_and(|id| id.starts_with("resp_fake_")),
+            "{seen}"
+        );
+    }
+    assert_eq!(direct["effort"], "low", "{seen}");
+    assert!(direct["text"].as_str().is_some_and(|t| !t.is_empty()));
+    assert_eq!(direct["stream_text"], expected.as_str(), "{seen}");
+    assert_eq!(direct["final_text"], expected.as_str(), "{seen}");
+    assert_eq!(
+        (
+            &direct["input_tokens"],
+            &direct["cached"],
+            &direct["output_tokens"]
+        ),
+        (&json!(60), &json!(10), &json!(9))
+    );
+    assert_eq!(
+        seen["direct_cut"],
+        json!([
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.incomplete"
+        ]),
+        "{seen}"
+    );
+    assert_eq!(seen["direct_cut_reason"], "max_output_tokens", "{seen}");
+    let upstream = captured.iter().find(|c| c.path == "/v1/responses");
+    assert_eq!(
+        upstream.map(|c| c.body["reasoning"].clone()),
+        Some(json!({"effort": "low"}))
+    );
+
     // Every call is a ledger row under its door; the stream's completed usage is the row's.
     let rows = app.ledger_rows(&tenant).await;
-    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert_eq!(rows.len(), 6, "{rows:?}");
     assert!(
         rows.iter()
             .all(|r| r.api == "responses" && r.status == "ok")
@@ -74,6 +130,17 @@ async fn the_official_openai_python_sdk_creates_streams_and_uses_tools_through_r
         (rows[2].prompt_tokens, rows[2].completion_tokens),
         (100, 30)
     );
+    for row in &rows[3..5] {
+        assert_eq!(
+            (
+                row.provider.as_str(),
+                row.prompt_tokens,
+                row.cached_tokens,
+                row.completion_tokens
+            ),
+            ("responder_sdk", 60, 10, 9)
+        );
+    }
 }
 
 #[actix_web::test]
@@ -293,4 +360,408 @@ async fn a_responses_stream_the_upstream_breaks_ends_with_an_error_event_and_a_p
     );
     assert!(rows[0].charged_nanos > 0, "{:?}", rows[0]);
     assert_eq!(app.budget(&tenant).await["reserved"], "0");
+}
+
+// === passthrough ===
+
+/// A provider that speaks OpenAI's Responses API: the door passes the
+/// caller's body through to it. Route and provider names are this file's own
+/// (metrics are process-wide in the test binary).
+fn passthrough_setup() -> TestSetup {
+    let provider = |name: &str, extra: &str| {
+        format!(
+            "[providers.{name}]\nkind = \"openai\"\nbase_url = \"FAKE/v1\"\napi_key_env = \"TEST_PRIMARY_KEY\"\ntimeout_ms = 5000\nresponses = true\n{extra}"
+        )
+    };
+    let whole = "responder/usage-300-50-200-40+reasoning-30";
+    TestSetup::new()
+        .provider(&provider("responder", "max_tokens_ceiling = 256"))
+        .provider(&provider("responder_tenant", "tenant_id_as = \"user\""))
+        .route("rp_whole", &[whole])
+        .price(whole, "2", "0.5", "8")
+        .cache_write_price(whole, "2.5")
+        .route("rp_no_usage", &["responder/no-usage"])
+        .route(
+            "rp_stream",
+            &["responder_tenant/usage-120-0-20-25+chunks-6"],
+        )
+        .route(
+            "rp_runaway",
+            &["responder/usage-100-0-0-40+chunks-400+chunk-delay-10ms"],
+        )
+        .route("rp_broken", &["responder/chunks-8+cut-after-3"])
+        .route("rp_poor", &["responder/usage-10-0-0-10"])
+        .tier(
+            "free",
+            &[
+                "rp_whole",
+                "rp_no_usage",
+                "rp_stream",
+                "rp_runaway",
+                "rp_broken",
+                "rp_poor",
+            ],
+            1000,
+            100,
+        )
+}
+
+/// The typed events of a Responses stream: `event:` name and parsed `data:`.
+fn typed_events(raw: &str) -> Vec<(String, Value)> {
+    raw.split("\n\n")
+        .filter(|event| !event.trim().is_empty())
+        .map(|event| {
+            let name = event
+                .lines()
+                .find_map(|l| l.strip_prefix("event: "))
+                .unwrap_or_default();
+            let data = event
+                .lines()
+                .find_map(|l| l.strip_prefix("data: "))
+                .unwrap_or("null");
+            (name.to_owned(), serde_json::from_str(data).unwrap())
+        })
+        .collect()
+}
+
+/// Every event's `sequence_number` is its position: nothing lost, nothing repeated.
+fn assert_numbered_in_order(events: &[(String, Value)], raw: &str) {
+    for (i, (name, data)) in events.iter().enumerate() {
+        assert_eq!(data["type"], name.as_str(), "{raw}");
+        assert_eq!(data["sequence_number"], i, "{raw}");
+    }
+}
+
+fn output_text(events: &[(String, Value)]) -> String {
+    events
+        .iter()
+        .filter(|(name, _)| name == "response.output_text.delta")
+        .filter_map(|(_, data)| data["delta"].as_str())
+        .collect()
+}
+
+/// `body` as a JSON object without the members the passthrough rewrites.
+fn without_rewritten(body: &Value) -> Value {
+    let mut body = body.clone();
+    for key in ["model", "max_output_tokens"] {
+        body.as_object_mut().unwrap().remove(key);
+    }
+    body
+}
+
+#[actix_web::test]
+async fn a_responses_provider_gets_the_caller_s_body_and_answers_with_its_own_response() {
+    let app = spawn_app(passthrough_setup()).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    // What chat cannot carry: `reasoning`, `text`, `include` and a field the gateway does not know.
+    let sent = json!({
+        "model": "rp_whole",
+        "instructions": "Be brief.",
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": "Hello"}]}],
+        "max_output_tokens": 5000,
+        "reasoning": {"effort": "high", "summary": "auto"},
+        "text": {"format": {"type": "text"}, "verbosity": "low"},
+        "include": ["reasoning.encrypted_content"],
+        "store": false,
+        "x_tollgate_unknown": {"kept": [1, 2, 3]},
+    });
+
+    let reply = app.post_json("/v1/responses", &key, &sent).await;
+
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    let captured = app.fake.stats.captured();
+    assert_eq!(captured.len(), 1);
+    assert_eq!(captured[0].path, "/v1/responses");
+    let upstream = &captured[0].body;
+    assert_eq!(without_rewritten(upstream), without_rewritten(&sent));
+    assert_eq!(upstream["model"], "usage-300-50-200-40+reasoning-30");
+    // The held limit, lowered to the provider's ceiling, not the caller's 5000.
+    assert_eq!(upstream["max_output_tokens"], 256);
+    assert_eq!(upstream["reasoning"], sent["reasoning"]);
+    assert_eq!(upstream["x_tollgate_unknown"], sent["x_tollgate_unknown"]);
+    assert!(upstream.get("messages").is_none(), "{upstream}");
+
+    // The upstream's own object: its id and its usage, details and all.
+    assert_eq!(reply.body["id"], "resp_fake_1", "{}", reply.raw);
+    assert_eq!(reply.body["reasoning"], sent["reasoning"]);
+    assert_eq!(reply.body["max_output_tokens"], 256);
+    let usage = &reply.body["usage"];
+    assert_eq!(
+        usage,
+        &json!({"input_tokens": 300,
+                "input_tokens_details": {"cached_tokens": 200, "cache_write_tokens": 50},
+                "output_tokens": 40, "output_tokens_details": {"reasoning_tokens": 30},
+                "total_tokens": 340})
+    );
+
+    let rows = app.ledger_rows(&tenant).await;
+    assert_eq!(rows.len(), 1);
+    let row = &rows[0];
+    assert_eq!(
+        (
+            row.api.as_str(),
+            row.status.as_str(),
+            row.usage_kind.as_str()
+        ),
+        ("responses", "ok", "reported")
+    );
+    assert_eq!(
+        (
+            row.prompt_tokens,
+            row.cached_tokens,
+            row.cache_write_tokens,
+            row.completion_tokens
+        ),
+        (300, 200, 50, 40)
+    );
+    // Per 1M: 50 uncached at 2, 200 cached at 0.5, 50 written at 2.5, 40 out
+    // at 8 (the 30 reasoning tokens among them): 645 nano-units per token-million.
+    assert_eq!(row.charged_nanos, 645_000);
+    assert_eq!(reply.header("x-tollgate-cost"), Some("0.000645"));
+}
+
+#[actix_web::test]
+async fn a_response_without_usage_is_charged_an_estimate_not_zero() {
+    let app = spawn_app(passthrough_setup()).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    let reply = app
+        .post_json(
+            "/v1/responses",
+            &key,
+            &json!({"model": "rp_no_usage", "input": "Hello there"}),
+        )
+        .await;
+
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(reply.body["usage"], Value::Null, "{}", reply.raw);
+    let text = reply.body["output"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap();
+    let rows = app.ledger_rows(&tenant).await;
+    let row = &rows[0];
+    assert_eq!(row.usage_kind, "estimated");
+    assert!(row.prompt_tokens > 0, "{row:?}");
+    let counted = app.gateway.estimator.count_completion(text);
+    assert_eq!(row.completion_tokens, i64::try_from(counted).unwrap());
+    assert!(row.charged_nanos > 0, "{row:?}");
+}
+
+/// `raw` with what differs between two answers to one request (the fake's
+/// ordinal in its ids, the second it was made) made the same.
+fn normalized(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    let mut rest = raw;
+    while let Some(at) = rest.find("\"created_at\":") {
+        let (head, tail) = rest.split_at(at + "\"created_at\":".len());
+        out.push_str(head);
+        out.push('0');
+        rest = tail.trim_start_matches(|c: char| c.is_ascii_digit());
+    }
+    out.push_str(rest);
+    (1..10).fold(out, |text, n| {
+        text.replace(&format!("resp_fake_{n}\""), "resp_fake\"")
+            .replace(&format!("resp_fake_{n}"), "resp_fake")
+    })
+}
+
+#[actix_web::test]
+async fn a_responses_stream_is_forwarded_unchanged_and_billed_from_its_completed_usage() {
+    let app = spawn_app(passthrough_setup()).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let sent = json!({"model": "rp_stream", "input": "Tell me a story", "stream": true,
+                      "max_output_tokens": 64, "user": "someone"});
+
+    let reply = app.post_json("/v1/responses", &key, &sent).await;
+
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(
+        reply.header("content-type"),
+        Some("text/event-stream"),
+        "{}",
+        reply.raw
+    );
+    let captured = app.fake.stats.captured();
+    let upstream = &captured[0].body;
+    // This provider takes the tenant as `user`, in place of the caller's.
+    assert_eq!(upstream["user"], tenant.as_str());
+    assert!(upstream.get("stream_options").is_none(), "{upstream}");
+    // The same request straight to the fake: the gateway changed no byte of its answer.
+    let direct = app
+        .client
+        .post(format!("{}/v1/responses", app.fake.base_url()))
+        .send_json(upstream)
+        .await
+        .unwrap();
+    let direct = crate::support::reply(direct).await;
+    assert_eq!(normalized(&reply.raw), normalized(&direct.raw));
+
+    let events = typed_events(&reply.raw);
+    assert_numbered_in_order(&events, &reply.raw);
+    assert_eq!(events[0].0, "response.created");
+    let expected: String = (0..6).map(tollgate::fake_upstream::chunk_text).collect();
+    assert_eq!(output_text(&events), expected);
+    let (last, completed) = events.last().unwrap();
+    assert_eq!(last, "response.completed");
+    let usage = &completed["response"]["usage"];
+    let rows = app.ledger_rows_eventually(&tenant, 1).await;
+    let row = &rows[0];
+    assert_eq!(
+        (
+            row.api.as_str(),
+            row.status.as_str(),
+            row.usage_kind.as_str()
+        ),
+        ("responses", "ok", "reported")
+    );
+    assert_eq!(
+        (
+            json!(row.prompt_tokens),
+            json!(row.cached_tokens),
+            json!(row.completion_tokens)
+        ),
+        (
+            usage["input_tokens"].clone(),
+            usage["input_tokens_details"]["cached_tokens"].clone(),
+            usage["output_tokens"].clone()
+        )
+    );
+    assert_eq!((row.prompt_tokens, row.completion_tokens), (120, 25));
+    // 100 uncached at 2, 20 cached at 0.04, 25 out at 8, per 1M.
+    assert_eq!(row.charged_nanos, 400_800);
+}
+
+#[actix_web::test]
+async fn a_runaway_responses_stream_is_cut_at_the_hold_and_ends_incomplete() {
+    let app = spawn_app(passthrough_setup()).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let sent = json!({"model": "rp_runaway", "input": "go on", "stream": true,
+                      "max_output_tokens": 10});
+
+    let reply = app.post_json("/v1/responses", &key, &sent).await;
+
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(app.fake.stats.captured()[0].body["max_output_tokens"], 10);
+    let events = typed_events(&reply.raw);
+    assert_numbered_in_order(&events, &reply.raw);
+    let text = output_text(&events);
+    assert!(!text.is_empty(), "{}", reply.raw);
+    // The upstream would have sent 400 words; the hold is 10 tokens.
+    assert!(
+        app.gateway.estimator.count_completion(&text) <= 10,
+        "{text:?}"
+    );
+    let tail: Vec<&str> = events
+        .iter()
+        .rev()
+        .take(4)
+        .map(|(name, _)| name.as_str())
+        .collect();
+    assert_eq!(
+        tail,
+        [
+            "response.incomplete",
+            "response.output_item.done",
+            "response.content_part.done",
+            "response.output_text.done",
+        ],
+        "{}",
+        reply.raw
+    );
+    // Closed with exactly the text the caller got, as the translating path closes it.
+    let done = &events[events.len() - 4].1;
+    assert_eq!(done["text"], text.as_str());
+    let incomplete = &events[events.len() - 1].1["response"];
+    assert_eq!(incomplete["id"], events[0].1["response"]["id"]);
+    assert_eq!(incomplete["status"], "incomplete");
+    assert_eq!(
+        incomplete["incomplete_details"]["reason"],
+        "max_output_tokens"
+    );
+    assert_eq!(incomplete["output"][0]["content"][0]["text"], text.as_str());
+    assert_eq!(incomplete["usage"]["output_tokens"], 10);
+
+    let rows = app.ledger_rows_eventually(&tenant, 1).await;
+    let row = &rows[0];
+    assert_eq!(
+        (row.api.as_str(), row.status.as_str(), row.completion_tokens),
+        ("responses", "ok", 10)
+    );
+    assert_eq!(incomplete["usage"]["input_tokens"], row.prompt_tokens);
+    assert!(row.charged_nanos <= row.reserved_nanos, "{row:?}");
+    assert_eq!(app.budget(&tenant).await["reserved"], "0");
+    crate::support::wait_until(
+        || app.fake.stats.streams_cancelled() >= 1,
+        std::time::Duration::from_secs(5),
+        "the upstream's cancel",
+    )
+    .await;
+}
+
+#[actix_web::test]
+async fn a_responses_stream_the_upstream_breaks_through_the_passthrough_ends_with_the_door_s_error()
+{
+    let app = spawn_app(passthrough_setup()).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    let reply = app
+        .post_json(
+            "/v1/responses",
+            &key,
+            &json!({"model": "rp_broken", "input": "go on", "stream": true}),
+        )
+        .await;
+
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    let events = typed_events(&reply.raw);
+    assert_numbered_in_order(&events, &reply.raw);
+    // The upstream's own events (its response id), then the door's error.
+    assert_eq!(
+        events[0].1["response"]["id"], "resp_fake_1",
+        "{}",
+        reply.raw
+    );
+    let expected: String = (0..3).map(tollgate::fake_upstream::chunk_text).collect();
+    assert_eq!(output_text(&events), expected);
+    let (last, error) = events.last().unwrap();
+    assert_eq!(last, "error", "{}", reply.raw);
+    assert_eq!(error["code"], "stream_interrupted", "{}", reply.raw);
+    assert!(
+        !events.iter().any(|(name, _)| name == "response.completed"),
+        "{}",
+        reply.raw
+    );
+    let rows = app.ledger_rows_eventually(&tenant, 1).await;
+    assert_eq!(
+        (rows[0].api.as_str(), rows[0].status.as_str()),
+        ("responses", "partial")
+    );
+    assert!(rows[0].charged_nanos > 0, "{:?}", rows[0]);
+    assert_eq!(app.budget(&tenant).await["reserved"], "0");
+}
+
+#[actix_web::test]
+async fn a_budget_too_small_for_a_responses_provider_is_a_402_and_no_upstream_call() {
+    let app = spawn_app(passthrough_setup()).await;
+    let (_tenant, key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "0.0000001"}))
+        .await;
+
+    let refused = app
+        .post_json(
+            "/v1/responses",
+            &key,
+            &json!({"model": "rp_poor", "input": "hi", "stream": true}),
+        )
+        .await;
+
+    assert_eq!(refused.status, 402, "{}", refused.raw);
+    assert_eq!(refused.error_code(), "budget_exceeded", "{}", refused.raw);
+    assert_eq!(
+        refused.body["error"]["type"], "insufficient_quota",
+        "{}",
+        refused.raw
+    );
+    assert_eq!(refused.header("x-should-retry"), Some("false"));
+    assert_eq!(app.fake.stats.requests(), 0);
 }

@@ -44,6 +44,31 @@ seen["stream"] = {"text": "".join(deltas), "final_text": final.output_text,
                   "input_tokens": completed.usage.input_tokens,
                   "output_tokens": completed.usage.output_tokens}
 
+# The route "direct" is served by a provider that speaks the Responses API:
+# its own objects and events come back, passed through.
+direct = client.responses.create(model="direct", input="Hello!", reasoning={"effort": "low"})
+direct_deltas = []
+with client.responses.stream(model="direct", input="Tell me a story") as stream:
+    for event in stream:
+        if event.type == "response.output_text.delta":
+            direct_deltas.append(event.delta)
+direct_final = stream.get_final_response()
+seen["direct"] = {"id": direct.id, "text": direct.output_text, "effort": direct.reasoning.effort,
+                  "input_tokens": direct.usage.input_tokens,
+                  "cached": direct.usage.input_tokens_details.cached_tokens,
+                  "stream_id": direct_final.id, "stream_text": "".join(direct_deltas),
+                  "final_text": direct_final.output_text,
+                  "output_tokens": direct_final.usage.output_tokens}
+
+# Its runaway stream, ended by the gateway at the hold: the SDK takes the ending too.
+cut_kinds = []
+with client.responses.stream(model="direct_runaway", input="go on", max_output_tokens=10) as stream:
+    for event in stream:
+        cut_kinds.append(event.type)
+        if event.type == "response.incomplete":
+            seen["direct_cut_reason"] = event.response.incomplete_details.reason
+seen["direct_cut"] = cut_kinds[-4:]
+
 poor = OpenAI(base_url=base_url, api_key=poor_key, max_retries=0)
 try:
     poor.responses.create(model="quick", input="Hello!", max_output_tokens=100000)

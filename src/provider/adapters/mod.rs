@@ -2,18 +2,21 @@
 //! pipeline uses: build the upstream body, read a complete answer (as an
 //! OpenAI body plus its usage), turn an error body into OpenAI's envelope, and
 //! translate a stream event by event. A request that came in by the door of
-//! its provider's own API (Messages to `anthropic`) passes through instead:
-//! its answer stays in that API (`passthrough.rs`).
+//! its provider's own API passes through instead, and its answer stays in
+//! that API: Messages to `anthropic` (`passthrough.rs`), Responses to an
+//! `openai` provider with `responses = true` (`responses.rs`).
 
 pub mod anthropic;
 pub mod openai;
 pub mod passthrough;
+pub mod responses;
 
 use bytes::Bytes;
 use serde_json::Value;
 
 use crate::config::{Provider, ProviderKind, TenantIdField};
 use crate::error::ApiError;
+use crate::ledger::Api;
 use crate::openai::chat::ChatRequest;
 use crate::pipeline::sse::{Inspected, inspect};
 use crate::pricing::Usage;
@@ -27,20 +30,39 @@ pub enum Adapter {
     Anthropic,
     /// A Messages request to an Anthropic provider: as sent, answered as is.
     AnthropicPassthrough,
+    /// A Responses request to a provider that speaks the Responses API: as
+    /// sent, answered as is.
+    ResponsesPassthrough,
 }
 
 impl Adapter {
     pub fn for_request(provider: &Provider, request: &ChatRequest) -> Adapter {
-        match (provider.kind, request.native().is_some()) {
+        let native = request.native().is_some();
+        match (provider.kind, request.api()) {
+            (ProviderKind::Openai, Api::Responses) if native && provider.responses => {
+                Adapter::ResponsesPassthrough
+            }
             (ProviderKind::Openai, _) => Adapter::OpenAi,
-            (ProviderKind::Anthropic, false) => Adapter::Anthropic,
-            (ProviderKind::Anthropic, true) => Adapter::AnthropicPassthrough,
+            (ProviderKind::Anthropic, Api::Messages) if native => Adapter::AnthropicPassthrough,
+            (ProviderKind::Anthropic, _) => Adapter::Anthropic,
         }
     }
 
     /// Whether answers come back in the request's own door API rather than OpenAI chat.
     pub fn answers_natively(self) -> bool {
-        self == Adapter::AnthropicPassthrough
+        matches!(
+            self,
+            Adapter::AnthropicPassthrough | Adapter::ResponsesPassthrough
+        )
+    }
+
+    /// Where the request goes: the provider's endpoint for this adapter's API.
+    pub fn url(self, provider: &Provider, api: Api) -> &str {
+        match (self, api) {
+            (Adapter::ResponsesPassthrough, _) => &provider.responses_url,
+            (_, Api::Embeddings) => &provider.embeddings_url,
+            (_, Api::Chat | Api::Responses | Api::Messages) => &provider.chat_url,
+        }
     }
 
     /// The upstream body; a request the provider's API cannot express is the caller's 400.
@@ -69,6 +91,12 @@ impl Adapter {
                 let native = request.native().map_or(request.raw(), |n| &n.body[..]);
                 let user = tenant.map(|(_, id)| id);
                 Ok(passthrough::build_body(native, model, max_tokens, user))
+            }
+            Adapter::ResponsesPassthrough => {
+                let native = request.native().map_or(request.raw(), |n| &n.body[..]);
+                // Validation allows only `user` with `responses = true`.
+                let user = tenant.map(|(_, id)| id);
+                Ok(responses::build_body(native, model, max_tokens, user))
             }
             Adapter::Anthropic if !request.generates() => Err(ApiError::invalid_request(
                 "model",
@@ -101,6 +129,9 @@ impl Adapter {
             Adapter::AnthropicPassthrough => passthrough::read_usage(&body)
                 .map(|usage| (body, ResponseUsage::Reported(usage)))
                 .map_err(|e| e.to_string()),
+            Adapter::ResponsesPassthrough => {
+                responses::read_usage(&body).map(|usage| (body, usage))
+            }
         }
     }
 
@@ -108,7 +139,7 @@ impl Adapter {
     /// unchanged, and so do Anthropic's to the Messages door).
     pub fn error_body(self, body: Bytes) -> Bytes {
         match self {
-            Adapter::OpenAi | Adapter::AnthropicPassthrough => body,
+            Adapter::OpenAi | Adapter::AnthropicPassthrough | Adapter::ResponsesPassthrough => body,
             Adapter::Anthropic => {
                 let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
                 let message = parsed["error"]["message"].as_str().map_or_else(
@@ -138,6 +169,9 @@ impl Adapter {
             },
             Adapter::AnthropicPassthrough => {
                 Translator::Passthrough(Box::new(passthrough::EventRelay::new(model)))
+            }
+            Adapter::ResponsesPassthrough => {
+                Translator::Responses(Box::new(responses::EventRelay::new()))
             }
         }
     }
@@ -184,6 +218,8 @@ pub enum Translator {
     },
     /// Anthropic's own events, to the Messages door.
     Passthrough(Box<passthrough::EventRelay>),
+    /// The Responses API's own events, to the Responses door.
+    Responses(Box<responses::EventRelay>),
 }
 
 fn framed(data: &str) -> Bytes {
@@ -196,6 +232,7 @@ impl Translator {
     pub fn own_ending(&self, end: &Ending<'_>) -> Option<Bytes> {
         match self {
             Translator::Passthrough(relay) => Some(relay.ending(end)),
+            Translator::Responses(relay) => Some(relay.ending(end)),
             Translator::OpenAi { .. } | Translator::Anthropic { .. } => None,
         }
     }
@@ -204,6 +241,7 @@ impl Translator {
     pub fn on_event(&mut self, event: &[u8]) -> Translated {
         match self {
             Translator::Passthrough(relay) => relay.on_event(event),
+            Translator::Responses(relay) => relay.on_event(event),
             Translator::OpenAi { include_usage } => match inspect(event) {
                 Inspected::Done => Translated::Done(Vec::new()),
                 Inspected::Chunk {

@@ -27,13 +27,19 @@ pub fn build_body(native: &[u8], model: &str, max_tokens: u32, user: Option<&str
     if let Some(metadata) = &metadata_json {
         set.push(("metadata", metadata.as_str()));
     }
-    match splice::set_members(native, &set) {
+    rewrite(native, &set)
+}
+
+/// The caller's body with each `(key, JSON value)` of `set` in place: spliced
+/// into its bytes, or written from parsed values when the splice cannot
+/// rewrite it (an escaped key).
+pub(super) fn rewrite(native: &[u8], set: &[(&str, &str)]) -> Bytes {
+    match splice::set_members(native, set) {
         Some(body) => Bytes::from(body),
-        None => from_values(native, &set),
+        None => from_values(native, set),
     }
 }
 
-/// `build_body` for a body the splice cannot rewrite (an escaped key): from parsed values.
 fn from_values(native: &[u8], set: &[(&str, &str)]) -> Bytes {
     let mut body: Map<String, Value> = serde_json::from_slice(native).unwrap_or_default();
     for (key, value) in set {
