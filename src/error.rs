@@ -21,6 +21,8 @@ pub enum ErrorCode {
     InvalidAdminToken,
     ModelNotFound,
     RouteNotAllowed,
+    /// An admin blocked the request's end user.
+    EndUserBlocked,
     NotFound,
     Conflict,
     RateLimited,
@@ -48,7 +50,7 @@ impl ErrorCode {
             ErrorCode::InvalidApiKey | ErrorCode::KeyExpired | ErrorCode::InvalidAdminToken => {
                 StatusCode::UNAUTHORIZED
             }
-            ErrorCode::RouteNotAllowed => StatusCode::FORBIDDEN,
+            ErrorCode::RouteNotAllowed | ErrorCode::EndUserBlocked => StatusCode::FORBIDDEN,
             ErrorCode::ModelNotFound | ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::Conflict => StatusCode::CONFLICT,
             ErrorCode::RateLimited | ErrorCode::TokenLimited => StatusCode::TOO_MANY_REQUESTS,
@@ -76,7 +78,7 @@ impl ErrorCode {
             | ErrorCode::NotFound
             | ErrorCode::Conflict
             | ErrorCode::UpstreamRejected => "invalid_request_error",
-            ErrorCode::RouteNotAllowed => "permission_error",
+            ErrorCode::RouteNotAllowed | ErrorCode::EndUserBlocked => "permission_error",
             ErrorCode::RateLimited | ErrorCode::TokenLimited => "rate_limit_error",
             ErrorCode::BudgetExceeded => "insufficient_quota",
             ErrorCode::ProviderMisconfigured
@@ -101,7 +103,7 @@ impl ErrorCode {
             ErrorCode::InvalidApiKey | ErrorCode::KeyExpired | ErrorCode::InvalidAdminToken => {
                 "authentication_error"
             }
-            ErrorCode::RouteNotAllowed => "permission_error",
+            ErrorCode::RouteNotAllowed | ErrorCode::EndUserBlocked => "permission_error",
             ErrorCode::ModelNotFound | ErrorCode::NotFound => "not_found_error",
             ErrorCode::RateLimited | ErrorCode::TokenLimited => "rate_limit_error",
             ErrorCode::BudgetExceeded => "billing_error",
@@ -125,6 +127,7 @@ impl ErrorCode {
             ErrorCode::InvalidAdminToken => "invalid_admin_token",
             ErrorCode::ModelNotFound => "model_not_found",
             ErrorCode::RouteNotAllowed => "model_not_allowed",
+            ErrorCode::EndUserBlocked => "end_user_blocked",
             ErrorCode::NotFound => "not_found",
             ErrorCode::Conflict => "conflict",
             ErrorCode::RateLimited => "rate_limit_exceeded",

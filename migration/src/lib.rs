@@ -12,6 +12,7 @@ mod m20261130_000007_usage_totals;
 mod m20261201_000008_usage_api;
 mod m20261202_000009_key_expiry;
 mod m20261202_000010_end_users;
+mod m20261202_000011_end_user_limits;
 
 pub struct Migrator;
 
@@ -29,6 +30,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000008_usage_api::Migration),
             Box::new(m20261202_000009_key_expiry::Migration),
             Box::new(m20261202_000010_end_users::Migration),
+            Box::new(m20261202_000011_end_user_limits::Migration),
         ]
     }
 }

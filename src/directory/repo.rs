@@ -5,8 +5,9 @@ use sea_orm::{
     ActiveModelTrait, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder, Set,
 };
 
-use entity::{api_key, feature_budget, tenant};
+use entity::{api_key, end_user_limit, feature_budget, tenant};
 
+use super::tenant::EndUserOverride;
 use super::{KeyRecord, TenantRecord};
 use crate::ids::{KeyId, TenantId};
 use crate::money::Nanos;
@@ -24,7 +25,7 @@ pub async fn all_tenants(db: &DatabaseConnection) -> Result<Vec<TenantRecord>, S
     with_feature_budgets(db, rows).await
 }
 
-/// Tenant records with their feature budgets.
+/// Tenant records with their feature budgets and end-user overrides.
 async fn with_feature_budgets(
     db: &DatabaseConnection,
     rows: Vec<tenant::Model>,
@@ -34,7 +35,11 @@ async fn with_feature_budgets(
     }
     let ids: Vec<String> = rows.iter().map(|t| t.id.clone()).collect();
     let budgets = feature_budget::Entity::find()
-        .filter(feature_budget::Column::TenantId.is_in(ids))
+        .filter(feature_budget::Column::TenantId.is_in(ids.clone()))
+        .all(db)
+        .await?;
+    let overrides = end_user_limit::Entity::find()
+        .filter(end_user_limit::Column::TenantId.is_in(ids))
         .all(db)
         .await?;
     let mut records: Vec<TenantRecord> = rows.into_iter().map(TenantRecord::from_model).collect();
@@ -46,6 +51,12 @@ async fn with_feature_budgets(
             record
                 .feature_budgets
                 .insert(budget.feature, Nanos::from_db(budget.monthly_budget_nanos));
+        }
+    }
+    for row in overrides {
+        if let Some(record) = records.iter_mut().find(|r| r.id.as_str() == row.tenant_id) {
+            let limits = EndUserOverride::from_model(&row);
+            record.end_users.insert(row.end_user, limits);
         }
     }
     Ok(records)
@@ -90,6 +101,35 @@ pub async fn set_feature_budget(
             tenant_id: Set(tenant_id.to_string()),
             feature: Set(feature.to_owned()),
             monthly_budget_nanos: Set(budget.to_db()),
+            updated_at_ms: Set(now_ms),
+        }
+        .insert(db)
+        .await?;
+    }
+    touch_tenant(db, tenant_id, now_ms).await
+}
+
+/// Sets (`Some`) or removes (`None`) one end user's override, and marks the tenant changed.
+pub async fn set_end_user(
+    db: &DatabaseConnection,
+    tenant_id: &TenantId,
+    end_user: &str,
+    limits: Option<&EndUserOverride>,
+    now_ms: i64,
+) -> Result<(), StorageError> {
+    end_user_limit::Entity::delete_many()
+        .filter(end_user_limit::Column::TenantId.eq(tenant_id.as_str()))
+        .filter(end_user_limit::Column::EndUser.eq(end_user))
+        .exec(db)
+        .await?;
+    if let Some(limits) = limits {
+        end_user_limit::ActiveModel {
+            tenant_id: Set(tenant_id.to_string()),
+            end_user: Set(end_user.to_owned()),
+            budget_nanos: Set(limits.budget.map(Nanos::to_db)),
+            period: Set(limits.period.map(|p| p.as_str().to_owned())),
+            rpm: Set(limits.rpm.map(|r| i32::try_from(r).unwrap_or(i32::MAX))),
+            blocked: Set(limits.blocked),
             updated_at_ms: Set(now_ms),
         }
         .insert(db)

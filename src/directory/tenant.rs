@@ -1,6 +1,7 @@
 //! A tenant as the gateway sees it: its tier, limits and budget.
 
-use crate::config::StoreErrorPolicy;
+use crate::calendar::Period;
+use crate::config::{EndUserLimits, StoreErrorPolicy};
 use std::collections::BTreeMap;
 use std::str::FromStr;
 
@@ -45,6 +46,45 @@ impl FromStr for BudgetMode {
     }
 }
 
+/// One end user's limits as an admin set them; `None` keeps the tier's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct EndUserOverride {
+    pub budget: Option<Nanos>,
+    pub period: Option<Period>,
+    pub rpm: Option<u32>,
+    /// Every request of the end user is refused (403).
+    pub blocked: bool,
+}
+
+impl EndUserOverride {
+    pub fn from_model(model: &entity::end_user_limit::Model) -> EndUserOverride {
+        EndUserOverride {
+            budget: model.budget_nanos.map(Nanos::from_db),
+            // A hand-edited period the gateway does not know is the template's.
+            period: model.period.as_deref().and_then(Period::parse),
+            rpm: model
+                .rpm
+                .and_then(|v| u32::try_from(v).ok())
+                .filter(|v| *v > 0),
+            blocked: model.blocked,
+        }
+    }
+
+    /// The template with this override applied.
+    pub fn over(&self, template: Option<&EndUserLimits>) -> EndUserLimits {
+        let base = template.cloned().unwrap_or(EndUserLimits {
+            budget: None,
+            period: Period::Day,
+            rpm: None,
+        });
+        EndUserLimits {
+            budget: self.budget.or(base.budget),
+            period: self.period.unwrap_or(base.period),
+            rpm: self.rpm.or(base.rpm),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TenantRecord {
     pub id: TenantId,
@@ -59,6 +99,8 @@ pub struct TenantRecord {
     pub allowed_routes: Option<Vec<RouteName>>,
     /// Monthly budgets of single features (`X-Tollgate-Feature`) inside the tenant's.
     pub feature_budgets: BTreeMap<String, Nanos>,
+    /// Admins' overrides of the tier's end-user template, by end user.
+    pub end_users: BTreeMap<String, EndUserOverride>,
     /// Overrides of the tier's token limits.
     pub tpm_limit: Option<u64>,
     pub daily_token_limit: Option<u64>,
@@ -88,6 +130,7 @@ impl TenantRecord {
                     .collect()
             }),
             feature_budgets: BTreeMap::new(),
+            end_users: BTreeMap::new(),
             tpm_limit: model.tpm_limit.and_then(|v| u64::try_from(v).ok()),
             daily_token_limit: model.daily_token_limit.and_then(|v| u64::try_from(v).ok()),
             monthly_token_limit: model

@@ -100,14 +100,7 @@ pub async fn handle_chat(
         }
         None => ctx,
     };
-    let end_user = ctx
-        .end_user
-        .as_ref()
-        .zip(tier.end_user.as_ref())
-        .map(|(id, limits)| EndUserHold {
-            id: id.clone(),
-            limits: limits.clone(),
-        });
+    let end_user = end_user_hold(ctx, tier)?;
     let tenant = gw
         .tenants
         .handle(&ctx.tenant)
@@ -287,6 +280,29 @@ impl Admission<'_> {
             replica: self.gw.replica_id.to_string(),
         }
     }
+}
+
+/// What the request holds against its end user: the tier's template, with
+/// the admin's override for this end user applied (a block refuses it).
+fn end_user_hold(ctx: &RequestContext, tier: &Tier) -> Result<Option<EndUserHold>, ApiError> {
+    let Some(id) = &ctx.end_user else {
+        return Ok(None);
+    };
+    let limits = match (ctx.tenant.end_users.get(id), &tier.end_user) {
+        (Some(set), _) if set.blocked => {
+            return Err(ApiError::new(
+                ErrorCode::EndUserBlocked,
+                format!("end user `{id}` is blocked by this tenant's administrator"),
+            ));
+        }
+        (Some(set), template) => set.over(template.as_ref()),
+        (None, Some(template)) => template.clone(),
+        (None, None) => return Ok(None),
+    };
+    Ok(Some(EndUserHold {
+        id: id.clone(),
+        limits,
+    }))
 }
 
 /// Opt-in per tenant: prompt text is never logged otherwise.

@@ -38,19 +38,25 @@ pub fn identify(
 }
 
 fn checked(id: &str, param: &str) -> Result<String, ApiError> {
+    match problem(id) {
+        Some(problem) => Err(ApiError::invalid_request(param, problem)),
+        None => Ok(id.to_owned()),
+    }
+}
+
+/// What is wrong with an end user id, if anything.
+pub fn problem(id: &str) -> Option<String> {
+    if id.is_empty() {
+        return Some("an end user id may not be empty".to_owned());
+    }
     if id.len() > END_USER_MAX_BYTES {
-        return Err(ApiError::invalid_request(
-            param,
-            format!("an end user id is at most {END_USER_MAX_BYTES} bytes"),
+        return Some(format!(
+            "an end user id is at most {END_USER_MAX_BYTES} bytes"
         ));
     }
-    if id.chars().any(char::is_control) {
-        return Err(ApiError::invalid_request(
-            param,
-            "an end user id may not contain control characters",
-        ));
-    }
-    Ok(id.to_owned())
+    id.chars()
+        .any(char::is_control)
+        .then(|| "an end user id may not contain control characters".to_owned())
 }
 
 fn sources(trusted: &[EndUserSource]) -> String {

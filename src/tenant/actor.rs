@@ -21,14 +21,14 @@ use sea_orm::DatabaseConnection;
 
 use super::alerts::{self, AlertBook, AlertNotice};
 use super::book::{
-    BudgetStatus, Granted, KeyShare, Lapsed, Limits, QuotaBook, RateDecision, ReserveRequest, Seed,
-    Settled,
+    BudgetStatus, Granted, KeyShare, Lapsed, Limits, QuotaBook, RateDecision, Seed, Settled,
 };
 use super::decision::Decision;
+use super::end_users::{EndUserHold, EndUserStatus};
 use super::handle::QuotaError;
 use super::messages::{
-    Admitted, CheckRate, GetStatus, RateAndReserve, Release, ReservationMeta, Reserve, Settle,
-    SettleReply, UpdateLimits,
+    Admitted, CheckRate, GetEndUser, GetStatus, RateAndReserve, Release, ReservationMeta, Reserve,
+    Settle, SettleReply, UpdateLimits,
 };
 use super::registry::RegistryInner;
 use super::seed::SeedSource;
@@ -642,8 +642,8 @@ impl Handler<Reserve> for TenantActor {
         let now = self.touch();
         let reservation = self.reservation(msg);
         let id = reservation.id;
-        let request = reservation.request.clone();
-        self.after_end_user(&request, now, move |act, now| {
+        let hold = reservation.request.end_user.clone();
+        self.after_end_user(hold.as_ref(), now, move |act, now| {
             let decision = act.decide(
                 now,
                 move |store, now| store.reserve(&reservation, now),
@@ -661,8 +661,8 @@ impl Handler<RateAndReserve> for TenantActor {
         let now = self.touch();
         let reservation = self.reservation(msg.0);
         let id = reservation.id;
-        let request = reservation.request.clone();
-        self.after_end_user(&request, now, move |act, now| {
+        let hold = reservation.request.end_user.clone();
+        self.after_end_user(hold.as_ref(), now, move |act, now| {
             let decision = act.decide(
                 now,
                 move |store, now| store.check_rate_and_reserve(&reservation, now),
@@ -687,12 +687,14 @@ impl TenantActor {
     /// no decision on an end user starts from nothing.
     fn after_end_user<T: 'static>(
         &mut self,
-        request: &ReserveRequest,
+        hold: Option<&EndUserHold>,
         now: u64,
         decide: impl FnOnce(&mut Self, u64) -> Decision<Self, Verdict<T>> + 'static,
     ) -> Decision<Self, Verdict<T>> {
         let unknown = match self.path() {
-            Path::Book => self.book.needs_end_user(request).cloned(),
+            Path::Book => hold
+                .filter(|h| !self.book.end_users().knows(&h.id, h.limits.period))
+                .cloned(),
             Path::Closed | Path::Redis { .. } => None,
         };
         let Some(hold) = unknown else {
@@ -778,6 +780,49 @@ impl Handler<GetStatus> for TenantActor {
             Decision::Now(status) => Decision::Now(status.map(tenant_view)),
             Decision::Wait(status) => {
                 Decision::wait(status.map(move |status, _, _| status.map(tenant_view)))
+            }
+        }
+    }
+}
+
+impl Handler<GetEndUser> for TenantActor {
+    type Result = Decision<Self, Verdict<EndUserStatus>>;
+
+    fn handle(&mut self, msg: GetEndUser, _ctx: &mut Context<Self>) -> Self::Result {
+        let now = self.touch();
+        let hold = msg.0;
+        match self.path() {
+            Path::Closed => Decision::Now(Err(QuotaError::StoreDown)),
+            Path::Redis { .. } => {
+                let Some(quota) = self.shared().cloned() else {
+                    return Decision::Now(Err(QuotaError::Unavailable));
+                };
+                let source = self.seed_source();
+                let asked = async move {
+                    let window = quota.end_user_window(&hold, now);
+                    let (committed, reserved) = match quota.end_user_status(&hold, now).await {
+                        Ok(Some(totals)) => totals,
+                        // Not in Redis this period: nothing is held, the ledger has the rest.
+                        Ok(None) => match source.end_user(hold.id.clone(), window.clone()).await {
+                            Ok(committed) => (committed, Nanos::ZERO),
+                            Err(_) => return Err(QuotaError::LedgerUnreadable),
+                        },
+                        Err(_) => return Err(QuotaError::StoreDown),
+                    };
+                    Ok(EndUserStatus {
+                        committed,
+                        reserved,
+                        period: window.key,
+                    })
+                };
+                Decision::wait(asked.into_actor(self))
+            }
+            Path::Book => {
+                let request_hold = hold.clone();
+                self.after_end_user(Some(&request_hold), now, move |act, now| {
+                    let status = act.book.end_users().status(&hold.id, &hold.limits, now);
+                    Decision::Now(status.ok_or(QuotaError::Unavailable))
+                })
             }
         }
     }

@@ -525,7 +525,7 @@ impl QuotaBook {
         request
             .end_user
             .as_ref()
-            .filter(|hold| !self.end_users.knows(&hold.id))
+            .filter(|hold| !self.end_users.knows(&hold.id, hold.limits.period))
     }
 
     /// Starts tracking an end user from the ledger's spend in its current period.

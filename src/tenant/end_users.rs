@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::calendar::{Calendar, Window};
+use crate::calendar::{Calendar, Period, Window};
 use crate::config::EndUserLimits;
 use crate::money::Nanos;
 
@@ -34,6 +34,9 @@ pub struct EndUserHold {
 
 #[derive(Debug, Clone)]
 struct EndUser {
+    /// The period its limits had when its spend was loaded: another one
+    /// (an admin's override) sums other days, so it is loaded again.
+    period: Period,
     window: Window,
     committed: Nanos,
     /// What the ledger had when it was loaded (a replica's share is cut from it).
@@ -98,9 +101,10 @@ impl EndUsers {
         self.users.get(id).map(|user| user.committed)
     }
 
-    /// Whether decisions on this end user can be made without the ledger.
-    pub fn knows(&self, id: &str) -> bool {
-        self.users.contains_key(id)
+    /// Whether decisions on this end user, with limits of this period, can be
+    /// made without the ledger.
+    pub fn knows(&self, id: &str, period: Period) -> bool {
+        self.users.get(id).is_some_and(|user| user.period == period)
     }
 
     /// The window an end user's limits put `now_ms` in.
@@ -117,13 +121,21 @@ impl EndUsers {
         committed: Nanos,
         now_ms: u64,
     ) {
-        if self.users.contains_key(id) {
+        // One tracked under another period keeps what it holds, with the new period's spend.
+        if let Some(user) = self.users.get_mut(id) {
+            if user.period != limits.period {
+                user.period = limits.period;
+                user.window = window;
+                user.committed = committed;
+                user.loaded = committed;
+            }
             return;
         }
         let seq = self.bump();
         self.users.insert(
             id.to_owned(),
             EndUser {
+                period: limits.period,
                 window,
                 committed,
                 loaded: committed,
@@ -146,10 +158,13 @@ impl EndUsers {
     }
 
     /// The end user, moved to its current period and bucket level, marked as just seen.
+    /// Its period is the one it was loaded with (a close of an older hold
+    /// may carry limits of another).
     fn current(&mut self, id: &str, limits: &EndUserLimits, now_ms: u64) -> Option<&mut EndUser> {
-        let window = self.calendar.window(limits.period, now_ms);
         let seq = self.bump();
+        let calendar = &self.calendar;
         let user = self.users.get_mut(id)?;
+        let window = calendar.window(user.period, now_ms);
         self.order.remove(&user.seq);
         self.order.insert(seq, id.to_owned());
         user.seq = seq;
@@ -182,6 +197,9 @@ impl EndUsers {
         replicas: Option<u32>,
         now_ms: u64,
     ) -> Option<(Option<Nanos>, Result<(), u64>)> {
+        if !self.knows(&hold.id, hold.limits.period) {
+            return None;
+        }
         let user = self.current(&hold.id, &hold.limits, now_ms)?;
         let remaining = hold.limits.budget.map(|budget| {
             let budget = match replicas {

@@ -13,9 +13,10 @@ use super::book::{
     BudgetStatus, EndUserRateLimited, Granted, RateDecision, Refusal, Refused, ReserveRequest,
     Settled,
 };
+use super::end_users::{EndUserHold, EndUserStatus};
 use super::messages::{
-    Admitted, CheckRate, GetStatus, RateAndReserve, Release, ReservationMeta, Reserve, Settle,
-    SettleReply,
+    Admitted, CheckRate, GetEndUser, GetStatus, RateAndReserve, Release, ReservationMeta, Reserve,
+    Settle, SettleReply,
 };
 use super::registry::{RunningActor, TenantRegistry};
 use super::tokens::TokenRefusal;
@@ -142,6 +143,11 @@ impl TenantHandle {
 
     pub async fn status(&self) -> Result<BudgetStatus, QuotaError> {
         self.call(GetStatus).await?
+    }
+
+    /// An end user's spend in their current period (loaded from the ledger if need be).
+    pub async fn end_user(&self, hold: EndUserHold) -> Result<EndUserStatus, QuotaError> {
+        self.call(GetEndUser(hold)).await?
     }
 }
 

@@ -6,6 +6,7 @@ use actix::Message;
 use serde::{Deserialize, Serialize};
 
 use super::book::{BudgetStatus, Granted, Limits, RateDecision, ReserveRequest, Settled};
+use super::end_users::{EndUserHold, EndUserStatus};
 use super::handle::QuotaError;
 use crate::ids::{KeyId, RequestId, ReservationId};
 use crate::money::Nanos;
@@ -80,6 +81,11 @@ pub struct Release {
 #[derive(Message, Clone, Copy)]
 #[rtype(result = "Result<BudgetStatus, QuotaError>")]
 pub struct GetStatus;
+
+/// One end user's period so far, with the limits the caller resolved for them.
+#[derive(Message, Clone)]
+#[rtype(result = "Result<EndUserStatus, QuotaError>")]
+pub struct GetEndUser(pub EndUserHold);
 
 #[derive(Message, Clone)]
 #[rtype(result = "()")]

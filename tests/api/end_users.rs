@@ -367,3 +367,105 @@ async fn three_replicas_on_one_redis_keep_fifty_end_users_each_under_their_cap()
     let budget: Value = first.budget(&tenant).await;
     assert_eq!(budget["reserved"], "0", "{budget}");
 }
+
+fn nanos(value: &Value) -> i64 {
+    Nanos::parse_decimal(value.as_str().unwrap_or(""))
+        .unwrap()
+        .to_db()
+}
+
+#[actix_web::test]
+async fn an_admin_override_changes_one_end_users_limits_or_blocks_them() {
+    let route = "eu-override";
+    let app = spawn_app(setup(route, "day")).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let path = |user: &str| format!("/tenants/{tenant}/end-users/{user}");
+
+    let fresh = app.admin("GET", &path("hana"), None).await;
+    assert_eq!(fresh.status, 200, "{}", fresh.raw);
+    assert_eq!(
+        (
+            fresh.body["committed"].as_str(),
+            fresh.body["budget"].as_str()
+        ),
+        (Some("0"), Some(CAP))
+    );
+    assert_eq!(fresh.body["period"], "day");
+    assert_eq!(fresh.body["override"], Value::Null);
+
+    assert_eq!(as_user(&app, &key, route, "hana").await.status, 200);
+    let raised = app
+        .admin("PUT", &path("hana"), Some(json!({"budget": "0.002"})))
+        .await;
+    assert_eq!(raised.status, 200, "{}", raised.raw);
+    // The template's cap admits two calls a day; hana's own admits more.
+    for call in 2..=4 {
+        let reply = as_user(&app, &key, route, "hana").await;
+        assert_eq!(reply.status, 200, "call {call}: {}", reply.raw);
+    }
+    let rows = app.ledger_rows_eventually(&tenant, 4).await;
+    let status = app.admin("GET", &path("hana"), None).await;
+    assert_eq!(
+        nanos(&status.body["committed"]),
+        sum_charged(&rows, "hana"),
+        "{}",
+        status.raw
+    );
+    assert_eq!(status.body["budget"], "0.002");
+    assert_eq!(status.body["override"]["budget"], "0.002");
+    assert_eq!(status.body["reserved"], "0");
+
+    // Back to the template: what hana spent today is over it.
+    assert_eq!(app.admin("DELETE", &path("hana"), None).await.status, 200);
+    assert_eq!(as_user(&app, &key, route, "hana").await.status, 402);
+
+    let blocked = app
+        .admin("PUT", &path("ivan"), Some(json!({"blocked": true})))
+        .await;
+    assert_eq!(blocked.status, 200, "{}", blocked.raw);
+    let refused = as_user(&app, &key, route, "ivan").await;
+    assert_eq!(
+        (refused.status, refused.error_code()),
+        (403, "end_user_blocked"),
+        "{}",
+        refused.raw
+    );
+    assert_eq!(as_user(&app, &key, route, "jill").await.status, 200);
+    let rows = app.ledger_rows_eventually(&tenant, 5).await;
+    assert!(rows.iter().all(|r| r.end_user.as_deref() != Some("ivan")));
+
+    let bad = app
+        .admin("PUT", &path("hana"), Some(json!({"period": "fortnight"})))
+        .await;
+    assert_eq!(bad.status, 400, "{}", bad.raw);
+    let long = app.admin("GET", &path(&"u".repeat(129)), None).await;
+    assert_eq!(long.status, 400, "{}", long.raw);
+}
+
+#[actix_web::test]
+async fn an_override_to_a_longer_period_counts_what_was_spent_earlier_in_it() {
+    let route = "eu-period";
+    let clock = Arc::new(ManualClock::new(
+        parse_instant("2026-12-09T10:00:00Z").unwrap(),
+    ));
+    let app = spawn_app(setup(route, "day").clock(clock.clone())).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    // Two calls on Wednesday spend the day's cap.
+    for _ in 0..2 {
+        assert_eq!(as_user(&app, &key, route, "kim").await.status, 200);
+    }
+    clock.set_ms(parse_instant("2026-12-10T10:00:00Z").unwrap());
+    assert_eq!(as_user(&app, &key, route, "kim").await.status, 200);
+    // A weekly cap of the same size: Wednesday's and Thursday's spend are this week's.
+    let path = format!("/tenants/{tenant}/end-users/kim");
+    let set = app
+        .admin("PUT", &path, Some(json!({"period": "week"})))
+        .await;
+    assert_eq!(set.status, 200, "{}", set.raw);
+    let refused = as_user(&app, &key, route, "kim").await;
+    assert_eq!(refused.status, 402, "{}", refused.raw);
+    let status = app.admin("GET", &path, None).await;
+    assert_eq!(status.body["window"], "2026-W50", "{}", status.raw);
+    let rows = app.ledger_rows_eventually(&tenant, 3).await;
+    assert_eq!(nanos(&status.body["committed"]), sum_charged(&rows, "kim"));
+}

@@ -1,5 +1,6 @@
 //! `/admin/v1/…`: every handler takes `AdminAuth`, so none can forget it.
 
+pub mod end_users;
 pub mod keys;
 pub mod reload;
 pub mod spend;
@@ -27,6 +28,18 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route(
             "/tenants/{id}/features/{feature}/budget",
             web::delete().to(tenants::delete_feature_budget),
+        )
+        .route(
+            "/tenants/{id}/end-users/{user}",
+            web::get().to(end_users::get_end_user),
+        )
+        .route(
+            "/tenants/{id}/end-users/{user}",
+            web::put().to(end_users::put_end_user),
+        )
+        .route(
+            "/tenants/{id}/end-users/{user}",
+            web::delete().to(end_users::delete_end_user),
         )
         .route("/tenants/{id}/spend", web::get().to(spend::tenant_spend))
         .route("/spend", web::get().to(spend::all_spend))
