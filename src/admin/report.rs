@@ -27,6 +27,8 @@ pub struct DailyReport {
     pub top_tenants: Vec<SpendRow>,
     pub top_features: Vec<SpendRow>,
     pub top_models: Vec<SpendRow>,
+    /// Keyed `tenant:end user`; requests that named no end user are left out.
+    pub top_end_users: Vec<SpendRow>,
     pub budgets: Vec<BudgetProgress>,
 }
 
@@ -86,8 +88,18 @@ pub async fn daily(
         top_tenants: top(tenants),
         top_features: top(repo::spend(db, &today, GroupBy::Feature).await?),
         top_models: top(repo::spend(db, &today, GroupBy::Model).await?),
+        top_end_users: top(named_end_users(
+            repo::spend(db, &today, GroupBy::TenantEndUser).await?,
+        )),
         budgets,
     })
+}
+
+/// Rows of requests that named an end user (their key does not end at the tenant).
+fn named_end_users(rows: Vec<SpendRow>) -> Vec<SpendRow> {
+    rows.into_iter()
+        .filter(|row| !row.key.ends_with(':'))
+        .collect()
 }
 
 async fn budget_progress(

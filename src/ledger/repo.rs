@@ -311,6 +311,8 @@ pub enum GroupBy {
     Api,
     /// The end user named (`""` for requests that named none).
     EndUser,
+    /// `tenant:end user`, for reports across tenants (end user ids are per tenant).
+    TenantEndUser,
 }
 
 impl GroupBy {
@@ -341,7 +343,7 @@ impl GroupBy {
             GroupBy::Status => usage::Column::Status,
             GroupBy::Key => usage::Column::KeyId,
             GroupBy::Api => usage::Column::Api,
-            GroupBy::EndUser => usage::Column::EndUser,
+            GroupBy::EndUser | GroupBy::TenantEndUser => usage::Column::EndUser,
         }
     }
 
@@ -349,6 +351,7 @@ impl GroupBy {
     fn key(self) -> sea_orm::sea_query::SimpleExpr {
         match self {
             GroupBy::EndUser => Expr::cust("COALESCE(end_user, '')"),
+            GroupBy::TenantEndUser => Expr::cust("tenant_id || ':' || COALESCE(end_user, '')"),
             _ => Expr::col(self.column()).into(),
         }
     }
@@ -426,6 +429,9 @@ pub async fn spend(
     }
     if let Some(to) = filter.to_ms {
         query = query.filter(usage::Column::CreatedAtMs.lt(ms(to)));
+    }
+    if group_by == GroupBy::TenantEndUser {
+        query = query.group_by(usage::Column::TenantId);
     }
     let rows = query
         .group_by(group_by.column())

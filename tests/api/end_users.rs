@@ -115,6 +115,21 @@ async fn each_end_user_has_their_own_cap_and_the_402_names_them() {
         "{}",
         report.raw
     );
+
+    // The daily report's top end users name their tenant (ids are the tenant's own).
+    let today = tollgate::period::Date::from_unix_ms(crate::support::now_ms()).day_key();
+    let daily = app
+        .admin("GET", &format!("/reports/daily?date={today}"), None)
+        .await;
+    assert_eq!(daily.status, 200, "{}", daily.raw);
+    let top: Vec<&str> = daily.body["top_end_users"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|row| row["key"].as_str())
+        .collect();
+    assert!(top.contains(&format!("{tenant}:alice").as_str()), "{top:?}");
+    assert!(top.iter().all(|key| !key.ends_with(':')), "{top:?}");
 }
 
 #[actix_web::test]
