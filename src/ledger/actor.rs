@@ -26,6 +26,9 @@ use crate::journal::{Cursor, Journal};
 use crate::provider::retry::RetryPolicy;
 use crate::telemetry::metrics::{Metric, as_gauge, counter_add, gauge_set, observe, observe_ms};
 
+/// How often end users' day totals too old to matter are deleted.
+const PRUNE_INTERVAL: Duration = Duration::from_secs(3600);
+
 /// The longest wait between two tries of a database that keeps failing.
 const MAX_RETRY_DELAY_MS: u64 = 5_000;
 
@@ -216,6 +219,28 @@ impl Actor for LedgerActor {
                 act.write_batch(ctx);
             }
         });
+        ctx.run_interval(PRUNE_INTERVAL, |act, ctx| act.prune(ctx));
+    }
+}
+
+impl LedgerActor {
+    /// Deletes end users' day totals no budget period can still include.
+    /// Not a write of rows: it runs beside them, and a failure waits for the next hour.
+    fn prune(&mut self, ctx: &mut Context<Self>) {
+        let db = self.db.clone();
+        let before = self.calendar.day_key(
+            self.clock
+                .now_ms()
+                .saturating_sub(repo::END_USER_DAYS_KEPT * 86_400_000),
+        );
+        ctx.spawn(
+            async move {
+                if let Err(error) = repo::prune_end_user_days(&db, &before).await {
+                    tracing::warn!(error = %error, "Could not delete end users' old day totals; retrying in an hour.");
+                }
+            }
+            .into_actor(self),
+        );
     }
 }
 

@@ -197,6 +197,24 @@ pub struct PeriodTotals {
     pub tokens_this_month: u64,
 }
 
+/// Days an end user's day totals are kept: the longest period made of days
+/// (a month) and a margin for late settles.
+pub const END_USER_DAYS_KEPT: u64 = 40;
+
+/// Deletes end users' day totals before the local day `before` (`YYYY-MM-DD`,
+/// so text order is date order); lifetime totals stay.
+pub async fn prune_end_user_days(
+    db: &DatabaseConnection,
+    before: &str,
+) -> Result<u64, StorageError> {
+    let deleted = usage_total::Entity::delete_many()
+        .filter(usage_total::Column::Kind.eq(TOTAL_END_USER_DAY))
+        .filter(usage_total::Column::Period.lt(before))
+        .exec(db)
+        .await?;
+    Ok(deleted.rows_affected)
+}
+
 /// An end user's committed spend in `window`: the sum of its days' running
 /// totals (at most 31 rows), or its lifetime total.
 pub async fn end_user_committed(

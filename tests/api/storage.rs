@@ -64,7 +64,58 @@ async fn migrate_and_round_trip(url: &str) {
     round_trip(&db, url).await;
     large_batch(&db, url).await;
     running_totals(&db, url).await;
+    end_user_totals(&db).await;
     backfilled_totals(url).await;
+}
+
+/// An end user's totals are per local day of the billing time zone and over
+/// their lifetime; a week sums its days; days no period can include are pruned.
+async fn end_user_totals(db: &DatabaseConnection) {
+    use tollgate::calendar::{Calendar, Period};
+    let tenant = unique_tenant("storage-end-users");
+    let shanghai = Calendar::named("Asia/Shanghai").unwrap();
+    let ms = |text: &str| tollgate::period::parse_instant(text).unwrap();
+    let spent = |charged: i64, at: &str| UsageEvent {
+        end_user: Some("u-1".to_owned()),
+        created_at_ms: ms(at),
+        ..event(&tenant, 1, AttemptStatus::Ok, charged)
+    };
+    let events = vec![
+        // 23:30 on Monday 12-07 in Shanghai (15:30 UTC).
+        spent(1_000, "2026-12-07T15:30:00Z"),
+        // 00:30 on Tuesday 12-08 in Shanghai, 12-07 in UTC.
+        spent(2_000, "2026-12-07T16:30:00Z"),
+        // Two months before: outside any period that can still matter.
+        spent(4_000, "2026-10-01T04:00:00Z"),
+    ];
+    repo::insert_batch(db, &events, &shanghai).await.unwrap();
+    let tenant_id = TenantId::new(tenant.as_str());
+    let committed = |period, at: &str| {
+        let window = shanghai.window(period, ms(at));
+        let tenant_id = tenant_id.clone();
+        async move {
+            repo::end_user_committed(db, &tenant_id, "u-1", &window)
+                .await
+                .unwrap()
+                .get()
+        }
+    };
+    assert_eq!(committed(Period::Day, "2026-12-07T15:00:00Z").await, 1_000);
+    assert_eq!(committed(Period::Day, "2026-12-08T01:00:00Z").await, 2_000);
+    assert_eq!(committed(Period::Week, "2026-12-09T01:00:00Z").await, 3_000);
+    assert_eq!(
+        committed(Period::Lifetime, "2026-12-09T01:00:00Z").await,
+        7_000
+    );
+
+    let deleted = repo::prune_end_user_days(db, "2026-11-01").await.unwrap();
+    assert_eq!(deleted, 1);
+    assert_eq!(committed(Period::Week, "2026-12-09T01:00:00Z").await, 3_000);
+    assert_eq!(committed(Period::Month, "2026-10-15T00:00:00Z").await, 0);
+    assert_eq!(
+        committed(Period::Lifetime, "2026-12-09T01:00:00Z").await,
+        7_000
+    );
 }
 
 /// `usage_totals` moves with the rows: replays add nothing, a batch of old and
