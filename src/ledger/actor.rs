@@ -27,7 +27,7 @@ use crate::provider::retry::RetryPolicy;
 use crate::telemetry::metrics::{Metric, as_gauge, counter_add, gauge_set, observe, observe_ms};
 
 /// How often end users' day totals too old to matter are deleted.
-const PRUNE_INTERVAL: Duration = Duration::from_secs(3600);
+const PRUNE_INTERVAL: Duration = Duration::from_hours(1);
 
 /// The longest wait between two tries of a database that keeps failing.
 const MAX_RETRY_DELAY_MS: u64 = 5_000;
@@ -219,7 +219,7 @@ impl Actor for LedgerActor {
                 act.write_batch(ctx);
             }
         });
-        ctx.run_interval(PRUNE_INTERVAL, |act, ctx| act.prune(ctx));
+        ctx.run_interval(PRUNE_INTERVAL, LedgerActor::prune);
     }
 }
 
