@@ -771,6 +771,7 @@ struct RawEndUser {
     #[serde(default)]
     period: crate::calendar::Period,
     rpm: Option<u32>,
+    daily_tokens: Option<u64>,
 }
 
 /// Above 8 choices a request is almost always a mistake or an attempt to multiply spend.
@@ -1014,6 +1015,8 @@ pub struct EndUserLimits {
     pub budget: Option<Nanos>,
     pub period: crate::calendar::Period,
     pub rpm: Option<u32>,
+    /// Tokens (prompt and completion) per local day of `billing.timezone`.
+    pub daily_tokens: Option<u64>,
 }
 
 /// The longest end-user id accepted, in bytes: ids are stored per row and in
@@ -1697,6 +1700,7 @@ fn validate_end_user(tier: &str, raw: &RawEndUser) -> Result<EndUserLimits, Conf
         budget,
         period: raw.period,
         rpm: raw.rpm,
+        daily_tokens: raw.daily_tokens,
     })
 }
 

@@ -76,11 +76,13 @@ impl EndUserOverride {
             budget: None,
             period: Period::Day,
             rpm: None,
+            daily_tokens: None,
         });
         EndUserLimits {
             budget: self.budget.or(base.budget),
             period: self.period.unwrap_or(base.period),
             rpm: self.rpm.or(base.rpm),
+            daily_tokens: base.daily_tokens,
         }
     }
 }

@@ -241,6 +241,23 @@ pub async fn end_user_committed(
     }))
 }
 
+/// An end user's tokens (prompt and completion) on one local day.
+pub async fn end_user_tokens_on(
+    db: &DatabaseConnection,
+    tenant: &TenantId,
+    end_user: &str,
+    day: &str,
+) -> Result<u64, StorageError> {
+    let row = usage_total::Entity::find()
+        .filter(usage_total::Column::TenantId.eq(tenant.as_str()))
+        .filter(usage_total::Column::Kind.eq(TOTAL_END_USER_DAY))
+        .filter(usage_total::Column::Period.eq(day))
+        .filter(usage_total::Column::Scope.eq(end_user))
+        .one(db)
+        .await?;
+    Ok(row.map_or(0, |row| u64::try_from(row.tokens).unwrap_or(0)))
+}
+
 /// One indexed read, however many rows the month holds.
 pub async fn period_totals(
     db: &DatabaseConnection,

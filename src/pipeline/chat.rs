@@ -222,7 +222,9 @@ impl Admission<'_> {
         };
         let near_a_limit = match &reservation {
             Ok(guard) => guard.granted().clamped,
-            Err(QuotaError::Refused(_) | QuotaError::TokenLimited(_)) => true,
+            Err(
+                QuotaError::Refused(_) | QuotaError::TokenLimited(_) | QuotaError::EndUserTokens(_),
+            ) => true,
             Err(_) => false,
         };
         if bound.exact || !near_a_limit {
@@ -449,6 +451,10 @@ fn quota_error(error: &QuotaError) -> ApiError {
             ApiError::new(ErrorCode::RateLimited, limited.to_string())
                 .with_retry_after(limited.retry_after_ms.div_ceil(1000))
         }
+        QuotaError::EndUserTokens(limited) => {
+            ApiError::new(ErrorCode::TokenLimited, limited.to_string())
+                .with_retry_after(limited.retry_after_ms.div_ceil(1000))
+        }
         QuotaError::Unavailable => ApiError::new(
             ErrorCode::QuotaUnavailable,
             "the tenant's budget state is unavailable; try again shortly",
@@ -481,6 +487,11 @@ fn budget_error(error: &QuotaError, rate: &RateDecision) -> ApiError {
         QuotaError::EndUserRate(_) => counter_add(
             Metric::RejectionsTotal,
             &[("kind", "end_user_rate_limit")],
+            1,
+        ),
+        QuotaError::EndUserTokens(_) => counter_add(
+            Metric::RejectionsTotal,
+            &[("kind", "end_user_daily_tokens")],
             1,
         ),
         QuotaError::Unavailable | QuotaError::LedgerUnreadable | QuotaError::StoreDown => {}

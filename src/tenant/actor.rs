@@ -701,12 +701,13 @@ impl TenantActor {
             return decide(self, now);
         };
         let window = self.book.end_users().window(&hold.limits, now);
-        let load = self.seed_source().end_user(hold.id.clone(), window);
+        let today = self.book.end_users().today(now);
+        let load = self.seed_source().end_user(hold.id.clone(), window, today);
         Decision::wait(load.into_actor(self).then(move |loaded, act, _ctx| {
             let now = act.clock.now_ms();
             match loaded {
-                Ok(committed) => {
-                    act.book.load_end_user(&hold, committed, now);
+                Ok(seed) => {
+                    act.book.load_end_user(&hold, seed, now);
                     decide(act, now).into_future()
                 }
                 Err(error) => {
@@ -803,8 +804,11 @@ impl Handler<GetEndUser> for TenantActor {
                     let (committed, reserved) = match quota.end_user_status(&hold, now).await {
                         Ok(Some(totals)) => totals,
                         // Not in Redis this period: nothing is held, the ledger has the rest.
-                        Ok(None) => match source.end_user(hold.id.clone(), window.clone()).await {
-                            Ok(committed) => (committed, Nanos::ZERO),
+                        Ok(None) => match source
+                            .end_user(hold.id.clone(), window.clone(), quota.local_day(now))
+                            .await
+                        {
+                            Ok(seed) => (seed.committed, Nanos::ZERO),
                             Err(_) => return Err(QuotaError::LedgerUnreadable),
                         },
                         Err(_) => return Err(QuotaError::StoreDown),

@@ -19,6 +19,7 @@ use crate::period;
 
 use super::end_users::{EndUserHold, EndUsers};
 use super::messages::ReservationMeta;
+use super::seed::EndUserSeed;
 use super::share::share_budget;
 use super::store::Reservation;
 use super::tokens::{TokenLimits, TokenQuota, TokenRefusal, TokenWindow};
@@ -151,9 +152,22 @@ pub enum Refusal {
     Tokens(#[from] TokenRefusal),
     #[error(transparent)]
     EndUserRate(#[from] EndUserRateLimited),
+    #[error(transparent)]
+    EndUserTokens(#[from] EndUserTokensLimited),
     /// The end user's spend this period is not in memory: the ledger must be read first.
     #[error("end user `{0}` is not loaded")]
     EndUserUnknown(String),
+}
+
+/// An end user's tokens per local day, which the tier's template sets.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("end user `{id}` has a daily token limit of {limit}; this request needs up to {needed}")]
+pub struct EndUserTokensLimited {
+    pub id: String,
+    pub limit: u64,
+    pub needed: u64,
+    /// Until the end user's day starts again.
+    pub retry_after_ms: u64,
 }
 
 /// An end user's requests/min, which the tier's template sets.
@@ -463,6 +477,9 @@ impl QuotaBook {
         let tokens = request
             .input_tokens
             .saturating_add(request.output_tokens(max_tokens));
+        if let Some(hold) = &request.end_user {
+            self.end_users.admit_tokens(hold, tokens, now_ms)?;
+        }
         let window = self.tokens.admit(tokens, now_ms)?;
         self.reserved = self.reserved.saturating_add(amount);
         let key = self.keys.entry(request.key.clone()).or_default();
@@ -470,7 +487,7 @@ impl QuotaBook {
         let feature = self.features.entry(request.feature.clone()).or_default();
         feature.reserved = feature.reserved.saturating_add(amount);
         if let Some(hold) = &request.end_user {
-            self.end_users.hold(hold, amount, now_ms);
+            self.end_users.hold(hold, amount, tokens, now_ms);
         }
         self.held.insert(
             id,
@@ -529,21 +546,23 @@ impl QuotaBook {
     }
 
     /// Starts tracking an end user from the ledger's spend in its current period.
-    pub fn load_end_user(&mut self, hold: &EndUserHold, committed: Nanos, now_ms: u64) {
+    pub fn load_end_user(&mut self, hold: &EndUserHold, seed: EndUserSeed, now_ms: u64) {
         let window = self.end_users.window(&hold.limits, now_ms);
         self.end_users
-            .load(&hold.id, &hold.limits, window, committed, now_ms);
+            .load(&hold.id, &hold.limits, window, seed, now_ms);
     }
 
     pub fn end_users(&mut self) -> &mut EndUsers {
         &mut self.end_users
     }
 
-    /// Takes a reservation out of every scope, then commits `charged` to them.
-    fn close(&mut self, held: &Held, charged: Nanos, now_ms: u64) {
+    /// Takes a reservation out of every scope, then commits `charged` to
+    /// them, and the tokens `used` in place of those held.
+    fn close(&mut self, held: &Held, charged: Nanos, used: u64, now_ms: u64) {
         if let Some(hold) = &held.end_user {
+            let tokens = (held.tokens, used);
             self.end_users
-                .close(&hold.id, &hold.limits, held.amount, charged, now_ms);
+                .close(&hold.id, &hold.limits, held.amount, charged, tokens, now_ms);
         }
         self.reserved = self.reserved.saturating_sub(held.amount);
         self.committed = self.committed.saturating_add(charged);
@@ -571,7 +590,7 @@ impl QuotaBook {
         let Some(held) = self.held.remove(&id) else {
             return Settled::AlreadyClosed;
         };
-        self.close(&held, charged, now_ms);
+        self.close(&held, charged, used_tokens, now_ms);
         self.tokens.settle(held.tokens, used_tokens, now_ms);
         Settled::Committed {
             reserved: held.amount,
@@ -582,7 +601,7 @@ impl QuotaBook {
     pub fn release(&mut self, id: ReservationId, now_ms: u64) -> bool {
         match self.held.remove(&id) {
             Some(held) => {
-                self.close(&held, Nanos::ZERO, now_ms);
+                self.close(&held, Nanos::ZERO, 0, now_ms);
                 self.tokens.settle(held.tokens, 0, now_ms);
                 true
             }
@@ -604,7 +623,7 @@ impl QuotaBook {
         let mut committed = Vec::with_capacity(expired.len());
         for id in expired {
             if let Some(held) = self.held.remove(&id) {
-                self.close(&held, held.amount, now_ms);
+                self.close(&held, held.amount, held.tokens, now_ms);
                 // As with money: what the upstream may have used counts.
                 self.tokens.settle(held.tokens, held.tokens, now_ms);
                 committed.push(Lapsed {

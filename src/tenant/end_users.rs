@@ -13,7 +13,8 @@ use crate::calendar::{Calendar, Period, Window};
 use crate::config::EndUserLimits;
 use crate::money::Nanos;
 
-use super::book::UNITS_PER_REQUEST;
+use super::book::{EndUserTokensLimited, UNITS_PER_REQUEST};
+use super::seed::EndUserSeed;
 use super::share::share_budget;
 
 /// An end user settled less recently than this may be evicted: its last row
@@ -47,6 +48,9 @@ struct EndUser {
     bucket_at_ms: u64,
     /// The rate its bucket was last filled at.
     rpm: Option<u32>,
+    /// Tokens admitted (held included) on the local day that ends at `day_end_ms`.
+    day_tokens: u64,
+    day_end_ms: u64,
     last_ms: u64,
     seq: u64,
 }
@@ -107,6 +111,11 @@ impl EndUsers {
         self.users.get(id).is_some_and(|user| user.period == period)
     }
 
+    /// The local day key of `now_ms`.
+    pub fn today(&self, now_ms: u64) -> String {
+        self.calendar.day_key(now_ms)
+    }
+
     /// The window an end user's limits put `now_ms` in.
     pub fn window(&self, limits: &EndUserLimits, now_ms: u64) -> Window {
         self.calendar.window(limits.period, now_ms)
@@ -118,9 +127,10 @@ impl EndUsers {
         id: &str,
         limits: &EndUserLimits,
         window: Window,
-        committed: Nanos,
+        seed: EndUserSeed,
         now_ms: u64,
     ) {
+        let committed = seed.committed;
         // One tracked under another period keeps what it holds, with the new period's spend.
         if let Some(user) = self.users.get_mut(id) {
             if user.period != limits.period {
@@ -144,6 +154,8 @@ impl EndUsers {
                 bucket_units: capacity_units(limits.rpm.unwrap_or(0)),
                 bucket_at_ms: now_ms,
                 rpm: limits.rpm,
+                day_tokens: seed.tokens_today,
+                day_end_ms: self.calendar.window(Period::Day, now_ms).end_ms,
                 last_ms: now_ms,
                 seq,
             },
@@ -184,6 +196,10 @@ impl EndUsers {
             user.bucket_at_ms = user.bucket_at_ms.max(now_ms);
         }
         user.rpm = limits.rpm;
+        if now_ms >= user.day_end_ms {
+            user.day_tokens = 0;
+            user.day_end_ms = calendar.window(Period::Day, now_ms).end_ms;
+        }
         Some(user)
     }
 
@@ -217,9 +233,35 @@ impl EndUsers {
         Some((remaining, rate))
     }
 
-    /// Holds `amount` and takes one request from the bucket (after `check` allowed both).
-    pub fn hold(&mut self, hold: &EndUserHold, amount: Nanos, now_ms: u64) {
+    /// Whether `tokens` more fit the end user's tokens for today.
+    pub fn admit_tokens(
+        &mut self,
+        hold: &EndUserHold,
+        tokens: u64,
+        now_ms: u64,
+    ) -> Result<(), EndUserTokensLimited> {
+        let Some(limit) = hold.limits.daily_tokens else {
+            return Ok(());
+        };
+        let Some(user) = self.current(&hold.id, &hold.limits, now_ms) else {
+            return Ok(());
+        };
+        if user.day_tokens.saturating_add(tokens) <= limit {
+            return Ok(());
+        }
+        Err(EndUserTokensLimited {
+            id: hold.id.clone(),
+            limit,
+            needed: tokens,
+            retry_after_ms: user.day_end_ms.saturating_sub(now_ms),
+        })
+    }
+
+    /// Holds `amount` and `tokens`, and takes one request from the bucket
+    /// (after `check` and `admit_tokens` allowed them).
+    pub fn hold(&mut self, hold: &EndUserHold, amount: Nanos, tokens: u64, now_ms: u64) {
         if let Some(user) = self.current(&hold.id, &hold.limits, now_ms) {
+            user.day_tokens = user.day_tokens.saturating_add(tokens);
             user.reserved = user.reserved.saturating_add(amount);
             user.held += 1;
             if hold.limits.rpm.is_some() {
@@ -228,16 +270,24 @@ impl EndUsers {
         }
     }
 
-    /// Takes a held amount out and commits `charged` to the current period.
+    /// Takes a held amount out and commits `charged` to the current period;
+    /// the tokens held are replaced by those used (`tokens`: held, used).
     pub fn close(
         &mut self,
         id: &str,
         limits: &EndUserLimits,
         amount: Nanos,
         charged: Nanos,
+        tokens: (u64, u64),
         now_ms: u64,
     ) {
+        let (held_tokens, used) = tokens;
         if let Some(user) = self.current(id, limits, now_ms) {
+            // After midnight the day's count started again without what was held before.
+            user.day_tokens = user
+                .day_tokens
+                .saturating_sub(held_tokens)
+                .saturating_add(used);
             user.reserved = user.reserved.saturating_sub(amount);
             user.committed = user.committed.saturating_add(charged);
             user.held = user.held.saturating_sub(1);

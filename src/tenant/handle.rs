@@ -10,8 +10,8 @@ use actix::{Addr, MailboxError};
 
 use super::actor::TenantActor;
 use super::book::{
-    BudgetStatus, EndUserRateLimited, Granted, RateDecision, Refusal, Refused, ReserveRequest,
-    Settled,
+    BudgetStatus, EndUserRateLimited, EndUserTokensLimited, Granted, RateDecision, Refusal,
+    Refused, ReserveRequest, Settled,
 };
 use super::end_users::{EndUserHold, EndUserStatus};
 use super::messages::{
@@ -31,6 +31,8 @@ pub enum QuotaError {
     TokenLimited(#[from] TokenRefusal),
     #[error(transparent)]
     EndUserRate(#[from] EndUserRateLimited),
+    #[error(transparent)]
+    EndUserTokens(#[from] EndUserTokensLimited),
     #[error("the tenant's quota state is unavailable")]
     Unavailable,
     /// A budget period the store has not started (a tenant's month, an end
@@ -205,6 +207,7 @@ impl From<Refusal> for QuotaError {
             Refusal::Budget(refused) => QuotaError::Refused(refused),
             Refusal::Tokens(refused) => QuotaError::TokenLimited(refused),
             Refusal::EndUserRate(limited) => QuotaError::EndUserRate(limited),
+            Refusal::EndUserTokens(limited) => QuotaError::EndUserTokens(limited),
             // The actor loads an end user before it asks; one it could not load is unavailable.
             Refusal::EndUserUnknown(_) => QuotaError::Unavailable,
         }

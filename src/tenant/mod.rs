@@ -10,7 +10,7 @@ pub mod end_users;
 pub mod handle;
 pub mod messages;
 pub mod registry;
-mod seed;
+pub(crate) mod seed;
 mod share;
 pub mod shared;
 pub mod store;

@@ -29,12 +29,32 @@ impl SeedSource {
             .map_err(|e| e.to_string())
     }
 
-    /// An end user's committed spend in `window`, after the same flush.
-    pub async fn end_user(self, id: String, window: Window) -> Result<Nanos, String> {
+    /// An end user's committed spend in `window` and tokens on the local day
+    /// `today`, after the same flush.
+    pub async fn end_user(
+        self,
+        id: String,
+        window: Window,
+        today: String,
+    ) -> Result<EndUserSeed, String> {
         counter_add(Metric::EndUserLoadsTotal, &[], 1);
         self.ledger.flush().await.map_err(|e| e.to_string())?;
-        repo::end_user_committed(&self.db, &self.tenant, &id, &window)
+        let committed = repo::end_user_committed(&self.db, &self.tenant, &id, &window)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        let tokens_today = repo::end_user_tokens_on(&self.db, &self.tenant, &id, &today)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(EndUserSeed {
+            committed,
+            tokens_today,
+        })
     }
+}
+
+/// Where an end user stands, by the ledger.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EndUserSeed {
+    pub committed: Nanos,
+    pub tokens_today: u64,
 }

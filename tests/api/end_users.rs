@@ -484,3 +484,47 @@ async fn an_override_to_a_longer_period_counts_what_was_spent_earlier_in_it() {
     let rows = app.ledger_rows_eventually(&tenant, 3).await;
     assert_eq!(nanos(&status.body["committed"]), sum_charged(&rows, "kim"));
 }
+
+#[actix_web::test]
+async fn an_end_users_daily_tokens_are_their_own_and_start_again_at_midnight() {
+    let route = "eu-tokens";
+    let clock = Arc::new(ManualClock::new(
+        parse_instant("2026-12-09T23:00:00Z").unwrap(),
+    ));
+    let app = spawn_app(
+        TestSetup::new()
+            .route(route, &["primary/usage-1-0-40"])
+            .tier("free", &[route], 1000, 50)
+            // Each call holds its prompt and 50 output tokens, then uses 41.
+            .raw("[tiers.free.end_user]\ndaily_tokens = 150")
+            .clock(clock.clone()),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    for call in 1..=3 {
+        let reply = as_user(&app, &key, route, "lee").await;
+        assert_eq!(reply.status, 200, "call {call}: {}", reply.raw);
+    }
+    let limited = as_user(&app, &key, route, "lee").await;
+    assert_eq!(limited.status, 429, "{}", limited.raw);
+    assert_eq!(limited.error_code(), "token_limit_exceeded");
+    assert!(
+        limited.error_message().contains("end user `lee`"),
+        "{}",
+        limited.raw
+    );
+    // An hour to midnight: Retry-After says so.
+    let retry: u64 = limited.header("retry-after").unwrap().parse().unwrap();
+    assert_eq!(retry, 3_600, "{}", limited.raw);
+    assert_eq!(as_user(&app, &key, route, "mia").await.status, 200);
+
+    clock.set_ms(parse_instant("2026-12-10T00:00:00Z").unwrap());
+    assert_eq!(as_user(&app, &key, route, "lee").await.status, 200);
+    let rows = app.ledger_rows_eventually(&tenant, 5).await;
+    let tokens: i64 = rows
+        .iter()
+        .filter(|r| r.end_user.as_deref() == Some("lee"))
+        .map(|r| r.prompt_tokens + r.completion_tokens)
+        .sum();
+    assert_eq!(tokens, 4 * 41);
+}

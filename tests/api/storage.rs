@@ -108,6 +108,18 @@ async fn end_user_totals(db: &DatabaseConnection) {
         7_000
     );
 
+    // Each event's tokens (prompt and completion) count on its local day.
+    let tokens_on = |day: &'static str| {
+        let tenant_id = tenant_id.clone();
+        async move {
+            repo::end_user_tokens_on(db, &tenant_id, "u-1", day)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(tokens_on("2026-12-08").await, 3_000_000_077);
+    assert_eq!(tokens_on("2026-12-06").await, 0);
+
     let deleted = repo::prune_end_user_days(db, "2026-11-01").await.unwrap();
     assert_eq!(deleted, 1);
     assert_eq!(committed(Period::Week, "2026-12-09T01:00:00Z").await, 3_000);

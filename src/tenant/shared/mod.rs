@@ -23,12 +23,13 @@ pub use health::StoreHealth;
 use keys::TenantKeys;
 pub use store::RedisQuota;
 
-use super::book::EndUserRateLimited;
+use super::book::{EndUserRateLimited, EndUserTokensLimited};
 use super::book::{
     Granted, Limits, RateDecision, Refusal, Refused, ReserveRequest, Scope, Seed, Settled,
     UNITS_PER_REQUEST, bucket_capacity, clamped_max_tokens, worst_case,
 };
 use super::end_users::EndUserHold;
+use super::seed::EndUserSeed;
 use super::store::Closed;
 use super::tokens::{daily_refusal, monthly_refusal, per_minute_refusal, window};
 use crate::calendar::{Calendar, Period, Window};
@@ -422,7 +423,7 @@ impl SharedQuota {
         if !rate.allowed {
             return Ok((rate, None));
         }
-        let first = Self::parse_attempt(
+        let first = self.parse_attempt(
             reply.get(2..).unwrap_or_default(),
             id,
             request,
@@ -527,7 +528,7 @@ impl SharedQuota {
             .store
             .run(&self.store.scripts.reserve, &call.keys, &call.args)
             .await?;
-        Self::parse_attempt(&reply, id, request, limits, max_tokens, amount, now_ms)
+        self.parse_attempt(&reply, id, request, limits, max_tokens, amount, now_ms)
     }
 
     #[expect(
@@ -558,10 +559,11 @@ impl SharedQuota {
             let window = self.store.calendar.window(hold.limits.period, now_ms);
             keys.push(self.keys.end_user(&hold.id, &window.key));
             let field = format!(
-                "{}:{}:{}",
+                "{}:{}:{}:{}",
                 keys::hex_id(&hold.id),
                 window.key,
-                hold.limits.period
+                hold.limits.period,
+                self.local_day(now_ms)
             );
             (field, hold, end_user_ttl_ms(&window, now_ms))
         });
@@ -591,6 +593,8 @@ impl SharedQuota {
                 budget(hold.limits.budget),
                 limit(hold.limits.rpm.map(u64::from)),
                 ttl.to_string(),
+                limit(hold.limits.daily_tokens),
+                self.local_day(now_ms),
             ]);
         }
         ScriptCall { keys, args }
@@ -612,7 +616,13 @@ impl SharedQuota {
                 .map(|w| end_user_ttl_ms(w, now_ms).to_string()),
         );
         args.push(LIFETIME_IDLE_TTL_MS.to_string());
+        args.push(calendar.day_key(now_ms));
         args
+    }
+
+    /// The local day key of `now_ms` in the billing time zone.
+    pub fn local_day(&self, now_ms: u64) -> String {
+        self.store.calendar.day_key(now_ms)
     }
 
     /// The window an end user's limits put `now_ms` in.
@@ -624,14 +634,16 @@ impl SharedQuota {
     pub async fn seed_end_user(
         &self,
         hold: &EndUserHold,
-        committed: Nanos,
+        seed: EndUserSeed,
         now_ms: u64,
     ) -> Result<(), StoreFailure> {
         let window = self.store.calendar.window(hold.limits.period, now_ms);
         let key = self.keys.end_user(&hold.id, &window.key);
         let args = [
-            committed.get().to_string(),
+            seed.committed.get().to_string(),
             end_user_ttl_ms(&window, now_ms).to_string(),
+            self.local_day(now_ms),
+            seed.tokens_today.to_string(),
         ];
         self.store
             .run(&self.store.scripts.seed_end_user, &[key], &args)
@@ -658,7 +670,12 @@ impl SharedQuota {
     }
 
     /// Reads a `RESERVE` reply.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "a reply is read against everything its script decided on"
+    )]
     fn parse_attempt(
+        &self,
         reply: &[String],
         id: ReservationId,
         request: &ReserveRequest,
@@ -687,6 +704,20 @@ impl SharedQuota {
                         .saturating_sub(units)
                         .div_ceil(u64::from(rpm)),
                 })))
+            }
+            "eu_tokens" => {
+                let hold = end_user.ok_or_else(|| {
+                    StoreFailure("an end user token limit without an end user".to_owned())
+                })?;
+                let day_end = self.store.calendar.window(Period::Day, now_ms).end_ms;
+                Ok(Attempt::Refused(Refusal::EndUserTokens(
+                    EndUserTokensLimited {
+                        id: hold.id.clone(),
+                        limit: hold.limits.daily_tokens.unwrap_or(0),
+                        needed: tokens,
+                        retry_after_ms: day_end.saturating_sub(now_ms),
+                    },
+                )))
             }
             "budget" => {
                 let scope = match (field(reply, 1)?, end_user) {

@@ -10,10 +10,11 @@
 //! `k:<key>:c|r`, `f:<feature>:c|r`, `tm` (tokens this month, held
 //! included), `td:<day>` (tokens that day), `a:<percent>` (alert fired).
 //! A held reservation is `amount|tokens|month|day|key|feature|end user|meta`,
-//! its end user `hex id:window:period` (empty without one).
+//! its end user `hex id:window:period:local day` (empty without one).
 //!
 //! An end user's hash (`…:u:<hex id>:<window>`, one per budget period) holds
-//! `seeded`, `c`/`r` and the request bucket `ru`/`rat`; it expires a margin
+//! `seeded`, `c`/`r`, the request bucket `ru`/`rat` and `td:<local day>`
+//! (tokens that day, held included); it expires a margin
 //! after its period ends, so Redis keeps only the end users active in it.
 
 /// Shared by every script: number parsing and integer formatting.
@@ -26,7 +27,7 @@ local function parse(rec) return string.match(rec, '^(%d+)|(%d+)|([^|]*)|([^|]*)
 local function euctx(A, i)
   if not A[i] then return nil end
   return {prefix = A[i], day = A[i + 1], week = A[i + 2], month = A[i + 3], lifetime = 'lifetime',
-    ttl = {day = A[i + 4], week = A[i + 5], month = A[i + 6], lifetime = A[i + 7]}}
+    ttl = {day = A[i + 4], week = A[i + 5], month = A[i + 6], lifetime = A[i + 7]}, today = A[i + 8]}
 end
 "
     };
@@ -62,8 +63,10 @@ pub const RATE: &str = concat!(prelude!(), rate_fn!(), "return rate(KEYS, ARGV)\
 /// tenant budget, key, key budget, feature, feature budget (-1: none),
 /// tokens, tpm, daily, monthly (-1: none), meta, ttl ms, reservation id
 /// (chosen by the caller, so a reservation whose reply was lost can still be released),
-/// end user record field, end user budget, end user rpm (-1: none), end user ttl ms.
-/// Returns {'seed'} | {'seed_eu'} | {'eu_rate', units} | {'budget', scope, remaining}
+/// end user record field, end user budget, end user rpm (-1: none), end user ttl ms,
+/// end user daily tokens (-1: none), the local day.
+/// Returns {'seed'} | {'seed_eu'} | {'eu_rate', units} | {'eu_tokens', used today}
+/// | {'budget', scope, remaining}
 /// | {'tokens', kind, units or used}
 /// | {'ok', id, over, committed, reserved, tpm units (-1: none)}.
 macro_rules! reserve_fn {
@@ -108,6 +111,10 @@ if left ~= nil and amount > left then
   over = '1'
 end
 local est, tpm, daily, monthly = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
+if eu and tonumber(ARGV[23]) >= 0 then
+  local used = n(redis.call('HGET', eu, 'td:' .. ARGV[24]))
+  if used + est > tonumber(ARGV[23]) then return {'eu_tokens', s(used)} end
+end
 if monthly >= 0 and n(v[7]) + est > monthly then return {'tokens', 'monthly', s(n(v[7]))} end
 if daily >= 0 and n(v[8]) + est > daily then return {'tokens', 'daily', s(n(v[8]))} end
 local units = -1
@@ -131,6 +138,7 @@ redis.call('HINCRBY', m, 'tm', ARGV[12])
 redis.call('HINCRBY', m, td, ARGV[12])
 if eu then
   redis.call('HINCRBY', eu, 'r', ARGV[5])
+  redis.call('HINCRBY', eu, 'td:' .. ARGV[24], ARGV[12])
   if eurpm >= 0 then redis.call('HSET', eu, 'ru', s(ev[3]), 'rat', s(ev[4])) end
   redis.call('PEXPIRE', eu, ARGV[22])
 end
@@ -172,18 +180,22 @@ return v
 macro_rules! close {
     () => {
         r"
-local function close_end_user(eu, a, charged, E)
-  local hex, win, per = string.match(eu, '^([^:]*):([^:]*):(%a+)$')
+local function close_end_user(eu, a, est, charged, used, E)
+  local hex, win, per, day = string.match(eu, '^([^:]*):([^:]*):(%a+):([^:]*)$')
   if not hex or not E then return end
   local held = E.prefix .. hex .. ':' .. win
-  if redis.call('EXISTS', held) == 1 then redis.call('HINCRBY', held, 'r', s(-tonumber(a))) end
+  if redis.call('EXISTS', held) == 1 then
+    redis.call('HINCRBY', held, 'r', s(-tonumber(a)))
+    redis.call('HINCRBY', held, 'td:' .. day, s(-tonumber(est)))
+  end
   local now = E.prefix .. hex .. ':' .. E[per]
   redis.call('HINCRBY', now, 'c', charged)
+  redis.call('HINCRBY', now, 'td:' .. E.today, used)
   redis.call('PEXPIRE', now, E.ttl[per])
 end
 local function close(rec, charged, used, cur, prev, curmonth, today, b, tpm, E)
   local a, est, mo, day, key, feat, eu = parse(rec)
-  if eu ~= '' then close_end_user(eu, a, charged, E) end
+  if eu ~= '' then close_end_user(eu, a, est, charged, used, E) end
   local hm = cur
   if mo ~= curmonth then hm = prev end
   for _, f in ipairs({'r', 'k:' .. key .. ':r', 'f:' .. feat .. ':r'}) do
@@ -225,7 +237,7 @@ redis.call('ZREM', KEYS[4], ARGV[1])
 local a = close(rec, ARGV[2], ARGV[3], KEYS[1], KEYS[5], ARGV[4], ARGV[5], KEYS[2], tonumber(ARGV[6]), euctx(ARGV, 7))
 local totals = redis.call('HMGET', KEYS[1], 'c', 'r')
 local out = {'ok', a, s(n(totals[1])), s(n(totals[2]))}
-local i = 15
+local i = 16
 while ARGV[i + 1] do
   if n(totals[1]) >= tonumber(ARGV[i + 1]) and redis.call('HSETNX', KEYS[1], 'a:' .. ARGV[i], '1') == 1 then
     out[#out + 1] = ARGV[i]
@@ -369,10 +381,11 @@ return {'none'}
 );
 
 /// Starts an end user's window from the ledger, once (as `SEED` does a month).
-/// KEYS: the end user's hash. ARGV: committed, ttl ms.
+/// KEYS: the end user's hash. ARGV: committed, ttl ms, the local day, tokens that day.
 pub const SEED_END_USER: &str = r"
 if redis.call('HSETNX', KEYS[1], 'seeded', '1') == 1 then
   redis.call('HINCRBY', KEYS[1], 'c', ARGV[1])
+  redis.call('HINCRBY', KEYS[1], 'td:' .. ARGV[3], ARGV[4])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {'seeded'}

@@ -104,15 +104,20 @@ impl RedisQuota {
             return Ok(Err(QuotaError::Unavailable));
         };
         let window = self.quota.end_user_window(hold, now_ms);
-        let loaded = self.source.clone().end_user(hold.id.clone(), window).await;
-        let committed = match loaded {
-            Ok(committed) => committed,
+        let today = self.quota.local_day(now_ms);
+        let loaded = self
+            .source
+            .clone()
+            .end_user(hold.id.clone(), window, today)
+            .await;
+        let seed = match loaded {
+            Ok(seed) => seed,
             Err(error) => {
                 tracing::error!(tenant = %self.source.tenant, error = %error, "Cannot read an end user's spend from the ledger to seed the shared store; refusing.");
                 return Ok(Err(QuotaError::LedgerUnreadable));
             }
         };
-        self.quota.seed_end_user(hold, committed, now_ms).await?;
+        self.quota.seed_end_user(hold, seed, now_ms).await?;
         Ok(Ok(()))
     }
 
