@@ -772,6 +772,7 @@ struct RawEndUser {
     period: crate::calendar::Period,
     rpm: Option<u32>,
     daily_tokens: Option<u64>,
+    tpm: Option<u64>,
 }
 
 /// Above 8 choices a request is almost always a mistake or an attempt to multiply spend.
@@ -1017,6 +1018,8 @@ pub struct EndUserLimits {
     pub rpm: Option<u32>,
     /// Tokens (prompt and completion) per local day of `billing.timezone`.
     pub daily_tokens: Option<u64>,
+    /// Tokens per minute (held at admission, corrected at settle).
+    pub tpm: Option<u64>,
 }
 
 /// The longest end-user id accepted, in bytes: ids are stored per row and in
@@ -1701,6 +1704,7 @@ fn validate_end_user(tier: &str, raw: &RawEndUser) -> Result<EndUserLimits, Conf
         period: raw.period,
         rpm: raw.rpm,
         daily_tokens: raw.daily_tokens,
+        tpm: raw.tpm.filter(|t| *t > 0),
     })
 }
 

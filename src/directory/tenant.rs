@@ -77,12 +77,14 @@ impl EndUserOverride {
             period: Period::Day,
             rpm: None,
             daily_tokens: None,
+            tpm: None,
         });
         EndUserLimits {
             budget: self.budget.or(base.budget),
             period: self.period.unwrap_or(base.period),
             rpm: self.rpm.or(base.rpm),
             daily_tokens: base.daily_tokens,
+            tpm: base.tpm,
         }
     }
 }

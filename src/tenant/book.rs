@@ -22,7 +22,7 @@ use super::messages::ReservationMeta;
 use super::seed::EndUserSeed;
 use super::share::share_budget;
 use super::store::Reservation;
-use super::tokens::{TokenLimits, TokenQuota, TokenRefusal, TokenWindow};
+use super::tokens::{TokenLimitKind, TokenLimits, TokenQuota, TokenRefusal, TokenWindow};
 
 /// A token bucket's units per request: refilling `rpm` units per millisecond
 /// gives exactly `rpm` requests per minute in integers.
@@ -161,12 +161,14 @@ pub enum Refusal {
 
 /// An end user's tokens per local day, which the tier's template sets.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("end user `{id}` has a daily token limit of {limit}; this request needs up to {needed}")]
+#[error("end user `{id}` has a limit of {limit} {}; this request needs up to {needed}", kind.as_str())]
 pub struct EndUserTokensLimited {
     pub id: String,
+    /// `Daily` or `PerMinute`.
+    pub kind: TokenLimitKind,
     pub limit: u64,
     pub needed: u64,
-    /// Until the end user's day starts again.
+    /// Until the request would fit: the end user's midnight, or a refilled bucket.
     pub retry_after_ms: u64,
 }
 

@@ -16,6 +16,7 @@ use crate::money::Nanos;
 use super::book::{EndUserTokensLimited, UNITS_PER_REQUEST};
 use super::seed::EndUserSeed;
 use super::share::share_budget;
+use super::tokens::TokenLimitKind;
 
 /// An end user settled less recently than this may be evicted: its last row
 /// was handed to the ledger right after its settle, and a reload flushes the
@@ -50,6 +51,12 @@ struct EndUser {
     rpm: Option<u32>,
     /// Tokens admitted (held included) on the local day that ends at `day_end_ms`.
     day_tokens: u64,
+    /// Tokens-per-minute bucket, in `UNITS_PER_TOKEN`; below zero after a call
+    /// used more than it held.
+    tpm_units: i128,
+    tpm_at_ms: u64,
+    /// The rate the tokens bucket was last filled at.
+    tpm: Option<u64>,
     day_end_ms: u64,
     last_ms: u64,
     seq: u64,
@@ -155,6 +162,9 @@ impl EndUsers {
                 bucket_at_ms: now_ms,
                 rpm: limits.rpm,
                 day_tokens: seed.tokens_today,
+                tpm_units: tpm_capacity(limits.tpm),
+                tpm_at_ms: now_ms,
+                tpm: limits.tpm,
                 day_end_ms: self.calendar.window(Period::Day, now_ms).end_ms,
                 last_ms: now_ms,
                 seq,
@@ -196,6 +206,7 @@ impl EndUsers {
             user.bucket_at_ms = user.bucket_at_ms.max(now_ms);
         }
         user.rpm = limits.rpm;
+        user.tpm = limits.tpm;
         if now_ms >= user.day_end_ms {
             user.day_tokens = 0;
             user.day_end_ms = calendar.window(Period::Day, now_ms).end_ms;
@@ -240,21 +251,32 @@ impl EndUsers {
         tokens: u64,
         now_ms: u64,
     ) -> Result<(), EndUserTokensLimited> {
-        let Some(limit) = hold.limits.daily_tokens else {
-            return Ok(());
-        };
         let Some(user) = self.current(&hold.id, &hold.limits, now_ms) else {
             return Ok(());
         };
-        if user.day_tokens.saturating_add(tokens) <= limit {
-            return Ok(());
-        }
-        Err(EndUserTokensLimited {
+        let refused = |kind, limit, retry_after_ms| EndUserTokensLimited {
             id: hold.id.clone(),
+            kind,
             limit,
             needed: tokens,
-            retry_after_ms: user.day_end_ms.saturating_sub(now_ms),
-        })
+            retry_after_ms,
+        };
+        if let Some(limit) = hold.limits.daily_tokens
+            && user.day_tokens.saturating_add(tokens) > limit
+        {
+            let retry = user.day_end_ms.saturating_sub(now_ms);
+            return Err(refused(TokenLimitKind::Daily, limit, retry));
+        }
+        if let Some(tpm) = hold.limits.tpm {
+            refill_tpm(user, tpm, now_ms);
+            let needed = i128::from(tokens) * UNITS_PER_TOKEN;
+            if needed > user.tpm_units {
+                let missing = needed - user.tpm_units;
+                let retry = u64::try_from(missing / i128::from(tpm.max(1))).unwrap_or(u64::MAX);
+                return Err(refused(TokenLimitKind::PerMinute, tpm, retry));
+            }
+        }
+        Ok(())
     }
 
     /// Holds `amount` and `tokens`, and takes one request from the bucket
@@ -262,6 +284,10 @@ impl EndUsers {
     pub fn hold(&mut self, hold: &EndUserHold, amount: Nanos, tokens: u64, now_ms: u64) {
         if let Some(user) = self.current(&hold.id, &hold.limits, now_ms) {
             user.day_tokens = user.day_tokens.saturating_add(tokens);
+            if let Some(tpm) = hold.limits.tpm {
+                refill_tpm(user, tpm, now_ms);
+                user.tpm_units -= i128::from(tokens) * UNITS_PER_TOKEN;
+            }
             user.reserved = user.reserved.saturating_add(amount);
             user.held += 1;
             if hold.limits.rpm.is_some() {
@@ -288,6 +314,11 @@ impl EndUsers {
                 .day_tokens
                 .saturating_sub(held_tokens)
                 .saturating_add(used);
+            if let Some(tpm) = limits.tpm {
+                // What was held and not used goes back to the bucket (never past full).
+                let back = (i128::from(held_tokens) - i128::from(used)) * UNITS_PER_TOKEN;
+                user.tpm_units = (user.tpm_units + back).min(tpm_capacity(Some(tpm)));
+            }
             user.reserved = user.reserved.saturating_sub(amount);
             user.committed = user.committed.saturating_add(charged);
             user.held = user.held.saturating_sub(1);
@@ -325,6 +356,19 @@ impl EndUsers {
     }
 }
 
+/// Bucket units per token: refilling `tpm` units a millisecond is `tpm` tokens a minute.
+const UNITS_PER_TOKEN: i128 = 60_000;
+
+fn tpm_capacity(tpm: Option<u64>) -> i128 {
+    i128::from(tpm.unwrap_or(0)) * UNITS_PER_TOKEN
+}
+
+fn refill_tpm(user: &mut EndUser, tpm: u64, now_ms: u64) {
+    let elapsed = i128::from(now_ms.saturating_sub(user.tpm_at_ms));
+    user.tpm_units = (user.tpm_units + elapsed * i128::from(tpm)).min(tpm_capacity(Some(tpm)));
+    user.tpm_at_ms = user.tpm_at_ms.max(now_ms);
+}
+
 /// Nothing held, settled long enough ago, and a bucket that refilled: forgetting it loses nothing.
 fn idle(user: &EndUser, now_ms: u64) -> bool {
     let refilled = user.rpm.is_none_or(|rpm| {
@@ -333,8 +377,13 @@ fn idle(user: &EndUser, now_ms: u64) -> bool {
             .saturating_add(elapsed.saturating_mul(u64::from(rpm)))
             >= capacity_units(rpm)
     });
+    let tokens_refilled = user.tpm.is_none_or(|tpm| {
+        let elapsed = i128::from(now_ms.saturating_sub(user.tpm_at_ms));
+        user.tpm_units + elapsed * i128::from(tpm) >= tpm_capacity(Some(tpm))
+    });
     user.held == 0
         && user.reserved == Nanos::ZERO
         && now_ms.saturating_sub(user.last_ms) >= EVICT_AFTER_MS
         && refilled
+        && tokens_refilled
 }

@@ -528,3 +528,42 @@ async fn an_end_users_daily_tokens_are_their_own_and_start_again_at_midnight() {
         .sum();
     assert_eq!(tokens, 4 * 41);
 }
+
+#[actix_web::test]
+async fn an_end_users_tokens_per_minute_refill_with_the_clock() {
+    let route = "eu-tpm";
+    let clock = Arc::new(ManualClock::new(crate::support::now_ms()));
+    let app = spawn_app(
+        TestSetup::new()
+            .route(route, &["primary/usage-1-0-40"])
+            .tier("free", &[route], 1000, 50)
+            // A call holds its prompt and 50 output tokens, then gives back all but 41.
+            .raw("[tiers.free.end_user]\ntpm = 150")
+            .clock(clock.clone()),
+    )
+    .await;
+    let (_, key) = app.tenant_with_key("free", json!({})).await;
+    for call in 1..=3 {
+        let reply = as_user(&app, &key, route, "noa").await;
+        assert_eq!(reply.status, 200, "call {call}: {}", reply.raw);
+    }
+    let limited = as_user(&app, &key, route, "noa").await;
+    assert_eq!(limited.status, 429, "{}", limited.raw);
+    assert_eq!(limited.error_code(), "token_limit_exceeded");
+    assert!(
+        limited.error_message().contains("end user `noa`"),
+        "{}",
+        limited.raw
+    );
+    assert!(
+        limited.error_message().contains("tokens per minute"),
+        "{}",
+        limited.raw
+    );
+    let retry: u64 = limited.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry), "{}", limited.raw);
+    assert_eq!(as_user(&app, &key, route, "olu").await.status, 200);
+    // A minute later the bucket is full again.
+    clock.advance_ms(60_000);
+    assert_eq!(as_user(&app, &key, route, "noa").await.status, 200);
+}

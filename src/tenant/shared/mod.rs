@@ -31,6 +31,7 @@ use super::book::{
 use super::end_users::EndUserHold;
 use super::seed::EndUserSeed;
 use super::store::Closed;
+use super::tokens::TokenLimitKind;
 use super::tokens::{daily_refusal, monthly_refusal, per_minute_refusal, window};
 use crate::calendar::{Calendar, Period, Window};
 use crate::directory::BudgetMode;
@@ -595,6 +596,7 @@ impl SharedQuota {
                 ttl.to_string(),
                 limit(hold.limits.daily_tokens),
                 self.local_day(now_ms),
+                limit(hold.limits.tpm),
             ]);
         }
         ScriptCall { keys, args }
@@ -713,9 +715,28 @@ impl SharedQuota {
                 Ok(Attempt::Refused(Refusal::EndUserTokens(
                     EndUserTokensLimited {
                         id: hold.id.clone(),
+                        kind: TokenLimitKind::Daily,
                         limit: hold.limits.daily_tokens.unwrap_or(0),
                         needed: tokens,
                         retry_after_ms: day_end.saturating_sub(now_ms),
+                    },
+                )))
+            }
+            "eu_tpm" => {
+                let hold = end_user.ok_or_else(|| {
+                    StoreFailure("an end user token limit without an end user".to_owned())
+                })?;
+                let tpm = hold.limits.tpm.unwrap_or(1).max(1);
+                let units = i128::from(number(reply, 1)?);
+                let missing = (i128::from(tokens) * 60_000 - units).max(0);
+                Ok(Attempt::Refused(Refusal::EndUserTokens(
+                    EndUserTokensLimited {
+                        id: hold.id.clone(),
+                        kind: TokenLimitKind::PerMinute,
+                        limit: tpm,
+                        needed: tokens,
+                        retry_after_ms: u64::try_from(missing / i128::from(tpm))
+                            .unwrap_or(u64::MAX),
                     },
                 )))
             }

@@ -13,7 +13,8 @@
 //! its end user `hex id:window:period:local day` (empty without one).
 //!
 //! An end user's hash (`…:u:<hex id>:<window>`, one per budget period) holds
-//! `seeded`, `c`/`r`, the request bucket `ru`/`rat` and `td:<local day>`
+//! `seeded`, `c`/`r`, the request bucket `ru`/`rat`, the tokens bucket `tu`/`tat`
+//! and `td:<local day>`
 //! (tokens that day, held included); it expires a margin
 //! after its period ends, so Redis keeps only the end users active in it.
 
@@ -64,8 +65,9 @@ pub const RATE: &str = concat!(prelude!(), rate_fn!(), "return rate(KEYS, ARGV)\
 /// tokens, tpm, daily, monthly (-1: none), meta, ttl ms, reservation id
 /// (chosen by the caller, so a reservation whose reply was lost can still be released),
 /// end user record field, end user budget, end user rpm (-1: none), end user ttl ms,
-/// end user daily tokens (-1: none), the local day.
+/// end user daily tokens (-1: none), the local day, end user tokens per minute (-1: none).
 /// Returns {'seed'} | {'seed_eu'} | {'eu_rate', units} | {'eu_tokens', used today}
+/// | {'eu_tpm', units}
 /// | {'budget', scope, remaining}
 /// | {'tokens', kind, units or used}
 /// | {'ok', id, over, committed, reserved, tpm units (-1: none)}.
@@ -115,6 +117,18 @@ if eu and tonumber(ARGV[23]) >= 0 then
   local used = n(redis.call('HGET', eu, 'td:' .. ARGV[24]))
   if used + est > tonumber(ARGV[23]) then return {'eu_tokens', s(used)} end
 end
+local eutpm, eutu = -1, nil
+if eu then eutpm = tonumber(ARGV[25]) end
+if eutpm >= 0 then
+  local cap = eutpm * 60000
+  local t = redis.call('HMGET', eu, 'tu', 'tat')
+  eutu = tonumber(t[1]) or cap
+  local at = tonumber(t[2]) or now
+  if now > at then eutu = eutu + (now - at) * eutpm end
+  if eutu > cap then eutu = cap end
+  if est * 60000 > eutu then return {'eu_tpm', s(eutu)} end
+  eutu = eutu - est * 60000
+end
 if monthly >= 0 and n(v[7]) + est > monthly then return {'tokens', 'monthly', s(n(v[7]))} end
 if daily >= 0 and n(v[8]) + est > daily then return {'tokens', 'daily', s(n(v[8]))} end
 local units = -1
@@ -139,6 +153,7 @@ redis.call('HINCRBY', m, td, ARGV[12])
 if eu then
   redis.call('HINCRBY', eu, 'r', ARGV[5])
   redis.call('HINCRBY', eu, 'td:' .. ARGV[24], ARGV[12])
+  if eutu then redis.call('HSET', eu, 'tu', s(eutu), 'tat', ARGV[1]) end
   if eurpm >= 0 then redis.call('HSET', eu, 'ru', s(ev[3]), 'rat', s(ev[4])) end
   redis.call('PEXPIRE', eu, ARGV[22])
 end
@@ -191,6 +206,10 @@ local function close_end_user(eu, a, est, charged, used, E)
   local now = E.prefix .. hex .. ':' .. E[per]
   redis.call('HINCRBY', now, 'c', charged)
   redis.call('HINCRBY', now, 'td:' .. E.today, used)
+  -- Tokens held and not used go back to the bucket; the next reserve caps it at full.
+  if redis.call('HEXISTS', now, 'tu') == 1 then
+    redis.call('HINCRBY', now, 'tu', s((tonumber(est) - tonumber(used)) * 60000))
+  end
   redis.call('PEXPIRE', now, E.ttl[per])
 end
 local function close(rec, charged, used, cur, prev, curmonth, today, b, tpm, E)
