@@ -1433,7 +1433,8 @@ fn method_section(results: &Results) -> String {
          (`--save \"\" --appendonly no`) and a second gateway configured like the first plus `[storage] redis_url` (default timeout and pool), \
          with its own SQLite ledger; its `/readyz` must report the Redis quota store before it is measured.\n\
          - **End users** (the Redis mode's shapes): the same Redis-mode gateway, each request naming one of {end_users} end users in `X-Tollgate-End-User`, \
-         the next one each request (the tier's `end_user` template gives each their own budget and rpm, never refusing); before these cells each end user \
+         the next one each request (the tier's `end_user` template, written into every gateway's configuration but used only by requests that name an end user, \
+         gives each their own budget and rpm, never refusing); before these cells each end user \
          gets one first request, unmeasured, so the cells measure end users Redis already holds. Redis's `INFO memory`, its keys (`DBSIZE`, and a `SCAN` \
          of `{end_user_keys}`) and the gateway's `VmRSS` are read before those first requests, after them and after the cells.\n\
          - **1,000 in flight**: after everything else, a fresh gateway and {in_flight} connections to a route whose fake answers after 2 s (the fake's `delay-2000ms` model string); \
