@@ -13,12 +13,18 @@ pub const UPSTREAM_MODEL: &str = "bench-model";
 /// refusing one.
 pub const BUDGET: &str = "1000000000";
 /// Requests per minute, so the limiter runs on every call without ever refusing one.
-const RPM: u32 = 10_000_000;
+pub const RPM: u32 = 10_000_000;
 /// Tokens per minute, per day and per month: the token quotas run on every call too, and the
 /// whole run sends well under a billion tokens.
 const TPM: u64 = 10_000_000_000;
 const DAILY_TOKENS: u64 = 1_000_000_000_000;
 const MONTHLY_TOKENS: u64 = 10_000_000_000_000;
+/// Each end user's budget per period: a run sends an end user a few requests that each hold
+/// well under a thousandth, so it never refuses; in nanos it stays far below the 2^53 a Redis
+/// Lua number holds exactly.
+pub const END_USER_BUDGET: &str = "1000";
+/// A month, like the tenant's budget: a run crosses a period's end only on the month's last night.
+pub const END_USER_PERIOD: &str = "month";
 
 /// One upstream the gateway routes to: a fake upstream with a fixed delay.
 pub struct Upstream {
@@ -39,7 +45,8 @@ pub struct ModelRoute {
 /// budgets with the real tokenizer, the ledger on the default SQLite and metrics all stay on;
 /// only the limits are set high. With `redis_url`, limits, quotas and budgets live in Redis
 /// (the mode replicas share them in). With `fsync`, the ledger journal's `ledger.fsync`
-/// (the default, `batch`, otherwise).
+/// (the default, `batch`, otherwise). The tier's `end_user` template is in every gateway's
+/// file but applies only to requests that name an end user: the end-user cells' alone.
 pub fn gateway_toml(
     listen_port: u16,
     dir: &Path,
@@ -119,7 +126,7 @@ output = "1.5"
     }
     let _ = write!(
         toml,
-        r"
+        r#"
 [tiers.{TIER}]
 routes = [{routes}]
 rpm = {RPM}
@@ -127,7 +134,12 @@ tpm = {TPM}
 daily_tokens = {DAILY_TOKENS}
 monthly_tokens = {MONTHLY_TOKENS}
 default_max_tokens = {MAX_TOKENS}
-",
+
+[tiers.{TIER}.end_user]
+budget = "{END_USER_BUDGET}"
+period = "{END_USER_PERIOD}"
+rpm = {RPM}
+"#,
         routes = routes.join(", "),
     );
     toml

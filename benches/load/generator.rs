@@ -3,7 +3,7 @@
 //! runtime thread (plus one pacing thread), so it takes at most about one of the machine's two
 //! cores away from the system under test.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
@@ -282,6 +282,54 @@ async fn closed_worker(shared: Rc<Shared>, from: Instant, until: Instant) {
             .record(&conn, &result, measured, (began, done), None);
         if failed {
             // A refusing server must not turn this loop into a busy spin.
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+}
+
+/// Exactly `count` requests over `conns` keep-alive connections, each sending its next one as
+/// soon as the previous one is answered, numbered consecutively: through a template cycling
+/// over `count` values, each value is sent once. It sets up state for the cells that follow
+/// (its figures say how fast, nothing more); `limit` bounds it against a stuck server.
+pub async fn fill(target: &Target, conns: usize, count: u64, limit: Duration) -> Outcome {
+    LocalSet::new()
+        .run_until(fill_inner(target, conns, count, limit))
+        .await
+}
+
+async fn fill_inner(target: &Target, conns: usize, count: u64, limit: Duration) -> Outcome {
+    let shared = Shared::new(target, conns);
+    let left = Rc::new(Cell::new(count));
+    let start = now();
+    let handles: Vec<JoinHandle<()>> = (0..conns.max(1))
+        .map(|_| spawn_local(fill_worker(Rc::clone(&shared), Rc::clone(&left))))
+        .collect();
+    let _ = tokio::time::timeout(limit, async {
+        for handle in handles {
+            let _ = handle.await;
+        }
+    })
+    .await;
+    let mut outcome = shared.take_outcome();
+    outcome.window = now().saturating_duration_since(start);
+    outcome.unfinished = count.saturating_sub(outcome.ok_total + outcome.errors);
+    outcome
+}
+
+async fn fill_worker(shared: Rc<Shared>, left: Rc<Cell<u64>>) {
+    let mut conn = Conn::new(shared.addr, &shared.template);
+    // Taken before the await, so the workers together send exactly the count.
+    while let Some(remaining) = left.get().checked_sub(1) {
+        left.set(remaining);
+        let began = now();
+        let result = conn.exchange(next_id()).await;
+        let done = now();
+        let failed = result.is_err();
+        shared
+            .outcome
+            .borrow_mut()
+            .record(&conn, &result, true, (began, done), None);
+        if failed {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
     }

@@ -1,7 +1,8 @@
 //! A minimal HTTP/1.1 client over one keep-alive TCP connection, written for the load
 //! generator: the request bytes are built once per connection and only a fixed-width decimal
 //! counter is patched in per request (so every prompt is distinct and no content-hash cache can
-//! hide the tokenizer's cost); the response is parsed just far enough to know its status and
+//! hide the tokenizer's cost), plus, in a cycling template, a second numbered slot that names one
+//! of a fixed number of end users; the response is parsed just far enough to know its status and
 //! where it ends (`Content-Length` or chunked). A streaming template also notes when the first
 //! SSE `data:` line of the body arrived (time to first token).
 
@@ -17,6 +18,10 @@ use crate::clock::now;
 /// Put this marker in a request body; its ten zeros are replaced by each request's number.
 pub const COUNTER_MARK: &str = "REQ-0000000000";
 const COUNTER_DIGITS: usize = 10;
+/// Put this marker in a header value of a cycling template; its six zeros are replaced by each
+/// request's number modulo the cycle (so up to a million distinct values).
+pub const SLOT_MARK: &str = "EU-000000";
+const SLOT_DIGITS: usize = 6;
 const READ_RESERVE: usize = 16 * 1024;
 const SSE_DATA: &[u8] = b"data:";
 
@@ -25,8 +30,18 @@ const SSE_DATA: &[u8] = b"data:";
 pub struct Template {
     bytes: Vec<u8>,
     counter_at: Option<usize>,
+    /// A cycling template's second slot.
+    slot: Option<Slot>,
     /// Watch the body for its first SSE event.
     stream: bool,
+}
+
+/// Digits in the request head that take the request's number modulo `cycle`: consecutive
+/// requests name `cycle` distinct values in turn.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    at: usize,
+    cycle: u64,
 }
 
 impl Template {
@@ -46,8 +61,48 @@ impl Template {
         Self {
             bytes,
             counter_at,
+            slot: None,
             stream: false,
         }
+    }
+
+    /// The same request with the `SLOT_MARK` of its head (a header value) cycling through
+    /// `cycle` values; `None` when the head has no mark or the cycle needs more digits than it has.
+    pub fn cycling(mut self, cycle: u64) -> Option<Self> {
+        let head_end = find(&self.bytes, b"\r\n\r\n", 0)?;
+        let at = find(self.bytes.get(..head_end)?, SLOT_MARK.as_bytes(), 0)?;
+        let fits = u32::try_from(SLOT_DIGITS)
+            .ok()
+            .and_then(|digits| 10_u64.checked_pow(digits))
+            .is_some_and(|values| (1..=values).contains(&cycle));
+        if !fits {
+            return None;
+        }
+        self.slot = Some(Slot {
+            at: at + SLOT_MARK.len() - SLOT_DIGITS,
+            cycle,
+        });
+        Some(self)
+    }
+
+    /// Writes request number `id` into the counter and, in a cycling template, the slot.
+    pub fn number(&mut self, id: u64) {
+        if let Some(at) = self.counter_at
+            && let Some(digits) = self.bytes.get_mut(at..at + COUNTER_DIGITS)
+        {
+            write_counter(digits, id);
+        }
+        // Fixed templates (every cell but the end users') pay this one branch.
+        if let Some(slot) = self.slot
+            && let Some(digits) = self.bytes.get_mut(slot.at..slot.at + SLOT_DIGITS)
+        {
+            write_counter(digits, id % slot.cycle);
+        }
+    }
+
+    /// The request's bytes as they stand.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
     }
 
     /// The same request, answered with an SSE stream whose first event is timed.
@@ -61,6 +116,7 @@ impl Template {
         Self {
             bytes,
             counter_at: None,
+            slot: None,
             stream: false,
         }
     }
@@ -85,9 +141,8 @@ pub struct Response {
 pub struct Conn {
     addr: SocketAddr,
     stream: Option<TcpStream>,
-    request: Vec<u8>,
-    counter_at: Option<usize>,
-    watch_data: bool,
+    /// This connection's own copy, numbered in place for each request.
+    request: Template,
     buf: Vec<u8>,
     served: u64,
 }
@@ -97,9 +152,7 @@ impl Conn {
         Self {
             addr,
             stream: None,
-            request: template.bytes.clone(),
-            counter_at: template.counter_at,
-            watch_data: template.stream,
+            request: template.clone(),
             buf: Vec::with_capacity(READ_RESERVE),
             served: 0,
         }
@@ -119,11 +172,7 @@ impl Conn {
     /// Sends the request numbered `id` and reads its whole response. A reused connection that
     /// the server closed while it was idle is retried once on a fresh one, like any HTTP client.
     pub async fn exchange(&mut self, id: u64) -> io::Result<Response> {
-        if let Some(at) = self.counter_at
-            && let Some(digits) = self.request.get_mut(at..at + COUNTER_DIGITS)
-        {
-            write_counter(digits, id);
-        }
+        self.request.number(id);
         let reused = self.stream.is_some() && self.served > 0;
         match self.attempt().await {
             Ok(response) => Ok(response),
@@ -145,8 +194,8 @@ impl Conn {
             .stream
             .as_mut()
             .ok_or_else(|| io::Error::other("no connection after connect"))?;
-        stream.write_all(&self.request).await?;
-        let response = read_response(stream, &mut self.buf, self.watch_data).await?;
+        stream.write_all(&self.request.bytes).await?;
+        let response = read_response(stream, &mut self.buf, self.request.stream).await?;
         self.served += 1;
         if response.close {
             self.stream = None;

@@ -3,14 +3,17 @@
 //! It starts the fake upstreams, the gateway (this build's release binary, every governance
 //! feature on), a reference nginx and a `redis-server` with a second gateway as child processes on
 //! loopback, measures a direct-to-upstream baseline and the gateways under open-loop and
-//! closed-loop load (plain, streaming and Redis mode), holds 1,000 requests open in a fresh
-//! gateway to read its memory and file descriptors, prints the tables, writes
-//! `target/load/results.json` and regenerates `BENCHMARKS.md`. Every child is stopped by PID when
-//! the harness ends, fails or panics. Under `cargo test` (no `--bench` flag) only self-checks run.
+//! closed-loop load (plain, streaming, Redis mode, and Redis mode with every request naming one
+//! of many end users, Redis's and the gateway's memory read around those cells), holds 1,000
+//! requests open in a fresh gateway to read its memory and file descriptors, prints the tables,
+//! writes `target/load/results.json` and regenerates `BENCHMARKS.md`. Every child is stopped by
+//! PID when the harness ends, fails or panics. Under `cargo test` (no `--bench` flag) only
+//! self-checks run.
 #![expect(clippy::print_stdout, reason = "a benchmark harness reports on stdout")]
 
 mod clock;
 mod config;
+mod end_users;
 mod generator;
 mod http;
 mod inflight;
@@ -20,6 +23,7 @@ mod priority;
 mod procs;
 mod profile;
 mod report;
+mod resp;
 mod scenarios;
 mod selfcheck;
 mod stack;
@@ -30,20 +34,23 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result, bail};
 
+use crate::end_users::EndUserRun;
 use crate::http::{Conn, Template};
 use crate::machine::Machine;
-use crate::plan::{Runner, Timing};
+use crate::plan::{Cell, Mode, Runner, Timing};
 use crate::procs::rss_kib;
 use crate::report::{GatewayAfter, RedisCommands, Results, ScenarioInfo};
 use crate::stack::{Nginx, Redis, Stack};
 
 const USAGE: &str = "usage: cargo bench --bench load [-- [--quick] [--runs N] [--seconds S] \
-                     [--wait-quiet S] [--soak-seconds N] [--nginx-workers N] [--skip-nginx] \
-                     [--skip-redis] [--no-renice] [--no-profile]]";
+                     [--wait-quiet S] [--soak-seconds N] [--end-users N] [--nginx-workers N] \
+                     [--skip-nginx] [--skip-redis] [--no-renice] [--no-profile]]";
 const DEFAULT_NGINX_WORKERS: u32 = 2;
 /// The soak of a full run; the 10-minute soak of the target is `--soak-seconds 600`.
 const DEFAULT_SOAK_S: u64 = 60;
 const MAX_SOAK_S: u64 = 3_600;
+/// The end-user slot of a request has six digits.
+const MAX_END_USERS: u64 = 1_000_000;
 
 #[derive(Debug, Clone, Copy)]
 struct Options {
@@ -56,6 +63,8 @@ struct Options {
     soak_seconds: u64,
     /// How long the 1,000 requests are held for the peak reading.
     hold_seconds: u64,
+    /// End users the end-user cells name.
+    end_users: u64,
 }
 
 fn parse_options(args: &[String]) -> Result<Options> {
@@ -68,6 +77,7 @@ fn parse_options(args: &[String]) -> Result<Options> {
     let mut profile = true;
     let mut redis = true;
     let mut soak = None;
+    let mut end_users = None;
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -85,6 +95,16 @@ fn parse_options(args: &[String]) -> Result<Options> {
                         .filter(|v| *v <= MAX_SOAK_S)
                         .with_context(|| {
                             format!("--soak-seconds needs 0 to {MAX_SOAK_S}\n{USAGE}")
+                        })?,
+                );
+            }
+            "--end-users" => {
+                end_users = Some(
+                    args.next()
+                        .and_then(|v| v.parse().ok())
+                        .filter(|v| (1..=MAX_END_USERS).contains(v))
+                        .with_context(|| {
+                            format!("--end-users needs 1 to {MAX_END_USERS}\n{USAGE}")
                         })?,
                 );
             }
@@ -140,6 +160,11 @@ fn parse_options(args: &[String]) -> Result<Options> {
         // --quick skips the soak unless one is asked for.
         soak_seconds: soak.unwrap_or(if quick { 0 } else { DEFAULT_SOAK_S }),
         hold_seconds: if quick { 4 } else { 8 },
+        end_users: end_users.unwrap_or(if quick {
+            end_users::QUICK_END_USERS
+        } else {
+            end_users::END_USERS
+        }),
     })
 }
 
@@ -273,12 +298,13 @@ async fn measure(
     let first_gateway_answer = runner.sanity_check().await?;
     println!("gateway answers with {first_gateway_answer}\n");
 
-    let mut cells = Vec::new();
-    for plan in plan::cells(options.timing.quick, redis_running) {
-        cells.push(runner.run_cell(&plan).await?);
-    }
+    let Measured {
+        cells,
+        redis_commands,
+        end_users,
+        end_users_failed,
+    } = run_cells(&mut runner, options, redis_running).await?;
     let waited_for_quiet_s = runner.waited.as_secs();
-    let redis_commands = redis_commands(runner.stack).await;
     let gateway_after = gateway_after(runner.stack).await;
     let profile = if options.profile {
         let target = runner.gateway_target("short")?;
@@ -305,6 +331,10 @@ async fn measure(
     println!(
         "{}",
         report::redis_table(&cells, &redis, redis_commands.as_ref())
+    );
+    println!(
+        "{}",
+        report::end_users_section(&cells, end_users.as_ref(), end_users_failed.as_deref())
     );
     println!(
         "{}",
@@ -336,10 +366,17 @@ async fn measure(
                 prompt_tokens: s.prompt_tokens,
             })
             .collect(),
-        not_measured: report::not_measured(&cells, in_flight.as_ref(), &redis),
+        not_measured: report::not_measured(
+            &cells,
+            in_flight.as_ref(),
+            &redis,
+            end_users_failed.as_deref(),
+        ),
         nginx,
         redis,
         redis_commands,
+        end_users,
+        end_users_failed,
         first_gateway_answer,
         cells,
         in_flight,
@@ -352,6 +389,67 @@ async fn measure(
         waited_for_quiet_s,
         priority,
         elapsed_s: clock::now().saturating_duration_since(started).as_secs(),
+    })
+}
+
+/// The cells, and what the Redis-backed ones leave besides.
+struct Measured {
+    cells: Vec<Cell>,
+    /// The tenant-only Redis cells' commands (taken before the end-user cells).
+    redis_commands: Option<report::RedisCommands>,
+    end_users: Option<EndUserRun>,
+    /// Why the end-user cells were skipped.
+    end_users_failed: Option<String>,
+}
+
+/// Where the end-user cells stand.
+enum EndUserPhase {
+    NotYet,
+    Ready(Box<end_users::Ready>),
+    Failed(String),
+}
+
+/// Runs every cell in order; before the first end-user cell (the tenant-only Redis cells are
+/// done by then) it reads Redis and gives every end user its first request. A failure there
+/// skips the end-user cells and leaves the rest standing.
+async fn run_cells(runner: &mut Runner<'_>, options: Options, redis: bool) -> Result<Measured> {
+    let mut cells = Vec::new();
+    let mut tenant_commands = None;
+    let mut phase = EndUserPhase::NotYet;
+    for plan in plan::cells(options.timing.quick, redis, options.end_users) {
+        if let Mode::EndUsers { users } = plan.mode {
+            if matches!(phase, EndUserPhase::NotYet) {
+                let before = end_users::before(runner.stack).await;
+                tenant_commands = Some(before.commands_since(None));
+                phase = match end_users::seed(runner, users, before).await {
+                    Ok(ready) => EndUserPhase::Ready(Box::new(ready)),
+                    Err(error) => {
+                        let reason = format!("{error:#}");
+                        println!("the end-user cells are skipped: {reason}");
+                        EndUserPhase::Failed(reason)
+                    }
+                };
+            }
+            if matches!(phase, EndUserPhase::Failed(_)) {
+                continue;
+            }
+        }
+        cells.push(runner.run_cell(&plan).await?);
+    }
+    let redis_commands = match tenant_commands {
+        Some(commands) => commands,
+        None => redis_commands(runner.stack).await,
+    };
+    let (end_users, end_users_failed) = match phase {
+        EndUserPhase::Ready(ready) => (Some(ready.finish(runner.stack).await), None),
+        EndUserPhase::Failed(reason) => (None, Some(reason)),
+        EndUserPhase::NotYet => (None, None),
+    };
+    Ok(Measured {
+        cells,
+        redis_commands,
+        end_users,
+        end_users_failed,
     })
 }
 
@@ -403,20 +501,38 @@ async fn redis_commands(stack: &Stack) -> Option<RedisCommands> {
     let Redis::Running { gateway, addr, .. } = &stack.redis else {
         return None;
     };
-    let info = match stack::redis_info(*addr, "commandstats").await {
+    let info = match resp::info(*addr, "commandstats").await {
         Ok(info) => info,
         Err(error) => {
             println!("no Redis command statistics: {error:#}");
             return None;
         }
     };
-    let requests = metric_lines(gateway.addr, &["tollgate_requests_total"])
-        .await
-        .iter()
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum();
+    let requests = metric_sum(gateway.addr, "tollgate_requests_total").await?;
     Some(RedisCommands::parse(requests, &info))
 }
+
+/// The sum of a metric's series on a gateway's `/metrics`: 0 when it has none yet, `None`
+/// when `/metrics` did not answer.
+async fn metric_sum(addr: std::net::SocketAddr, name: &str) -> Option<u64> {
+    let lines = metric_lines(addr, &[name]).await;
+    if lines.iter().any(|line| line.starts_with(METRICS_FAILED)) {
+        return None;
+    }
+    Some(
+        lines
+            .iter()
+            // The name itself, not a longer one it begins (`…_total` vs `…_total_bytes`).
+            .filter(|line| {
+                line.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with(['{', ' ']))
+            })
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum(),
+    )
+}
+
+const METRICS_FAILED: &str = "# /metrics failed:";
 
 /// The lines of the gateway's `/metrics` that start with one of `names`.
 async fn metric_lines(addr: std::net::SocketAddr, names: &[&str]) -> Vec<String> {
@@ -428,7 +544,7 @@ async fn metric_lines(addr: std::net::SocketAddr, names: &[&str]) -> Vec<String>
             .filter(|line| names.iter().any(|name| line.starts_with(name)))
             .map(str::to_owned)
             .collect(),
-        Err(error) => vec![format!("# /metrics failed: {error}")],
+        Err(error) => vec![format!("{METRICS_FAILED} {error}")],
     }
 }
 

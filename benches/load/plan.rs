@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::config::UPSTREAM_MODEL;
 use crate::generator::{self, ClosedLoop, OpenLoop, Outcome, Target};
-use crate::http::{Conn, Template};
+use crate::http::{Conn, SLOT_MARK, Template};
 use crate::procs::{
     CpuSample, busy_neighbours, clock_ticks_per_second, cpu_ticks, cpu_ticks_with_children,
 };
@@ -30,6 +30,7 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(10);
 /// Other processes using this share of the machine (or more) make a run noisy.
 pub const NOISY_PERCENT: u64 = 10;
 const CHAT_PATH: &str = "/v1/chat/completions";
+pub const END_USER_HEADER: &str = "X-Tollgate-End-User";
 
 /// How long and how often.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -89,6 +90,10 @@ pub enum Mode {
     /// A gateway configured like the plain one but with `ledger.fsync = "batch"`: each
     /// attempt's reserve waits for a group fsync before the call is sent.
     Batch,
+    /// The Redis-mode gateway again, each request naming one of `users` end users in
+    /// `X-Tollgate-End-User` (the next one each request), so the tier's end-user template is
+    /// decided beside the tenant's on every call.
+    EndUsers { users: u64 },
 }
 
 /// The API a streaming cell calls: the translation a door adds is in its figures.
@@ -139,8 +144,8 @@ pub const STREAM_MODES: [Mode; 3] = [
         door: Door::Messages,
     },
 ];
-/// The open-loop rates of the streaming cells, and of the fsync-batch and Redis cells in a
-/// full run (a smoke run keeps 1,000 for those).
+/// The open-loop rates of the streaming cells, and of the fsync-batch, Redis and end-user
+/// cells in a full run (a smoke run keeps 1,000 for those).
 pub const MODE_RATES: [u64; 2] = [200, 1_000];
 
 #[derive(Debug, Clone)]
@@ -153,8 +158,8 @@ pub struct CellPlan {
 }
 
 /// The cells of a run. `--quick` keeps one of each kind of cell, so every path is exercised.
-/// `redis`: the Redis mode is running.
-pub fn cells(quick: bool, redis: bool) -> Vec<CellPlan> {
+/// `redis`: the Redis mode is running; `end_users`: how many end users its end-user cells name.
+pub fn cells(quick: bool, redis: bool, end_users: u64) -> Vec<CellPlan> {
     let mut cells = plain_cells(quick);
     let both = [Kind::Direct, Kind::Gateway];
     let rates: &[u64] = if quick { &[1_000] } else { &MODE_RATES };
@@ -173,7 +178,9 @@ pub fn cells(quick: bool, redis: bool) -> Vec<CellPlan> {
     }
     let mut modes = vec![Mode::Batch];
     if redis {
+        // The end-user cells come right after the tenant-only ones they are compared with.
         modes.push(Mode::Redis);
+        modes.push(Mode::EndUsers { users: end_users });
     }
     for mode in modes {
         // Short prompts, 0 ms upstream: open loop at each rate, then the closed loop.
@@ -405,12 +412,17 @@ impl<'a> Runner<'a> {
 
     /// The gateway with the named scenario on the 0 ms upstream.
     pub fn gateway_target(&self, scenario: &str) -> Result<Target> {
+        self.mode_target(scenario, Mode::Plain)
+    }
+
+    /// The gateway of `mode` with the named scenario on the 0 ms upstream.
+    pub fn mode_target(&self, scenario: &str, mode: Mode) -> Result<Target> {
         let scenario = self
             .scenarios
             .iter()
             .find(|s| s.name == scenario)
             .with_context(|| format!("no scenario {scenario}"))?;
-        self.target(scenario, Mode::Plain, 0, Kind::Gateway)
+        self.target(scenario, mode, 0, Kind::Gateway)
     }
 
     /// A gateway request on `route` (the in-flight scenario's slow route, say).
@@ -421,6 +433,7 @@ impl<'a> Runner<'a> {
             key,
             Door::Chat,
             &scenario.gateway_body(route)?,
+            None,
         ))
     }
 
@@ -437,14 +450,14 @@ impl<'a> Runner<'a> {
                 }
                 stream_route(chunks, chunk_delay_ms)
             }
-            Mode::Plain | Mode::Redis | Mode::Batch => {
+            Mode::Plain | Mode::Redis | Mode::Batch | Mode::EndUsers { .. } => {
                 (fake.route.clone(), UPSTREAM_MODEL.to_owned())
             }
         };
         let streaming = matches!(mode, Mode::Stream { .. });
         let door = match mode {
             Mode::Stream { door, .. } => door,
-            Mode::Plain | Mode::Redis | Mode::Batch => Door::Chat,
+            Mode::Plain | Mode::Redis | Mode::Batch | Mode::EndUsers { .. } => Door::Chat,
         };
         let target = match kind {
             Kind::Direct => Target {
@@ -459,7 +472,10 @@ impl<'a> Runner<'a> {
             Kind::Gateway => {
                 let (addr, key, _) = self.stack.gateway_for(mode)?;
                 let body = scenario.gateway_body_for(&route, streaming, door)?;
-                gateway_target(addr, key, door, &body)
+                match mode {
+                    Mode::EndUsers { users } => end_user_target(addr, key, &body, users)?,
+                    _ => gateway_target(addr, key, door, &body, None),
+                }
             }
             Kind::Nginx => {
                 let Nginx::Running { addr, .. } = &self.stack.nginx else {
@@ -604,7 +620,9 @@ impl<'a> Runner<'a> {
             None
         };
         let redis = match (&self.stack.redis, plan.mode, kind) {
-            (Redis::Running { server, .. }, Mode::Redis, Kind::Gateway) => cpu_ticks(server.pid()),
+            (Redis::Running { server, .. }, Mode::Redis | Mode::EndUsers { .. }, Kind::Gateway) => {
+                cpu_ticks(server.pid())
+            }
             _ => None,
         };
         Ok([
@@ -696,7 +714,14 @@ fn summarize(kind: Kind, runs: &[Run]) -> Option<Summary> {
     })
 }
 
-fn gateway_target(addr: SocketAddr, key: &str, door: Door, body: &[u8]) -> Target {
+/// `end_user`: the value of `X-Tollgate-End-User`, if the request names one.
+fn gateway_target(
+    addr: SocketAddr,
+    key: &str,
+    door: Door,
+    body: &[u8],
+    end_user: Option<&str>,
+) -> Target {
     let auth = format!("Bearer {key}");
     let mut headers = vec![
         ("Authorization", auth.as_str()),
@@ -705,8 +730,22 @@ fn gateway_target(addr: SocketAddr, key: &str, door: Door, body: &[u8]) -> Targe
     if door == Door::Messages {
         headers.push(("anthropic-version", "2023-06-01"));
     }
+    if let Some(end_user) = end_user {
+        headers.push((END_USER_HEADER, end_user));
+    }
     Target {
         addr,
         template: Template::post(addr, door.path(), &headers, body),
     }
+}
+
+/// A chat request naming one of `users` end users, the next one each request (by request
+/// number, so any `users` consecutive requests name every one of them once).
+fn end_user_target(addr: SocketAddr, key: &str, body: &[u8], users: u64) -> Result<Target> {
+    let target = gateway_target(addr, key, Door::Chat, body, Some(SLOT_MARK));
+    let template = target
+        .template
+        .cycling(users)
+        .with_context(|| format!("{users} end users do not fit the template's slot"))?;
+    Ok(Target { template, ..target })
 }

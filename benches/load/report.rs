@@ -6,6 +6,7 @@ use std::path::Path;
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 
+use crate::end_users::{END_USER_KEYS, EndUserRun, Reading};
 use crate::inflight::{self, InFlight};
 use crate::machine::Machine;
 use crate::plan::{
@@ -84,6 +85,10 @@ pub struct Results {
     /// The Redis server's version, or why the Redis mode was skipped.
     pub redis: String,
     pub redis_commands: Option<RedisCommands>,
+    /// The end-user cells' first-request wave and memory readings.
+    pub end_users: Option<EndUserRun>,
+    /// Why the end-user cells were skipped.
+    pub end_users_failed: Option<String>,
     pub first_gateway_answer: String,
     pub cells: Vec<Cell>,
     pub in_flight: Option<InFlight>,
@@ -104,11 +109,25 @@ pub struct Results {
 pub const GENERATOR: &str = "written for this harness: raw HTTP/1.1 over tokio TcpStream keep-alive connections on one runtime thread, plus one pacing thread for open-loop";
 
 /// What this run could not measure, and why.
-pub fn not_measured(cells: &[Cell], in_flight: Option<&InFlight>, redis: &str) -> Vec<String> {
+pub fn not_measured(
+    cells: &[Cell],
+    in_flight: Option<&InFlight>,
+    redis: &str,
+    end_users_failed: Option<&str>,
+) -> Vec<String> {
     let mut missing = Vec::new();
     if !cells.iter().any(|c| c.mode == Mode::Redis) {
         missing.push(format!(
             "Redis mode: shared limits and budgets (target p99 added ≤ 2 ms at 1,000 req/s): {redis}"
+        ));
+    }
+    if !cells
+        .iter()
+        .any(|c| matches!(c.mode, Mode::EndUsers { .. }))
+    {
+        missing.push(format!(
+            "end users in Redis mode (each request naming one of many end users): {}",
+            end_users_failed.unwrap_or(redis)
         ));
     }
     match in_flight {
@@ -198,6 +217,7 @@ fn scenario_label(mode: Mode, scenario: &str) -> String {
         Mode::Stream { door, .. } => format!("{scenario} SSE {}", door.as_str()),
         Mode::Redis => format!("{scenario} Redis"),
         Mode::Batch => format!("{scenario} fsync batch"),
+        Mode::EndUsers { .. } => format!("{scenario} end users"),
     }
 }
 
@@ -810,23 +830,233 @@ pub fn redis_table(cells: &[Cell], redis: &str, commands: Option<&RedisCommands>
         Some("Redis"),
     ));
     if let Some(c) = commands.filter(|c| c.requests > 0) {
-        let listed: Vec<String> = c
-            .commands
-            .iter()
-            .map(|(name, calls, per_call)| {
-                format!(
-                    "`{name}` {} (≈ {per_call} µs each)",
-                    ratio(*calls, c.requests).unwrap_or_default()
-                )
-            })
-            .collect();
         let _ = writeln!(
             out,
             "\nRedis commands per request the Redis-mode gateway answered ({} requests, warm-ups included; Redis's `INFO commandstats`, \
              time spent inside Redis per call): {}.",
             grouped(c.requests),
-            listed.join(", ")
+            commands_list(c)
         );
+    }
+    out
+}
+
+/// `` `evalsha` 2.00 (≈ 98 µs each), … ``: calls per request, most first.
+fn commands_list(c: &RedisCommands) -> String {
+    c.commands
+        .iter()
+        .map(|(name, calls, per_call)| {
+            format!(
+                "`{name}` {} (≈ {per_call} µs each)",
+                ratio(*calls, c.requests).unwrap_or_default()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The end-user cells beside the tenant-only Redis cells of the same load, and what Redis and
+/// the gateway hold once every end user has a window.
+pub fn end_users_section(cells: &[Cell], run: Option<&EndUserRun>, failed: Option<&str>) -> String {
+    let Some(run) = run else {
+        return format!(
+            "End users: not measured ({}).\n",
+            failed.unwrap_or("the Redis mode did not run")
+        );
+    };
+    let wave = &run.wave;
+    let cell_requests = run
+        .after
+        .requests
+        .zip(run.seeded.requests)
+        .and_then(|(after, before)| after.checked_sub(before));
+    let mut out = format!(
+        "The Redis-mode gateway's tier has an `end_user` template (budget {budget} per end user and {period}, {rpm} rpm: \
+         decided in the same Redis script as the tenant's on every call, never refusing). \
+         In the end-user cells every request names one of {users} end users in `X-Tollgate-End-User` (`EU-000000` on), the next one each request. \
+         Before them, {users} requests over {conns} connections gave every end user its first request (its window is read from the ledger, \
+         seeded in Redis, then reserved in): {secs} s, {rps} req/s, {errors} errors, {unfinished} unfinished; not measured otherwise. \
+         The cells ({sent} requests, so {again}) ran right after the tenant-only Redis cells above, on the same gateway and Redis, \
+         each with its own direct baseline. Short prompt, 0 ms fake upstream; latency in ms, p50 / p99 (open loop from each request's \
+         intended start, closed loop from each send, with req/s); added = gateway − direct; end users ÷ tenant only compares the gateways' figures.\n\n",
+        budget = crate::config::END_USER_BUDGET,
+        period = crate::config::END_USER_PERIOD,
+        rpm = grouped(u64::from(crate::config::RPM)),
+        users = grouped(run.users),
+        conns = crate::plan::CLOSED_CONNS,
+        secs = ms(wave.millis),
+        rps = grouped(wave.rps),
+        errors = wave.errors,
+        unfinished = wave.unfinished,
+        sent = cell_requests.map_or_else(|| "?".to_owned(), grouped),
+        again = match cell_requests {
+            Some(sent) if sent >= run.users => "each end user again at least once".to_owned(),
+            Some(sent) => format!("{} of the end users again", grouped(sent)),
+            None => "an unknown share of the end users again".to_owned(),
+        },
+    );
+    out.push_str(&end_user_rows(cells));
+    out.push('\n');
+    out.push_str(&end_user_memory(run));
+    let spans = [
+        ("their first requests", run.wave_commands.as_ref()),
+        ("the end-user cells", run.cell_commands.as_ref()),
+    ];
+    for (span, commands) in spans {
+        if let Some(c) = commands.filter(|c| c.requests > 0) {
+            let _ = writeln!(
+                out,
+                "\nRedis commands per request during {span} ({} requests): {}.",
+                grouped(c.requests),
+                commands_list(c)
+            );
+        }
+    }
+    out
+}
+
+/// One row per end-user cell, beside the tenant-only Redis cell of the same shape.
+fn end_user_rows(cells: &[Cell]) -> String {
+    let mut out = String::from(
+        "| load | tenant only | end users | added p50 / p99, tenant only | added p50 / p99, end users | end users − tenant only, added p50 / p99 | end users ÷ tenant only | CPU µs/req gateway / Redis, tenant only | CPU µs/req gateway / Redis, end users | gateway errors (tenant only; end users) |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    let mut rows = 0;
+    for cell in cells
+        .iter()
+        .filter(|c| matches!(c.mode, Mode::EndUsers { .. }))
+    {
+        rows += 1;
+        let tenant = cells.iter().find(|c| {
+            c.mode == Mode::Redis
+                && c.shape == cell.shape
+                && c.scenario == cell.scenario
+                && c.delay_ms == cell.delay_ms
+        });
+        let to = tenant.and_then(|c| c.summary(Kind::Gateway));
+        let eu = cell.summary(Kind::Gateway);
+        let closed = matches!(cell.shape, Shape::Closed { .. });
+        let added_of = |c: Option<&Cell>| {
+            let c = c?;
+            Some(added(
+                latency(c.summary(Kind::Gateway))?,
+                latency(c.summary(Kind::Direct))?,
+            ))
+        };
+        let (added_to, added_eu) = (added_of(tenant), added_of(Some(cell)));
+        let two = |a: Option<[i64; 4]>| {
+            a.map_or_else(
+                || "—".to_owned(),
+                |a| format!("{} / {}", signed_ms(a[0]), signed_ms(a[2])),
+            )
+        };
+        let extra = added_eu
+            .zip(added_to)
+            .map(|(e, t)| std::array::from_fn(|i| e[i].saturating_sub(t[i])));
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {}; {} |",
+            shape_label(cell.shape),
+            gateway_figures(to, closed),
+            gateway_figures(eu, closed),
+            two(added_to),
+            two(added_eu),
+            two(extra),
+            end_user_ratios(to, eu, closed),
+            redis_cpu(to),
+            redis_cpu(eu),
+            problems(to),
+            problems(eu)
+        );
+    }
+    if rows == 0 {
+        out.push_str("| not measured | — | — | — | — | — | — | — | — | — |\n");
+    }
+    out
+}
+
+/// p50 / p99, with req/s first in the closed loop.
+fn gateway_figures(summary: Option<&Summary>, closed: bool) -> String {
+    let Some(p) = latency(summary) else {
+        return "—".to_owned();
+    };
+    let two = format!("{} / {}", ms(p.p50), ms(p.p99));
+    match summary.and_then(|s| s.rps).filter(|_| closed) {
+        Some(rps) => format!("{} req/s, {two}", grouped(rps)),
+        None => two,
+    }
+}
+
+/// End users ÷ tenant only: p50 and p99 latency, and req/s in the closed loop.
+fn end_user_ratios(tenant: Option<&Summary>, end_users: Option<&Summary>, closed: bool) -> String {
+    let (Some(t), Some(e)) = (latency(tenant), latency(end_users)) else {
+        return "—".to_owned();
+    };
+    let show = |e: u64, t: u64| ratio(e, t).unwrap_or_else(|| "—".to_owned());
+    let mut text = format!("p50 {} ×, p99 {} ×", show(e.p50, t.p50), show(e.p99, t.p99));
+    if closed
+        && let (Some(t), Some(e)) = (tenant.and_then(|s| s.rps), end_users.and_then(|s| s.rps))
+    {
+        let _ = write!(text, ", req/s {} ×", show(e, t));
+    }
+    text
+}
+
+fn redis_cpu(summary: Option<&Summary>) -> String {
+    summary.map_or_else(
+        || "—".to_owned(),
+        |s| {
+            let show = |v: Option<u64>| v.map_or_else(|| "?".to_owned(), |v| v.to_string());
+            format!(
+                "{} / {}",
+                show(s.cpu_us_per_request.gateway),
+                show(s.cpu_us_per_request.redis)
+            )
+        },
+    )
+}
+
+/// Redis's keys and memory and the gateway's resident memory at the three readings, and
+/// the growth per end user.
+fn end_user_memory(run: &EndUserRun) -> String {
+    let readings = [&run.before, &run.seeded, &run.after];
+    let row = |what: &str, value: &dyn Fn(&Reading) -> String| {
+        let values: Vec<String> = readings.iter().map(|r| value(r)).collect();
+        format!("| {what} | {} |\n", values.join(" | "))
+    };
+    let count = |v: Option<u64>| v.map_or_else(|| "?".to_owned(), grouped);
+    let mut out = String::from(
+        "| | before the first requests | after them | after the cells |\n|---|---:|---:|---:|\n",
+    );
+    out.push_str(&row(
+        &format!("end-user keys in Redis (`{END_USER_KEYS}`, `SCAN`)"),
+        &|r| count(r.end_user_keys),
+    ));
+    out.push_str(&row("keys in Redis (`DBSIZE`)", &|r| count(r.redis_keys)));
+    out.push_str(&row("Redis `used_memory` (`INFO memory`)", &|r| {
+        mib(r.redis_used_memory.map(|bytes| bytes / 1024))
+    }));
+    out.push_str(&row("gateway resident memory (`VmRSS`)", &|r| {
+        mib(r.gateway_rss_kib)
+    }));
+    out.push_str(&row(
+        "end users read from the ledger (`tollgate_end_user_loads_total`)",
+        &|r| count(r.end_user_loads),
+    ));
+    let bytes = |v: Option<u64>| v.map_or_else(|| "?".to_owned(), grouped);
+    let _ = writeln!(
+        out,
+        "\nPer end user, from before the first requests to after the cells: Redis `used_memory` grew by {} bytes per end-user key; \
+         the gateway's resident memory by {} bytes per end user (its allocator's growth under the load included).",
+        bytes(run.redis_bytes_per_key()),
+        bytes(run.gateway_bytes_per_user())
+    );
+    let problems: Vec<&str> = readings
+        .iter()
+        .flat_map(|r| r.problems.iter().map(String::as_str))
+        .collect();
+    if !problems.is_empty() {
+        let _ = writeln!(out, "\nNot read: {}.", problems.join("; "));
     }
     out
 }
@@ -1139,6 +1369,19 @@ fn machine_section(results: &Results) -> String {
     doc
 }
 
+/// The harness's options after `--`, with their defaults.
+fn options_paragraph() -> String {
+    format!(
+        "Options after `--`: `--runs N` (default 3), `--seconds S` (measured seconds per run, default 2.5), \
+        `--wait-quiet S` (seconds the run may wait in total, before its measurements, for other busy processes on the machine to finish; default 60), \
+        `--soak-seconds N` (the in-flight soak, default 60; none under `--quick` unless given; the target's 10-minute run is `--soak-seconds 600`), \
+        `--end-users N` (end users the end-user cells name, default {full}; {quick} under `--quick`), \
+        `--nginx-workers N` (default 2), `--skip-nginx`, `--skip-redis`, `--no-renice`, `--no-profile`.\n\n",
+        full = grouped(crate::end_users::END_USERS),
+        quick = grouped(crate::end_users::QUICK_END_USERS),
+    )
+}
+
 fn method_section(results: &Results) -> String {
     let t = &results.timing;
     let mut doc = String::new();
@@ -1151,10 +1394,8 @@ fn method_section(results: &Results) -> String {
         doc,
         "{COMMAND} -- --quick   # a smoke run (fewer cells, one 1 s run each); writes target/load/results-quick.json and BENCHMARKS-quick.md there"
     );
-    doc.push_str("```\n\nOptions after `--`: `--runs N` (default 3), `--seconds S` (measured seconds per run, default 2.5), \
-        `--wait-quiet S` (seconds the run may wait in total, before its measurements, for other busy processes on the machine to finish; default 60), \
-        `--soak-seconds N` (the in-flight soak, default 60; none under `--quick` unless given; the target's 10-minute run is `--soak-seconds 600`), \
-        `--nginx-workers N` (default 2), `--skip-nginx`, `--skip-redis`, `--no-renice`, `--no-profile`.\n\n");
+    doc.push_str("```\n\n");
+    doc.push_str(&options_paragraph());
     let _ = writeln!(
         doc,
         "This run took {} s, {} s of it waiting for other busy processes to finish.\n",
@@ -1191,6 +1432,11 @@ fn method_section(results: &Results) -> String {
          - **Redis mode** ({mode_rates} req/s open loop, and closed loop): the harness starts Debian's `redis-server` on a free loopback port \
          (`--save \"\" --appendonly no`) and a second gateway configured like the first plus `[storage] redis_url` (default timeout and pool), \
          with its own SQLite ledger; its `/readyz` must report the Redis quota store before it is measured.\n\
+         - **End users** (the Redis mode's shapes): the same Redis-mode gateway, each request naming one of {end_users} end users in `X-Tollgate-End-User`, \
+         the next one each request (the tier's `end_user` template, written into every gateway's configuration but used only by requests that name an end user, \
+         gives each their own budget and rpm, never refusing); before these cells each end user \
+         gets one first request, unmeasured, so the cells measure end users Redis already holds. Redis's `INFO memory`, its keys (`DBSIZE`, and a `SCAN` \
+         of `{end_user_keys}`) and the gateway's `VmRSS` are read before those first requests, after them and after the cells.\n\
          - **1,000 in flight**: after everything else, a fresh gateway and {in_flight} connections to a route whose fake answers after 2 s (the fake's `delay-2000ms` model string); \
          its memory and descriptors are read from `/proc`, and the soak keeps the same load on while sampling memory.\n\
          - **Scenarios.** Every request carries its own number in the user message, so no two prompts are equal and no \
@@ -1200,6 +1446,11 @@ fn method_section(results: &Results) -> String {
         rates = OPEN_RATES.map(grouped).join(", "),
         mode_rates = MODE_RATES.map(grouped).join(" and "),
         in_flight = grouped(u64::try_from(inflight::IN_FLIGHT).unwrap_or(0)),
+        end_users = results
+            .end_users
+            .as_ref()
+            .map_or_else(|| "many".to_owned(), |run| grouped(run.users)),
+        end_user_keys = END_USER_KEYS,
         runs = t.runs,
         warm = t.warmup_ms,
         measure = t.measure_ms,
@@ -1221,7 +1472,8 @@ fn method_section(results: &Results) -> String {
          wrk/oha-style tools are not installed here, `awc` would spend more client CPU per \
          request (a full HTTP client with header maps and a connection pool) on cores the gateway needs, \
          and an open-loop schedule needs due-time bookkeeping that closed-loop tools lack. \
-         The request bytes are built once per connection and only the request number is patched in; the response is parsed just far enough \
+         The request bytes are built once per connection and only the request number is patched in (and, in the end-user cells, that number \
+         modulo the number of end users, in the end-user header); the response is parsed just far enough \
          to find its status and end. It shares the two cores with everything else: its own CPU time per request is in the closed-loop table.\n",
         generator = capitalized(GENERATOR),
     );
@@ -1242,6 +1494,12 @@ fn results_section(results: &Results) -> String {
         &results.cells,
         &results.redis,
         results.redis_commands.as_ref(),
+    ));
+    doc.push_str("\n### End users\n\n");
+    doc.push_str(&end_users_section(
+        &results.cells,
+        results.end_users.as_ref(),
+        results.end_users_failed.as_deref(),
     ));
     doc.push_str("\n### 1,000 requests in flight\n\n");
     doc.push_str(&in_flight_section(

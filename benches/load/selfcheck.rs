@@ -1,6 +1,7 @@
 //! What runs when the bench binary is started without `--bench`, i.e. by
 //! `cargo test --all-targets`: checks of the pure parts (HTTP parsing, percentiles,
-//! configuration text), never a load run.
+//! configuration text, Redis replies, the report's end-user rows) and of the generator against
+//! a loopback listener, never a load run.
 
 use anyhow::{Result, ensure};
 
@@ -15,6 +16,10 @@ pub fn run() -> Result<()> {
     redis_commands()?;
     first_event()?;
     profile_components()?;
+    cycling_template()?;
+    end_user_wave()?;
+    redis_replies()?;
+    end_user_report()?;
     Ok(())
 }
 
@@ -215,5 +220,226 @@ fn configuration() -> Result<()> {
             .and_then(toml::Value::as_str)
             == Some("interval")
     );
+    // Every end user's template: a budget and an rpm that run on every call and never refuse.
+    let end_user = parsed
+        .get("tiers")
+        .and_then(|t| t.get(crate::config::TIER))
+        .and_then(|t| t.get("end_user"))
+        .ok_or_else(|| anyhow::anyhow!("no end_user template:\n{toml}"))?;
+    ensure!(
+        end_user.get("budget").and_then(toml::Value::as_str)
+            == Some(crate::config::END_USER_BUDGET)
+    );
+    ensure!(
+        end_user.get("rpm").and_then(toml::Value::as_integer)
+            == Some(i64::from(crate::config::RPM))
+    );
+    Ok(())
+}
+
+/// A cycling template names `cycle` values in turn in its header slot, beside the body's
+/// request number; a fixed one is numbered as before.
+fn cycling_template() -> Result<()> {
+    use crate::http::{SLOT_MARK, Template};
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 9));
+    let body = format!("{{\"n\":\"{}\"}}", crate::http::COUNTER_MARK);
+    let headers = [("X-Tollgate-End-User", SLOT_MARK)];
+    let mut cycling = Template::post(addr, "/", &headers, body.as_bytes())
+        .cycling(3)
+        .ok_or_else(|| anyhow::anyhow!("the slot was not found"))?;
+    cycling.number(7);
+    let text = String::from_utf8_lossy(cycling.bytes()).into_owned();
+    ensure!(
+        text.contains("X-Tollgate-End-User: EU-000001\r\n"),
+        "{text}"
+    );
+    ensure!(text.contains("REQ-0000000007"), "{text}");
+    let mut fixed = Template::post(addr, "/", &headers, body.as_bytes());
+    fixed.number(7);
+    let text = String::from_utf8_lossy(fixed.bytes()).into_owned();
+    ensure!(text.contains(&format!(": {SLOT_MARK}\r\n")) && text.contains("REQ-0000000007"));
+    // The slot is a header's: a mark in the body is not one, and a cycle must fit six digits.
+    let in_body = Template::post(addr, "/", &[], SLOT_MARK.as_bytes());
+    ensure!(in_body.cycling(2).is_none());
+    let template = || Template::post(addr, "/", &headers, b"{}");
+    ensure!(template().cycling(0).is_none() && template().cycling(1_000_001).is_none());
+    ensure!(template().cycling(1_000_000).is_some());
+    Ok(())
+}
+
+/// The wave sends exactly its count, and through a template cycling over that count it names
+/// every value once, however its connections interleave.
+fn end_user_wave() -> Result<()> {
+    use std::collections::BTreeMap;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::<String, u32>::new()));
+        let tally = std::sync::Arc::clone(&seen);
+        let server = tokio::spawn(async move {
+            loop {
+                let Ok((mut socket, _)) = listener.accept().await else {
+                    return;
+                };
+                let tally = std::sync::Arc::clone(&tally);
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    loop {
+                        // Requests without a body: each ends at its blank line.
+                        while let Some(end) = crate::http::find(&buf, b"\r\n\r\n", 0) {
+                            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                            buf.drain(..end + 4);
+                            if let Some(id) = head
+                                .lines()
+                                .find_map(|line| line.strip_prefix("X-Tollgate-End-User: "))
+                                && let Ok(mut tally) = tally.lock()
+                            {
+                                *tally.entry(id.to_owned()).or_default() += 1;
+                            }
+                            let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                            if socket.write_all(answer).await.is_err() {
+                                return;
+                            }
+                        }
+                        if matches!(socket.read_buf(&mut buf).await, Ok(0) | Err(_)) {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let headers = [("X-Tollgate-End-User", crate::http::SLOT_MARK)];
+        let target = crate::generator::Target {
+            addr,
+            template: crate::http::Template::post(addr, "/", &headers, b"")
+                .cycling(5)
+                .ok_or_else(|| anyhow::anyhow!("no slot"))?,
+        };
+        let outcome =
+            crate::generator::fill(&target, 3, 5, std::time::Duration::from_secs(5)).await;
+        server.abort();
+        ensure!(outcome.ok == 5 && outcome.errors == 0 && outcome.unfinished == 0);
+        let seen = seen
+            .lock()
+            .map_err(|_| anyhow::anyhow!("the tally's lock is poisoned"))?
+            .clone();
+        let wanted: BTreeMap<String, u32> = (0..5).map(|i| (format!("EU-{i:06}"), 1)).collect();
+        ensure!(seen == wanted, "{seen:?}");
+        Ok(())
+    })
+}
+
+fn redis_replies() -> Result<()> {
+    use crate::resp::{Reply, encode, info_field, parse};
+    ensure!(encode(&["SCAN", "0"]) == b"*2\r\n$4\r\nSCAN\r\n$1\r\n0\r\n");
+    let scan = b"*2\r\n$2\r\n17\r\n*2\r\n$3\r\nk:1\r\n$3\r\nk:2\r\n";
+    let parsed = parse(scan).map_err(anyhow::Error::msg)?;
+    let wanted = Reply::Array(vec![
+        Reply::Bulk(Some(b"17".to_vec())),
+        Reply::Array(vec![
+            Reply::Bulk(Some(b"k:1".to_vec())),
+            Reply::Bulk(Some(b"k:2".to_vec())),
+        ]),
+    ]);
+    ensure!(parsed == Some((wanted, scan.len())), "{parsed:?}");
+    // Every prefix is incomplete, never an error.
+    for cut in 0..scan.len() {
+        ensure!(parse(&scan[..cut]) == Ok(None), "cut at {cut}");
+    }
+    ensure!(parse(b":42\r\n") == Ok(Some((Reply::Integer(42), 5))));
+    ensure!(parse(b"$-1\r\n") == Ok(Some((Reply::Bulk(None), 5))));
+    ensure!(parse(b"-ERR no\r\n") == Ok(Some((Reply::Error("ERR no".to_owned()), 9))));
+    ensure!(parse(b"?x\r\n").is_err());
+    let info = "# Memory\r\nused_memory:1234567\r\nused_memory_human:1.18M\r\n";
+    ensure!(info_field(info, "used_memory") == Some(1_234_567));
+    ensure!(info_field(info, "used_memory_rss").is_none());
+    Ok(())
+}
+
+/// The end-user rows put each end-user cell beside the tenant-only cell of the same load, and
+/// the memory figures divide the growth by the end users.
+fn end_user_report() -> Result<()> {
+    use crate::end_users::{EndUserRun, Reading, Wave};
+    use crate::plan::{Cell, Cpu, Kind, Mode, Shape, Summary};
+    let p = |p50: u64, p99: u64| crate::stats::Percentiles {
+        p50,
+        p95: p99,
+        p99,
+        p999: p99,
+        max: p99,
+        count: 100,
+    };
+    let summary = |target, latency, redis_cpu| Summary {
+        target,
+        runs: 1,
+        latency_us: Some(latency),
+        first_event_us: None,
+        rps: Some(1_000),
+        errors: 0,
+        unfinished: 0,
+        cpu_us_per_request: Cpu {
+            gateway: Some(600),
+            redis: redis_cpu,
+            ..Cpu::default()
+        },
+    };
+    let cell = |mode, gateway| Cell {
+        mode,
+        shape: Shape::Open { rate: 1_000 },
+        scenario: "short",
+        delay_ms: 0,
+        summary: vec![
+            summary(Kind::Direct, p(200, 400), None),
+            summary(Kind::Gateway, gateway, Some(250)),
+        ],
+        runs: Vec::new(),
+    };
+    let cells = [
+        cell(Mode::Redis, p(1_000, 3_000)),
+        cell(Mode::EndUsers { users: 100_000 }, p(1_100, 3_600)),
+    ];
+    let reading = |memory, keys, rss| Reading {
+        redis_used_memory: Some(memory),
+        end_user_keys: Some(keys),
+        redis_keys: Some(keys + 4),
+        gateway_rss_kib: Some(rss),
+        end_user_loads: Some(keys),
+        requests: Some(keys * 2),
+        ..Reading::default()
+    };
+    let run = EndUserRun {
+        users: 100_000,
+        wave: Wave {
+            requests: 100_000,
+            ok: 100_000,
+            errors: 0,
+            unfinished: 0,
+            first_error: None,
+            millis: 40_000,
+            rps: 2_500,
+        },
+        before: reading(1_000_000, 0, 100_000),
+        seeded: reading(10_000_000, 100_000, 108_000),
+        after: reading(11_000_000, 100_000, 110_000),
+        wave_commands: None,
+        cell_commands: None,
+    };
+    ensure!(run.redis_bytes_per_key() == Some(100));
+    ensure!(run.gateway_bytes_per_user() == Some(102));
+    let text = crate::report::end_users_section(&cells, Some(&run), None);
+    let row = "| open 1,000/s | 1.000 / 3.000 | 1.100 / 3.600 | +0.800 / +2.600 | +0.900 / +3.200 \
+               | +0.100 / +0.600 | p50 1.10 ×, p99 1.20 × | 600 / 250 | 600 / 250 | 0; 0 |";
+    ensure!(text.contains(row), "{text}");
+    ensure!(
+        text.contains("grew by 100 bytes per end-user key"),
+        "{text}"
+    );
+    ensure!(text.contains("| keys in Redis (`DBSIZE`) | 4 | 100,004 | 100,004 |"));
+    let skipped = crate::report::end_users_section(&cells, None, Some("no keys"));
+    ensure!(skipped.contains("not measured (no keys)"));
     Ok(())
 }

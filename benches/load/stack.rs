@@ -184,7 +184,7 @@ impl Stack {
     /// The gateway a mode's cells go through: (address, key, pid).
     pub fn gateway_for(&self, mode: Mode) -> Result<(SocketAddr, &str, u32)> {
         match mode {
-            Mode::Redis => match &self.redis {
+            Mode::Redis | Mode::EndUsers { .. } => match &self.redis {
                 Redis::Running { gateway, .. } => {
                     Ok((gateway.addr, gateway.key.as_str(), gateway.process.pid()))
                 }
@@ -415,40 +415,6 @@ async fn start_redis(dir: &Path, fakes: &[Fake]) -> Result<Redis> {
             .collect::<Vec<_>>()
             .join(" "),
     })
-}
-
-/// The text of `INFO <section>` (a RESP bulk string).
-pub async fn redis_info(addr: SocketAddr, section: &str) -> Result<String> {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let ask = async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await?;
-        stream
-            .write_all(format!("INFO {section}\r\n").as_bytes())
-            .await?;
-        let mut buf = Vec::new();
-        loop {
-            let mut chunk = [0_u8; 4096];
-            let read = stream.read(&mut chunk).await?;
-            if read == 0 {
-                break;
-            }
-            buf.extend_from_slice(chunk.get(..read).unwrap_or_default());
-            // `$<length>\r\n<payload>\r\n`: done once the payload is in.
-            let text = String::from_utf8_lossy(&buf);
-            if let Some((length, rest)) = text.strip_prefix('$').and_then(|t| t.split_once("\r\n"))
-                && length
-                    .parse::<usize>()
-                    .is_ok_and(|length| rest.len() >= length)
-            {
-                break;
-            }
-        }
-        Ok::<_, std::io::Error>(String::from_utf8_lossy(&buf).into_owned())
-    };
-    tokio::time::timeout(Duration::from_secs(2), ask)
-        .await
-        .context("INFO took over 2 s")?
-        .with_context(|| format!("INFO {section} from {addr}"))
 }
 
 /// Redis speaks RESP, not HTTP: ready once `PING` is answered with `+PONG`.
