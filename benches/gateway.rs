@@ -55,6 +55,7 @@ fn reserve(c: &mut Criterion) {
         on_store_error: tollgate::config::StoreErrorPolicy::FailClosed,
         calendar: tollgate::calendar::Calendar::utc(),
         end_users_in_memory: 1_000,
+        credits: false,
     };
     let mut book = QuotaBook::new(limits, Nanos::ZERO, 1_796_040_000_000);
     let request = ReserveRequest {
@@ -68,6 +69,7 @@ fn reserve(c: &mut Criterion) {
         key_budget: None,
         feature: "bench".to_owned(),
         end_user: None,
+        key_credits: false,
     };
     c.bench_function("quota_book/rate+reserve+settle", |b| {
         b.iter(|| {

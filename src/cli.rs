@@ -359,6 +359,7 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
                 daily_token_limit: None,
                 monthly_token_limit: None,
                 on_store_error: None,
+                credits: false,
             };
             let record = tenants::create(&db, &config, new, now_ms()).await?;
             json_out(&TenantView::from(&record))
@@ -405,6 +406,7 @@ async fn key(config: Arc<Config>, command: KeyCommand) -> Result<()> {
                 name,
                 monthly_budget: budget,
                 expires_at: expires_at.map(serde_json::Value::String),
+                credits: false,
             };
             let (_, view) = keys::issue(&db, pepper, &tenant, new, now_ms()).await?;
             json_out(&view)
@@ -617,6 +619,7 @@ async fn demo(path: Option<&Path>, listen: Option<std::net::SocketAddr>) -> Resu
                 daily_token_limit: None,
                 monthly_token_limit: None,
                 on_store_error: None,
+                credits: false,
             };
             tenants::create(db, &config, new, now_ms()).await?
         }
@@ -630,6 +633,7 @@ async fn demo(path: Option<&Path>, listen: Option<std::net::SocketAddr>) -> Resu
             name: Some("demo".to_owned()),
             monthly_budget: None,
             expires_at: None,
+            credits: false,
         },
         now_ms(),
     )

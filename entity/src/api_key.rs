@@ -18,6 +18,8 @@ pub struct Model {
     pub monthly_budget_nanos: Option<i64>,
     /// When the key stops working (ms since the epoch); `None`: never.
     pub expires_at_ms: Option<i64>,
+    /// The key spends its prepaid balance (see `credit`) instead of a monthly budget.
+    pub on_credits: bool,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

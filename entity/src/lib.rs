@@ -4,6 +4,7 @@
 //! way on SQLite and PostgreSQL.
 
 pub mod api_key;
+pub mod credit;
 pub mod end_user_limit;
 pub mod feature_budget;
 pub mod prelude;

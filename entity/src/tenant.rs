@@ -26,6 +26,8 @@ pub struct Model {
     pub updated_at_ms: i64,
     /// Overrides the tier's `on_store_error` (`fail_closed`, `local`).
     pub on_store_error: Option<String>,
+    /// The tenant spends its prepaid balance (see `credit`) instead of a monthly budget.
+    pub on_credits: bool,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

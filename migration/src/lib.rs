@@ -13,6 +13,7 @@ mod m20261201_000008_usage_api;
 mod m20261202_000009_key_expiry;
 mod m20261202_000010_end_users;
 mod m20261202_000011_end_user_limits;
+mod m20261202_000012_credits;
 
 pub struct Migrator;
 
@@ -31,6 +32,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000009_key_expiry::Migration),
             Box::new(m20261202_000010_end_users::Migration),
             Box::new(m20261202_000011_end_user_limits::Migration),
+            Box::new(m20261202_000012_credits::Migration),
         ]
     }
 }

@@ -20,6 +20,7 @@ pub struct KeyView {
     pub revoked_at_ms: Option<i64>,
     pub monthly_budget: Option<Nanos>,
     pub expires_at_ms: Option<i64>,
+    pub credits: bool,
 }
 
 impl From<entity::api_key::Model> for KeyView {
@@ -32,6 +33,7 @@ impl From<entity::api_key::Model> for KeyView {
             revoked_at_ms: k.revoked_at_ms,
             monthly_budget: k.monthly_budget_nanos.map(Nanos::from_db),
             expires_at_ms: k.expires_at_ms,
+            credits: k.on_credits,
         }
     }
 }
@@ -53,6 +55,9 @@ pub struct NewKey {
     pub monthly_budget: Option<String>,
     /// When the key stops working: an RFC 3339 instant or Unix seconds.
     pub expires_at: Option<serde_json::Value>,
+    /// The key spends its own prepaid balance (`POST …/keys/{id}/credits`) instead of a monthly budget.
+    #[serde(default)]
+    pub credits: bool,
 }
 
 /// A change to a key (`PATCH`): a field left out stays as it is, `null` clears it.
@@ -65,6 +70,7 @@ pub struct KeyChange {
     /// An RFC 3339 instant or Unix seconds, or `null`: the key never expires.
     #[serde(default, deserialize_with = "tenants::double_option")]
     pub expires_at: Option<Option<serde_json::Value>>,
+    pub credits: Option<bool>,
 }
 
 fn parse_budget(text: Option<&str>) -> Result<Option<Nanos>, AdminError> {
@@ -101,6 +107,9 @@ pub async fn issue(
     let tenant = tenants::get(db, tenant).await?;
     let budget = parse_budget(new.monthly_budget.as_deref())?;
     let expires_at_ms = parse_expiry(new.expires_at.as_ref())?;
+    if new.credits && budget.is_some() {
+        return Err(credits_and_budget());
+    }
     let issued = auth::issue_key(pepper);
     let model = entity::api_key::ActiveModel {
         id: Set(issued.key_id.to_string()),
@@ -111,6 +120,7 @@ pub async fn issue(
         revoked_at_ms: Set(None),
         monthly_budget_nanos: Set(budget.map(Nanos::to_db)),
         expires_at_ms: Set(expires_at_ms),
+        on_credits: Set(new.credits),
     };
     repo::insert_key(db, model).await?;
     let record = KeyRecord {
@@ -119,6 +129,7 @@ pub async fn issue(
         secret_hash: issued.secret_hash,
         monthly_budget: budget,
         expires_at_ms,
+        on_credits: new.credits,
     };
     let view = IssuedKeyView {
         id: issued.key_id.to_string(),
@@ -144,12 +155,31 @@ pub async fn update(
             .expires_at
             .map(|e| parse_expiry(e.as_ref()))
             .transpose()?,
+        on_credits: change.credits,
     };
-    let row = repo::update_key(db, &KeyId::new(key_id), change)
+    let id = KeyId::new(key_id);
+    let current = repo::key_model(db, &id)
+        .await?
+        .ok_or_else(|| AdminError::NotFound(format!("no key `{key_id}`")))?;
+    let budget = change
+        .monthly_budget
+        .unwrap_or(current.monthly_budget_nanos.map(Nanos::from_db));
+    if change.on_credits.unwrap_or(current.on_credits) && budget.is_some() {
+        return Err(credits_and_budget());
+    }
+    let row = repo::update_key(db, &id, change)
         .await?
         .ok_or_else(|| AdminError::NotFound(format!("no key `{key_id}`")))?;
     repo::touch_tenant(db, &TenantId::new(row.tenant_id.as_str()), now_ms).await?;
     Ok(KeyView::from(row))
+}
+
+/// A balance replaces a periodic budget; both at once would leave it unclear which one refused.
+fn credits_and_budget() -> AdminError {
+    invalid(
+        "credits",
+        "a key on credits has no monthly_budget: clear one of them",
+    )
 }
 
 pub async fn list(db: &DatabaseConnection, tenant: &str) -> Result<Vec<KeyView>, AdminError> {

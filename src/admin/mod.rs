@@ -2,6 +2,7 @@
 //! They validate input against the configuration and write the database;
 //! callers that serve traffic also refresh their in-memory view.
 
+pub mod credits;
 pub mod end_users;
 pub mod keys;
 pub mod reconcile;

@@ -26,6 +26,9 @@ pub struct NewTenant {
     pub monthly_token_limit: Option<u64>,
     /// `fail_closed` or `local`; absent: the tier's.
     pub on_store_error: Option<String>,
+    /// Spend a prepaid balance (`POST …/credits`) instead of a monthly budget.
+    #[serde(default)]
+    pub credits: bool,
 }
 
 /// A partial update; `null` clears an optional limit.
@@ -51,6 +54,7 @@ pub struct TenantPatch {
     pub monthly_token_limit: Option<Option<u64>>,
     #[serde(default, deserialize_with = "double_option")]
     pub on_store_error: Option<Option<String>>,
+    pub credits: Option<bool>,
 }
 
 #[expect(
@@ -79,6 +83,7 @@ pub struct TenantView {
     pub daily_token_limit: Option<u64>,
     pub monthly_token_limit: Option<u64>,
     pub on_store_error: Option<StoreErrorPolicy>,
+    pub credits: bool,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
@@ -102,6 +107,7 @@ impl From<&TenantRecord> for TenantView {
             daily_token_limit: t.daily_token_limit,
             monthly_token_limit: t.monthly_token_limit,
             on_store_error: t.on_store_error,
+            credits: t.on_credits,
             created_at_ms: t.created_at_ms,
             updated_at_ms: t.updated_at_ms,
         }
@@ -177,6 +183,9 @@ pub async fn create(
             "tenant `{id}` already exists"
         )));
     }
+    if new.credits && new.monthly_budget.is_some() {
+        return Err(credits_and_budget());
+    }
     let model = entity::tenant::ActiveModel {
         id: Set(id.to_string()),
         name: Set(new.name.unwrap_or_else(|| id.to_string())),
@@ -217,8 +226,17 @@ pub async fn create(
             .as_deref()
             .map(parse_store_policy)
             .transpose()?),
+        on_credits: Set(new.credits),
     };
     Ok(repo::insert_tenant(db, model).await?)
+}
+
+/// A balance replaces a periodic budget; both at once would leave it unclear which one refused.
+fn credits_and_budget() -> AdminError {
+    invalid(
+        "credits",
+        "a tenant on credits has no monthly_budget: clear one of them",
+    )
 }
 
 pub async fn get(db: &DatabaseConnection, id: &str) -> Result<TenantRecord, AdminError> {
@@ -283,6 +301,12 @@ pub async fn update(
     }
     if let Some(policy) = patch.on_store_error {
         model.on_store_error = Set(policy.as_deref().map(parse_store_policy).transpose()?);
+    }
+    if let Some(credits) = patch.credits {
+        model.on_credits = Set(credits);
+    }
+    if *model.on_credits.as_ref() && model.monthly_budget_nanos.as_ref().is_some() {
+        return Err(credits_and_budget());
     }
     model.updated_at_ms = Set(updated_at);
     Ok(repo::update_tenant(db, model).await?)

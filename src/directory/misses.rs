@@ -239,6 +239,7 @@ mod tests {
             secret_hash: String::new(),
             monthly_budget: None,
             expires_at_ms: None,
+            on_credits: false,
         });
         first.finish(Outcome::Found(record), 0);
         assert!(matches!(waiting.borrow().as_ref(), Some(Outcome::Found(_))));

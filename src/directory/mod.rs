@@ -34,6 +34,8 @@ pub struct KeyRecord {
     pub monthly_budget: Option<crate::money::Nanos>,
     /// When the key stops working (ms since the epoch); `None`: never.
     pub expires_at_ms: Option<i64>,
+    /// Spends its prepaid balance instead of a monthly budget.
+    pub on_credits: bool,
 }
 
 impl KeyRecord {

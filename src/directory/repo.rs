@@ -165,6 +165,7 @@ pub async fn touch_tenant(
 pub struct KeyChange {
     pub monthly_budget: Option<Option<Nanos>>,
     pub expires_at_ms: Option<Option<i64>>,
+    pub on_credits: Option<bool>,
 }
 
 pub async fn update_key(
@@ -184,6 +185,9 @@ pub async fn update_key(
     }
     if let Some(expires_at_ms) = change.expires_at_ms {
         model.expires_at_ms = Set(expires_at_ms);
+    }
+    if let Some(on_credits) = change.on_credits {
+        model.on_credits = Set(on_credits);
     }
     Ok(Some(model.update(db).await?))
 }
@@ -241,6 +245,7 @@ fn key_record(row: api_key::Model) -> KeyRecord {
         secret_hash: row.secret_hash,
         monthly_budget: row.monthly_budget_nanos.map(Nanos::from_db),
         expires_at_ms: row.expires_at_ms,
+        on_credits: row.on_credits,
     }
 }
 
@@ -300,6 +305,15 @@ pub async fn insert_key(
     model: api_key::ActiveModel,
 ) -> Result<api_key::Model, StorageError> {
     Ok(model.insert(db).await?)
+}
+
+pub async fn key_model(
+    db: &DatabaseConnection,
+    id: &KeyId,
+) -> Result<Option<api_key::Model>, StorageError> {
+    Ok(api_key::Entity::find_by_id(id.as_str().to_owned())
+        .one(db)
+        .await?)
 }
 
 pub async fn tenant_keys(

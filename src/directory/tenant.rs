@@ -111,6 +111,8 @@ pub struct TenantRecord {
     pub monthly_token_limit: Option<u64>,
     /// Overrides the tier's policy for an unreachable shared quota store.
     pub on_store_error: Option<StoreErrorPolicy>,
+    /// Spends a prepaid balance (top-ups less lifetime spend) instead of a monthly budget.
+    pub on_credits: bool,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
@@ -142,6 +144,7 @@ impl TenantRecord {
                 .and_then(|v| u64::try_from(v).ok()),
             // An unknown hand-edited value falls back to the tier's policy.
             on_store_error: model.on_store_error.and_then(|p| p.parse().ok()),
+            on_credits: model.on_credits,
             created_at_ms: model.created_at_ms,
             updated_at_ms: model.updated_at_ms,
         }

@@ -4,6 +4,7 @@
 
 pub mod actor;
 pub mod batch;
+pub mod credits;
 pub mod event;
 mod insert;
 pub mod repo;

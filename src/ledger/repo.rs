@@ -122,6 +122,8 @@ impl Totals {
                 (TOTAL_KEY, month.as_str(), event.key.as_str()),
                 (TOTAL_FEATURE, month.as_str(), event.feature.as_str()),
                 (TOTAL_DAY, day.as_str(), ""),
+                (TOTAL_TENANT_LIFETIME, LIFETIME, ""),
+                (TOTAL_KEY_LIFETIME, LIFETIME, event.key.as_str()),
             ]
             .into_iter()
             .chain(end_user_rows)
@@ -154,6 +156,9 @@ const TOTAL_DAY: &str = "day";
 /// An end user's spend on one local day (`billing.timezone`).
 const TOTAL_END_USER_DAY: &str = "end_user_day";
 const TOTAL_END_USER_LIFETIME: &str = "end_user_lifetime";
+/// Spend since the first row: what a prepaid balance is drawn by.
+const TOTAL_TENANT_LIFETIME: &str = "tenant_lifetime";
+const TOTAL_KEY_LIFETIME: &str = "key_lifetime";
 
 async fn add_totals(
     txn: &DatabaseTransaction,
@@ -195,6 +200,10 @@ pub struct PeriodTotals {
     pub features: HashMap<String, Nanos>,
     pub tokens_today: u64,
     pub tokens_this_month: u64,
+    /// Spend since the first row, of the tenant and of each key.
+    pub lifetime: Nanos,
+    pub key_lifetimes: HashMap<KeyId, Nanos>,
+    pub credits: super::credits::CreditTotals,
 }
 
 /// Days an end user's day totals are kept: the longest period made of days
@@ -258,7 +267,8 @@ pub async fn end_user_tokens_on(
     Ok(row.map_or(0, |row| u64::try_from(row.tokens).unwrap_or(0)))
 }
 
-/// One indexed read, however many rows the month holds.
+/// One indexed read, however many rows the month holds (end users' rows,
+/// however many, are not read), and the tenant's top-ups.
 pub async fn period_totals(
     db: &DatabaseConnection,
     tenant: &TenantId,
@@ -267,14 +277,21 @@ pub async fn period_totals(
 ) -> Result<PeriodTotals, StorageError> {
     let rows = usage_total::Entity::find()
         .filter(usage_total::Column::TenantId.eq(tenant.as_str()))
-        .filter(
-            usage_total::Column::Period
-                .eq(month)
-                .or(usage_total::Column::Period.eq(day)),
-        )
+        .filter(usage_total::Column::Kind.is_in([
+            TOTAL_TENANT,
+            TOTAL_KEY,
+            TOTAL_FEATURE,
+            TOTAL_DAY,
+            TOTAL_TENANT_LIFETIME,
+            TOTAL_KEY_LIFETIME,
+        ]))
+        .filter(usage_total::Column::Period.is_in([month, day, LIFETIME]))
         .all(db)
         .await?;
-    let mut totals = PeriodTotals::default();
+    let mut totals = PeriodTotals {
+        credits: super::credits::totals(db, tenant).await?,
+        ..PeriodTotals::default()
+    };
     let tokens = |t: i64| u64::try_from(t).unwrap_or(0);
     for row in rows {
         let charged = Nanos::from_db(row.charged_nanos);
@@ -289,7 +306,11 @@ pub async fn period_totals(
             (TOTAL_FEATURE, true) => {
                 totals.features.insert(row.scope, charged);
             }
-            (TOTAL_DAY, false) => totals.tokens_today = tokens(row.tokens),
+            (TOTAL_DAY, false) if row.period == day => totals.tokens_today = tokens(row.tokens),
+            (TOTAL_TENANT_LIFETIME, false) => totals.lifetime = charged,
+            (TOTAL_KEY_LIFETIME, false) => {
+                totals.key_lifetimes.insert(KeyId::new(row.scope), charged);
+            }
             _ => {}
         }
     }

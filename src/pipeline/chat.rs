@@ -264,6 +264,7 @@ impl Admission<'_> {
             expires_at_ms: now + self.gw.config.server.request_timeout_ms + RESERVATION_MARGIN_MS,
             key: self.ctx.key.id.clone(),
             key_budget: self.ctx.key.monthly_budget,
+            key_credits: self.ctx.key.on_credits,
             feature: self.ctx.feature.clone(),
             end_user: self.end_user.clone(),
         }

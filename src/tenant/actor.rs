@@ -21,14 +21,15 @@ use sea_orm::DatabaseConnection;
 
 use super::alerts::{self, AlertBook, AlertNotice};
 use super::book::{
-    BudgetStatus, Granted, KeyShare, Lapsed, Limits, QuotaBook, RateDecision, Seed, Settled,
+    BalanceStatus, BudgetStatus, Granted, KeyShare, Lapsed, Limits, QuotaBook, RateDecision, Seed,
+    Settled,
 };
 use super::decision::Decision;
 use super::end_users::{EndUserHold, EndUserStatus};
 use super::handle::QuotaError;
 use super::messages::{
-    Admitted, CheckRate, GetEndUser, GetStatus, RateAndReserve, Release, ReservationMeta, Reserve,
-    Settle, SettleReply, UpdateLimits,
+    AddCredit, Admitted, CheckRate, GetBalance, GetEndUser, GetStatus, RateAndReserve, Release,
+    ReservationMeta, Reserve, Settle, SettleReply, UpdateLimits,
 };
 use super::registry::RegistryInner;
 use super::seed::SeedSource;
@@ -301,6 +302,8 @@ impl TenantActor {
         self.book.share_keys(Some(KeyShare {
             committed: self.seed.keys.clone(),
             replicas: self.replicas,
+            lifetime: self.seed.lifetime,
+            key_lifetimes: self.seed.key_lifetimes.clone(),
         }));
         self.mode = Mode::Local;
         tracing::warn!(tenant = %self.tenant, replicas = self.replicas, "Serving the tenant from this replica's share of its limits until the shared quota store answers.");
@@ -829,6 +832,28 @@ impl Handler<GetEndUser> for TenantActor {
                 })
             }
         }
+    }
+}
+
+impl Handler<AddCredit> for TenantActor {
+    type Result = Decision<Self, Verdict<()>>;
+
+    fn handle(&mut self, msg: AddCredit, _ctx: &mut Context<Self>) -> Self::Result {
+        let now = self.touch();
+        let top_up = msg.0;
+        // The book stands in for Redis when it fails: it must know every balance too.
+        QuotaStore::add_credit(&mut self.book, &top_up);
+        self.decide(now, move |store, _| store.add_credit(&top_up), None)
+    }
+}
+
+impl Handler<GetBalance> for TenantActor {
+    type Result = Decision<Self, Verdict<BalanceStatus>>;
+
+    fn handle(&mut self, msg: GetBalance, _ctx: &mut Context<Self>) -> Self::Result {
+        let now = self.touch();
+        let key = msg.0;
+        self.decide(now, move |store, now| store.balance(key.clone(), now), None)
     }
 }
 

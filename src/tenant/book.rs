@@ -17,6 +17,7 @@ use crate::ids::{KeyId, ReservationId};
 use crate::money::{CostAccumulator, Nanos, PricePerMTok};
 use crate::period;
 
+use super::credits::Credits;
 use super::end_users::{EndUserHold, EndUsers};
 use super::messages::ReservationMeta;
 use super::seed::EndUserSeed;
@@ -43,6 +44,9 @@ pub struct Limits {
     pub calendar: Calendar,
     /// End users kept in memory at most (see `end_users.rs`).
     pub end_users_in_memory: usize,
+    /// The tenant spends its prepaid balance (top-ups less lifetime spend)
+    /// instead of a monthly budget.
+    pub credits: bool,
 }
 
 /// Where a budget applies inside one tenant.
@@ -52,6 +56,17 @@ pub enum Scope {
     Key(KeyId),
     Feature(String),
     EndUser(String),
+    /// The tenant's prepaid balance.
+    Credits,
+    /// A key's own prepaid balance.
+    KeyCredits(KeyId),
+}
+
+impl Scope {
+    /// A prepaid balance, whose 402 says what is left of it.
+    pub fn is_balance(&self) -> bool {
+        matches!(self, Scope::Credits | Scope::KeyCredits(_))
+    }
 }
 
 impl fmt::Display for Scope {
@@ -61,6 +76,8 @@ impl fmt::Display for Scope {
             Scope::Key(key) => write!(f, "key `{key}`"),
             Scope::Feature(feature) => write!(f, "feature `{feature}`"),
             Scope::EndUser(id) => write!(f, "end user `{id}`"),
+            Scope::Credits => f.write_str("tenant's credit balance"),
+            Scope::KeyCredits(key) => write!(f, "key `{key}`'s credit balance"),
         }
     }
 }
@@ -73,6 +90,8 @@ pub type Seed = crate::ledger::repo::PeriodTotals;
 struct Totals {
     committed: Nanos,
     reserved: Nanos,
+    /// Spend since the first row, never reset: what a balance is drawn by.
+    lifetime: Nanos,
 }
 
 impl Totals {
@@ -126,6 +145,8 @@ pub struct ReserveRequest {
     pub feature: String,
     /// The request's end user and the limits their tier gives them.
     pub end_user: Option<EndUserHold>,
+    /// The key spends its own prepaid balance.
+    pub key_credits: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,12 +203,50 @@ pub struct EndUserRateLimited {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("budget exceeded ({scope}): remaining {remaining}, this request needs up to {needed}")]
+#[error("{}", refused_message(self))]
 pub struct Refused {
     /// The scope whose budget refused.
     pub scope: Scope,
     pub remaining: Nanos,
     pub needed: Nanos,
+}
+
+fn refused_message(refused: &Refused) -> String {
+    let Refused {
+        scope,
+        remaining,
+        needed,
+    } = refused;
+    if scope.is_balance() {
+        format!(
+            "credit balance exhausted ({scope}): balance {remaining} after calls in flight, this request needs up to {needed}; add credits to go on"
+        )
+    } else {
+        format!(
+            "budget exceeded ({scope}): remaining {remaining}, this request needs up to {needed}"
+        )
+    }
+}
+
+/// A prepaid balance: its top-ups, spend since the first row, and what calls in flight hold.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct BalanceStatus {
+    pub added: Nanos,
+    pub spent: Nanos,
+    pub reserved: Nanos,
+    /// `added − spent − reserved`, at least 0.
+    pub balance: Nanos,
+}
+
+impl BalanceStatus {
+    pub fn new(added: Nanos, spent: Nanos, reserved: Nanos) -> BalanceStatus {
+        BalanceStatus {
+            added,
+            spent,
+            reserved,
+            balance: added.saturating_sub(spent.saturating_add(reserved)),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -227,6 +286,9 @@ struct Held {
 pub struct KeyShare {
     pub committed: HashMap<KeyId, Nanos>,
     pub replicas: u32,
+    /// Lifetime spend by the ledger, of the tenant and its keys: where balances' shares start.
+    pub lifetime: Nanos,
+    pub key_lifetimes: HashMap<KeyId, Nanos>,
 }
 
 /// A reservation committed at its reserved amount because it outlived its expiry.
@@ -252,6 +314,9 @@ pub struct QuotaBook {
     tokens: TokenQuota,
     key_share: Option<KeyShare>,
     end_users: EndUsers,
+    /// The tenant's spend since its first row.
+    lifetime: Nanos,
+    credits: Credits,
 }
 
 impl QuotaBook {
@@ -272,6 +337,8 @@ impl QuotaBook {
             tokens: TokenQuota::new(limits_tokens, 0, 0, now_ms),
             key_share: None,
             end_users,
+            lifetime: Nanos::ZERO,
+            credits: Credits::default(),
         }
     }
 
@@ -304,6 +371,48 @@ impl QuotaBook {
         }
         self.set_scope_committed(seed.keys.clone(), seed.features.clone());
         self.set_token_usage(seed.tokens_today, seed.tokens_this_month, now_ms);
+        self.lifetime = seed.lifetime;
+        for totals in self.keys.values_mut() {
+            totals.lifetime = Nanos::ZERO;
+        }
+        for (key, lifetime) in &seed.key_lifetimes {
+            self.keys.entry(key.clone()).or_default().lifetime = *lifetime;
+        }
+        let heard = self.credits.heard();
+        self.credits.reload(&seed.credits, &heard);
+    }
+
+    /// A top-up the ledger has just written; one already counted changes nothing.
+    pub fn add_credit(&mut self, id: i64, key: Option<KeyId>, amount: Nanos) -> bool {
+        self.credits.add(id, key, amount)
+    }
+
+    /// The tenant's balance (`None`), or a key's.
+    pub fn balance(&self, key: Option<&KeyId>) -> BalanceStatus {
+        match key {
+            None => BalanceStatus::new(self.credits.tenant(), self.lifetime, self.reserved),
+            Some(key) => {
+                let totals = self.keys.get(key).copied().unwrap_or_default();
+                BalanceStatus::new(self.credits.key(key), totals.lifetime, totals.reserved)
+            }
+        }
+    }
+
+    /// A balance's top-ups, or this replica's share of what is left of them
+    /// while the book stands in for the shared store.
+    fn credit_limit(&self, key: Option<&KeyId>) -> Nanos {
+        let added = match key {
+            None => self.credits.tenant(),
+            Some(key) => self.credits.key(key),
+        };
+        let Some(share) = &self.key_share else {
+            return added;
+        };
+        let spent = match key {
+            None => share.lifetime,
+            Some(key) => share.key_lifetimes.get(key).copied().unwrap_or_default(),
+        };
+        share_budget(added, spent, share.replicas)
     }
 
     /// Keys' budgets are shared out (`Some`) or whole (`None`).
@@ -327,6 +436,8 @@ impl QuotaBook {
             Scope::Key(key) => self.keys.get(key).map_or(Nanos::ZERO, |t| t.committed),
             Scope::Feature(f) => self.features.get(f).map_or(Nanos::ZERO, |t| t.committed),
             Scope::EndUser(id) => self.end_users.committed_of(id).unwrap_or(Nanos::ZERO),
+            Scope::Credits => self.lifetime,
+            Scope::KeyCredits(key) => self.keys.get(key).map_or(Nanos::ZERO, |t| t.lifetime),
         }
     }
 
@@ -380,8 +491,9 @@ impl QuotaBook {
         let tenant = Totals {
             committed: self.committed,
             reserved: self.reserved,
+            lifetime: self.lifetime,
         };
-        let mut scopes = Vec::with_capacity(3);
+        let mut scopes = Vec::with_capacity(6);
         if let Some(budget) = self.limits.budget {
             scopes.push((Scope::Tenant, tenant.remaining(budget)));
         }
@@ -402,6 +514,26 @@ impl QuotaBook {
         }
         if let (Some(remaining), Some(hold)) = (end_user, &request.end_user) {
             scopes.push((Scope::EndUser(hold.id.clone()), remaining));
+        }
+        if self.limits.credits {
+            let balance = Totals {
+                committed: self.lifetime,
+                reserved: self.reserved,
+                lifetime: self.lifetime,
+            };
+            scopes.push((Scope::Credits, balance.remaining(self.credit_limit(None))));
+        }
+        if request.key_credits {
+            let totals = self.keys.get(&request.key).copied().unwrap_or_default();
+            let balance = Totals {
+                committed: totals.lifetime,
+                ..totals
+            };
+            let limit = self.credit_limit(Some(&request.key));
+            scopes.push((
+                Scope::KeyCredits(request.key.clone()),
+                balance.remaining(limit),
+            ));
         }
         scopes.into_iter().min_by_key(|(_, remaining)| *remaining)
     }
@@ -568,6 +700,10 @@ impl QuotaBook {
         }
         self.reserved = self.reserved.saturating_sub(held.amount);
         self.committed = self.committed.saturating_add(charged);
+        self.lifetime = self.lifetime.saturating_add(charged);
+        if let Some(key) = self.keys.get_mut(&held.key) {
+            key.lifetime = key.lifetime.saturating_add(charged);
+        }
         for totals in [
             self.keys.get_mut(&held.key),
             self.features.get_mut(&held.feature),
@@ -650,7 +786,11 @@ impl QuotaBook {
         }
     }
 
+    /// What the tenant has left: its balance when it is on credits, else its budget's rest.
     pub fn remaining(&self) -> Option<Nanos> {
+        if self.limits.credits {
+            return Some(self.balance(None).balance);
+        }
         self.limits
             .budget
             .map(|budget| budget.saturating_sub(self.committed.saturating_add(self.reserved)))
@@ -735,6 +875,7 @@ mod tests {
             on_store_error: StoreErrorPolicy::FailClosed,
             calendar: crate::calendar::Calendar::utc(),
             end_users_in_memory: 1_000,
+            credits: false,
         }
     }
 
@@ -757,6 +898,7 @@ mod tests {
             key_budget: None,
             feature: "chat".to_owned(),
             end_user: None,
+            key_credits: false,
         }
     }
 

@@ -10,17 +10,19 @@ use actix::{Addr, MailboxError};
 
 use super::actor::TenantActor;
 use super::book::{
-    BudgetStatus, EndUserRateLimited, EndUserTokensLimited, Granted, RateDecision, Refusal,
-    Refused, ReserveRequest, Settled,
+    BalanceStatus, BudgetStatus, EndUserRateLimited, EndUserTokensLimited, Granted, RateDecision,
+    Refusal, Refused, ReserveRequest, Settled,
 };
 use super::end_users::{EndUserHold, EndUserStatus};
 use super::messages::{
-    Admitted, CheckRate, GetEndUser, GetStatus, RateAndReserve, Release, ReservationMeta, Reserve,
-    Settle, SettleReply,
+    AddCredit, Admitted, CheckRate, GetBalance, GetEndUser, GetStatus, RateAndReserve, Release,
+    ReservationMeta, Reserve, Settle, SettleReply,
 };
 use super::registry::{RunningActor, TenantRegistry};
+use super::store::CreditAdded;
 use super::tokens::TokenRefusal;
 use crate::directory::TenantRecord;
+use crate::ids::KeyId;
 use crate::money::Nanos;
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -150,6 +152,16 @@ impl TenantHandle {
     /// An end user's spend in their current period (loaded from the ledger if need be).
     pub async fn end_user(&self, hold: EndUserHold) -> Result<EndUserStatus, QuotaError> {
         self.call(GetEndUser(hold)).await?
+    }
+
+    /// Tells the deciding store of a top-up the ledger has written.
+    pub async fn add_credit(&self, top_up: CreditAdded) -> Result<(), QuotaError> {
+        self.call(AddCredit(top_up)).await?
+    }
+
+    /// The tenant's prepaid balance (`None`) or a key's.
+    pub async fn balance(&self, key: Option<KeyId>) -> Result<BalanceStatus, QuotaError> {
+        self.call(GetBalance(key)).await?
     }
 }
 

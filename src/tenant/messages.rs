@@ -5,7 +5,9 @@ use actix::Message;
 
 use serde::{Deserialize, Serialize};
 
-use super::book::{BudgetStatus, Granted, Limits, RateDecision, ReserveRequest, Settled};
+use super::book::{
+    BalanceStatus, BudgetStatus, Granted, Limits, RateDecision, ReserveRequest, Settled,
+};
 use super::end_users::{EndUserHold, EndUserStatus};
 use super::handle::QuotaError;
 use crate::ids::{KeyId, RequestId, ReservationId};
@@ -90,3 +92,13 @@ pub struct GetEndUser(pub EndUserHold);
 #[derive(Message, Clone)]
 #[rtype(result = "()")]
 pub struct UpdateLimits(pub Limits);
+
+/// A top-up the ledger has written, for the store that decides.
+#[derive(Message, Clone)]
+#[rtype(result = "Result<(), QuotaError>")]
+pub struct AddCredit(pub super::store::CreditAdded);
+
+/// The tenant's prepaid balance (`None`) or a key's.
+#[derive(Message, Clone)]
+#[rtype(result = "Result<BalanceStatus, QuotaError>")]
+pub struct GetBalance(pub Option<KeyId>);

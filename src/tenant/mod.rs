@@ -5,6 +5,7 @@
 pub mod actor;
 pub mod alerts;
 pub mod book;
+pub mod credits;
 mod decision;
 pub mod end_users;
 pub mod handle;

@@ -183,6 +183,7 @@ impl TenantRegistry {
             on_store_error: tenant.on_store_error.unwrap_or(tier.on_store_error),
             calendar: config.calendar.clone(),
             end_users_in_memory: config.billing.end_users_in_memory,
+            credits: tenant.on_credits,
         })
     }
 

@@ -73,6 +73,7 @@ mod tests {
             on_store_error: StoreErrorPolicy::Local,
             calendar: crate::calendar::Calendar::utc(),
             end_users_in_memory: 1_000,
+            credits: false,
         };
         let seed = Seed {
             committed: Nanos::parse_decimal("4").unwrap(),

@@ -10,12 +10,12 @@
 use futures_util::future::LocalBoxFuture;
 
 use super::book::{
-    BudgetStatus, Granted, Limits, QuotaBook, RateDecision, ReserveRequest, Settled,
+    BalanceStatus, BudgetStatus, Granted, Limits, QuotaBook, RateDecision, ReserveRequest, Settled,
 };
 use super::handle::QuotaError;
 use super::messages::{Admitted, ReservationMeta};
 use super::shared::StoreFailure;
-use crate::ids::ReservationId;
+use crate::ids::{KeyId, ReservationId};
 use crate::money::Nanos;
 
 /// A decision: the store's answer, or its refusal (`QuotaError`).
@@ -80,6 +80,18 @@ pub trait QuotaStore {
     fn settle(&mut self, close: Close, now_ms: u64) -> Step<Closed>;
     /// The tenant's period: committed, reserved, what is left.
     fn status(&mut self, now_ms: u64) -> Step<BudgetStatus>;
+    /// Adds a top-up the ledger wrote (row `id`); one added before changes nothing.
+    fn add_credit(&mut self, top_up: &CreditAdded) -> Step<()>;
+    /// The tenant's prepaid balance (`None`) or a key's.
+    fn balance(&mut self, key: Option<KeyId>, now_ms: u64) -> Step<BalanceStatus>;
+}
+
+/// A top-up as written to the ledger.
+#[derive(Debug, Clone)]
+pub struct CreditAdded {
+    pub id: i64,
+    pub key: Option<KeyId>,
+    pub amount: Nanos,
 }
 
 impl QuotaStore for QuotaBook {
@@ -122,5 +134,14 @@ impl QuotaStore for QuotaBook {
 
     fn status(&mut self, now_ms: u64) -> Step<BudgetStatus> {
         Step::Done(Ok(QuotaBook::status(self, now_ms)))
+    }
+
+    fn add_credit(&mut self, top_up: &CreditAdded) -> Step<()> {
+        QuotaBook::add_credit(self, top_up.id, top_up.key.clone(), top_up.amount);
+        Step::Done(Ok(()))
+    }
+
+    fn balance(&mut self, key: Option<KeyId>, _now_ms: u64) -> Step<BalanceStatus> {
+        Step::Done(Ok(QuotaBook::balance(self, key.as_ref())))
     }
 }

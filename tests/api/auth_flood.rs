@@ -97,6 +97,7 @@ async fn an_id_refused_as_unknown_works_at_once_when_issued_here_and_after_a_syn
         secret_hash: secret_hash.clone(),
         monthly_budget: None,
         expires_at_ms: None,
+        on_credits: false,
     });
     assert!(directory.authenticate(&here).await.is_ok());
 
@@ -119,6 +120,7 @@ async fn an_id_refused_as_unknown_works_at_once_when_issued_here_and_after_a_syn
             revoked_at_ms: Set(None),
             monthly_budget_nanos: Set(None),
             expires_at_ms: Set(None),
+            on_credits: Set(false),
         },
     )
     .await
@@ -150,6 +152,7 @@ async fn a_key_issued_elsewhere_is_known_after_a_sync_without_a_lookup() {
             revoked_at_ms: Set(None),
             monthly_budget_nanos: Set(None),
             expires_at_ms: Set(None),
+            on_credits: Set(false),
         },
     )
     .await

@@ -59,6 +59,7 @@ impl Run<'_> {
             key_budget: None,
             feature: "default".to_owned(),
             end_user: None,
+            key_credits: false,
         }
     }
 

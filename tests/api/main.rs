@@ -16,6 +16,7 @@ mod budget;
 mod cache;
 mod ceiling;
 mod chat;
+mod credits;
 mod dashboards;
 mod embeddings;
 mod end_users;

@@ -482,6 +482,7 @@ async fn the_expiry_sweep_asks_the_ledger_before_committing_an_orphan() {
         on_store_error: StoreErrorPolicy::FailClosed,
         calendar: tollgate::calendar::Calendar::utc(),
         end_users_in_memory: 1_000,
+        credits: false,
     };
     let key_id = KeyId::new(key.split('_').nth(1).unwrap());
 
@@ -497,6 +498,7 @@ async fn the_expiry_sweep_asks_the_ledger_before_committing_an_orphan() {
             key_budget: None,
             feature: "default".to_owned(),
             end_user: None,
+            key_credits: false,
         };
         let meta = ReservationMeta {
             request_id: RequestId::new(format!("req-{id}")),

@@ -80,6 +80,7 @@ fn request(output_tokens: u32, expires_at_ms: u64) -> ReserveRequest {
         key_budget: None,
         feature: String::new(),
         end_user: None,
+        key_credits: false,
     }
 }
 

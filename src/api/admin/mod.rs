@@ -1,5 +1,6 @@
 //! `/admin/v1/…`: every handler takes `AdminAuth`, so none can forget it.
 
+pub mod credits;
 pub mod end_users;
 pub mod keys;
 pub mod reload;
@@ -17,6 +18,19 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             "/tenants/{id}/budget",
             web::get().to(tenants::budget_status),
         )
+        .route(
+            "/tenants/{id}/credits",
+            web::post().to(credits::add_tenant_credit),
+        )
+        .route(
+            "/tenants/{id}/credits",
+            web::get().to(credits::tenant_balance),
+        )
+        .route(
+            "/keys/{id}/credits",
+            web::post().to(credits::add_key_credit),
+        )
+        .route("/keys/{id}/credits", web::get().to(credits::key_balance))
         .route("/tenants/{id}/keys", web::post().to(keys::issue_key))
         .route("/tenants/{id}/keys", web::get().to(keys::list_keys))
         .route("/keys/{id}", web::delete().to(keys::revoke_key))

@@ -40,6 +40,11 @@ impl TenantKeys {
         format!("{}:u:{}:{window}", self.prefix, hex_id(id))
     }
 
+    /// Prepaid balances and lifetime spend (see `scripts.rs`).
+    pub fn credit(&self) -> String {
+        format!("{}:c", self.prefix)
+    }
+
     /// Money and tokens of one month (`YYYY-MM`).
     pub fn month(&self, month: &str) -> String {
         format!("{}:m:{month}", self.prefix)
@@ -68,6 +73,7 @@ mod tests {
             keys.held(),
             keys.expiry(),
             keys.month("2026-11"),
+            keys.credit(),
         ] {
             assert!(key.starts_with("tg:{acme}:"), "{key}");
         }

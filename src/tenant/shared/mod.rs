@@ -23,11 +23,11 @@ pub use health::StoreHealth;
 use keys::TenantKeys;
 pub use store::RedisQuota;
 
-use super::book::{EndUserRateLimited, EndUserTokensLimited};
 use super::book::{
-    Granted, Limits, RateDecision, Refusal, Refused, ReserveRequest, Scope, Seed, Settled,
-    UNITS_PER_REQUEST, bucket_capacity, clamped_max_tokens, worst_case,
+    BalanceStatus, Granted, Limits, RateDecision, Refusal, Refused, ReserveRequest, Scope, Seed,
+    Settled, UNITS_PER_REQUEST, bucket_capacity, clamped_max_tokens, worst_case,
 };
+use super::book::{EndUserRateLimited, EndUserTokensLimited};
 use super::end_users::EndUserHold;
 use super::seed::EndUserSeed;
 use super::store::Closed;
@@ -35,7 +35,7 @@ use super::tokens::TokenLimitKind;
 use super::tokens::{daily_refusal, monthly_refusal, per_minute_refusal, window};
 use crate::calendar::{Calendar, Period, Window};
 use crate::directory::BudgetMode;
-use crate::ids::{ReservationId, TenantId};
+use crate::ids::{KeyId, ReservationId, TenantId};
 use crate::money::Nanos;
 use crate::period::{self, Date};
 
@@ -78,6 +78,9 @@ struct Scripts {
     close_request: Script,
     seed_end_user: Script,
     end_user_status: Script,
+    seed_credit: Script,
+    credit: Script,
+    credit_status: Script,
 }
 
 #[derive(Clone)]
@@ -137,6 +140,9 @@ impl SharedStore {
                 close_request: Script::new(scripts::CLOSE_REQUEST),
                 seed_end_user: Script::new(scripts::SEED_END_USER),
                 end_user_status: Script::new(scripts::END_USER_STATUS),
+                seed_credit: Script::new(scripts::SEED_CREDIT),
+                credit: Script::new(scripts::CREDIT),
+                credit_status: Script::new(scripts::CREDIT_STATUS),
             }),
         })
     }
@@ -336,6 +342,8 @@ pub enum Reserved {
     NeedSeed,
     /// The end user's window is not in Redis yet: likewise.
     NeedEndUser,
+    /// The tenant's balances are not in Redis yet: likewise.
+    NeedCredit,
 }
 
 /// A held reservation past its expiry.
@@ -360,6 +368,7 @@ enum Attempt {
     Refused(Refusal),
     NeedSeed,
     NeedEndUser,
+    NeedCredit,
 }
 
 impl SharedQuota {
@@ -374,13 +383,14 @@ impl SharedQuota {
     }
 
     /// The keys of a script that reserves or closes: the month, buckets, held
-    /// reservations and their expiry, and the previous month when one closes.
+    /// reservations and their expiry, balances, and the previous month when one closes.
     fn book_keys(&self, month_key: String, previous_key: Option<String>) -> Vec<String> {
         let mut keys = vec![
             month_key,
             self.keys.buckets(),
             self.keys.held(),
             self.keys.expiry(),
+            self.keys.credit(),
         ];
         keys.extend(previous_key);
         keys
@@ -476,6 +486,7 @@ impl SharedQuota {
             Attempt::Refused(refusal) => return Ok(Reserved::Refused(refusal)),
             Attempt::NeedSeed => return Ok(Reserved::NeedSeed),
             Attempt::NeedEndUser => return Ok(Reserved::NeedEndUser),
+            Attempt::NeedCredit => return Ok(Reserved::NeedCredit),
             Attempt::Budget(scope, remaining) => (scope, remaining),
         };
         let refused = |scope, remaining, needed| {
@@ -505,6 +516,7 @@ impl SharedQuota {
                 Attempt::Refused(refusal) => Reserved::Refused(refusal),
                 Attempt::NeedSeed => Reserved::NeedSeed,
                 Attempt::NeedEndUser => Reserved::NeedEndUser,
+                Attempt::NeedCredit => Reserved::NeedCredit,
                 Attempt::Budget(scope, remaining) => refused(scope, remaining, amount),
             },
         )
@@ -598,7 +610,11 @@ impl SharedQuota {
                 self.local_day(now_ms),
                 limit(hold.limits.tpm),
             ]);
+        } else {
+            args.extend(["", "-1", "-1", "0", "-1", "", "-1"].map(str::to_owned));
         }
+        let flag = |on: bool| if on { "1" } else { "0" }.to_owned();
+        args.extend([flag(limits.credits), flag(request.key_credits)]);
         ScriptCall { keys, args }
     }
 
@@ -693,6 +709,7 @@ impl SharedQuota {
         match field(reply, 0)? {
             "seed" => Ok(Attempt::NeedSeed),
             "seed_eu" => Ok(Attempt::NeedEndUser),
+            "seed_credit" => Ok(Attempt::NeedCredit),
             "eu_rate" => {
                 let hold = end_user.ok_or_else(|| {
                     StoreFailure("an end user rate without an end user".to_owned())
@@ -740,15 +757,10 @@ impl SharedQuota {
                     },
                 )))
             }
-            "budget" => {
-                let scope = match (field(reply, 1)?, end_user) {
-                    ("key", _) => Scope::Key(request.key.clone()),
-                    ("feature", _) => Scope::Feature(request.feature.clone()),
-                    ("end_user", Some(hold)) => Scope::EndUser(hold.id.clone()),
-                    _ => Scope::Tenant,
-                };
-                Ok(Attempt::Budget(scope, nanos(reply, 2)?))
-            }
+            "budget" => Ok(Attempt::Budget(
+                refusing_scope(field(reply, 1)?, request),
+                nanos(reply, 2)?,
+            )),
             "tokens" => {
                 let value = number(reply, 2)?;
                 let refusal = match field(reply, 1)? {
@@ -768,14 +780,19 @@ impl SharedQuota {
                 let committed = nanos(reply, 3)?;
                 let reserved = nanos(reply, 4)?;
                 let units = number(reply, 5)?;
+                let remaining = if limits.credits {
+                    Some(nanos(reply, 6)?)
+                } else {
+                    limits
+                        .budget
+                        .map(|b| b.saturating_sub(committed.saturating_add(reserved)))
+                };
                 Ok(Attempt::Ok(Granted {
                     id,
                     amount,
                     max_tokens,
                     clamped: false,
-                    remaining: limits
-                        .budget
-                        .map(|b| b.saturating_sub(committed.saturating_add(reserved))),
+                    remaining,
                     over_budget: field(reply, 2)? == "1",
                     tokens: limits.tokens.tpm.map(|tpm| window(tpm, i128::from(units))),
                 }))
@@ -858,6 +875,8 @@ impl SharedQuota {
             .map(|chunk| {
                 let id = number(chunk, 0)?;
                 let record = field(chunk, 1)?;
+                // `C`: counted in the credit hash (see `scripts.rs`).
+                let record = record.strip_prefix('C').unwrap_or(record);
                 let amount = record.split('|').next().unwrap_or_default();
                 Ok(Expired {
                     id: ReservationId(u64::try_from(id).unwrap_or(0)),
@@ -968,6 +987,74 @@ impl SharedQuota {
         Ok(field(&reply, 0)? == "closed")
     }
 
+    /// Starts the tenant's balances from the ledger unless another replica did.
+    pub async fn seed_credit(&self, seed: &Seed) -> Result<(), StoreFailure> {
+        let mut args = vec![
+            seed.lifetime.get().to_string(),
+            seed.key_lifetimes.len().to_string(),
+        ];
+        for (key, spent) in &seed.key_lifetimes {
+            args.push(key.to_string());
+            args.push(spent.get().to_string());
+        }
+        for (row, key, amount) in &seed.credits.rows {
+            args.push(row.to_string());
+            args.push(key.as_ref().map(ToString::to_string).unwrap_or_default());
+            args.push(amount.get().to_string());
+        }
+        self.store
+            .run(
+                &self.store.scripts.seed_credit,
+                &[self.keys.credit(), self.keys.held()],
+                &args,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Adds a top-up the ledger wrote (once by its row).
+    pub async fn add_credit(
+        &self,
+        row: i64,
+        key: Option<&KeyId>,
+        amount: Nanos,
+    ) -> Result<(), StoreFailure> {
+        let args = [
+            row.to_string(),
+            key.map(ToString::to_string).unwrap_or_default(),
+            amount.get().to_string(),
+        ];
+        self.store
+            .run(&self.store.scripts.credit, &[self.keys.credit()], &args)
+            .await?;
+        Ok(())
+    }
+
+    /// The tenant's (`None`) or a key's balance (`None` outside: not seeded yet).
+    pub async fn balance(
+        &self,
+        key: Option<&KeyId>,
+    ) -> Result<Option<BalanceStatus>, StoreFailure> {
+        let arg = key.map(ToString::to_string).unwrap_or_default();
+        let reply = self
+            .store
+            .run(
+                &self.store.scripts.credit_status,
+                &[self.keys.credit()],
+                &[arg],
+            )
+            .await?;
+        if field(&reply, 0)? == "seed" {
+            return Ok(None);
+        }
+        let at = if key.is_some() { 4 } else { 1 };
+        Ok(Some(BalanceStatus::new(
+            nanos(&reply, at)?,
+            nanos(&reply, at + 1)?,
+            nanos(&reply, at + 2)?,
+        )))
+    }
+
     /// Committed and reserved this month (`None`: not seeded yet).
     pub async fn status(&self, now_ms: u64) -> Result<Option<(Nanos, Nanos)>, StoreFailure> {
         let (month_key, _, _) = self.month_keys(now_ms);
@@ -979,6 +1066,18 @@ impl SharedQuota {
             return Ok(None);
         }
         Ok(Some((nanos(&reply, 1)?, nanos(&reply, 2)?)))
+    }
+}
+
+/// The scope a `RESERVE` budget refusal names.
+fn refusing_scope(name: &str, request: &ReserveRequest) -> Scope {
+    match (name, &request.end_user) {
+        ("key", _) => Scope::Key(request.key.clone()),
+        ("feature", _) => Scope::Feature(request.feature.clone()),
+        ("end_user", Some(hold)) => Scope::EndUser(hold.id.clone()),
+        ("credits", _) => Scope::Credits,
+        ("key_credits", _) => Scope::KeyCredits(request.key.clone()),
+        _ => Scope::Tenant,
     }
 }
 

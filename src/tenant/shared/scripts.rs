@@ -10,7 +10,15 @@
 //! `k:<key>:c|r`, `f:<feature>:c|r`, `tm` (tokens this month, held
 //! included), `td:<day>` (tokens that day), `a:<percent>` (alert fired).
 //! A held reservation is `amount|tokens|month|day|key|feature|end user|meta`,
-//! its end user `hex id:window:period:local day` (empty without one).
+//! its end user `hex id:window:period:local day` (empty without one); a `C`
+//! before it marks one counted in the credit hash's `r`.
+//!
+//! The credit hash (`…:c`, no expiry) holds prepaid balances: `seeded`, the
+//! tenant's top-ups `b`, its lifetime spend `c` and what calls in flight hold
+//! `r`, the same per key (`k:<key>:b|c|r`), and `t:<ledger row>` for each
+//! top-up added, so one is never added twice. Once seeded, every reservation
+//! of the tenant is counted in it, whether or not it draws on a balance, so
+//! a tenant or key moved onto credits finds its spend and calls in flight there.
 //!
 //! An end user's hash (`…:u:<hex id>:<window>`, one per budget period) holds
 //! `seeded`, `c`/`r`, the request bucket `ru`/`rat`, the tokens bucket `tu`/`tat`
@@ -24,7 +32,17 @@ macro_rules! prelude {
         r"
 local function n(x) return tonumber(x) or 0 end
 local function s(x) return string.format('%d', x) end
-local function parse(rec) return string.match(rec, '^(%d+)|(%d+)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|') end
+local function parse(rec)
+  local c, rest = string.match(rec, '^(C?)(.*)$')
+  local a, est, mo, day, key, feat, eu = string.match(rest, '^(%d+)|(%d+)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|')
+  return a, est, mo, day, key, feat, eu, c == 'C'
+end
+local function add_top_up(cr, row, key, amount)
+  if redis.call('HSETNX', cr, 't:' .. row, '1') == 0 then return end
+  local f = 'b'
+  if key ~= '' then f = 'k:' .. key .. ':b' end
+  redis.call('HINCRBY', cr, f, amount)
+end
 local function euctx(A, i)
   if not A[i] then return nil end
   return {prefix = A[i], day = A[i + 1], week = A[i + 2], month = A[i + 3], lifetime = 'lifetime',
@@ -58,19 +76,21 @@ end
 /// See `rate_fn`.
 pub const RATE: &str = concat!(prelude!(), rate_fn!(), "return rate(KEYS, ARGV)\n");
 
-/// A reservation. KEYS: month, buckets, held, expiry, and the end user's
+/// A reservation. KEYS: month, buckets, held, expiry, credit, and the end user's
 /// hash for the current window when the request has one.
 /// ARGV: now, day, month, expires_at, amount, over_ok (1: alert mode),
 /// tenant budget, key, key budget, feature, feature budget (-1: none),
 /// tokens, tpm, daily, monthly (-1: none), meta, ttl ms, reservation id
 /// (chosen by the caller, so a reservation whose reply was lost can still be released),
 /// end user record field, end user budget, end user rpm (-1: none), end user ttl ms,
-/// end user daily tokens (-1: none), the local day, end user tokens per minute (-1: none).
-/// Returns {'seed'} | {'seed_eu'} | {'eu_rate', units} | {'eu_tokens', used today}
+/// end user daily tokens (-1: none), the local day, end user tokens per minute (-1: none)
+/// (the seven end-user arguments are placeholders without one), then whether the
+/// tenant and the key spend their balances (1/0).
+/// Returns {'seed'} | {'seed_eu'} | {'seed_credit'} | {'eu_rate', units} | {'eu_tokens', used today}
 /// | {'eu_tpm', units}
 /// | {'budget', scope, remaining}
 /// | {'tokens', kind, units or used}
-/// | {'ok', id, over, committed, reserved, tpm units (-1: none)}.
+/// | {'ok', id, over, committed, reserved, tpm units (-1: none), the tenant's balance (-1: not on credits)}.
 macro_rules! reserve_fn {
     () => {
         r"
@@ -82,7 +102,7 @@ local kc, kr = 'k:' .. ARGV[8] .. ':c', 'k:' .. ARGV[8] .. ':r'
 local fc, fr = 'f:' .. ARGV[10] .. ':c', 'f:' .. ARGV[10] .. ':r'
 local td = 'td:' .. ARGV[2]
 local v = redis.call('HMGET', m, 'c', 'r', kc, kr, fc, fr, 'tm', td)
-local eu, ev, eurpm = KEYS[5], nil, -1
+local eu, ev, eurpm = KEYS[6], nil, -1
 if eu then
   if redis.call('HEXISTS', eu, 'seeded') == 0 then return {'seed_eu'} end
   ev = redis.call('HMGET', eu, 'c', 'r', 'ru', 'rat')
@@ -107,6 +127,15 @@ consider('tenant', tonumber(ARGV[7]), n(v[1]), n(v[2]))
 consider('key', tonumber(ARGV[9]), n(v[3]), n(v[4]))
 consider('feature', tonumber(ARGV[11]), n(v[5]), n(v[6]))
 if eu then consider('end_user', tonumber(ARGV[20]), n(ev[1]), n(ev[2])) end
+local cr, tcred, kcred = KEYS[5], ARGV[26] == '1', ARGV[27] == '1'
+local counted = redis.call('HEXISTS', cr, 'seeded') == 1
+if (tcred or kcred) and not counted then return {'seed_credit'} end
+if tcred or kcred then
+  local kb = 'k:' .. ARGV[8] .. ':b'
+  local cv = redis.call('HMGET', cr, 'b', 'c', 'r', kb, 'k:' .. ARGV[8] .. ':c', kr)
+  if tcred then consider('credits', n(cv[1]), n(cv[2]), n(cv[3])) end
+  if kcred then consider('key_credits', n(cv[4]), n(cv[5]), n(cv[6])) end
+end
 local over = '0'
 if left ~= nil and amount > left then
   if ARGV[6] ~= '1' then return {'budget', scope, s(left)} end
@@ -157,11 +186,23 @@ if eu then
   if eurpm >= 0 then redis.call('HSET', eu, 'ru', s(ev[3]), 'rat', s(ev[4])) end
   redis.call('PEXPIRE', eu, ARGV[22])
 end
-redis.call('HSET', h, id, table.concat({ARGV[5], ARGV[12], ARGV[3], ARGV[2], ARGV[8], ARGV[10], ARGV[19] or '', ARGV[16]}, '|'))
+local flag = ''
+if counted then
+  redis.call('HINCRBY', cr, 'r', ARGV[5])
+  redis.call('HINCRBY', cr, kr, ARGV[5])
+  flag = 'C'
+end
+redis.call('HSET', h, id, flag .. table.concat({ARGV[5], ARGV[12], ARGV[3], ARGV[2], ARGV[8], ARGV[10], ARGV[19] or '', ARGV[16]}, '|'))
 redis.call('ZADD', x, ARGV[4], id)
 for _, key in ipairs({m, b, h, x}) do redis.call('PEXPIRE', key, ARGV[17]) end
 local totals = redis.call('HMGET', m, 'c', 'r')
-return {'ok', id, over, s(n(totals[1])), s(n(totals[2])), s(units)}
+local balance = -1
+if tcred then
+  local cv = redis.call('HMGET', cr, 'b', 'c', 'r')
+  balance = n(cv[1]) - n(cv[2]) - n(cv[3])
+  if balance < 0 then balance = 0 end
+end
+return {'ok', id, over, s(n(totals[1])), s(n(totals[2])), s(units), s(balance)}
 end
 "
     };
@@ -212,9 +253,19 @@ local function close_end_user(eu, a, est, charged, used, E)
   end
   redis.call('PEXPIRE', now, E.ttl[per])
 end
-local function close(rec, charged, used, cur, prev, curmonth, today, b, tpm, E)
-  local a, est, mo, day, key, feat, eu = parse(rec)
+local function close_credit(cr, a, key, charged, counted)
+  if redis.call('HEXISTS', cr, 'seeded') == 0 then return end
+  redis.call('HINCRBY', cr, 'c', charged)
+  redis.call('HINCRBY', cr, 'k:' .. key .. ':c', charged)
+  if counted then
+    redis.call('HINCRBY', cr, 'r', s(-tonumber(a)))
+    redis.call('HINCRBY', cr, 'k:' .. key .. ':r', s(-tonumber(a)))
+  end
+end
+local function close(rec, charged, used, cur, prev, curmonth, today, b, tpm, E, cr)
+  local a, est, mo, day, key, feat, eu, counted = parse(rec)
   if eu ~= '' then close_end_user(eu, a, est, charged, used, E) end
+  close_credit(cr, a, key, charged, counted)
   local hm = cur
   if mo ~= curmonth then hm = prev end
   for _, f in ipairs({'r', 'k:' .. key .. ':r', 'f:' .. feat .. ':r'}) do
@@ -239,7 +290,7 @@ end
     };
 }
 
-/// KEYS: month, buckets, held, expiry, previous month.
+/// KEYS: month, buckets, held, expiry, credit, previous month.
 /// ARGV: id, charged, used tokens, month, day, tpm (-1: none), the end-user
 /// context (prefix, day, week and month windows, their ttls and the
 /// lifetime's: see `euctx`), then pairs of (alert percent, committed amount
@@ -253,7 +304,7 @@ local rec = redis.call('HGET', KEYS[3], ARGV[1])
 if not rec then return {'closed'} end
 redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
-local a = close(rec, ARGV[2], ARGV[3], KEYS[1], KEYS[5], ARGV[4], ARGV[5], KEYS[2], tonumber(ARGV[6]), euctx(ARGV, 7))
+local a = close(rec, ARGV[2], ARGV[3], KEYS[1], KEYS[6], ARGV[4], ARGV[5], KEYS[2], tonumber(ARGV[6]), euctx(ARGV, 7), KEYS[5])
 local totals = redis.call('HMGET', KEYS[1], 'c', 'r')
 local out = {'ok', a, s(n(totals[1])), s(n(totals[2]))}
 local i = 16
@@ -372,7 +423,7 @@ return {'ok', s(n(v[2])), s(n(v[3]))}
 /// its meta, after a journal replay: at `charged` (a settle the replica wrote
 /// to its journal but not to Redis before it died) or, with `-1`, at its
 /// reserved amount (an orphan). Held reservations are few (in flight only).
-/// KEYS: month, buckets, held, expiry, previous month.
+/// KEYS: month, buckets, held, expiry, credit, previous month.
 /// ARGV: request id, charged or -1, used tokens or -1, month, day, the
 /// end-user context (see `SETTLE`).
 /// Returns {'closed', id} | {'none'}.
@@ -391,7 +442,7 @@ for i = 1, #all, 2 do
     local charged, used = ARGV[2], ARGV[3]
     if charged == '-1' then charged = a end
     if used == '-1' then used = est end
-    close(rec, charged, used, KEYS[1], KEYS[5], ARGV[4], ARGV[5], KEYS[2], -1, euctx(ARGV, 6))
+    close(rec, charged, used, KEYS[1], KEYS[6], ARGV[4], ARGV[5], KEYS[2], -1, euctx(ARGV, 6), KEYS[5])
     return {'closed', id}
   end
 end
@@ -416,3 +467,57 @@ local v = redis.call('HMGET', KEYS[1], 'seeded', 'c', 'r')
 if not v[1] then return {'seed'} end
 return {'ok', v[2] or '0', v[3] or '0'}
 ";
+
+/// Starts the credit hash from the ledger, once: the tenant's and keys'
+/// lifetime spend, every top-up not added yet (by its row), and what the
+/// reservations held now amount to, which are marked as counted.
+/// KEYS: credit, held. ARGV: tenant lifetime spend, key count, (key, lifetime
+/// spend)..., then (top-up row, key or '', amount)...
+pub const SEED_CREDIT: &str = concat!(
+    prelude!(),
+    r"
+local cr, h = KEYS[1], KEYS[2]
+if redis.call('HSETNX', cr, 'seeded', '1') == 0 then return {'already'} end
+redis.call('HINCRBY', cr, 'c', ARGV[1])
+local count = tonumber(ARGV[2])
+for j = 1, count do
+  redis.call('HINCRBY', cr, 'k:' .. ARGV[1 + 2 * j] .. ':c', ARGV[2 + 2 * j])
+end
+local i = 3 + 2 * count
+while ARGV[i] do
+  add_top_up(cr, ARGV[i], ARGV[i + 1], ARGV[i + 2])
+  i = i + 3
+end
+local all = redis.call('HGETALL', h)
+for j = 1, #all, 2 do
+  local rec = all[j + 1]
+  local a, _, _, _, key, _, _, counted = parse(rec)
+  if a and not counted then
+    redis.call('HINCRBY', cr, 'r', a)
+    redis.call('HINCRBY', cr, 'k:' .. key .. ':r', a)
+    redis.call('HSET', h, all[j], 'C' .. rec)
+  end
+end
+return {'seeded'}
+"
+);
+
+/// Adds one top-up the ledger has written, once by its row, seeded or not (a
+/// later seed skips it). KEYS: credit. ARGV: row, key or '', amount.
+pub const CREDIT: &str = concat!(
+    prelude!(),
+    r"
+add_top_up(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
+return {'ok'}
+"
+);
+
+/// KEYS: credit. ARGV: key. Returns {'seed'} | {'ok', b, c, r, key's b, c, r}.
+pub const CREDIT_STATUS: &str = concat!(
+    prelude!(),
+    r"
+local v = redis.call('HMGET', KEYS[1], 'seeded', 'b', 'c', 'r', 'k:' .. ARGV[1] .. ':b', 'k:' .. ARGV[1] .. ':c', 'k:' .. ARGV[1] .. ':r')
+if not v[1] then return {'seed'} end
+return {'ok', s(n(v[2])), s(n(v[3])), s(n(v[4])), s(n(v[5])), s(n(v[6])), s(n(v[7]))}
+"
+);

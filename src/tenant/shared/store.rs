@@ -6,13 +6,15 @@
 use futures_util::FutureExt;
 
 use super::{Reserved, SharedQuota, StoreFailure, threshold_amount};
+use crate::ids::KeyId;
 use crate::money::Nanos;
 use crate::period;
+use crate::tenant::book::BalanceStatus;
 use crate::tenant::book::{BudgetStatus, Granted, Limits, RateDecision};
 use crate::tenant::handle::QuotaError;
 use crate::tenant::messages::Admitted;
 use crate::tenant::seed::SeedSource;
-use crate::tenant::store::{Close, Closed, QuotaStore, Reservation, Step, Verdict};
+use crate::tenant::store::{Close, Closed, CreditAdded, QuotaStore, Reservation, Step, Verdict};
 
 /// One tenant's decisions on Redis.
 #[derive(Clone)]
@@ -121,8 +123,21 @@ impl RedisQuota {
         Ok(Ok(()))
     }
 
-    /// A granted or refused reservation; an unseeded month or end user is
-    /// seeded, then reserved in (each at most once).
+    /// Starts the tenant's balances from the ledger unless another replica did.
+    async fn seed_credit(&self, now_ms: u64) -> Result<Verdict<()>, StoreFailure> {
+        let seed = match self.source.clone().load(now_ms).await {
+            Ok(seed) => seed,
+            Err(error) => {
+                tracing::error!(tenant = %self.source.tenant, error = %error, "Cannot read the tenant's balances from the ledger to seed the shared store; refusing.");
+                return Ok(Err(QuotaError::LedgerUnreadable));
+            }
+        };
+        self.quota.seed_credit(&seed).await?;
+        Ok(Ok(()))
+    }
+
+    /// A granted or refused reservation; an unseeded month, end user or
+    /// balance is seeded, then reserved in (each at most once).
     async fn finish(
         &self,
         mut reserved: Reserved,
@@ -130,10 +145,11 @@ impl RedisQuota {
         meta: &str,
         now_ms: u64,
     ) -> Result<Verdict<Granted>, StoreFailure> {
-        for _ in 0..2 {
+        for _ in 0..3 {
             let seeded = match reserved {
                 Reserved::NeedSeed => self.seed(now_ms).await?,
                 Reserved::NeedEndUser => self.seed_end_user(reservation, now_ms).await?,
+                Reserved::NeedCredit => self.seed_credit(now_ms).await?,
                 Reserved::Granted(_) | Reserved::Refused(_) => break,
             };
             if let Err(error) = seeded {
@@ -148,7 +164,9 @@ impl RedisQuota {
         Ok(match reserved {
             Reserved::Granted(granted) => Ok(granted),
             Reserved::Refused(refusal) => Err(refusal.into()),
-            Reserved::NeedSeed | Reserved::NeedEndUser => Err(QuotaError::Unavailable),
+            Reserved::NeedSeed | Reserved::NeedEndUser | Reserved::NeedCredit => {
+                Err(QuotaError::Unavailable)
+            }
         })
     }
 }
@@ -256,6 +274,30 @@ impl QuotaStore for RedisQuota {
                 remaining: budget.map(|b| b.saturating_sub(committed.saturating_add(reserved))),
                 period: period::month_key(now_ms),
             }))
+        })
+    }
+
+    fn add_credit(&mut self, top_up: &CreditAdded) -> Step<()> {
+        let top_up = top_up.clone();
+        self.pending(0, move |store| async move {
+            store
+                .quota
+                .add_credit(top_up.id, top_up.key.as_ref(), top_up.amount)
+                .await
+                .map(Ok)
+        })
+    }
+
+    fn balance(&mut self, key: Option<KeyId>, now_ms: u64) -> Step<BalanceStatus> {
+        self.pending(now_ms, move |store| async move {
+            let mut balance = store.quota.balance(key.as_ref()).await?;
+            if balance.is_none() {
+                if let Err(error) = store.seed_credit(now_ms).await? {
+                    return Ok(Err(error));
+                }
+                balance = store.quota.balance(key.as_ref()).await?;
+            }
+            Ok(Ok(balance.unwrap_or_default()))
         })
     }
 }

@@ -1,0 +1,26 @@
+use sea_orm::entity::prelude::*;
+use serde::{Deserialize, Serialize};
+
+/// One top-up of a prepaid balance, never changed once written: a tenant's
+/// (or a key's) balance is the sum of its top-ups less its lifetime spend.
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, Serialize, Deserialize)]
+#[sea_orm(table_name = "credits")]
+pub struct Model {
+    #[sea_orm(primary_key)]
+    pub id: i64,
+    pub tenant_id: String,
+    /// Empty for the tenant's own balance.
+    pub key_id: String,
+    pub amount_nanos: i64,
+    /// Unique per tenant: a retried top-up finds the first one.
+    pub idempotency_key: String,
+    /// Who added it, as the caller of the admin API said.
+    pub added_by: String,
+    pub reason: String,
+    pub created_at_ms: i64,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}
