@@ -1,16 +1,18 @@
 //! The load harness of issue 8: `cargo bench --bench load` (add `-- --quick` for a smoke run).
 //!
 //! It starts the fake upstreams, the gateway (this build's release binary, every governance
-//! feature on), a reference nginx and a `redis-server` with a second gateway as child processes on
-//! loopback, measures a direct-to-upstream baseline and the gateways under open-loop and
-//! closed-loop load (plain, streaming, Redis mode, and Redis mode with every request naming one
-//! of many end users, Redis's and the gateway's memory read around those cells), holds 1,000
+//! feature on), a reference nginx, a bare Rust proxy (this binary again, `bare.rs`) and a
+//! `redis-server` with a second gateway as child processes on loopback, measures a
+//! direct-to-upstream baseline and the gateways under open-loop and closed-loop load (plain,
+//! streaming, Redis mode, and Redis mode with every request naming one of many end users,
+//! Redis's and the gateway's memory read around those cells), holds 1,000
 //! requests open in a fresh gateway to read its memory and file descriptors, prints the tables,
 //! writes `target/load/results.json` and regenerates `BENCHMARKS.md`. Every child is stopped by
 //! PID when the harness ends, fails or panics. Under `cargo test` (no `--bench` flag) only
 //! self-checks run.
 #![expect(clippy::print_stdout, reason = "a benchmark harness reports on stdout")]
 
+mod bare;
 mod clock;
 mod config;
 mod end_users;
@@ -40,11 +42,16 @@ use crate::machine::Machine;
 use crate::plan::{Cell, Mode, Runner, Timing};
 use crate::procs::rss_kib;
 use crate::report::{GatewayAfter, RedisCommands, Results, ScenarioInfo};
-use crate::stack::{Nginx, Redis, Stack};
+use crate::stack::{Bare, Nginx, Redis, Stack, Systems};
+
+/// The bare proxy runs in this binary: with the gateway's allocator, the gap between them is
+/// governance, not malloc.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const USAGE: &str = "usage: cargo bench --bench load [-- [--quick] [--runs N] [--seconds S] \
                      [--wait-quiet S] [--soak-seconds N] [--end-users N] [--nginx-workers N] \
-                     [--skip-nginx] [--skip-redis] [--no-renice] [--no-profile]]";
+                     [--skip-nginx] [--skip-bare] [--skip-redis] [--no-renice] [--no-profile]]";
 const DEFAULT_NGINX_WORKERS: u32 = 2;
 /// The soak of a full run; the 10-minute soak of the target is `--soak-seconds 600`.
 const DEFAULT_SOAK_S: u64 = 60;
@@ -55,11 +62,9 @@ const MAX_END_USERS: u64 = 1_000_000;
 #[derive(Debug, Clone, Copy)]
 struct Options {
     timing: Timing,
-    /// nginx worker processes; `None` skips the nginx row.
-    nginx: Option<u32>,
+    systems: Systems,
     renice: bool,
     profile: bool,
-    redis: bool,
     soak_seconds: u64,
     /// How long the 1,000 requests are held for the peak reading.
     hold_seconds: u64,
@@ -72,6 +77,7 @@ fn parse_options(args: &[String]) -> Result<Options> {
     let mut runs = None;
     let mut seconds = None;
     let mut nginx = Some(DEFAULT_NGINX_WORKERS);
+    let mut bare = true;
     let mut wait_quiet = None;
     let mut renice = true;
     let mut profile = true;
@@ -85,6 +91,7 @@ fn parse_options(args: &[String]) -> Result<Options> {
             "--bench" => {}
             "--quick" => quick = true,
             "--skip-nginx" => nginx = None,
+            "--skip-bare" => bare = false,
             "--no-renice" => renice = false,
             "--no-profile" => profile = false,
             "--skip-redis" => redis = false,
@@ -153,10 +160,9 @@ fn parse_options(args: &[String]) -> Result<Options> {
     };
     Ok(Options {
         timing,
-        nginx,
+        systems: Systems { nginx, bare, redis },
         renice,
         profile,
-        redis,
         // --quick skips the soak unless one is asked for.
         soak_seconds: soak.unwrap_or(if quick { 0 } else { DEFAULT_SOAK_S }),
         hold_seconds: if quick { 4 } else { 8 },
@@ -170,6 +176,10 @@ fn parse_options(args: &[String]) -> Result<Options> {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // The harness starting itself as the bare proxy: none of the harness's setup applies.
+    if let Some(code) = bare::serve_if_asked(&args) {
+        return code;
+    }
     if !args.iter().any(|arg| arg == "--bench") {
         // `cargo test --all-targets` runs bench binaries without `--bench`.
         return match selfcheck::run() {
@@ -247,7 +257,7 @@ async fn run(options: Options, priority: String) -> Result<()> {
         );
     }
     let scenarios = scenarios::all()?;
-    let mut stack = Stack::start(options.nginx, options.redis).await?;
+    let mut stack = Stack::start(options.systems).await?;
     let outcome = measure(&mut stack, &scenarios, options, machine, started, priority).await;
     if outcome.is_err() {
         eprintln!("logs of the children:\n{}", stack.log_tails());
@@ -293,7 +303,7 @@ async fn measure(
     started: std::time::Instant,
     priority: String,
 ) -> Result<Results> {
-    let (nginx, redis, redis_running) = describe(stack, scenarios, &priority);
+    let (nginx, bare, redis, redis_running) = describe(stack, scenarios, &priority);
     let mut runner = Runner::new(stack, scenarios, options.timing);
     let first_gateway_answer = runner.sanity_check().await?;
     println!("gateway answers with {first_gateway_answer}\n");
@@ -316,7 +326,7 @@ async fn measure(
         Err("--no-profile was given".to_owned())
     };
     let (in_flight, in_flight_failed) = in_flight(&runner, options).await;
-    let targets = report::checks(&cells, &nginx, in_flight.as_ref());
+    let targets = report::checks(&cells, &bare, in_flight.as_ref());
     let noisy_runs = cells
         .iter()
         .flat_map(|cell| &cell.runs)
@@ -373,6 +383,7 @@ async fn measure(
             end_users_failed.as_deref(),
         ),
         nginx,
+        bare,
         redis,
         redis_commands,
         end_users,
@@ -453,21 +464,25 @@ async fn run_cells(runner: &mut Runner<'_>, options: Options, redis: bool) -> Re
     })
 }
 
-/// Prints what is measured: the reference, the Redis mode and the scenarios.
+/// Prints what is measured: the references, the Redis mode and the scenarios.
 fn describe(
     stack: &Stack,
     scenarios: &[scenarios::Scenario],
     priority: &str,
-) -> (String, String, bool) {
+) -> (String, String, String, bool) {
     let nginx = match &stack.nginx {
         Nginx::Running { version, .. } => version.clone(),
         Nginx::Skipped(reason) => format!("nginx row skipped: {reason}"),
+    };
+    let bare = match &stack.bare {
+        Bare::Running { .. } => stack::BARE_DESCRIPTION.to_owned(),
+        Bare::Skipped(reason) => format!("bare proxy row skipped: {reason}"),
     };
     let (redis, redis_running) = match &stack.redis {
         Redis::Running { version, .. } => (version.clone(), true),
         Redis::Skipped(reason) => (format!("Redis mode skipped: {reason}"), false),
     };
-    println!("reference: {nginx}; Redis mode: {redis}; the harness runs with {priority}");
+    println!("references: {nginx}; {bare}; Redis mode: {redis}; the harness runs with {priority}");
     for s in scenarios {
         println!(
             "scenario {:<8} {} ({} body bytes, {} prompt tokens)",
@@ -477,7 +492,7 @@ fn describe(
             s.prompt_tokens
         );
     }
-    (nginx, redis, redis_running)
+    (nginx, bare, redis, redis_running)
 }
 
 /// The in-flight scenario, or why it failed: a failure there leaves the other results standing.

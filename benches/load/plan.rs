@@ -16,7 +16,7 @@ use crate::procs::{
     CpuSample, busy_neighbours, clock_ticks_per_second, cpu_ticks, cpu_ticks_with_children,
 };
 use crate::scenarios::Scenario;
-use crate::stack::{Nginx, Redis, Stack, stream_route};
+use crate::stack::{Bare, Nginx, Redis, Stack, stream_route};
 use crate::stats::{self, Percentiles};
 
 pub const OPEN_RATES: [u64; 3] = [200, 1_000, 2_000];
@@ -50,6 +50,8 @@ pub enum Kind {
     Direct,
     Gateway,
     Nginx,
+    /// The bare Rust proxy (`bare.rs`).
+    Bare,
 }
 
 impl Kind {
@@ -58,6 +60,7 @@ impl Kind {
             Kind::Direct => "direct",
             Kind::Gateway => "gateway",
             Kind::Nginx => "nginx",
+            Kind::Bare => "bare",
         }
     }
 }
@@ -212,7 +215,7 @@ fn plain_cells(quick: bool) -> Vec<CellPlan> {
         kinds: kinds.to_vec(),
     };
     let both = [Kind::Direct, Kind::Gateway];
-    let all = [Kind::Direct, Kind::Gateway, Kind::Nginx];
+    let all = [Kind::Direct, Kind::Gateway, Kind::Bare, Kind::Nginx];
     let closed = Shape::Closed {
         conns: CLOSED_CONNS,
     };
@@ -247,6 +250,7 @@ pub struct Cpu {
     pub upstream: Option<u64>,
     pub gateway: Option<u64>,
     pub nginx: Option<u64>,
+    pub bare: Option<u64>,
     /// Redis-mode gateway runs: the Redis server.
     pub redis: Option<u64>,
 }
@@ -386,7 +390,7 @@ impl<'a> Runner<'a> {
                 kinds.reverse();
             }
             for kind in kinds {
-                if kind == Kind::Nginx && matches!(self.stack.nginx, Nginx::Skipped(_)) {
+                if self.reference_skipped(kind) {
                     continue;
                 }
                 let target = self.target(&scenario, plan.mode, plan.delay_ms, kind)?;
@@ -477,20 +481,18 @@ impl<'a> Runner<'a> {
                     _ => gateway_target(addr, key, door, &body, None),
                 }
             }
-            Kind::Nginx => {
-                let Nginx::Running { addr, .. } = &self.stack.nginx else {
-                    bail!("nginx is not running");
-                };
+            Kind::Nginx | Kind::Bare => {
+                let addr = self.reference_addr(kind)?;
                 if delay_ms != 0 {
-                    bail!("nginx proxies the 0 ms fake upstream only");
+                    bail!("{} proxies the 0 ms fake upstream only", kind.name());
                 }
                 if mode != Mode::Plain {
-                    bail!("nginx proxies plain requests only");
+                    bail!("{} proxies plain requests only", kind.name());
                 }
                 Target {
-                    addr: *addr,
+                    addr,
                     template: Template::post(
-                        *addr,
+                        addr,
                         CHAT_PATH,
                         &[],
                         &scenario.upstream_body(UPSTREAM_MODEL)?,
@@ -506,6 +508,23 @@ impl<'a> Runner<'a> {
         } else {
             target
         })
+    }
+
+    /// A reference proxy that is not running: its runs are left out.
+    fn reference_skipped(&self, kind: Kind) -> bool {
+        match kind {
+            Kind::Nginx => matches!(self.stack.nginx, Nginx::Skipped(_)),
+            Kind::Bare => matches!(self.stack.bare, Bare::Skipped(_)),
+            Kind::Direct | Kind::Gateway => false,
+        }
+    }
+
+    fn reference_addr(&self, kind: Kind) -> Result<SocketAddr> {
+        match (kind, &self.stack.nginx, &self.stack.bare) {
+            (Kind::Nginx, Nginx::Running { addr, .. }, _)
+            | (Kind::Bare, _, Bare::Running { addr, .. }) => Ok(*addr),
+            _ => bail!("{} is not running", kind.name()),
+        }
     }
 
     async fn run_one(
@@ -608,10 +627,14 @@ impl<'a> Runner<'a> {
         }
     }
 
-    fn cpu_snapshot(&self, plan: &CellPlan, kind: Kind) -> Result<[Option<u64>; 5]> {
+    fn cpu_snapshot(&self, plan: &CellPlan, kind: Kind) -> Result<[Option<u64>; 6]> {
         let upstream = self.stack.fake(plan.delay_ms)?.process.pid();
         let nginx = match (&self.stack.nginx, kind) {
             (Nginx::Running { process, .. }, Kind::Nginx) => cpu_ticks_with_children(process.pid()),
+            _ => None,
+        };
+        let bare = match (&self.stack.bare, kind) {
+            (Bare::Running { process, .. }, Kind::Bare) => cpu_ticks(process.pid()),
             _ => None,
         };
         let gateway = if kind == Kind::Gateway {
@@ -631,13 +654,14 @@ impl<'a> Runner<'a> {
             gateway,
             nginx,
             redis,
+            bare,
         ])
     }
 
     fn per_request(
         &self,
-        before: &[Option<u64>; 5],
-        after: &[Option<u64>; 5],
+        before: &[Option<u64>; 6],
+        after: &[Option<u64>; 6],
         requests: u64,
     ) -> Cpu {
         let each = |i: usize| -> Option<u64> {
@@ -653,6 +677,7 @@ impl<'a> Runner<'a> {
             gateway: each(2),
             nginx: each(3),
             redis: each(4),
+            bare: each(5),
         }
     }
 }
@@ -709,6 +734,7 @@ fn summarize(kind: Kind, runs: &[Run]) -> Option<Summary> {
             upstream: cpu(|c| c.upstream),
             gateway: cpu(|c| c.gateway),
             nginx: cpu(|c| c.nginx),
+            bare: cpu(|c| c.bare),
             redis: cpu(|c| c.redis),
         },
     })

@@ -1,6 +1,6 @@
 //! What runs when the bench binary is started without `--bench`, i.e. by
 //! `cargo test --all-targets`: checks of the pure parts (HTTP parsing, percentiles,
-//! configuration text, Redis replies, the report's end-user rows) and of the generator against
+//! configuration text, Redis replies, the report's end-user rows and bare-proxy target) and of the generator against
 //! a loopback listener, never a load run.
 
 use anyhow::{Result, ensure};
@@ -20,6 +20,7 @@ pub fn run() -> Result<()> {
     end_user_wave()?;
     redis_replies()?;
     end_user_report()?;
+    bare_proxy_target()?;
     Ok(())
 }
 
@@ -441,5 +442,53 @@ fn end_user_report() -> Result<()> {
     ensure!(text.contains("| keys in Redis (`DBSIZE`) | 4 | 100,004 | 100,004 |"));
     let skipped = crate::report::end_users_section(&cells, None, Some("no keys"));
     ensure!(skipped.contains("not measured (no keys)"));
+    Ok(())
+}
+
+/// The bare-proxy target divides the gateway's closed-loop req/s by the bare proxy's in the
+/// same cell, and is only judged when both were measured.
+fn bare_proxy_target() -> Result<()> {
+    use crate::plan::{Cell, Cpu, Kind, Mode, Shape, Summary};
+    let summary = |target, rps| Summary {
+        target,
+        runs: 1,
+        latency_us: None,
+        first_event_us: None,
+        rps: Some(rps),
+        errors: 0,
+        unfinished: 0,
+        cpu_us_per_request: Cpu::default(),
+    };
+    let cell = |bare_rps| Cell {
+        mode: Mode::Plain,
+        shape: Shape::Closed { conns: 64 },
+        scenario: "short",
+        delay_ms: 0,
+        summary: vec![summary(Kind::Gateway, 9_000), summary(Kind::Bare, bare_rps)],
+        runs: Vec::new(),
+    };
+    let target = |cells: &[Cell]| {
+        crate::report::checks(cells, "--skip-bare was given", None)
+            .into_iter()
+            .find(|check| check.target.contains("bare Rust proxy"))
+    };
+    let slower = target(&[cell(12_000)]);
+    ensure!(
+        slower.as_ref().is_some_and(|c| c.met == Some(false)
+            && c.measured == "gateway 9,000 req/s = 0.75 × bare proxy 12,000 req/s"),
+        "{:?}",
+        slower.map(|c| c.measured)
+    );
+    ensure!(target(&[cell(8_000)]).is_some_and(|c| c.met == Some(true)));
+    ensure!(
+        target(&[]).is_some_and(
+            |c| c.met.is_none() && c.measured == "not measured (--skip-bare was given)"
+        )
+    );
+    let table = crate::report::closed_table(&[cell(12_000)]);
+    ensure!(
+        table.contains("| short | 0 ms | — | 9,000 | 12,000 | — | 0.75 | — | — |"),
+        "{table}"
+    );
     Ok(())
 }

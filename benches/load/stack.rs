@@ -1,6 +1,6 @@
 //! The system under test, started in a temporary directory: two fake upstreams (0 ms and
 //! 50 ms), the gateway (release build, every governance feature on) with a tenant and key made
-//! by its own CLI, the reference nginx, and a `redis-server` with a second gateway that keeps
+//! by its own CLI, the reference nginx, the bare Rust proxy, and a `redis-server` with a second gateway that keeps
 //! its limits, quotas and budgets there. Further gateways (the in-flight scenario's fresh one)
 //! are started on demand with the same configuration in a directory of their own.
 
@@ -103,9 +103,30 @@ pub enum Nginx {
     Skipped(String),
 }
 
+/// Why the bare proxy's row is missing, or the running proxy (`bare.rs`).
+pub enum Bare {
+    Running { addr: SocketAddr, process: Child },
+    Skipped(String),
+}
+
+/// What the bare proxy is, for the report.
+pub const BARE_DESCRIPTION: &str =
+    "bare Rust proxy: actix-web and awc as in the gateway, no governance, 2 workers";
+
+/// The systems beside the gateways that a run starts, or leaves out.
+#[derive(Debug, Clone, Copy)]
+pub struct Systems {
+    /// nginx's worker processes; `None` leaves nginx out.
+    pub nginx: Option<u32>,
+    pub bare: bool,
+    /// The Redis mode: its server and gateway.
+    pub redis: bool,
+}
+
 pub struct Stack {
     // Field order is drop order: the processes stop before their directory is removed.
     pub nginx: Nginx,
+    pub bare: Bare,
     pub redis: Redis,
     pub gateway: Child,
     /// Configured like `gateway` but with `ledger.fsync = "batch"`.
@@ -117,8 +138,7 @@ pub struct Stack {
 }
 
 impl Stack {
-    /// `nginx_workers`: `None` leaves nginx out; `redis`: false leaves the Redis mode out.
-    pub async fn start(nginx_workers: Option<u32>, redis: bool) -> Result<Self> {
+    pub async fn start(systems: Systems) -> Result<Self> {
         // Under the target directory, on the project's own disk: the journals' fsyncs are
         // part of what is measured, and a tmpfs `/tmp` would hide them.
         let dir = tempfile::Builder::new()
@@ -148,11 +168,16 @@ impl Stack {
         )
         .await?;
 
-        let nginx = match nginx_workers {
+        let nginx = match systems.nginx {
             Some(workers) => start_nginx(&path, fakes_addr(&fakes, 0)?, workers).await?,
             None => Nginx::Skipped("--skip-nginx was given".to_owned()),
         };
-        let redis = if redis {
+        let bare = if systems.bare {
+            start_bare(&path, fakes_addr(&fakes, 0)?).await?
+        } else {
+            Bare::Skipped("--skip-bare was given".to_owned())
+        };
+        let redis = if systems.redis {
             // A broken Redis mode is reported beside the other results rather than losing them.
             start_redis(&path, &fakes).await.unwrap_or_else(|error| {
                 let reason = format!("the Redis mode did not start: {error:#}");
@@ -164,6 +189,7 @@ impl Stack {
         };
         Ok(Self {
             nginx,
+            bare,
             redis,
             gateway,
             batch,
@@ -213,6 +239,9 @@ impl Stack {
             pids.push(process.pid());
             pids.extend(crate::procs::children_of(process.pid()));
         }
+        if let Bare::Running { process, .. } = &self.bare {
+            pids.push(process.pid());
+        }
         if let Redis::Running {
             gateway, server, ..
         } = &self.redis
@@ -238,6 +267,9 @@ impl Stack {
         if let Nginx::Running { process, .. } = &mut self.nginx {
             process.check_running()?;
         }
+        if let Bare::Running { process, .. } = &mut self.bare {
+            process.check_running()?;
+        }
         if let Redis::Running {
             gateway, server, ..
         } = &mut self.redis
@@ -253,6 +285,9 @@ impl Stack {
         let mut children: Vec<&Child> = vec![&self.gateway];
         children.extend(self.fakes.iter().map(|fake| &fake.process));
         if let Nginx::Running { process, .. } = &self.nginx {
+            children.push(process);
+        }
+        if let Bare::Running { process, .. } = &self.bare {
             children.push(process);
         }
         if let Redis::Running {
@@ -518,6 +553,34 @@ async fn start_nginx(dir: &Path, upstream: SocketAddr, workers: u32) -> Result<N
         process,
         version: format!("{version}, {workers} worker process(es)"),
     })
+}
+
+/// This binary again, serving as the bare proxy in front of `upstream`; skipped (with the
+/// reason) when it does not start, like nginx.
+async fn start_bare(dir: &Path, upstream: SocketAddr) -> Result<Bare> {
+    let binary = std::env::current_exe().context("locating the harness's own binary")?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+    let mut command = Command::new(binary);
+    command.args([
+        crate::bare::SERVE_ARG,
+        &addr.port().to_string(),
+        &upstream.port().to_string(),
+    ]);
+    let started = match Child::spawn("the bare proxy", command, &dir.join("bare-proxy.log")) {
+        Ok(mut process) => process
+            .wait_ready(addr, "/fake/stats", READY_LIMIT)
+            .await
+            .map(|()| process),
+        Err(error) => Err(error),
+    };
+    match started {
+        Ok(process) => Ok(Bare::Running { addr, process }),
+        Err(error) => {
+            let reason = format!("the bare proxy did not start: {error:#}");
+            println!("{reason}");
+            Ok(Bare::Skipped(reason))
+        }
+    }
 }
 
 /// `binary` from PATH or /usr/sbin, else Debian's `package` installed with apt-get; the
