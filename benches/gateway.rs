@@ -55,6 +55,8 @@ fn reserve(c: &mut Criterion) {
         on_store_error: tollgate::config::StoreErrorPolicy::FailClosed,
         calendar: tollgate::calendar::Calendar::utc(),
         end_users_in_memory: 1_000,
+        period: tollgate::calendar::Period::Month,
+        feature_periods: std::collections::BTreeMap::new(),
         credits: false,
     };
     let mut book = QuotaBook::new(limits, Nanos::ZERO, 1_796_040_000_000);
@@ -70,6 +72,7 @@ fn reserve(c: &mut Criterion) {
         feature: "bench".to_owned(),
         end_user: None,
         key_credits: false,
+        key_period: tollgate::calendar::Period::Month,
     };
     c.bench_function("quota_book/rate+reserve+settle", |b| {
         b.iter(|| {

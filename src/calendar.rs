@@ -58,6 +58,8 @@ pub struct Window {
     pub first_day: Option<Date>,
     /// Local days in it (0 for a lifetime).
     pub days: u32,
+    /// The instant it began (0 for a lifetime).
+    pub start_ms: u64,
     /// The instant the next period begins (`u64::MAX` for a lifetime).
     pub end_ms: u64,
 }
@@ -125,6 +127,7 @@ impl Calendar {
                     key: LIFETIME.to_owned(),
                     first_day: None,
                     days: 0,
+                    start_ms: 0,
                     end_ms: u64::MAX,
                 };
             }
@@ -154,6 +157,7 @@ impl Calendar {
             key,
             first_day: Some(first),
             days,
+            start_ms: self.start_ms(first),
             end_ms: self.start_ms(next),
         }
     }

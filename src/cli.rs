@@ -121,9 +121,12 @@ enum TenantCommand {
         name: Option<String>,
         #[arg(long)]
         rpm: Option<u32>,
-        /// Monthly budget, decimal in the billing currency.
+        /// Budget per period, decimal in the billing currency.
         #[arg(long)]
         budget: Option<String>,
+        /// What the budget runs over: day, week, month (the default) or lifetime.
+        #[arg(long)]
+        budget_period: Option<String>,
         /// strict, clamp or alert.
         #[arg(long)]
         mode: Option<String>,
@@ -156,9 +159,12 @@ enum KeyCommand {
         tenant: String,
         #[arg(long)]
         name: Option<String>,
-        /// The key's own monthly budget inside its tenant's.
+        /// The key's own budget inside its tenant's.
         #[arg(long)]
         budget: Option<String>,
+        /// What the key's budget runs over: day, week, month (the default) or lifetime.
+        #[arg(long)]
+        budget_period: Option<String>,
         /// When the key stops working (RFC 3339, e.g. `2026-12-31T23:59:59Z`).
         #[arg(long)]
         expires_at: Option<String>,
@@ -343,6 +349,7 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
             name,
             rpm,
             budget,
+            budget_period,
             mode,
             default_max_tokens,
         } => {
@@ -360,6 +367,7 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
                 monthly_token_limit: None,
                 on_store_error: None,
                 credits: false,
+                budget_period,
             };
             let record = tenants::create(&db, &config, new, now_ms()).await?;
             json_out(&TenantView::from(&record))
@@ -399,6 +407,7 @@ async fn key(config: Arc<Config>, command: KeyCommand) -> Result<()> {
             tenant,
             name,
             budget,
+            budget_period,
             expires_at,
         } => {
             let pepper = config.require_pepper()?;
@@ -407,6 +416,7 @@ async fn key(config: Arc<Config>, command: KeyCommand) -> Result<()> {
                 monthly_budget: budget,
                 expires_at: expires_at.map(serde_json::Value::String),
                 credits: false,
+                budget_period,
             };
             let (_, view) = keys::issue(&db, pepper, &tenant, new, now_ms()).await?;
             json_out(&view)
@@ -620,6 +630,7 @@ async fn demo(path: Option<&Path>, listen: Option<std::net::SocketAddr>) -> Resu
                 monthly_token_limit: None,
                 on_store_error: None,
                 credits: false,
+                budget_period: None,
             };
             tenants::create(db, &config, new, now_ms()).await?
         }
@@ -634,6 +645,7 @@ async fn demo(path: Option<&Path>, listen: Option<std::net::SocketAddr>) -> Resu
             monthly_budget: None,
             expires_at: None,
             credits: false,
+            budget_period: None,
         },
         now_ms(),
     )

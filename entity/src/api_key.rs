@@ -20,6 +20,8 @@ pub struct Model {
     pub expires_at_ms: Option<i64>,
     /// The key spends its prepaid balance (see `credit`) instead of a monthly budget.
     pub on_credits: bool,
+    /// What `monthly_budget_nanos` runs over: `day`, `week`, `month` or `lifetime` (`None`: a month).
+    pub budget_period: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

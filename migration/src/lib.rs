@@ -14,6 +14,7 @@ mod m20261202_000009_key_expiry;
 mod m20261202_000010_end_users;
 mod m20261202_000011_end_user_limits;
 mod m20261202_000012_credits;
+mod m20261202_000013_budget_periods;
 
 pub struct Migrator;
 
@@ -33,6 +34,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000010_end_users::Migration),
             Box::new(m20261202_000011_end_user_limits::Migration),
             Box::new(m20261202_000012_credits::Migration),
+            Box::new(m20261202_000013_budget_periods::Migration),
         ]
     }
 }

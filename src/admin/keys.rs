@@ -5,7 +5,9 @@ use serde::Serialize;
 
 use super::{AdminError, invalid, tenants};
 use crate::auth;
+use crate::calendar::Period;
 use crate::config::Secret;
+use crate::directory::tenant::period_of;
 use crate::directory::{KeyRecord, repo};
 use crate::ids::{KeyId, TenantId};
 use crate::money::Nanos;
@@ -21,6 +23,7 @@ pub struct KeyView {
     pub monthly_budget: Option<Nanos>,
     pub expires_at_ms: Option<i64>,
     pub credits: bool,
+    pub budget_period: Period,
 }
 
 impl From<entity::api_key::Model> for KeyView {
@@ -34,6 +37,7 @@ impl From<entity::api_key::Model> for KeyView {
             monthly_budget: k.monthly_budget_nanos.map(Nanos::from_db),
             expires_at_ms: k.expires_at_ms,
             credits: k.on_credits,
+            budget_period: period_of(k.budget_period.as_deref()),
         }
     }
 }
@@ -58,6 +62,8 @@ pub struct NewKey {
     /// The key spends its own prepaid balance (`POST …/keys/{id}/credits`) instead of a monthly budget.
     #[serde(default)]
     pub credits: bool,
+    /// What `monthly_budget` runs over: `day`, `week`, `month` (the default) or `lifetime`.
+    pub budget_period: Option<String>,
 }
 
 /// A change to a key (`PATCH`): a field left out stays as it is, `null` clears it.
@@ -71,6 +77,7 @@ pub struct KeyChange {
     #[serde(default, deserialize_with = "tenants::double_option")]
     pub expires_at: Option<Option<serde_json::Value>>,
     pub credits: Option<bool>,
+    pub budget_period: Option<String>,
 }
 
 fn parse_budget(text: Option<&str>) -> Result<Option<Nanos>, AdminError> {
@@ -107,6 +114,7 @@ pub async fn issue(
     let tenant = tenants::get(db, tenant).await?;
     let budget = parse_budget(new.monthly_budget.as_deref())?;
     let expires_at_ms = parse_expiry(new.expires_at.as_ref())?;
+    let budget_period = tenants::parse_period("budget_period", new.budget_period.as_deref())?;
     if new.credits && budget.is_some() {
         return Err(credits_and_budget());
     }
@@ -121,6 +129,7 @@ pub async fn issue(
         monthly_budget_nanos: Set(budget.map(Nanos::to_db)),
         expires_at_ms: Set(expires_at_ms),
         on_credits: Set(new.credits),
+        budget_period: Set(Some(budget_period.as_str().to_owned())),
     };
     repo::insert_key(db, model).await?;
     let record = KeyRecord {
@@ -130,6 +139,7 @@ pub async fn issue(
         monthly_budget: budget,
         expires_at_ms,
         on_credits: new.credits,
+        budget_period,
     };
     let view = IssuedKeyView {
         id: issued.key_id.to_string(),
@@ -156,6 +166,10 @@ pub async fn update(
             .map(|e| parse_expiry(e.as_ref()))
             .transpose()?,
         on_credits: change.credits,
+        budget_period: change
+            .budget_period
+            .map(|p| tenants::parse_period("budget_period", Some(&p)))
+            .transpose()?,
     };
     let id = KeyId::new(key_id);
     let current = repo::key_model(db, &id)

@@ -4,6 +4,7 @@ use sea_orm::{DatabaseConnection, Set};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::{AdminError, invalid};
+use crate::calendar::Period;
 use crate::config::{Config, StoreErrorPolicy};
 use crate::directory::{BudgetMode, TenantRecord, repo};
 use crate::ids::{FEATURE_RULE, TenantId, is_valid_feature};
@@ -29,6 +30,8 @@ pub struct NewTenant {
     /// Spend a prepaid balance (`POST …/credits`) instead of a monthly budget.
     #[serde(default)]
     pub credits: bool,
+    /// What `monthly_budget` runs over: `day`, `week`, `month` (the default) or `lifetime`.
+    pub budget_period: Option<String>,
 }
 
 /// A partial update; `null` clears an optional limit.
@@ -55,6 +58,7 @@ pub struct TenantPatch {
     #[serde(default, deserialize_with = "double_option")]
     pub on_store_error: Option<Option<String>>,
     pub credits: Option<bool>,
+    pub budget_period: Option<String>,
 }
 
 #[expect(
@@ -84,6 +88,8 @@ pub struct TenantView {
     pub monthly_token_limit: Option<u64>,
     pub on_store_error: Option<StoreErrorPolicy>,
     pub credits: bool,
+    pub budget_period: Period,
+    pub feature_periods: std::collections::BTreeMap<String, Period>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
@@ -108,6 +114,8 @@ impl From<&TenantRecord> for TenantView {
             monthly_token_limit: t.monthly_token_limit,
             on_store_error: t.on_store_error,
             credits: t.on_credits,
+            budget_period: t.budget_period,
+            feature_periods: t.feature_periods.clone(),
             created_at_ms: t.created_at_ms,
             updated_at_ms: t.updated_at_ms,
         }
@@ -227,8 +235,26 @@ pub async fn create(
             .map(parse_store_policy)
             .transpose()?),
         on_credits: Set(new.credits),
+        budget_period: Set(Some(
+            parse_period("budget_period", new.budget_period.as_deref())?
+                .as_str()
+                .to_owned(),
+        )),
     };
     Ok(repo::insert_tenant(db, model).await?)
+}
+
+/// `day`, `week`, `month` or `lifetime`; absent is a month.
+pub fn parse_period(field: &str, text: Option<&str>) -> Result<Period, AdminError> {
+    let Some(text) = text else {
+        return Ok(Period::Month);
+    };
+    Period::parse(text).ok_or_else(|| {
+        invalid(
+            field,
+            format!("`{text}` is not day, week, month or lifetime"),
+        )
+    })
 }
 
 /// A balance replaces a periodic budget; both at once would leave it unclear which one refused.
@@ -305,6 +331,10 @@ pub async fn update(
     if let Some(credits) = patch.credits {
         model.on_credits = Set(credits);
     }
+    if let Some(period) = patch.budget_period {
+        let period = parse_period("budget_period", Some(&period))?;
+        model.budget_period = Set(Some(period.as_str().to_owned()));
+    }
     if *model.on_credits.as_ref() && model.monthly_budget_nanos.as_ref().is_some() {
         return Err(credits_and_budget());
     }
@@ -317,7 +347,7 @@ pub async fn set_feature_budget(
     db: &DatabaseConnection,
     id: &str,
     feature: &str,
-    budget: Option<&str>,
+    budget: Option<(&str, Option<&str>)>,
     now_ms: i64,
 ) -> Result<TenantRecord, AdminError> {
     let tenant = get(db, id).await?;
@@ -325,8 +355,10 @@ pub async fn set_feature_budget(
         return Err(invalid("feature", FEATURE_RULE));
     }
     let budget = budget
-        .map(|text| {
-            Nanos::parse_decimal(text).map_err(|e| invalid("monthly_budget", e.to_string()))
+        .map(|(text, period)| {
+            let amount =
+                Nanos::parse_decimal(text).map_err(|e| invalid("monthly_budget", e.to_string()))?;
+            Ok::<_, AdminError>((amount, parse_period("period", period)?))
         })
         .transpose()?;
     repo::set_feature_budget(db, &tenant.id, feature, budget, now_ms).await?;

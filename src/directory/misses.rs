@@ -240,6 +240,7 @@ mod tests {
             monthly_budget: None,
             expires_at_ms: None,
             on_credits: false,
+            budget_period: crate::calendar::Period::Month,
         });
         first.finish(Outcome::Found(record), 0);
         assert!(matches!(waiting.borrow().as_ref(), Some(Outcome::Found(_))));

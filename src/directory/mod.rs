@@ -36,6 +36,8 @@ pub struct KeyRecord {
     pub expires_at_ms: Option<i64>,
     /// Spends its prepaid balance instead of a monthly budget.
     pub on_credits: bool,
+    /// What `monthly_budget` runs over.
+    pub budget_period: crate::calendar::Period,
 }
 
 impl KeyRecord {

@@ -7,8 +7,9 @@ use sea_orm::{
 
 use entity::{api_key, end_user_limit, feature_budget, tenant};
 
-use super::tenant::EndUserOverride;
+use super::tenant::{EndUserOverride, period_of};
 use super::{KeyRecord, TenantRecord};
+use crate::calendar::Period;
 use crate::ids::{KeyId, TenantId};
 use crate::money::Nanos;
 use crate::storage::StorageError;
@@ -48,6 +49,10 @@ async fn with_feature_budgets(
             .iter_mut()
             .find(|r| r.id.as_str() == budget.tenant_id)
         {
+            let period = period_of(budget.period.as_deref());
+            record
+                .feature_periods
+                .insert(budget.feature.clone(), period);
             record
                 .feature_budgets
                 .insert(budget.feature, Nanos::from_db(budget.monthly_budget_nanos));
@@ -88,7 +93,7 @@ pub async fn set_feature_budget(
     db: &DatabaseConnection,
     tenant_id: &TenantId,
     feature: &str,
-    budget: Option<Nanos>,
+    budget: Option<(Nanos, Period)>,
     now_ms: i64,
 ) -> Result<(), StorageError> {
     feature_budget::Entity::delete_many()
@@ -96,11 +101,12 @@ pub async fn set_feature_budget(
         .filter(feature_budget::Column::Feature.eq(feature))
         .exec(db)
         .await?;
-    if let Some(budget) = budget {
+    if let Some((budget, period)) = budget {
         feature_budget::ActiveModel {
             tenant_id: Set(tenant_id.to_string()),
             feature: Set(feature.to_owned()),
             monthly_budget_nanos: Set(budget.to_db()),
+            period: Set(Some(period.as_str().to_owned())),
             updated_at_ms: Set(now_ms),
         }
         .insert(db)
@@ -166,6 +172,7 @@ pub struct KeyChange {
     pub monthly_budget: Option<Option<Nanos>>,
     pub expires_at_ms: Option<Option<i64>>,
     pub on_credits: Option<bool>,
+    pub budget_period: Option<Period>,
 }
 
 pub async fn update_key(
@@ -188,6 +195,9 @@ pub async fn update_key(
     }
     if let Some(on_credits) = change.on_credits {
         model.on_credits = Set(on_credits);
+    }
+    if let Some(period) = change.budget_period {
+        model.budget_period = Set(Some(period.as_str().to_owned()));
     }
     Ok(Some(model.update(db).await?))
 }
@@ -246,6 +256,7 @@ fn key_record(row: api_key::Model) -> KeyRecord {
         monthly_budget: row.monthly_budget_nanos.map(Nanos::from_db),
         expires_at_ms: row.expires_at_ms,
         on_credits: row.on_credits,
+        budget_period: period_of(row.budget_period.as_deref()),
     }
 }
 

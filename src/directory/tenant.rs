@@ -113,6 +113,10 @@ pub struct TenantRecord {
     pub on_store_error: Option<StoreErrorPolicy>,
     /// Spends a prepaid balance (top-ups less lifetime spend) instead of a monthly budget.
     pub on_credits: bool,
+    /// What `monthly_budget` runs over.
+    pub budget_period: Period,
+    /// What each feature's budget runs over (a month where absent).
+    pub feature_periods: BTreeMap<String, Period>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
@@ -145,8 +149,16 @@ impl TenantRecord {
             // An unknown hand-edited value falls back to the tier's policy.
             on_store_error: model.on_store_error.and_then(|p| p.parse().ok()),
             on_credits: model.on_credits,
+            // A hand-edited period the gateway does not know is a month.
+            budget_period: period_of(model.budget_period.as_deref()),
+            feature_periods: BTreeMap::new(),
             created_at_ms: model.created_at_ms,
             updated_at_ms: model.updated_at_ms,
         }
     }
+}
+
+/// A stored period; `None` (rows written before periods) or unknown text is a month.
+pub fn period_of(text: Option<&str>) -> Period {
+    text.and_then(Period::parse).unwrap_or(Period::Month)
 }

@@ -14,12 +14,12 @@ use entity::{usage, usage_total};
 
 use super::event::{AttemptStatus, UsageEvent, UsageKind};
 use super::insert;
-use crate::calendar::{Calendar, LIFETIME, Window, day_keys};
+use crate::calendar::{Calendar, LIFETIME, Period, Window, day_keys};
 use crate::ids::{KeyId, TenantId};
 use crate::money::Nanos;
-use crate::period::Date;
 use crate::storage::StorageError;
 use crate::telemetry::metrics::ratio;
+use crate::tenant::spent::Spent;
 
 /// Rows per INSERT statement at most. A usage row binds 28 parameters, and a
 /// statement may bind at most 65,535 on PostgreSQL and 32,766 on SQLite, so a
@@ -70,35 +70,31 @@ struct Totals;
 
 impl Totals {
     /// One row per (tenant, kind, period, scope) the events touch, with their
-    /// sums. Keys borrow from the events; each UTC day's keys are formatted once.
-    /// An end user's rows are per local day of `calendar` (weeks and months
-    /// are sums of days) and over their lifetime.
+    /// sums. Keys borrow from the events; each hour's day and month keys are
+    /// formatted once. Days and months are those of `calendar` (the billing
+    /// time zone), as budgets count them: the tenant, each key and each feature
+    /// have a row per month, per day (a week is a sum of days) and over their
+    /// lifetime; an end user per day and over their lifetime.
     fn rows<'a>(
         events: impl Iterator<Item = &'a UsageEvent>,
         calendar: &Calendar,
     ) -> Vec<usage_total::ActiveModel> {
         use sea_orm::ActiveValue::Set;
         let events: Vec<&UsageEvent> = events.collect();
+        // Every zone's offset is a whole number of quarter hours, so a
+        // quarter hour never straddles a local midnight.
         let mut periods: HashMap<u64, (String, String)> = HashMap::new();
         for event in &events {
             periods
-                .entry(event.created_at_ms / DAY_MS)
+                .entry(event.created_at_ms / QUARTER_HOUR_MS)
                 .or_insert_with(|| {
-                    let date = Date::from_unix_ms(event.created_at_ms);
-                    (date.day_key(), date.month_key())
+                    let month = calendar.window(Period::Month, event.created_at_ms).key;
+                    (calendar.day_key(event.created_at_ms), month)
                 });
         }
-        let local_days: Vec<Option<String>> = events
-            .iter()
-            .map(|e| {
-                e.end_user
-                    .as_ref()
-                    .map(|_| calendar.day_key(e.created_at_ms))
-            })
-            .collect();
         let mut sums: HashMap<(&str, &'static str, &str, &str), (i64, i64)> = HashMap::new();
-        for (event, local_day) in events.iter().zip(&local_days) {
-            let Some((day, month)) = periods.get(&(event.created_at_ms / DAY_MS)) else {
+        for event in &events {
+            let Some((day, month)) = periods.get(&(event.created_at_ms / QUARTER_HOUR_MS)) else {
                 continue;
             };
             let tokens = i64::try_from(
@@ -110,20 +106,23 @@ impl Totals {
             .unwrap_or(i64::MAX);
             let charged = event.charged.to_db();
             let tenant = event.tenant.as_str();
-            let end_user = event.end_user.as_deref().zip(local_day.as_deref());
-            let end_user_rows = end_user.into_iter().flat_map(|(user, local_day)| {
+            let end_user_rows = event.end_user.as_deref().into_iter().flat_map(|user| {
                 [
-                    (TOTAL_END_USER_DAY, local_day, user),
+                    (TOTAL_END_USER_DAY, day.as_str(), user),
                     (TOTAL_END_USER_LIFETIME, LIFETIME, user),
                 ]
             });
+            let (key, feature) = (event.key.as_str(), event.feature.as_str());
             for (kind, period, scope) in [
                 (TOTAL_TENANT, month.as_str(), ""),
-                (TOTAL_KEY, month.as_str(), event.key.as_str()),
-                (TOTAL_FEATURE, month.as_str(), event.feature.as_str()),
+                (TOTAL_KEY, month.as_str(), key),
+                (TOTAL_FEATURE, month.as_str(), feature),
                 (TOTAL_DAY, day.as_str(), ""),
+                (TOTAL_KEY_DAY, day.as_str(), key),
+                (TOTAL_FEATURE_DAY, day.as_str(), feature),
                 (TOTAL_TENANT_LIFETIME, LIFETIME, ""),
-                (TOTAL_KEY_LIFETIME, LIFETIME, event.key.as_str()),
+                (TOTAL_KEY_LIFETIME, LIFETIME, key),
+                (TOTAL_FEATURE_LIFETIME, LIFETIME, feature),
             ]
             .into_iter()
             .chain(end_user_rows)
@@ -148,17 +147,22 @@ impl Totals {
     }
 }
 
-const DAY_MS: u64 = 86_400_000;
+const QUARTER_HOUR_MS: u64 = 900_000;
+/// The tenant's, a key's and a feature's spend in one local month.
 const TOTAL_TENANT: &str = "tenant";
 const TOTAL_KEY: &str = "key";
 const TOTAL_FEATURE: &str = "feature";
+/// The tenant's, a key's and a feature's spend on one local day.
 const TOTAL_DAY: &str = "day";
+const TOTAL_KEY_DAY: &str = "key_day";
+const TOTAL_FEATURE_DAY: &str = "feature_day";
 /// An end user's spend on one local day (`billing.timezone`).
 const TOTAL_END_USER_DAY: &str = "end_user_day";
 const TOTAL_END_USER_LIFETIME: &str = "end_user_lifetime";
 /// Spend since the first row: what a prepaid balance is drawn by.
 const TOTAL_TENANT_LIFETIME: &str = "tenant_lifetime";
 const TOTAL_KEY_LIFETIME: &str = "key_lifetime";
+const TOTAL_FEATURE_LIFETIME: &str = "feature_lifetime";
 
 async fn add_totals(
     txn: &DatabaseTransaction,
@@ -192,32 +196,121 @@ async fn add_totals(
     Ok(())
 }
 
-/// A tenant's spend and tokens so far in a month and a day, from `usage_totals`.
+/// The tenant's, its keys' and its features' spend in one occurrence of a period.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScopeSpend {
+    pub tenant: Nanos,
+    pub keys: HashMap<KeyId, Nanos>,
+    pub features: HashMap<String, Nanos>,
+}
+
+impl ScopeSpend {
+    fn add(&mut self, kind: &str, scope: String, charged: Nanos) {
+        let sum = match kind {
+            TOTAL_DAY => &mut self.tenant,
+            TOTAL_KEY_DAY => self.keys.entry(KeyId::new(scope)).or_default(),
+            TOTAL_FEATURE_DAY => self.features.entry(scope).or_default(),
+            _ => return,
+        };
+        *sum = sum.saturating_add(charged);
+    }
+}
+
+/// A tenant's spend and tokens so far in this local day, week and month and
+/// over its lifetime, from `usage_totals`: what a store starts from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PeriodTotals {
+    /// This month's, of the tenant, each key and each feature.
     pub committed: Nanos,
     pub keys: HashMap<KeyId, Nanos>,
     pub features: HashMap<String, Nanos>,
     pub tokens_today: u64,
     pub tokens_this_month: u64,
-    /// Spend since the first row, of the tenant and of each key.
-    pub lifetime: Nanos,
-    pub key_lifetimes: HashMap<KeyId, Nanos>,
+    pub day: ScopeSpend,
+    pub week: ScopeSpend,
+    /// Since the first row: what a prepaid balance is drawn by.
+    pub lifetime: ScopeSpend,
     pub credits: super::credits::CreditTotals,
+}
+
+impl PeriodTotals {
+    /// The spend of the tenant (`None`, `None`), a key or a feature in every period.
+    pub fn spent_of(&self, key: Option<&KeyId>, feature: Option<&str>) -> Spent {
+        let of = |month: Nanos, pick: &dyn Fn(&ScopeSpend) -> Nanos| Spent {
+            day: pick(&self.day),
+            week: pick(&self.week),
+            month,
+            lifetime: pick(&self.lifetime),
+        };
+        match (key, feature) {
+            (Some(key), _) => of(self.keys.get(key).copied().unwrap_or_default(), &|s| {
+                s.keys.get(key).copied().unwrap_or_default()
+            }),
+            (None, Some(feature)) => of(
+                self.features.get(feature).copied().unwrap_or_default(),
+                &|s| s.features.get(feature).copied().unwrap_or_default(),
+            ),
+            (None, None) => of(self.committed, &|s| s.tenant),
+        }
+    }
+
+    /// Every key with spend in some period.
+    pub fn key_ids(&self) -> HashSet<&KeyId> {
+        [
+            &self.keys,
+            &self.day.keys,
+            &self.week.keys,
+            &self.lifetime.keys,
+        ]
+        .into_iter()
+        .flat_map(HashMap::keys)
+        .collect()
+    }
+
+    pub fn feature_names(&self) -> HashSet<&String> {
+        [
+            &self.features,
+            &self.day.features,
+            &self.week.features,
+            &self.lifetime.features,
+        ]
+        .into_iter()
+        .flat_map(HashMap::keys)
+        .collect()
+    }
+
+    /// The tenant's, keys' and features' spend in the current occurrence of `period`.
+    pub fn spend(&self, period: Period) -> ScopeSpend {
+        match period {
+            Period::Day => self.day.clone(),
+            Period::Week => self.week.clone(),
+            Period::Month => ScopeSpend {
+                tenant: self.committed,
+                keys: self.keys.clone(),
+                features: self.features.clone(),
+            },
+            Period::Lifetime => self.lifetime.clone(),
+        }
+    }
 }
 
 /// Days an end user's day totals are kept: the longest period made of days
 /// (a month) and a margin for late settles.
 pub const END_USER_DAYS_KEPT: u64 = 40;
 
-/// Deletes end users' day totals before the local day `before` (`YYYY-MM-DD`,
-/// so text order is date order); lifetime totals stay.
+/// Deletes end users', keys' and features' day totals before the local day
+/// `before` (`YYYY-MM-DD`, so text order is date order); the tenant's day
+/// totals (one row a day, which reports read), months and lifetimes stay.
 pub async fn prune_end_user_days(
     db: &DatabaseConnection,
     before: &str,
 ) -> Result<u64, StorageError> {
     let deleted = usage_total::Entity::delete_many()
-        .filter(usage_total::Column::Kind.eq(TOTAL_END_USER_DAY))
+        .filter(usage_total::Column::Kind.is_in([
+            TOTAL_END_USER_DAY,
+            TOTAL_KEY_DAY,
+            TOTAL_FEATURE_DAY,
+        ]))
         .filter(usage_total::Column::Period.lt(before))
         .exec(db)
         .await?;
@@ -268,13 +361,19 @@ pub async fn end_user_tokens_on(
 }
 
 /// One indexed read, however many rows the month holds (end users' rows,
-/// however many, are not read), and the tenant's top-ups.
+/// however many, are not read), and the tenant's top-ups. Days and months are
+/// those of `calendar`.
 pub async fn period_totals(
     db: &DatabaseConnection,
     tenant: &TenantId,
-    day: &str,
-    month: &str,
+    calendar: &Calendar,
+    now_ms: u64,
 ) -> Result<PeriodTotals, StorageError> {
+    let today = calendar.day_key(now_ms);
+    let month = calendar.window(Period::Month, now_ms).key;
+    let week = day_keys(&calendar.window(Period::Week, now_ms));
+    let mut periods: Vec<&str> = week.iter().map(String::as_str).collect();
+    periods.extend([month.as_str(), LIFETIME]);
     let rows = usage_total::Entity::find()
         .filter(usage_total::Column::TenantId.eq(tenant.as_str()))
         .filter(usage_total::Column::Kind.is_in([
@@ -282,10 +381,13 @@ pub async fn period_totals(
             TOTAL_KEY,
             TOTAL_FEATURE,
             TOTAL_DAY,
+            TOTAL_KEY_DAY,
+            TOTAL_FEATURE_DAY,
             TOTAL_TENANT_LIFETIME,
             TOTAL_KEY_LIFETIME,
+            TOTAL_FEATURE_LIFETIME,
         ]))
-        .filter(usage_total::Column::Period.is_in([month, day, LIFETIME]))
+        .filter(usage_total::Column::Period.is_in(periods))
         .all(db)
         .await?;
     let mut totals = PeriodTotals {
@@ -295,21 +397,32 @@ pub async fn period_totals(
     let tokens = |t: i64| u64::try_from(t).unwrap_or(0);
     for row in rows {
         let charged = Nanos::from_db(row.charged_nanos);
-        match (row.kind.as_str(), row.period == month) {
-            (TOTAL_TENANT, true) => {
+        match row.kind.as_str() {
+            TOTAL_TENANT if row.period == month => {
                 totals.committed = charged;
                 totals.tokens_this_month = tokens(row.tokens);
             }
-            (TOTAL_KEY, true) => {
+            TOTAL_KEY if row.period == month => {
                 totals.keys.insert(KeyId::new(row.scope), charged);
             }
-            (TOTAL_FEATURE, true) => {
+            TOTAL_FEATURE if row.period == month => {
                 totals.features.insert(row.scope, charged);
             }
-            (TOTAL_DAY, false) if row.period == day => totals.tokens_today = tokens(row.tokens),
-            (TOTAL_TENANT_LIFETIME, false) => totals.lifetime = charged,
-            (TOTAL_KEY_LIFETIME, false) => {
-                totals.key_lifetimes.insert(KeyId::new(row.scope), charged);
+            TOTAL_DAY | TOTAL_KEY_DAY | TOTAL_FEATURE_DAY if week.contains(&row.period) => {
+                if row.period == today {
+                    if row.kind == TOTAL_DAY {
+                        totals.tokens_today = tokens(row.tokens);
+                    }
+                    totals.day.add(&row.kind, row.scope.clone(), charged);
+                }
+                totals.week.add(&row.kind, row.scope, charged);
+            }
+            TOTAL_TENANT_LIFETIME => totals.lifetime.tenant = charged,
+            TOTAL_KEY_LIFETIME => {
+                totals.lifetime.keys.insert(KeyId::new(row.scope), charged);
+            }
+            TOTAL_FEATURE_LIFETIME => {
+                totals.lifetime.features.insert(row.scope, charged);
             }
             _ => {}
         }

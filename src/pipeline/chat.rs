@@ -265,6 +265,7 @@ impl Admission<'_> {
             key: self.ctx.key.id.clone(),
             key_budget: self.ctx.key.monthly_budget,
             key_credits: self.ctx.key.on_credits,
+            key_period: self.ctx.key.budget_period,
             feature: self.ctx.feature.clone(),
             end_user: self.end_user.clone(),
         }

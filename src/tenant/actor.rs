@@ -42,7 +42,6 @@ use crate::config::{AlertsConfig, StoreErrorPolicy};
 use crate::ids::{EventId, ReservationId, TenantId};
 use crate::ledger::{AttemptStatus, LedgerHandle, UsageEvent, UsageKind};
 use crate::money::Nanos;
-use crate::period;
 use crate::pricing::Usage;
 use crate::telemetry::metrics::{
     Metric, OTHER_TENANTS, as_gauge_u64, counter_add, gauge_set, ratio, signed_difference,
@@ -138,6 +137,7 @@ impl TenantActor {
             ledger: ledger.clone(),
             db: db.clone(),
             tenant: tenant.clone(),
+            calendar: limits.calendar.clone(),
         };
         let thresholds = alerts_config.thresholds_percent.clone();
         let redis = shared.map(|store| {
@@ -169,11 +169,17 @@ impl TenantActor {
         }
     }
 
+    /// The occurrence of the tenant's budget period that `at_ms` falls in.
+    fn budget_window(&self, at_ms: u64) -> crate::calendar::Window {
+        self.limits.calendar.window(self.limits.period, at_ms)
+    }
+
     fn seed_source(&self) -> SeedSource {
         SeedSource {
             ledger: self.ledger.clone(),
             db: self.db.clone(),
             tenant: self.tenant.clone(),
+            calendar: self.limits.calendar.clone(),
         }
     }
 
@@ -300,10 +306,8 @@ impl TenantActor {
         self.book
             .set_limits(local_share(&self.limits, &self.seed, self.replicas));
         self.book.share_keys(Some(KeyShare {
-            committed: self.seed.keys.clone(),
+            seed: self.seed.clone(),
             replicas: self.replicas,
-            lifetime: self.seed.lifetime,
-            key_lifetimes: self.seed.key_lifetimes.clone(),
         }));
         self.mode = Mode::Local;
         tracing::warn!(tenant = %self.tenant, replicas = self.replicas, "Serving the tenant from this replica's share of its limits until the shared quota store answers.");
@@ -383,9 +387,9 @@ impl TenantActor {
         }
         let new_period = self
             .published_ms
-            .is_some_and(|at| period::month_key(at) != period::month_key(now));
+            .is_some_and(|at| self.budget_window(at).key != self.budget_window(now).key);
         if new_period {
-            // Redis's figures of the month gone: the next settle brings the new month's.
+            // Redis's figures of the period gone: the next settle brings the new one's.
             self.shared_totals = None;
         }
         if any || new_period {
@@ -506,9 +510,9 @@ impl TenantActor {
         } else if !matches!(closed.settled, Settled::AlreadyClosed) {
             self.shared_totals = Some((closed.committed, closed.reserved));
             self.publish(now);
-            let month = period::month_key(now);
+            let period = self.budget_window(now).key;
             for threshold in &closed.fired {
-                self.fire(*threshold, closed.committed, &month);
+                self.fire(*threshold, closed.committed, &period);
             }
         }
         // The book's remaining in `Local` mode is this replica's share.
@@ -618,11 +622,11 @@ impl Actor for TenantActor {
 
     fn stopping(&mut self, ctx: &mut Context<Self>) -> Running {
         if let Some(registry) = self.registry.upgrade() {
-            // Its gauges stay as they are, until a new month makes them wrong.
+            // Its gauges stay as they are, until a new budget period makes them wrong.
             let gauges = self
                 .published_ms
                 .filter(|_| self.label != OTHER_TENANTS && self.limits.budget.is_some())
-                .map(|at| (self.label.clone(), period::month_key(at)));
+                .map(|at| (self.label.clone(), self.budget_window(at).end_ms));
             registry.remove(&self.tenant, &ctx.address(), gauges);
         }
         Running::Stop

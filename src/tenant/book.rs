@@ -10,18 +10,18 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::calendar::Calendar;
+use crate::calendar::{Calendar, Period};
 use crate::config::StoreErrorPolicy;
 use crate::directory::BudgetMode;
 use crate::ids::{KeyId, ReservationId};
 use crate::money::{CostAccumulator, Nanos, PricePerMTok};
-use crate::period;
 
 use super::credits::Credits;
 use super::end_users::{EndUserHold, EndUsers};
 use super::messages::ReservationMeta;
 use super::seed::EndUserSeed;
 use super::share::share_budget;
+use super::spent::{Spent, Windows};
 use super::store::Reservation;
 use super::tokens::{TokenLimitKind, TokenLimits, TokenQuota, TokenRefusal, TokenWindow};
 
@@ -34,10 +34,14 @@ pub struct Limits {
     pub rpm: u32,
     pub burst: u32,
     pub budget: Option<Nanos>,
+    /// What the tenant's budget runs over (default a month).
+    pub period: Period,
     pub mode: BudgetMode,
     pub clamp_floor_tokens: u32,
-    /// Monthly budgets of single features inside the tenant's.
+    /// Budgets of single features inside the tenant's, and their periods
+    /// (a month where none is given).
     pub feature_budgets: BTreeMap<String, Nanos>,
+    pub feature_periods: BTreeMap<String, Period>,
     pub tokens: TokenLimits,
     pub on_store_error: StoreErrorPolicy,
     /// Where end users' budget periods begin.
@@ -85,18 +89,16 @@ impl fmt::Display for Scope {
 /// A tenant's period so far, from the ledger's running totals: what a store starts from.
 pub type Seed = crate::ledger::repo::PeriodTotals;
 
-/// Money of one scope in the current period.
+/// Money of one scope: spent in each period, and held by calls in flight.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Totals {
-    committed: Nanos,
+    spent: Spent,
     reserved: Nanos,
-    /// Spend since the first row, never reset: what a balance is drawn by.
-    lifetime: Nanos,
 }
 
 impl Totals {
-    fn remaining(self, budget: Nanos) -> Nanos {
-        budget.saturating_sub(self.committed.saturating_add(self.reserved))
+    fn remaining(self, budget: Nanos, period: Period) -> Nanos {
+        budget.saturating_sub(self.spent.get(period).saturating_add(self.reserved))
     }
 }
 
@@ -140,8 +142,9 @@ pub struct ReserveRequest {
     pub choices: u32,
     pub expires_at_ms: u64,
     pub key: KeyId,
-    /// The key's own monthly budget, if it has one.
+    /// The key's own budget, if it has one, and what it runs over.
     pub key_budget: Option<Nanos>,
+    pub key_period: Period,
     pub feature: String,
     /// The request's end user and the limits their tier gives them.
     pub end_user: Option<EndUserHold>,
@@ -284,11 +287,9 @@ struct Held {
 /// shared store (see `share.rs`).
 #[derive(Debug, Clone, Default)]
 pub struct KeyShare {
-    pub committed: HashMap<KeyId, Nanos>,
+    /// What the ledger had when the store went away: where the shares start.
+    pub seed: Seed,
     pub replicas: u32,
-    /// Lifetime spend by the ledger, of the tenant and its keys: where balances' shares start.
-    pub lifetime: Nanos,
-    pub key_lifetimes: HashMap<KeyId, Nanos>,
 }
 
 /// A reservation committed at its reserved amount because it outlived its expiry.
@@ -304,8 +305,9 @@ pub struct QuotaBook {
     limits: Limits,
     bucket_units: u64,
     bucket_at_ms: u64,
-    period: String,
-    committed: Nanos,
+    windows: Windows,
+    /// The tenant's own spend, and what calls in flight hold.
+    spent: Spent,
     reserved: Nanos,
     keys: HashMap<KeyId, Totals>,
     features: HashMap<String, Totals>,
@@ -314,70 +316,63 @@ pub struct QuotaBook {
     tokens: TokenQuota,
     key_share: Option<KeyShare>,
     end_users: EndUsers,
-    /// The tenant's spend since its first row.
-    lifetime: Nanos,
     credits: Credits,
 }
 
 impl QuotaBook {
+    /// A book whose tenant has spent `committed` in the current occurrence of every period.
     pub fn new(limits: Limits, committed: Nanos, now_ms: u64) -> QuotaBook {
         let limits_tokens = limits.tokens;
         let end_users = EndUsers::new(limits.end_users_in_memory, limits.calendar.clone());
+        let windows = Windows::new(&limits.calendar, now_ms);
+        let calendar = limits.calendar.clone();
+        let mut spent = Spent::default();
+        spent.add(committed);
         QuotaBook {
             bucket_units: bucket_capacity(&limits),
+            windows,
             limits,
             bucket_at_ms: now_ms,
-            period: period::month_key(now_ms),
-            committed,
+            spent,
             reserved: Nanos::ZERO,
             keys: HashMap::new(),
             features: HashMap::new(),
             held: HashMap::new(),
             next_id: 1,
-            tokens: TokenQuota::new(limits_tokens, 0, 0, now_ms),
+            tokens: TokenQuota::new(limits_tokens, 0, 0, &calendar, now_ms),
             key_share: None,
             end_users,
-            lifetime: Nanos::ZERO,
             credits: Credits::default(),
         }
     }
 
     /// Tokens already used today and this month, from the ledger.
     pub fn set_token_usage(&mut self, today: u64, this_month: u64, now_ms: u64) {
-        self.tokens = TokenQuota::new(self.limits.tokens, today, this_month, now_ms);
+        self.tokens = TokenQuota::new(
+            self.limits.tokens,
+            today,
+            this_month,
+            &self.limits.calendar,
+            now_ms,
+        );
     }
 
-    /// The period's committed spend per key and per feature, from the ledger.
-    pub fn set_scope_committed(
-        &mut self,
-        keys: HashMap<KeyId, Nanos>,
-        features: HashMap<String, Nanos>,
-    ) {
-        for (key, committed) in keys {
-            self.keys.entry(key).or_default().committed = committed;
-        }
-        for (feature, committed) in features {
-            self.features.entry(feature).or_default().committed = committed;
-        }
-    }
-
-    /// Committed spend and token use reloaded from the ledger; held
-    /// reservations stay as they are.
+    /// Spend of keys and features in every period, and token use, reloaded
+    /// from the ledger; held reservations stay as they are.
     pub fn reseed(&mut self, seed: &Seed, now_ms: u64) {
-        self.period = period::month_key(now_ms);
-        self.committed = seed.committed;
+        self.windows = Windows::new(&self.limits.calendar, now_ms);
+        self.spent = seed.spent_of(None, None);
         for totals in self.keys.values_mut().chain(self.features.values_mut()) {
-            totals.committed = Nanos::ZERO;
+            totals.spent = Spent::default();
         }
-        self.set_scope_committed(seed.keys.clone(), seed.features.clone());
+        for key in seed.key_ids() {
+            self.keys.entry(key.clone()).or_default().spent = seed.spent_of(Some(key), None);
+        }
+        for feature in seed.feature_names() {
+            let spent = seed.spent_of(None, Some(feature));
+            self.features.entry(feature.clone()).or_default().spent = spent;
+        }
         self.set_token_usage(seed.tokens_today, seed.tokens_this_month, now_ms);
-        self.lifetime = seed.lifetime;
-        for totals in self.keys.values_mut() {
-            totals.lifetime = Nanos::ZERO;
-        }
-        for (key, lifetime) in &seed.key_lifetimes {
-            self.keys.entry(key.clone()).or_default().lifetime = *lifetime;
-        }
         let heard = self.credits.heard();
         self.credits.reload(&seed.credits, &heard);
     }
@@ -390,10 +385,14 @@ impl QuotaBook {
     /// The tenant's balance (`None`), or a key's.
     pub fn balance(&self, key: Option<&KeyId>) -> BalanceStatus {
         match key {
-            None => BalanceStatus::new(self.credits.tenant(), self.lifetime, self.reserved),
+            None => BalanceStatus::new(self.credits.tenant(), self.spent.lifetime, self.reserved),
             Some(key) => {
                 let totals = self.keys.get(key).copied().unwrap_or_default();
-                BalanceStatus::new(self.credits.key(key), totals.lifetime, totals.reserved)
+                BalanceStatus::new(
+                    self.credits.key(key),
+                    totals.spent.lifetime,
+                    totals.reserved,
+                )
             }
         }
     }
@@ -408,10 +407,7 @@ impl QuotaBook {
         let Some(share) = &self.key_share else {
             return added;
         };
-        let spent = match key {
-            None => share.lifetime,
-            Some(key) => share.key_lifetimes.get(key).copied().unwrap_or_default(),
-        };
+        let spent = share.seed.spent_of(key, None).lifetime;
         share_budget(added, spent, share.replicas)
     }
 
@@ -430,15 +426,27 @@ impl QuotaBook {
         self.held.contains_key(&id)
     }
 
-    pub fn committed_of(&self, scope: &Scope) -> Nanos {
+    /// A scope's spend in the current occurrence of `period` (an end user's
+    /// in their own period, a balance's over its lifetime).
+    pub fn committed_of(&self, scope: &Scope, period: Period) -> Nanos {
+        let spent = |totals: Option<&Totals>| totals.map_or(Nanos::ZERO, |t| t.spent.get(period));
         match scope {
-            Scope::Tenant => self.committed,
-            Scope::Key(key) => self.keys.get(key).map_or(Nanos::ZERO, |t| t.committed),
-            Scope::Feature(f) => self.features.get(f).map_or(Nanos::ZERO, |t| t.committed),
+            Scope::Tenant => self.spent.get(period),
+            Scope::Key(key) => spent(self.keys.get(key)),
+            Scope::Feature(f) => spent(self.features.get(f)),
             Scope::EndUser(id) => self.end_users.committed_of(id).unwrap_or(Nanos::ZERO),
-            Scope::Credits => self.lifetime,
-            Scope::KeyCredits(key) => self.keys.get(key).map_or(Nanos::ZERO, |t| t.lifetime),
+            Scope::Credits => self.spent.lifetime,
+            Scope::KeyCredits(key) => self.keys.get(key).map_or(Nanos::ZERO, |t| t.spent.lifetime),
         }
+    }
+
+    /// What a feature's budget runs over.
+    fn feature_period(&self, feature: &str) -> Period {
+        self.limits
+            .feature_periods
+            .get(feature)
+            .copied()
+            .unwrap_or(Period::Month)
     }
 
     pub fn token_usage(&self) -> (u64, u64) {
@@ -489,17 +497,17 @@ impl QuotaBook {
         end_user: Option<Nanos>,
     ) -> Option<(Scope, Nanos)> {
         let tenant = Totals {
-            committed: self.committed,
+            spent: self.spent,
             reserved: self.reserved,
-            lifetime: self.lifetime,
         };
+        let key = self.keys.get(&request.key).copied().unwrap_or_default();
         let mut scopes = Vec::with_capacity(6);
         if let Some(budget) = self.limits.budget {
-            scopes.push((Scope::Tenant, tenant.remaining(budget)));
+            scopes.push((Scope::Tenant, tenant.remaining(budget, self.limits.period)));
         }
         if let Some(budget) = request.key_budget {
-            let totals = self.keys.get(&request.key).copied().unwrap_or_default();
-            scopes.push((Scope::Key(request.key.clone()), totals.remaining(budget)));
+            let remaining = key.remaining(budget, request.key_period);
+            scopes.push((Scope::Key(request.key.clone()), remaining));
         }
         if let Some(budget) = self.limits.feature_budgets.get(&request.feature) {
             let totals = self
@@ -507,32 +515,25 @@ impl QuotaBook {
                 .get(&request.feature)
                 .copied()
                 .unwrap_or_default();
+            let period = self.feature_period(&request.feature);
             scopes.push((
                 Scope::Feature(request.feature.clone()),
-                totals.remaining(*budget),
+                totals.remaining(*budget, period),
             ));
         }
         if let (Some(remaining), Some(hold)) = (end_user, &request.end_user) {
             scopes.push((Scope::EndUser(hold.id.clone()), remaining));
         }
+        // A balance is drawn by everything ever spent, less what calls in flight hold.
         if self.limits.credits {
-            let balance = Totals {
-                committed: self.lifetime,
-                reserved: self.reserved,
-                lifetime: self.lifetime,
-            };
-            scopes.push((Scope::Credits, balance.remaining(self.credit_limit(None))));
+            let limit = self.credit_limit(None);
+            scopes.push((Scope::Credits, tenant.remaining(limit, Period::Lifetime)));
         }
         if request.key_credits {
-            let totals = self.keys.get(&request.key).copied().unwrap_or_default();
-            let balance = Totals {
-                committed: totals.lifetime,
-                ..totals
-            };
             let limit = self.credit_limit(Some(&request.key));
             scopes.push((
                 Scope::KeyCredits(request.key.clone()),
-                balance.remaining(limit),
+                key.remaining(limit, Period::Lifetime),
             ));
         }
         scopes.into_iter().min_by_key(|(_, remaining)| *remaining)
@@ -565,12 +566,11 @@ impl QuotaBook {
     ) -> Result<Granted, Refusal> {
         self.roll_period(now_ms);
         if let (Some(share), Some(budget)) = (&self.key_share, request.key_budget) {
-            let committed = share.committed.get(&request.key).copied();
-            request.key_budget = Some(share_budget(
-                budget,
-                committed.unwrap_or_default(),
-                share.replicas,
-            ));
+            let committed = share
+                .seed
+                .spent_of(Some(&request.key), None)
+                .get(request.key_period);
+            request.key_budget = Some(share_budget(budget, committed, share.replicas));
         }
         let end_user = self.end_user_check(&request, now_ms)?;
         let mut max_tokens = request.max_tokens;
@@ -699,11 +699,7 @@ impl QuotaBook {
                 .close(&hold.id, &hold.limits, held.amount, charged, tokens, now_ms);
         }
         self.reserved = self.reserved.saturating_sub(held.amount);
-        self.committed = self.committed.saturating_add(charged);
-        self.lifetime = self.lifetime.saturating_add(charged);
-        if let Some(key) = self.keys.get_mut(&held.key) {
-            key.lifetime = key.lifetime.saturating_add(charged);
-        }
+        self.spent.add(charged);
         for totals in [
             self.keys.get_mut(&held.key),
             self.features.get_mut(&held.feature),
@@ -712,7 +708,7 @@ impl QuotaBook {
         .flatten()
         {
             totals.reserved = totals.reserved.saturating_sub(held.amount);
-            totals.committed = totals.committed.saturating_add(charged);
+            totals.spent.add(charged);
         }
     }
 
@@ -779,10 +775,10 @@ impl QuotaBook {
         self.roll_period(now_ms);
         BudgetStatus {
             budget: self.limits.budget,
-            committed: self.committed,
+            committed: self.spent.get(self.limits.period),
             reserved: self.reserved,
             remaining: self.remaining(),
-            period: self.period.clone(),
+            period: self.windows.key(self.limits.period).to_owned(),
         }
     }
 
@@ -791,19 +787,20 @@ impl QuotaBook {
         if self.limits.credits {
             return Some(self.balance(None).balance);
         }
+        let spent = self.spent.get(self.limits.period);
         self.limits
             .budget
-            .map(|budget| budget.saturating_sub(self.committed.saturating_add(self.reserved)))
+            .map(|budget| budget.saturating_sub(spent.saturating_add(self.reserved)))
     }
 
-    /// Budgets are per UTC calendar month; outstanding reservations carry over.
+    /// A day, week or month that began starts from nothing spent, in every
+    /// scope; reservations held across the boundary carry over, and are
+    /// charged to the period they settle in.
     fn roll_period(&mut self, now_ms: u64) {
-        let current = period::month_key(now_ms);
-        if current != self.period {
-            self.period = current;
-            self.committed = Nanos::ZERO;
+        for period in self.windows.roll(&self.limits.calendar, now_ms) {
+            self.spent.restart(period);
             for totals in self.keys.values_mut().chain(self.features.values_mut()) {
-                totals.committed = Nanos::ZERO;
+                totals.spent.restart(period);
             }
         }
     }
@@ -875,6 +872,8 @@ mod tests {
             on_store_error: StoreErrorPolicy::FailClosed,
             calendar: crate::calendar::Calendar::utc(),
             end_users_in_memory: 1_000,
+            period: Period::Month,
+            feature_periods: BTreeMap::new(),
             credits: false,
         }
     }
@@ -899,6 +898,7 @@ mod tests {
             feature: "chat".to_owned(),
             end_user: None,
             key_credits: false,
+            key_period: Period::Month,
         }
     }
 
@@ -993,15 +993,18 @@ mod tests {
             .feature_budgets
             .insert("chat".into(), Nanos::parse_decimal("1").unwrap());
         let mut book = QuotaBook::new(limits, Nanos::ZERO, NOW);
-        book.set_scope_committed(
-            HashMap::new(),
-            HashMap::from([("chat".to_owned(), Nanos::parse_decimal("0.9").unwrap())]),
-        );
+        let seed = Seed {
+            features: HashMap::from([("chat".to_owned(), Nanos::parse_decimal("0.9").unwrap())]),
+            ..Seed::default()
+        };
+        book.reseed(&seed, NOW);
         assert_eq!(
             budget_refusal(book.reserve(request(100_000), NOW)).scope,
             Scope::Feature("chat".into())
         );
-        let december = period::Date::parse("2026-12-01").unwrap().start_unix_ms();
+        let december = crate::period::Date::parse("2026-12-01")
+            .unwrap()
+            .start_unix_ms();
         let mut next_month = request(100_000);
         next_month.expires_at_ms = december + 1000;
         assert!(book.reserve(next_month, december).is_ok());
@@ -1083,7 +1086,9 @@ mod tests {
     #[test]
     fn committed_spend_resets_at_the_start_of_the_utc_month() {
         let mut book = QuotaBook::new(limits(Some("5"), BudgetMode::Strict), Nanos::new(7), NOW);
-        let december = period::Date::parse("2026-12-01").unwrap().start_unix_ms();
+        let december = crate::period::Date::parse("2026-12-01")
+            .unwrap()
+            .start_unix_ms();
         assert_eq!(book.status(december - 1).committed, Nanos::new(7));
         let status = book.status(december);
         assert_eq!(

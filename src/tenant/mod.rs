@@ -14,6 +14,7 @@ pub mod registry;
 pub(crate) mod seed;
 mod share;
 pub mod shared;
+pub mod spent;
 pub mod store;
 pub mod tokens;
 

@@ -42,7 +42,8 @@ pub struct RegistryInner {
     labels: Arc<TenantLabels>,
     shared: Option<SharedStore>,
     /// Budget gauges of stopped actors, by tenant label, with the month they show.
-    resting: Mutex<HashMap<String, String>>,
+    /// Tenants whose actor stopped, by label: when the period their gauge shows ends.
+    resting: Mutex<HashMap<String, u64>>,
 }
 
 impl RegistryInner {
@@ -52,7 +53,7 @@ impl RegistryInner {
         &self,
         tenant: &TenantId,
         addr: &Addr<TenantActor>,
-        gauges: Option<(String, String)>,
+        gauges: Option<(String, u64)>,
     ) {
         let mut actors = self.actors.lock().unwrap_or_else(PoisonError::into_inner);
         if actors
@@ -60,13 +61,13 @@ impl RegistryInner {
             .is_some_and(|current| current.addr == *addr)
         {
             actors.remove(tenant);
-            if let Some((label, month)) = gauges {
-                self.resting_gauges().insert(label, month);
+            if let Some((label, ends_ms)) = gauges {
+                self.resting_gauges().insert(label, ends_ms);
             }
         }
     }
 
-    fn resting_gauges(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+    fn resting_gauges(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
         self.resting.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -109,11 +110,10 @@ impl TenantRegistry {
     }
 
     /// Zeroes the budget utilization of tenants whose actor stopped in an
-    /// earlier month: nobody else would, until their next request.
+    /// earlier budget period: nobody else would, until their next request.
     pub fn roll_resting_gauges(&self, now_ms: u64) {
-        let month = crate::period::month_key(now_ms);
-        self.inner.resting_gauges().retain(|label, shown| {
-            if *shown == month {
+        self.inner.resting_gauges().retain(|label, ends_ms| {
+            if now_ms < *ends_ms {
                 return true;
             }
             gauge_set(
@@ -172,9 +172,11 @@ impl TenantRegistry {
             rpm,
             burst: burst.max(1),
             budget: tenant.monthly_budget,
+            period: tenant.budget_period,
             mode: tenant.budget_mode,
             clamp_floor_tokens: config.billing.clamp_floor_tokens,
             feature_budgets: tenant.feature_budgets.clone(),
+            feature_periods: tenant.feature_periods.clone(),
             tokens: TokenLimits {
                 tpm: tenant.tpm_limit.or(tier.tpm),
                 daily: tenant.daily_token_limit.or(tier.daily_tokens),

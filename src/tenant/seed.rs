@@ -5,11 +5,10 @@
 use sea_orm::DatabaseConnection;
 
 use super::book::Seed;
-use crate::calendar::Window;
+use crate::calendar::{Calendar, Window};
 use crate::ids::TenantId;
 use crate::ledger::{LedgerHandle, repo};
 use crate::money::Nanos;
-use crate::period::{self, Date};
 use crate::telemetry::metrics::{Metric, counter_add};
 
 #[derive(Clone)]
@@ -17,14 +16,14 @@ pub struct SeedSource {
     pub ledger: LedgerHandle,
     pub db: DatabaseConnection,
     pub tenant: TenantId,
+    /// Where the days and months of its totals begin.
+    pub calendar: Calendar,
 }
 
 impl SeedSource {
     pub async fn load(self, now_ms: u64) -> Result<Seed, String> {
-        let month = period::month_key(now_ms);
-        let day = Date::from_unix_ms(now_ms).day_key();
         self.ledger.flush().await.map_err(|e| e.to_string())?;
-        repo::period_totals(&self.db, &self.tenant, &day, &month)
+        repo::period_totals(&self.db, &self.tenant, &self.calendar, now_ms)
             .await
             .map_err(|e| e.to_string())
     }

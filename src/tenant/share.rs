@@ -6,6 +6,7 @@
 
 use super::book::{Limits, Seed};
 use super::tokens::TokenLimits;
+use crate::calendar::Period;
 use crate::money::Nanos;
 
 pub fn local_share(limits: &Limits, seed: &Seed, replicas: u32) -> Limits {
@@ -18,12 +19,17 @@ pub fn local_share(limits: &Limits, seed: &Seed, replicas: u32) -> Limits {
     Limits {
         rpm: divide(limits.rpm),
         burst: divide(limits.burst),
-        budget: limits.budget.map(|b| share_budget(b, seed.committed, n)),
+        budget: limits.budget.map(|b| {
+            let committed = seed.spent_of(None, None).get(limits.period);
+            share_budget(b, committed, n)
+        }),
         feature_budgets: limits
             .feature_budgets
             .iter()
             .map(|(feature, budget)| {
-                let committed = seed.features.get(feature).copied().unwrap_or_default();
+                let period = limits.feature_periods.get(feature).copied();
+                let spent = seed.spent_of(None, Some(feature));
+                let committed = spent.get(period.unwrap_or(Period::Month));
                 (feature.clone(), share_budget(*budget, committed, n))
             })
             .collect(),
@@ -73,6 +79,8 @@ mod tests {
             on_store_error: StoreErrorPolicy::Local,
             calendar: crate::calendar::Calendar::utc(),
             end_users_in_memory: 1_000,
+            period: Period::Month,
+            feature_periods: std::collections::BTreeMap::new(),
             credits: false,
         };
         let seed = Seed {

@@ -1,8 +1,9 @@
 //! Token quotas of one tenant: tokens per minute (a bucket charged with the
 //! estimate at admission and corrected at settlement) and daily and monthly
-//! token limits (UTC day and month). Pure data; time is a parameter.
+//! token limits (the billing time zone's day and month). Pure data; time is
+//! a parameter.
 
-use crate::period::Date;
+use crate::calendar::{Calendar, Period};
 
 /// Bucket units per token: refilling `tpm` units per millisecond gives exactly
 /// `tpm` tokens per minute in integers.
@@ -56,22 +57,33 @@ pub struct TokenQuota {
     /// May go below zero when a call used more than its estimate.
     bucket_units: i128,
     bucket_at_ms: u64,
+    calendar: Calendar,
     day: String,
     month: String,
+    /// When the local day ends: the keys are recomputed only then.
+    day_ends_ms: u64,
     /// Tokens used (settled) plus held (admitted, unsettled) today and this month.
     day_tokens: u64,
     month_tokens: u64,
 }
 
 impl TokenQuota {
-    pub fn new(limits: TokenLimits, used_today: u64, used_this_month: u64, now_ms: u64) -> Self {
-        let date = Date::from_unix_ms(now_ms);
+    pub fn new(
+        limits: TokenLimits,
+        used_today: u64,
+        used_this_month: u64,
+        calendar: &Calendar,
+        now_ms: u64,
+    ) -> Self {
+        let day = calendar.window(Period::Day, now_ms);
         TokenQuota {
             limits,
             bucket_units: capacity(limits),
             bucket_at_ms: now_ms,
-            day: date.day_key(),
-            month: date.month_key(),
+            calendar: calendar.clone(),
+            day: day.key,
+            month: calendar.window(Period::Month, now_ms).key,
+            day_ends_ms: day.end_ms,
             day_tokens: used_today,
             month_tokens: used_this_month,
         }
@@ -83,14 +95,18 @@ impl TokenQuota {
     }
 
     fn roll(&mut self, now_ms: u64) {
-        let date = Date::from_unix_ms(now_ms);
-        if date.day_key() != self.day {
-            self.day = date.day_key();
-            self.day_tokens = 0;
-        }
-        if date.month_key() != self.month {
-            self.month = date.month_key();
-            self.month_tokens = 0;
+        if now_ms >= self.day_ends_ms {
+            let day = self.calendar.window(Period::Day, now_ms);
+            let month = self.calendar.window(Period::Month, now_ms).key;
+            if day.key != self.day {
+                self.day = day.key;
+                self.day_tokens = 0;
+            }
+            if month != self.month {
+                self.month = month;
+                self.month_tokens = 0;
+            }
+            self.day_ends_ms = day.end_ms;
         }
         if let Some(tpm) = self.limits.tpm {
             let elapsed = i128::from(now_ms.saturating_sub(self.bucket_at_ms));
@@ -110,12 +126,12 @@ impl TokenQuota {
         if let Some(limit) = self.limits.monthly
             && self.month_tokens.saturating_add(estimate) > limit
         {
-            return Err(monthly_refusal(limit, estimate, now_ms));
+            return Err(monthly_refusal(limit, estimate, &self.calendar, now_ms));
         }
         if let Some(limit) = self.limits.daily
             && self.day_tokens.saturating_add(estimate) > limit
         {
-            return Err(daily_refusal(limit, estimate, now_ms));
+            return Err(daily_refusal(limit, estimate, &self.calendar, now_ms));
         }
         if let Some(tpm) = self.limits.tpm {
             let needed = i128::from(estimate) * UNITS_PER_TOKEN;
@@ -171,10 +187,13 @@ pub fn window(tpm: u64, units: i128) -> TokenWindow {
     }
 }
 
-pub fn monthly_refusal(limit: u64, estimate: u64, now_ms: u64) -> TokenRefusal {
-    let next = Date::from_unix_ms(now_ms)
-        .first_of_next_month()
-        .start_unix_ms();
+pub fn monthly_refusal(
+    limit: u64,
+    estimate: u64,
+    calendar: &Calendar,
+    now_ms: u64,
+) -> TokenRefusal {
+    let next = calendar.window(Period::Month, now_ms).end_ms;
     refusal(
         TokenLimitKind::Monthly,
         limit,
@@ -183,8 +202,8 @@ pub fn monthly_refusal(limit: u64, estimate: u64, now_ms: u64) -> TokenRefusal {
     )
 }
 
-pub fn daily_refusal(limit: u64, estimate: u64, now_ms: u64) -> TokenRefusal {
-    let next = Date::from_unix_ms(now_ms).start_unix_ms() + 86_400_000;
+pub fn daily_refusal(limit: u64, estimate: u64, calendar: &Calendar, now_ms: u64) -> TokenRefusal {
+    let next = calendar.window(Period::Day, now_ms).end_ms;
     refusal(
         TokenLimitKind::Daily,
         limit,
@@ -236,7 +255,7 @@ mod tests {
             tpm: Some(1000),
             ..TokenLimits::default()
         };
-        let mut quota = TokenQuota::new(limits, 0, 0, NOW);
+        let mut quota = TokenQuota::new(limits, 0, 0, &Calendar::utc(), NOW);
         assert_eq!(quota.admit(800, NOW).unwrap().unwrap().remaining, 200);
         let refused = quota.admit(300, NOW).unwrap_err();
         assert_eq!(refused.kind, TokenLimitKind::PerMinute);
@@ -257,7 +276,7 @@ mod tests {
             daily: Some(1000),
             monthly: Some(1500),
         };
-        let mut quota = TokenQuota::new(limits, 900, 900, NOW);
+        let mut quota = TokenQuota::new(limits, 900, 900, &Calendar::utc(), NOW);
         let refused = quota.admit(200, NOW).unwrap_err();
         assert_eq!(refused.kind, TokenLimitKind::Daily);
         assert_eq!(
@@ -271,7 +290,7 @@ mod tests {
         // December: the month rolled too.
         quota.admit(600, tomorrow).unwrap();
         assert_eq!(quota.periods(), ("2026-12-01", "2026-12"));
-        let mut monthly = TokenQuota::new(limits, 0, 1400, NOW);
+        let mut monthly = TokenQuota::new(limits, 0, 1400, &Calendar::utc(), NOW);
         assert_eq!(
             monthly.admit(200, NOW).unwrap_err().kind,
             TokenLimitKind::Monthly

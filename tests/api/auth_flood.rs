@@ -98,6 +98,7 @@ async fn an_id_refused_as_unknown_works_at_once_when_issued_here_and_after_a_syn
         monthly_budget: None,
         expires_at_ms: None,
         on_credits: false,
+        budget_period: tollgate::calendar::Period::Month,
     });
     assert!(directory.authenticate(&here).await.is_ok());
 
@@ -121,6 +122,7 @@ async fn an_id_refused_as_unknown_works_at_once_when_issued_here_and_after_a_syn
             monthly_budget_nanos: Set(None),
             expires_at_ms: Set(None),
             on_credits: Set(false),
+            budget_period: Set(None),
         },
     )
     .await
@@ -153,6 +155,7 @@ async fn a_key_issued_elsewhere_is_known_after_a_sync_without_a_lookup() {
             monthly_budget_nanos: Set(None),
             expires_at_ms: Set(None),
             on_credits: Set(false),
+            budget_period: Set(None),
         },
     )
     .await

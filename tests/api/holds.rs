@@ -60,6 +60,7 @@ impl Run<'_> {
             feature: "default".to_owned(),
             end_user: None,
             key_credits: false,
+            key_period: tollgate::calendar::Period::Month,
         }
     }
 

@@ -29,6 +29,7 @@ mod ledger;
 mod lifecycle;
 mod messages;
 mod metrics;
+mod periods;
 mod rate_limit;
 mod resilience;
 mod responses;

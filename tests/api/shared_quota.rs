@@ -482,6 +482,8 @@ async fn the_expiry_sweep_asks_the_ledger_before_committing_an_orphan() {
         on_store_error: StoreErrorPolicy::FailClosed,
         calendar: tollgate::calendar::Calendar::utc(),
         end_users_in_memory: 1_000,
+        period: tollgate::calendar::Period::Month,
+        feature_periods: std::collections::BTreeMap::new(),
         credits: false,
     };
     let key_id = KeyId::new(key.split('_').nth(1).unwrap());
@@ -499,6 +501,7 @@ async fn the_expiry_sweep_asks_the_ledger_before_committing_an_orphan() {
             feature: "default".to_owned(),
             end_user: None,
             key_credits: false,
+            key_period: tollgate::calendar::Period::Month,
         };
         let meta = ReservationMeta {
             request_id: RequestId::new(format!("req-{id}")),
@@ -559,7 +562,11 @@ async fn the_expiry_sweep_asks_the_ledger_before_committing_an_orphan() {
     );
     assert_eq!(orphaned[0].meta.request_id.as_str(), "req-2");
     assert_eq!(orphaned[0].amount, Nanos::parse_decimal("1").unwrap());
-    let (committed, reserved) = quota.status(now + 2000).await.unwrap().unwrap();
+    let (committed, reserved) = quota
+        .status(tollgate::calendar::Period::Month, now + 2000)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(committed, Nanos::parse_decimal("1.25").unwrap());
     assert_eq!(reserved, Nanos::ZERO);
     // A second sweep finds nothing left.

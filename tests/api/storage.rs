@@ -120,8 +120,9 @@ async fn end_user_totals(db: &DatabaseConnection) {
     assert_eq!(tokens_on("2026-12-08").await, 3_000_000_077);
     assert_eq!(tokens_on("2026-12-06").await, 0);
 
+    // October's day rows go: the end user's, and its key's and feature's.
     let deleted = repo::prune_end_user_days(db, "2026-11-01").await.unwrap();
-    assert_eq!(deleted, 1);
+    assert_eq!(deleted, 3);
     assert_eq!(committed(Period::Week, "2026-12-09T01:00:00Z").await, 3_000);
     assert_eq!(committed(Period::Month, "2026-10-15T00:00:00Z").await, 0);
     assert_eq!(
@@ -132,7 +133,9 @@ async fn end_user_totals(db: &DatabaseConnection) {
 
 /// `usage_totals` moves with the rows: replays add nothing, a batch of old and
 /// new rows adds only the new ones, and every kind reads back as the rows sum.
-async fn running_totals(db: &DatabaseConnection, url: &str) {
+/// Writes a tenant's rows over two months (and another tenant's), two
+/// batches of them twice: the tenant.
+async fn write_totals_fixture(db: &DatabaseConnection) -> String {
     let tenant = unique_tenant("storage-totals");
     let other = unique_tenant("storage-totals-other");
     let day_ms = 86_400_000;
@@ -183,11 +186,20 @@ async fn running_totals(db: &DatabaseConnection, url: &str) {
     repo::insert_batch(db, &second, &tollgate::calendar::Calendar::utc())
         .await
         .unwrap();
+    tenant
+}
 
+async fn running_totals(db: &DatabaseConnection, url: &str) {
+    let tenant = write_totals_fixture(db).await;
     let id = TenantId::new(tenant.as_str());
-    let totals = repo::period_totals(db, &id, "2026-11-30", "2026-11")
-        .await
-        .unwrap();
+    let totals = repo::period_totals(
+        db,
+        &id,
+        &tollgate::calendar::Calendar::utc(),
+        instant_ms("2026-11-30T12:00:00Z"),
+    )
+    .await
+    .unwrap();
     let tokens = 3_000_000_000 + 77;
     assert_eq!(totals.committed, Nanos::from_db(600_123), "{url}");
     assert_eq!(
@@ -215,9 +227,22 @@ async fn running_totals(db: &DatabaseConnection, url: &str) {
     );
     assert_eq!(totals.tokens_today, 3 * tokens, "{url}");
     assert_eq!(totals.tokens_this_month, 4 * tokens, "{url}");
-    let december = repo::period_totals(db, &id, "2026-12-01", "2026-12")
-        .await
-        .unwrap();
+    // 2026-11-30 is a Monday: its ISO week holds it and 1 December, not the
+    // Sunday before; the lifetime every row.
+    assert_eq!(totals.day.tenant, Nanos::from_db(600_120), "{url}");
+    assert_eq!(totals.week.tenant, Nanos::from_db(604_120), "{url}");
+    assert_eq!(totals.lifetime.tenant, Nanos::from_db(604_123), "{url}");
+    assert_eq!(totals.day.keys[&KeyId::new("k2")], Nanos::from_db(600_020));
+    assert_eq!(totals.day.features["b"], Nanos::from_db(600_000), "{url}");
+    assert_eq!(totals.lifetime.features["b"], Nanos::from_db(600_003));
+    let december = repo::period_totals(
+        db,
+        &id,
+        &tollgate::calendar::Calendar::utc(),
+        instant_ms("2026-12-01T12:00:00Z"),
+    )
+    .await
+    .unwrap();
     assert_eq!(
         (
             december.committed,
@@ -265,8 +290,8 @@ async fn backfilled_totals(url: &str) {
     let totals = repo::period_totals(
         &db,
         &TenantId::new(tenant.as_str()),
-        "2026-11-30",
-        "2026-11",
+        &tollgate::calendar::Calendar::utc(),
+        instant_ms("2026-11-30T12:00:00Z"),
     )
     .await
     .unwrap();
@@ -409,4 +434,8 @@ fn event(tenant: &str, attempt: u32, status: AttemptStatus, charged: i64) -> Usa
         // 2026-11-30T12:00:00Z
         created_at_ms: 1_796_040_000_000,
     }
+}
+
+fn instant_ms(instant: &str) -> u64 {
+    tollgate::period::parse_instant(instant).unwrap()
 }

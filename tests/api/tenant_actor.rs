@@ -81,6 +81,7 @@ fn request(output_tokens: u32, expires_at_ms: u64) -> ReserveRequest {
         feature: String::new(),
         end_user: None,
         key_credits: false,
+        key_period: tollgate::calendar::Period::Month,
     }
 }
 

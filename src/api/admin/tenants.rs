@@ -84,6 +84,8 @@ pub async fn budget_status(
 #[serde(deny_unknown_fields)]
 pub struct FeatureBudget {
     monthly_budget: String,
+    /// `day`, `week`, `month` (the default) or `lifetime`.
+    period: Option<String>,
 }
 
 pub async fn set_feature_budget(
@@ -93,8 +95,9 @@ pub async fn set_feature_budget(
     body: web::Json<FeatureBudget>,
 ) -> Result<HttpResponse, ApiError> {
     let (id, feature) = path.into_inner();
-    let budget = Some(body.into_inner().monthly_budget);
-    apply_feature_budget(&gw, &id, &feature, budget.as_deref()).await
+    let body = body.into_inner();
+    let budget = Some((body.monthly_budget.as_str(), body.period.as_deref()));
+    apply_feature_budget(&gw, &id, &feature, budget).await
 }
 
 pub async fn delete_feature_budget(
@@ -110,7 +113,7 @@ async fn apply_feature_budget(
     gw: &Gateway,
     id: &str,
     feature: &str,
-    budget: Option<&str>,
+    budget: Option<(&str, Option<&str>)>,
 ) -> Result<HttpResponse, ApiError> {
     let record =
         tenants::set_feature_budget(gw.directory.db(), id, feature, budget, now_ms(gw)).await?;

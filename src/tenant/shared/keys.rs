@@ -45,6 +45,11 @@ impl TenantKeys {
         format!("{}:c", self.prefix)
     }
 
+    /// Spend in one day, ISO week or lifetime, by the window's key.
+    pub fn window(&self, key: &str) -> String {
+        format!("{}:w:{key}", self.prefix)
+    }
+
     /// Money and tokens of one month (`YYYY-MM`).
     pub fn month(&self, month: &str) -> String {
         format!("{}:m:{month}", self.prefix)
@@ -74,6 +79,7 @@ mod tests {
             keys.expiry(),
             keys.month("2026-11"),
             keys.credit(),
+            keys.window("2026-W49"),
         ] {
             assert!(key.starts_with("tg:{acme}:"), "{key}");
         }

@@ -37,7 +37,6 @@ use crate::calendar::{Calendar, Period, Window};
 use crate::directory::BudgetMode;
 use crate::ids::{KeyId, ReservationId, TenantId};
 use crate::money::Nanos;
-use crate::period::{self, Date};
 
 /// Month hashes outlive their month long enough for late settles and reports.
 const MONTH_TTL_MS: u64 = 62 * 86_400_000;
@@ -81,6 +80,7 @@ struct Scripts {
     seed_credit: Script,
     credit: Script,
     credit_status: Script,
+    seed_window: Script,
 }
 
 #[derive(Clone)]
@@ -143,6 +143,7 @@ impl SharedStore {
                 seed_credit: Script::new(scripts::SEED_CREDIT),
                 credit: Script::new(scripts::CREDIT),
                 credit_status: Script::new(scripts::CREDIT_STATUS),
+                seed_window: Script::new(scripts::SEED_WINDOW),
             }),
         })
     }
@@ -344,6 +345,15 @@ pub enum Reserved {
     NeedEndUser,
     /// The tenant's balances are not in Redis yet: likewise.
     NeedCredit,
+    /// A day, week or lifetime a budget runs over is not in Redis yet: likewise.
+    NeedWindow(Period),
+}
+
+/// What must be seeded from the ledger before a status can be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unseeded {
+    Month,
+    Window(Period),
 }
 
 /// A held reservation past its expiry.
@@ -369,6 +379,7 @@ enum Attempt {
     NeedSeed,
     NeedEndUser,
     NeedCredit,
+    NeedWindow(Period),
 }
 
 impl SharedQuota {
@@ -376,24 +387,44 @@ impl SharedQuota {
         &self.store.health
     }
 
+    /// This month's hash, last month's, and this month's key, in the billing time zone.
     fn month_keys(&self, now_ms: u64) -> (String, String, String) {
-        let month = period::month_key(now_ms);
-        let previous = previous_month(now_ms);
-        (self.keys.month(&month), self.keys.month(&previous), month)
+        let calendar = &self.store.calendar;
+        let window = calendar.window(Period::Month, now_ms);
+        let previous = calendar.window(Period::Month, window.start_ms.saturating_sub(1));
+        (
+            self.keys.month(&window.key),
+            self.keys.month(&previous.key),
+            window.key,
+        )
+    }
+
+    /// The day, week and lifetime window hashes of `now_ms`.
+    fn window_keys(&self, now_ms: u64) -> [String; 3] {
+        [Period::Day, Period::Week, Period::Lifetime]
+            .map(|p| self.keys.window(&self.store.calendar.window(p, now_ms).key))
     }
 
     /// The keys of a script that reserves or closes: the month, buckets, held
-    /// reservations and their expiry, balances, and the previous month when one closes.
-    fn book_keys(&self, month_key: String, previous_key: Option<String>) -> Vec<String> {
+    /// reservations and their expiry, balances, last month, and the window
+    /// hashes; and this month's key.
+    fn book_keys(&self, now_ms: u64) -> (Vec<String>, String) {
+        let (month_key, previous_key, month) = self.month_keys(now_ms);
         let mut keys = vec![
             month_key,
             self.keys.buckets(),
             self.keys.held(),
             self.keys.expiry(),
             self.keys.credit(),
+            previous_key,
         ];
-        keys.extend(previous_key);
-        keys
+        keys.extend(self.window_keys(now_ms));
+        (keys, month)
+    }
+
+    /// The local day key of `now_ms`.
+    fn today(&self, now_ms: u64) -> String {
+        self.store.calendar.day_key(now_ms)
     }
 
     pub async fn check_rate(
@@ -487,6 +518,7 @@ impl SharedQuota {
             Attempt::NeedSeed => return Ok(Reserved::NeedSeed),
             Attempt::NeedEndUser => return Ok(Reserved::NeedEndUser),
             Attempt::NeedCredit => return Ok(Reserved::NeedCredit),
+            Attempt::NeedWindow(period) => return Ok(Reserved::NeedWindow(period)),
             Attempt::Budget(scope, remaining) => (scope, remaining),
         };
         let refused = |scope, remaining, needed| {
@@ -517,6 +549,7 @@ impl SharedQuota {
                 Attempt::NeedSeed => Reserved::NeedSeed,
                 Attempt::NeedEndUser => Reserved::NeedEndUser,
                 Attempt::NeedCredit => Reserved::NeedCredit,
+                Attempt::NeedWindow(period) => Reserved::NeedWindow(period),
                 Attempt::Budget(scope, remaining) => refused(scope, remaining, amount),
             },
         )
@@ -558,8 +591,8 @@ impl SharedQuota {
         meta: &str,
         now_ms: u64,
     ) -> ScriptCall {
-        let (month_key, _, month) = self.month_keys(now_ms);
-        let day = Date::from_unix_ms(now_ms).day_key();
+        let (mut keys, month) = self.book_keys(now_ms);
+        let day = self.today(now_ms);
         let tokens = request
             .input_tokens
             .saturating_add(request.output_tokens(max_tokens));
@@ -567,7 +600,6 @@ impl SharedQuota {
         let limit = |l: Option<u64>| l.map_or_else(|| "-1".to_owned(), |l| l.to_string());
         let feature_budget = limits.feature_budgets.get(&request.feature).copied();
         let alert_mode = limits.mode == BudgetMode::Alert;
-        let mut keys = self.book_keys(month_key, None);
         let end_user = request.end_user.as_ref().map(|hold| {
             let window = self.store.calendar.window(hold.limits.period, now_ms);
             keys.push(self.keys.end_user(&hold.id, &window.key));
@@ -615,6 +647,15 @@ impl SharedQuota {
         }
         let flag = |on: bool| if on { "1" } else { "0" }.to_owned();
         args.extend([flag(limits.credits), flag(request.key_credits)]);
+        let feature_period = limits.feature_periods.get(&request.feature).copied();
+        args.extend(
+            [
+                limits.period,
+                request.key_period,
+                feature_period.unwrap_or(Period::Month),
+            ]
+            .map(|p| p.as_str().to_owned()),
+        );
         ScriptCall { keys, args }
     }
 
@@ -710,6 +751,9 @@ impl SharedQuota {
             "seed" => Ok(Attempt::NeedSeed),
             "seed_eu" => Ok(Attempt::NeedEndUser),
             "seed_credit" => Ok(Attempt::NeedCredit),
+            "seed_w" => Period::parse(field(reply, 1)?)
+                .map(Attempt::NeedWindow)
+                .ok_or_else(|| StoreFailure("a window to seed of no known period".to_owned())),
             "eu_rate" => {
                 let hold = end_user.ok_or_else(|| {
                     StoreFailure("an end user rate without an end user".to_owned())
@@ -764,10 +808,18 @@ impl SharedQuota {
             "tokens" => {
                 let value = number(reply, 2)?;
                 let refusal = match field(reply, 1)? {
-                    "monthly" => {
-                        monthly_refusal(limits.tokens.monthly.unwrap_or(0), tokens, now_ms)
-                    }
-                    "daily" => daily_refusal(limits.tokens.daily.unwrap_or(0), tokens, now_ms),
+                    "monthly" => monthly_refusal(
+                        limits.tokens.monthly.unwrap_or(0),
+                        tokens,
+                        &self.store.calendar,
+                        now_ms,
+                    ),
+                    "daily" => daily_refusal(
+                        limits.tokens.daily.unwrap_or(0),
+                        tokens,
+                        &self.store.calendar,
+                        now_ms,
+                    ),
                     _ => per_minute_refusal(
                         limits.tokens.tpm.unwrap_or(0),
                         tokens,
@@ -776,27 +828,7 @@ impl SharedQuota {
                 };
                 Ok(Attempt::Refused(Refusal::Tokens(refusal)))
             }
-            "ok" => {
-                let committed = nanos(reply, 3)?;
-                let reserved = nanos(reply, 4)?;
-                let units = number(reply, 5)?;
-                let remaining = if limits.credits {
-                    Some(nanos(reply, 6)?)
-                } else {
-                    limits
-                        .budget
-                        .map(|b| b.saturating_sub(committed.saturating_add(reserved)))
-                };
-                Ok(Attempt::Ok(Granted {
-                    id,
-                    amount,
-                    max_tokens,
-                    clamped: false,
-                    remaining,
-                    over_budget: field(reply, 2)? == "1",
-                    tokens: limits.tokens.tpm.map(|tpm| window(tpm, i128::from(units))),
-                }))
-            }
+            "ok" => Ok(Attempt::Ok(granted(reply, id, limits, max_tokens, amount)?)),
             other => Err(StoreFailure(format!("unexpected reserve reply `{other}`"))),
         }
     }
@@ -811,19 +843,20 @@ impl SharedQuota {
         thresholds: &[u32],
         now_ms: u64,
     ) -> Result<Closed, StoreFailure> {
-        let (month_key, previous_key, month) = self.month_keys(now_ms);
+        let (keys, month) = self.book_keys(now_ms);
         let mut args = vec![
             id.0.to_string(),
             charged.get().to_string(),
             used_tokens.to_string(),
             month,
-            Date::from_unix_ms(now_ms).day_key(),
+            self.today(now_ms),
             limits
                 .tokens
                 .tpm
                 .map_or_else(|| "-1".to_owned(), |t| t.to_string()),
         ];
         args.extend(self.end_user_context(now_ms));
+        args.push(limits.period.as_str().to_owned());
         if let Some(budget) = limits.budget {
             for percent in thresholds {
                 args.push(percent.to_string());
@@ -832,11 +865,7 @@ impl SharedQuota {
         }
         let reply = self
             .store
-            .run(
-                &self.store.scripts.settle,
-                &self.book_keys(month_key, Some(previous_key)),
-                &args,
-            )
+            .run(&self.store.scripts.settle, &keys, &args)
             .await?;
         if field(&reply, 0)? == "closed" {
             return Ok(Closed {
@@ -899,7 +928,7 @@ impl SharedQuota {
             MONTH_TTL_MS.to_string(),
             seed.committed.get().to_string(),
             seed.tokens_this_month.to_string(),
-            Date::from_unix_ms(now_ms).day_key(),
+            self.today(now_ms),
             seed.tokens_today.to_string(),
         ];
         push_scopes(&mut args, seed);
@@ -917,7 +946,7 @@ impl SharedQuota {
         let mut args = vec![
             seed.committed.get().to_string(),
             seed.tokens_this_month.to_string(),
-            Date::from_unix_ms(now_ms).day_key(),
+            self.today(now_ms),
             seed.tokens_today.to_string(),
         ];
         push_scopes(&mut args, seed);
@@ -941,16 +970,18 @@ impl SharedQuota {
         now_ms: u64,
     ) -> Result<(), StoreFailure> {
         let (month_key, _, _) = self.month_keys(now_ms);
+        let mut keys = vec![month_key];
+        keys.extend(self.window_keys(now_ms));
         self.store
             .run(
                 &self.store.scripts.absorb,
-                &[month_key],
+                &keys,
                 &[
                     charged.get().to_string(),
                     key.to_owned(),
                     feature.to_owned(),
                     tokens.to_string(),
-                    Date::from_unix_ms(now_ms).day_key(),
+                    self.today(now_ms),
                 ],
             )
             .await?;
@@ -967,22 +998,18 @@ impl SharedQuota {
         tokens: Option<u64>,
         now_ms: u64,
     ) -> Result<bool, StoreFailure> {
-        let (month_key, previous_key, month) = self.month_keys(now_ms);
+        let (keys, month) = self.book_keys(now_ms);
         let mut args = vec![
             request.to_owned(),
             charged.map_or_else(|| "-1".to_owned(), |c| c.get().to_string()),
             tokens.map_or_else(|| "-1".to_owned(), |t| t.to_string()),
             month,
-            Date::from_unix_ms(now_ms).day_key(),
+            self.today(now_ms),
         ];
         args.extend(self.end_user_context(now_ms));
         let reply = self
             .store
-            .run(
-                &self.store.scripts.close_request,
-                &self.book_keys(month_key, Some(previous_key)),
-                &args,
-            )
+            .run(&self.store.scripts.close_request, &keys, &args)
             .await?;
         Ok(field(&reply, 0)? == "closed")
     }
@@ -990,10 +1017,10 @@ impl SharedQuota {
     /// Starts the tenant's balances from the ledger unless another replica did.
     pub async fn seed_credit(&self, seed: &Seed) -> Result<(), StoreFailure> {
         let mut args = vec![
-            seed.lifetime.get().to_string(),
-            seed.key_lifetimes.len().to_string(),
+            seed.lifetime.tenant.get().to_string(),
+            seed.lifetime.keys.len().to_string(),
         ];
-        for (key, spent) in &seed.key_lifetimes {
+        for (key, spent) in &seed.lifetime.keys {
             args.push(key.to_string());
             args.push(spent.get().to_string());
         }
@@ -1056,17 +1083,98 @@ impl SharedQuota {
     }
 
     /// Committed and reserved this month (`None`: not seeded yet).
-    pub async fn status(&self, now_ms: u64) -> Result<Option<(Nanos, Nanos)>, StoreFailure> {
-        let (month_key, _, _) = self.month_keys(now_ms);
+    /// The tenant's committed spend in its budget's `period` and what calls
+    /// in flight hold, or which hash must be seeded first.
+    pub async fn status(
+        &self,
+        period: Period,
+        now_ms: u64,
+    ) -> Result<Result<(Nanos, Nanos), Unseeded>, StoreFailure> {
+        let (month_key, previous_key, _) = self.month_keys(now_ms);
+        let committed_in = match period {
+            Period::Month => month_key.clone(),
+            other => self
+                .keys
+                .window(&self.store.calendar.window(other, now_ms).key),
+        };
         let reply = self
             .store
-            .run(&self.store.scripts.status, &[month_key], &[])
+            .run(
+                &self.store.scripts.status,
+                &[month_key, previous_key, committed_in],
+                &[],
+            )
             .await?;
-        if field(&reply, 0)? == "seed" {
-            return Ok(None);
-        }
-        Ok(Some((nanos(&reply, 1)?, nanos(&reply, 2)?)))
+        Ok(match field(&reply, 0)? {
+            "seed" => Err(Unseeded::Month),
+            "seed_w" => Err(Unseeded::Window(period)),
+            _ => Ok((nanos(&reply, 1)?, nanos(&reply, 2)?)),
+        })
     }
+
+    /// Starts a day, week or lifetime window from the ledger unless another replica did.
+    pub async fn seed_window(
+        &self,
+        period: Period,
+        seed: &Seed,
+        now_ms: u64,
+    ) -> Result<(), StoreFailure> {
+        let window = self.store.calendar.window(period, now_ms);
+        let ttl = if period == Period::Lifetime {
+            LIFETIME_IDLE_TTL_MS
+        } else {
+            end_user_ttl_ms(&window, now_ms)
+        };
+        let spend = seed.spend(period);
+        let mut args = vec![ttl.to_string(), spend.tenant.get().to_string()];
+        args.push(spend.keys.len().to_string());
+        for (key, committed) in &spend.keys {
+            args.push(key.to_string());
+            args.push(committed.get().to_string());
+        }
+        args.push(spend.features.len().to_string());
+        for (feature, committed) in &spend.features {
+            args.push(feature.clone());
+            args.push(committed.get().to_string());
+        }
+        self.store
+            .run(
+                &self.store.scripts.seed_window,
+                &[self.keys.window(&window.key)],
+                &args,
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+/// A `RESERVE` that held: {'ok', id, over, committed, reserved, tpm units, balance}.
+fn granted(
+    reply: &[String],
+    id: ReservationId,
+    limits: &Limits,
+    max_tokens: u32,
+    amount: Nanos,
+) -> Result<Granted, StoreFailure> {
+    let committed = nanos(reply, 3)?;
+    let reserved = nanos(reply, 4)?;
+    let units = number(reply, 5)?;
+    let remaining = if limits.credits {
+        Some(nanos(reply, 6)?)
+    } else {
+        limits
+            .budget
+            .map(|b| b.saturating_sub(committed.saturating_add(reserved)))
+    };
+    Ok(Granted {
+        id,
+        amount,
+        max_tokens,
+        clamped: false,
+        remaining,
+        over_budget: field(reply, 2)? == "1",
+        tokens: limits.tokens.tpm.map(|tpm| window(tpm, i128::from(units))),
+    })
 }
 
 /// The scope a `RESERVE` budget refusal names.
@@ -1098,12 +1206,6 @@ fn push_scopes(args: &mut Vec<String>, seed: &Seed) {
 pub fn threshold_amount(budget: Nanos, percent: u32) -> Nanos {
     let amount = (u128::from(budget.get()) * u128::from(percent)).div_ceil(100);
     Nanos::new(u64::try_from(amount).unwrap_or(u64::MAX))
-}
-
-fn previous_month(now_ms: u64) -> String {
-    let start = Date::from_unix_ms(now_ms);
-    let first = Date::parse(&format!("{}-01", start.month_key())).unwrap_or(start);
-    period::month_key(first.start_unix_ms().saturating_sub(1))
 }
 
 /// A script's keys and arguments.
@@ -1157,9 +1259,16 @@ mod tests {
 
     #[test]
     fn the_previous_month_of_january_is_last_december() {
+        let previous = |calendar: &Calendar, now_ms: u64| {
+            let month = calendar.window(Period::Month, now_ms);
+            calendar.window(Period::Month, month.start_ms - 1).key
+        };
         // 2027-01-15
-        assert_eq!(previous_month(1_800_000_000_000), "2026-12");
-        assert_eq!(previous_month(1_796_040_000_000), "2026-10");
+        assert_eq!(previous(&Calendar::utc(), 1_800_000_000_000), "2026-12");
+        assert_eq!(previous(&Calendar::utc(), 1_796_040_000_000), "2026-10");
+        // 2026-11-30T16:00Z is already 1 December in Shanghai.
+        let shanghai = Calendar::named("Asia/Shanghai").unwrap();
+        assert_eq!(previous(&shanghai, 1_796_054_400_000), "2026-11");
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //! below 2^53 (9,007,199 currency units in nanos), and every update goes
 //! through `HINCRBY` with an integer string, so stored values stay exact.
 //!
+//! Months, days and weeks are the billing time zone's.
+//!
 //! Month hash fields: `seeded`, `c`/`r` (tenant committed/reserved),
 //! `k:<key>:c|r`, `f:<feature>:c|r`, `tm` (tokens this month, held
 //! included), `td:<day>` (tokens that day), `a:<percent>` (alert fired).
@@ -19,6 +21,13 @@
 //! top-up added, so one is never added twice. Once seeded, every reservation
 //! of the tenant is counted in it, whether or not it draws on a balance, so
 //! a tenant or key moved onto credits finds its spend and calls in flight there.
+//!
+//! A window hash (`…:w:<day, week or lifetime key>`) holds what the tenant
+//! (`c`), each key (`k:<key>:c`) and each feature (`f:<feature>:c`) spent in
+//! that day, ISO week or lifetime, for budgets that run over one, and `seeded`;
+//! every close adds to each window hash that is seeded. Reservations stay in
+//! the month hash's `r` fields, and a decision counts last month's too (calls
+//! held across the month's end), so no boundary drops a call in flight.
 //!
 //! An end user's hash (`…:u:<hex id>:<window>`, one per budget period) holds
 //! `seeded`, `c`/`r`, the request bucket `ru`/`rat`, the tokens bucket `tu`/`tat`
@@ -76,8 +85,9 @@ end
 /// See `rate_fn`.
 pub const RATE: &str = concat!(prelude!(), rate_fn!(), "return rate(KEYS, ARGV)\n");
 
-/// A reservation. KEYS: month, buckets, held, expiry, credit, and the end user's
-/// hash for the current window when the request has one.
+/// A reservation. KEYS: month, buckets, held, expiry, credit, previous month,
+/// the day, week and lifetime window hashes, and the end user's hash for the
+/// current window when the request has one.
 /// ARGV: now, day, month, expires_at, amount, over_ok (1: alert mode),
 /// tenant budget, key, key budget, feature, feature budget (-1: none),
 /// tokens, tpm, daily, monthly (-1: none), meta, ttl ms, reservation id
@@ -85,8 +95,9 @@ pub const RATE: &str = concat!(prelude!(), rate_fn!(), "return rate(KEYS, ARGV)\
 /// end user record field, end user budget, end user rpm (-1: none), end user ttl ms,
 /// end user daily tokens (-1: none), the local day, end user tokens per minute (-1: none)
 /// (the seven end-user arguments are placeholders without one), then whether the
-/// tenant and the key spend their balances (1/0).
-/// Returns {'seed'} | {'seed_eu'} | {'seed_credit'} | {'eu_rate', units} | {'eu_tokens', used today}
+/// tenant and the key spend their balances (1/0), then the periods of the
+/// tenant's, key's and feature's budgets (`day`, `week`, `month`, `lifetime`).
+/// Returns {'seed'} | {'seed_w', period} | {'seed_eu'} | {'seed_credit'} | {'eu_rate', units} | {'eu_tokens', used today}
 /// | {'eu_tpm', units}
 /// | {'budget', scope, remaining}
 /// | {'tokens', kind, units or used}
@@ -97,12 +108,19 @@ macro_rules! reserve_fn {
 local function reserve(KEYS, ARGV)
 local m, b, h, x = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if redis.call('HEXISTS', m, 'seeded') == 0 then return {'seed'} end
+local W = {day = KEYS[7], week = KEYS[8], lifetime = KEYS[9]}
+local periods = {ARGV[28], ARGV[29], ARGV[30]}
+for i, per in ipairs(periods) do
+  if per ~= 'month' and tonumber(ARGV[5 + 2 * i]) >= 0 and redis.call('HEXISTS', W[per], 'seeded') == 0 then
+    return {'seed_w', per}
+  end
+end
 local now, amount = tonumber(ARGV[1]), tonumber(ARGV[5])
 local kc, kr = 'k:' .. ARGV[8] .. ':c', 'k:' .. ARGV[8] .. ':r'
 local fc, fr = 'f:' .. ARGV[10] .. ':c', 'f:' .. ARGV[10] .. ':r'
 local td = 'td:' .. ARGV[2]
 local v = redis.call('HMGET', m, 'c', 'r', kc, kr, fc, fr, 'tm', td)
-local eu, ev, eurpm = KEYS[6], nil, -1
+local eu, ev, eurpm = KEYS[10], nil, -1
 if eu then
   if redis.call('HEXISTS', eu, 'seeded') == 0 then return {'seed_eu'} end
   ev = redis.call('HMGET', eu, 'c', 'r', 'ru', 'rat')
@@ -123,9 +141,15 @@ local function consider(name, budget, c, r)
   if l < 0 then l = 0 end
   if left == nil or l < left then scope, left = name, l end
 end
-consider('tenant', tonumber(ARGV[7]), n(v[1]), n(v[2]))
-consider('key', tonumber(ARGV[9]), n(v[3]), n(v[4]))
-consider('feature', tonumber(ARGV[11]), n(v[5]), n(v[6]))
+-- Calls held across the month's end are still in last month's reserved.
+local pv = redis.call('HMGET', KEYS[6], 'r', kr, fr)
+local function spent(per, field, month)
+  if per == 'month' then return month end
+  return n(redis.call('HGET', W[per], field))
+end
+consider('tenant', tonumber(ARGV[7]), spent(periods[1], 'c', n(v[1])), n(v[2]) + n(pv[1]))
+consider('key', tonumber(ARGV[9]), spent(periods[2], kc, n(v[3])), n(v[4]) + n(pv[2]))
+consider('feature', tonumber(ARGV[11]), spent(periods[3], fc, n(v[5])), n(v[6]) + n(pv[3]))
 if eu then consider('end_user', tonumber(ARGV[20]), n(ev[1]), n(ev[2])) end
 local cr, tcred, kcred = KEYS[5], ARGV[26] == '1', ARGV[27] == '1'
 local counted = redis.call('HEXISTS', cr, 'seeded') == 1
@@ -196,6 +220,7 @@ redis.call('HSET', h, id, flag .. table.concat({ARGV[5], ARGV[12], ARGV[3], ARGV
 redis.call('ZADD', x, ARGV[4], id)
 for _, key in ipairs({m, b, h, x}) do redis.call('PEXPIRE', key, ARGV[17]) end
 local totals = redis.call('HMGET', m, 'c', 'r')
+totals = {spent(periods[1], 'c', n(totals[1])), n(totals[2]) + n(pv[1])}
 local balance = -1
 if tcred then
   local cv = redis.call('HMGET', cr, 'b', 'c', 'r')
@@ -262,10 +287,20 @@ local function close_credit(cr, a, key, charged, counted)
     redis.call('HINCRBY', cr, 'k:' .. key .. ':r', s(-tonumber(a)))
   end
 end
-local function close(rec, charged, used, cur, prev, curmonth, today, b, tpm, E, cr)
+local function close_windows(windows, key, feat, charged)
+  for _, w in ipairs(windows) do
+    if redis.call('HEXISTS', w, 'seeded') == 1 then
+      redis.call('HINCRBY', w, 'c', charged)
+      redis.call('HINCRBY', w, 'k:' .. key .. ':c', charged)
+      redis.call('HINCRBY', w, 'f:' .. feat .. ':c', charged)
+    end
+  end
+end
+local function close(rec, charged, used, cur, prev, curmonth, today, b, tpm, E, cr, windows)
   local a, est, mo, day, key, feat, eu, counted = parse(rec)
   if eu ~= '' then close_end_user(eu, a, est, charged, used, E) end
   close_credit(cr, a, key, charged, counted)
+  close_windows(windows, key, feat, charged)
   local hm = cur
   if mo ~= curmonth then hm = prev end
   for _, f in ipairs({'r', 'k:' .. key .. ':r', 'f:' .. feat .. ':r'}) do
@@ -290,11 +325,13 @@ end
     };
 }
 
-/// KEYS: month, buckets, held, expiry, credit, previous month.
+/// KEYS: month, buckets, held, expiry, credit, previous month, the day, week
+/// and lifetime window hashes.
 /// ARGV: id, charged, used tokens, month, day, tpm (-1: none), the end-user
 /// context (prefix, day, week and month windows, their ttls and the
-/// lifetime's: see `euctx`), then pairs of (alert percent, committed amount
-/// that reaches it).
+/// lifetime's: see `euctx`), the period of the tenant's budget, then pairs of
+/// (alert percent, committed amount that reaches it), once per occurrence of
+/// that period.
 /// Returns {'closed'} | {'ok', reserved amount, committed, reserved, fired percents...}.
 pub const SETTLE: &str = concat!(
     prelude!(),
@@ -304,12 +341,14 @@ local rec = redis.call('HGET', KEYS[3], ARGV[1])
 if not rec then return {'closed'} end
 redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
-local a = close(rec, ARGV[2], ARGV[3], KEYS[1], KEYS[6], ARGV[4], ARGV[5], KEYS[2], tonumber(ARGV[6]), euctx(ARGV, 7), KEYS[5])
-local totals = redis.call('HMGET', KEYS[1], 'c', 'r')
-local out = {'ok', a, s(n(totals[1])), s(n(totals[2]))}
-local i = 16
+local a = close(rec, ARGV[2], ARGV[3], KEYS[1], KEYS[6], ARGV[4], ARGV[5], KEYS[2], tonumber(ARGV[6]), euctx(ARGV, 7), KEYS[5], {KEYS[7], KEYS[8], KEYS[9]})
+local th = ({day = KEYS[7], week = KEYS[8], lifetime = KEYS[9]})[ARGV[16]] or KEYS[1]
+local committed = n(redis.call('HGET', th, 'c'))
+local reserved = n(redis.call('HGET', KEYS[1], 'r')) + n(redis.call('HGET', KEYS[6], 'r'))
+local out = {'ok', a, s(committed), s(reserved)}
+local i = 17
 while ARGV[i + 1] do
-  if n(totals[1]) >= tonumber(ARGV[i + 1]) and redis.call('HSETNX', KEYS[1], 'a:' .. ARGV[i], '1') == 1 then
+  if committed >= tonumber(ARGV[i + 1]) and redis.call('HSETNX', th, 'a:' .. ARGV[i], '1') == 1 then
     out[#out + 1] = ARGV[i]
   end
   i = i + 2
@@ -399,31 +438,63 @@ return {'ok', s(before)}
 );
 
 /// Adds spend settled on a local store after the shared one came back.
-/// KEYS: month. ARGV: charged, key, feature, tokens, day.
+/// KEYS: month, then the day, week and lifetime window hashes (those seeded
+/// take it too). ARGV: charged, key, feature, tokens, day.
 pub const ABSORB: &str = r"
-for _, f in ipairs({'c', 'k:' .. ARGV[2] .. ':c', 'f:' .. ARGV[3] .. ':c'}) do
-  redis.call('HINCRBY', KEYS[1], f, ARGV[1])
+for i, hash in ipairs(KEYS) do
+  if i == 1 or redis.call('HEXISTS', hash, 'seeded') == 1 then
+    for _, f in ipairs({'c', 'k:' .. ARGV[2] .. ':c', 'f:' .. ARGV[3] .. ':c'}) do
+      redis.call('HINCRBY', hash, f, ARGV[1])
+    end
+  end
 end
 redis.call('HINCRBY', KEYS[1], 'tm', ARGV[4])
 redis.call('HINCRBY', KEYS[1], 'td:' .. ARGV[5], ARGV[4])
 return {'ok'}
 ";
 
-/// KEYS: month. Returns {'seed'} | {'ok', committed, reserved}.
+/// KEYS: month, previous month, and the hash of the tenant's budget period
+/// (the month again for a month). Returns {'seed'} | {'seed_w'} | {'ok',
+/// committed in that period, reserved}.
 pub const STATUS: &str = concat!(
     prelude!(),
     r"
 local v = redis.call('HMGET', KEYS[1], 'seeded', 'c', 'r')
 if not v[1] then return {'seed'} end
-return {'ok', s(n(v[2])), s(n(v[3]))}
+local c = n(v[2])
+if KEYS[3] ~= KEYS[1] then
+  local w = redis.call('HMGET', KEYS[3], 'seeded', 'c')
+  if not w[1] then return {'seed_w'} end
+  c = n(w[2])
+end
+return {'ok', s(c), s(n(v[3]) + n(redis.call('HGET', KEYS[2], 'r')))}
 "
 );
+
+/// Starts a window hash from the ledger, once (as `SEED` does a month).
+/// KEYS: the window hash. ARGV: ttl ms, committed, key count, (key,
+/// committed)..., feature count, (feature, committed)...
+pub const SEED_WINDOW: &str = r"
+local w = KEYS[1]
+if redis.call('HSETNX', w, 'seeded', '1') == 0 then return {'already'} end
+redis.call('HINCRBY', w, 'c', ARGV[2])
+local i = 3
+for _, prefix in ipairs({'k:', 'f:'}) do
+  local count = tonumber(ARGV[i])
+  for j = 1, count do
+    redis.call('HINCRBY', w, prefix .. ARGV[i + 2 * j - 1] .. ':c', ARGV[i + 2 * j])
+  end
+  i = i + 2 * count + 1
+end
+redis.call('PEXPIRE', w, ARGV[1])
+return {'seeded'}
+";
 
 /// Closes the held reservation of one request, found by the request id in
 /// its meta, after a journal replay: at `charged` (a settle the replica wrote
 /// to its journal but not to Redis before it died) or, with `-1`, at its
 /// reserved amount (an orphan). Held reservations are few (in flight only).
-/// KEYS: month, buckets, held, expiry, credit, previous month.
+/// KEYS: those of `SETTLE`.
 /// ARGV: request id, charged or -1, used tokens or -1, month, day, the
 /// end-user context (see `SETTLE`).
 /// Returns {'closed', id} | {'none'}.
@@ -442,7 +513,7 @@ for i = 1, #all, 2 do
     local charged, used = ARGV[2], ARGV[3]
     if charged == '-1' then charged = a end
     if used == '-1' then used = est end
-    close(rec, charged, used, KEYS[1], KEYS[6], ARGV[4], ARGV[5], KEYS[2], -1, euctx(ARGV, 6), KEYS[5])
+    close(rec, charged, used, KEYS[1], KEYS[6], ARGV[4], ARGV[5], KEYS[2], -1, euctx(ARGV, 6), KEYS[5], {KEYS[7], KEYS[8], KEYS[9]})
     return {'closed', id}
   end
 end

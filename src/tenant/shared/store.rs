@@ -5,10 +5,10 @@
 
 use futures_util::FutureExt;
 
-use super::{Reserved, SharedQuota, StoreFailure, threshold_amount};
+use super::{Reserved, SharedQuota, StoreFailure, Unseeded, threshold_amount};
+use crate::calendar::Period;
 use crate::ids::KeyId;
 use crate::money::Nanos;
-use crate::period;
 use crate::tenant::book::BalanceStatus;
 use crate::tenant::book::{BudgetStatus, Granted, Limits, RateDecision};
 use crate::tenant::handle::QuotaError;
@@ -123,6 +123,20 @@ impl RedisQuota {
         Ok(Ok(()))
     }
 
+    /// Starts a day, week or lifetime of the tenant's budgets from the ledger
+    /// unless another replica did.
+    async fn seed_window(&self, period: Period, now_ms: u64) -> Result<Verdict<()>, StoreFailure> {
+        let seed = match self.source.clone().load(now_ms).await {
+            Ok(seed) => seed,
+            Err(error) => {
+                tracing::error!(tenant = %self.source.tenant, error = %error, "Cannot read the tenant's spend from the ledger to seed the shared store; refusing.");
+                return Ok(Err(QuotaError::LedgerUnreadable));
+            }
+        };
+        self.quota.seed_window(period, &seed, now_ms).await?;
+        Ok(Ok(()))
+    }
+
     /// Starts the tenant's balances from the ledger unless another replica did.
     async fn seed_credit(&self, now_ms: u64) -> Result<Verdict<()>, StoreFailure> {
         let seed = match self.source.clone().load(now_ms).await {
@@ -145,11 +159,13 @@ impl RedisQuota {
         meta: &str,
         now_ms: u64,
     ) -> Result<Verdict<Granted>, StoreFailure> {
-        for _ in 0..3 {
+        // The month, up to three windows, the end user and the balances: each at most once.
+        for _ in 0..6 {
             let seeded = match reserved {
                 Reserved::NeedSeed => self.seed(now_ms).await?,
                 Reserved::NeedEndUser => self.seed_end_user(reservation, now_ms).await?,
                 Reserved::NeedCredit => self.seed_credit(now_ms).await?,
+                Reserved::NeedWindow(period) => self.seed_window(period, now_ms).await?,
                 Reserved::Granted(_) | Reserved::Refused(_) => break,
             };
             if let Err(error) = seeded {
@@ -164,9 +180,10 @@ impl RedisQuota {
         Ok(match reserved {
             Reserved::Granted(granted) => Ok(granted),
             Reserved::Refused(refusal) => Err(refusal.into()),
-            Reserved::NeedSeed | Reserved::NeedEndUser | Reserved::NeedCredit => {
-                Err(QuotaError::Unavailable)
-            }
+            Reserved::NeedSeed
+            | Reserved::NeedEndUser
+            | Reserved::NeedCredit
+            | Reserved::NeedWindow(_) => Err(QuotaError::Unavailable),
         })
     }
 }
@@ -258,12 +275,19 @@ impl QuotaStore for RedisQuota {
 
     fn status(&mut self, now_ms: u64) -> Step<BudgetStatus> {
         self.pending(now_ms, move |store| async move {
-            let mut totals = store.quota.status(now_ms).await?;
-            if totals.is_none() {
-                if let Err(error) = store.seed(now_ms).await? {
+            let period = store.limits.period;
+            let mut totals = store.quota.status(period, now_ms).await?;
+            // At most the month, then the window.
+            for _ in 0..2 {
+                let seeded = match totals {
+                    Ok(_) => break,
+                    Err(Unseeded::Month) => store.seed(now_ms).await?,
+                    Err(Unseeded::Window(period)) => store.seed_window(period, now_ms).await?,
+                };
+                if let Err(error) = seeded {
                     return Ok(Err(error));
                 }
-                totals = store.quota.status(now_ms).await?;
+                totals = store.quota.status(period, now_ms).await?;
             }
             let (committed, reserved) = totals.unwrap_or_default();
             let budget = store.limits.budget;
@@ -272,7 +296,7 @@ impl QuotaStore for RedisQuota {
                 committed,
                 reserved,
                 remaining: budget.map(|b| b.saturating_sub(committed.saturating_add(reserved))),
-                period: period::month_key(now_ms),
+                period: store.limits.calendar.window(period, now_ms).key,
             }))
         })
     }
