@@ -66,6 +66,16 @@ pub fn monotonic() -> Instant {
     Instant::now()
 }
 
+/// Time elapsed since `start` (zero if the clock went backwards).
+pub fn elapsed(start: Instant) -> Duration {
+    monotonic().saturating_duration_since(start)
+}
+
+/// Whole milliseconds in `duration`, saturating.
+pub fn whole_ms(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// Milliseconds elapsed since `start`, saturating.
 pub fn elapsed_ms(start: Instant) -> u64 {
     u64::try_from(monotonic().saturating_duration_since(start).as_millis()).unwrap_or(u64::MAX)

@@ -4,6 +4,8 @@
 //! pipeline's request and the outcome back (`openai/responses.rs` for
 //! Responses, `anthropic/` for Messages, unless the answer is already in it).
 
+use std::time::Duration;
+
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, web};
 use tracing::Instrument;
@@ -12,7 +14,7 @@ use super::extract::{TenantAuth, read_body};
 use super::headers;
 use crate::anthropic;
 use crate::api::headers::{rate_headers, token_headers};
-use crate::clock::{elapsed_ms, monotonic};
+use crate::clock::{elapsed, monotonic, whole_ms};
 use crate::error::ApiError;
 use crate::ids::RequestId;
 use crate::ledger::Api;
@@ -23,7 +25,7 @@ use crate::pipeline::stream::ClientBody;
 use crate::pipeline::{RequestContext, RequestMeter, handle_chat};
 use crate::provider::clients::UpstreamClients;
 use crate::state::Gateway;
-use crate::telemetry::metrics::{Metric, counter_add, observe_ms};
+use crate::telemetry::metrics::{Metric, counter_add, observe_duration};
 
 pub async fn chat_completions(
     req: HttpRequest,
@@ -100,15 +102,15 @@ pub(super) async fn serve(
     .instrument(span)
     .await;
 
-    let latency_ms = elapsed_ms(started);
-    access_log(&request_id, &auth, &meter, &result, latency_ms);
+    let latency = elapsed(started);
+    access_log(&request_id, &auth, &meter, &result, whole_ms(latency));
     let echoed_value = HeaderValue::from_str(&echoed).ok();
     match result {
         Ok(outcome) => {
             let status = if outcome.degraded { "degraded" } else { "ok" };
             // A stream's final status is known when it ends: its relay counts it.
             let streamed = matches!(outcome.body, OutcomeBody::Stream { .. });
-            observe_request(&meter, (!streamed).then_some(status), latency_ms);
+            observe_request(&meter, (!streamed).then_some(status), latency);
             let mut response = HttpResponse::Ok();
             if let Some(value) = echoed_value {
                 response.insert_header((HeaderName::from_static(headers::REQUEST_ID), value));
@@ -157,7 +159,7 @@ pub(super) async fn serve(
             }
         }
         Err(mut error) => {
-            observe_request(&meter, Some(error.code().as_str()), latency_ms);
+            observe_request(&meter, Some(error.code().as_str()), latency);
             if let Some(value) = echoed_value {
                 error = error.with_header(HeaderName::from_static(headers::REQUEST_ID), value);
             }
@@ -194,7 +196,7 @@ pub(super) fn request_context(
 }
 
 /// Request metrics; `status`, if the request is over, counts it.
-pub(super) fn observe_request(meter: &RequestMeter, status: Option<&str>, latency_ms: u64) {
+pub(super) fn observe_request(meter: &RequestMeter, status: Option<&str>, latency: Duration) {
     let route = meter.route_label();
     if let Some(status) = status {
         counter_add(
@@ -203,16 +205,12 @@ pub(super) fn observe_request(meter: &RequestMeter, status: Option<&str>, latenc
             1,
         );
     }
-    observe_ms(
-        Metric::RequestDurationSeconds,
-        &[("route", route.as_str())],
-        latency_ms,
-    );
-    let overhead_ms = latency_ms.saturating_sub(meter.upstream_ms.get());
-    observe_ms(
+    let labels = [("route", route.as_str())];
+    observe_duration(Metric::RequestDurationSeconds, &labels, latency);
+    observe_duration(
         Metric::GatewayOverheadSeconds,
-        &[("route", route.as_str())],
-        overhead_ms,
+        &labels,
+        meter.overhead(latency),
     );
 }
 

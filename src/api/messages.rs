@@ -10,7 +10,7 @@ use serde_json::json;
 use super::chat::{observe_request, request_context, serve};
 use super::extract::{AnthropicAuth, read_body};
 use super::headers::rate_headers;
-use crate::clock::{elapsed_ms, monotonic};
+use crate::clock::monotonic;
 use crate::error::{ApiError, ErrorCode};
 use crate::ids::RequestId;
 use crate::ledger::Api;
@@ -46,9 +46,10 @@ pub async fn count_tokens(
         count(&gw.clone().into_inner(), &ctx, &meter, &body).await
     }
     .await;
-    let latency_ms = elapsed_ms(started);
+    let latency = crate::clock::elapsed(started);
+    let latency_ms = crate::clock::whole_ms(latency);
     let status = result.as_ref().map_or_else(|e| e.code().as_str(), |_| "ok");
-    observe_request(&meter, Some(status), latency_ms);
+    observe_request(&meter, Some(status), latency);
     let route = meter.route_label();
     tracing::info!(request_id = %request_id, tenant = %auth.0.tenant.id, key = %auth.0.key.id, route, status, latency_ms, "Tokens counted.");
     let Counted { input_tokens, rate } = result.map_err(ApiError::in_anthropic_envelope)?;

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use crate::clock::{elapsed_ms, monotonic};
+use crate::clock::{elapsed, monotonic};
 use crate::config::FsyncMode;
-use crate::telemetry::metrics::{Metric, counter_add, observe_ms};
+use crate::telemetry::metrics::{Metric, counter_add, observe_duration};
 
 /// How long the sync thread sleeps before checking whether its journal is gone.
 const IDLE_CHECK: Duration = Duration::from_millis(200);
@@ -163,6 +163,6 @@ fn sync_once(syncer: &Syncer, file: &File, seq: u64) {
         tracing::error!(error = %error, "Journal fsync failed.");
         counter_add(Metric::JournalErrorsTotal, &[("op", "fsync")], 1);
     }
-    observe_ms(Metric::JournalFsyncSeconds, &[], elapsed_ms(started));
+    observe_duration(Metric::JournalFsyncSeconds, &[], elapsed(started));
     syncer.mark_synced(seq);
 }

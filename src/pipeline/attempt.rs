@@ -25,7 +25,7 @@ use super::hold::Hold;
 use super::record::{self, AttemptRow};
 use super::settle;
 use crate::cache::CacheKey;
-use crate::clock::{elapsed_ms, monotonic};
+use crate::clock::{elapsed, monotonic, whole_ms};
 use crate::config::{Provider, Route, Target};
 use crate::error::{ApiError, ErrorCode};
 use crate::ledger::{AttemptStatus, UsageKind};
@@ -39,7 +39,7 @@ use crate::provider::clients::UpstreamClients;
 use crate::provider::retry::Next;
 use crate::routing;
 use crate::state::{Gateway, Live};
-use crate::telemetry::metrics::{Metric, counter_add, observe_ms};
+use crate::telemetry::metrics::{Metric, counter_add, observe_duration};
 use crate::tenant::RateDecision;
 use crate::tokenize::Estimate;
 
@@ -137,7 +137,7 @@ impl Dispatch<'_> {
                     Step::Skipped => break,
                     Step::Failed { retry_after_s } => {
                         match handle.after_failure(tries_here, retry_after_s, self.time_left()) {
-                            Next::Retry(delay) => actix_rt::time::sleep(delay).await,
+                            Next::Retry(delay) => self.back_off(target, delay).await,
                             Next::FailOver => break,
                         }
                     }
@@ -146,6 +146,45 @@ impl Dispatch<'_> {
         }
         hold.release();
         self.exhausted(&trail).await
+    }
+
+    /// The provider's permit for one attempt, or why the target is skipped
+    /// (in `trail`); the wait for it is counted apart from the gateway's work.
+    async fn admitted(
+        &self,
+        target: &Target,
+        handle: &ProviderHandle,
+        trail: &mut Trail,
+    ) -> Option<crate::provider::actor::Permit> {
+        let queued = monotonic();
+        let admitted = actix_rt::time::timeout(self.time_left(), handle.admit()).await;
+        let queued = elapsed(queued);
+        self.meter.add_wait(queued);
+        let labels = [("provider", target.provider.as_str())];
+        observe_duration(Metric::ProviderQueueWaitSeconds, &labels, queued);
+        match admitted {
+            Ok(Ok(permit)) => Some(permit),
+            Ok(Err(skip)) => {
+                trail.skipped.push(format!("{}: {skip}", target.provider));
+                None
+            }
+            Err(_) => {
+                let provider = &target.provider;
+                let skip = format!("{provider}: the request's deadline passed in its queue");
+                trail.skipped.push(skip);
+                None
+            }
+        }
+    }
+
+    /// Sleeps `delay` before retrying `target`, counted apart from the gateway's work.
+    async fn back_off(&self, target: &Target, delay: Duration) {
+        let slept = monotonic();
+        actix_rt::time::sleep(delay).await;
+        let slept = elapsed(slept);
+        self.meter.add_wait(slept);
+        let labels = [("provider", target.provider.as_str())];
+        observe_duration(Metric::RetryBackoffSeconds, &labels, slept);
     }
 
     /// One attempt on one target, under the hold in place.
@@ -158,18 +197,8 @@ impl Dispatch<'_> {
         index: usize,
         trail: &mut Trail,
     ) -> Step {
-        let permit = match actix_rt::time::timeout(self.time_left(), handle.admit()).await {
-            Ok(Ok(permit)) => permit,
-            Ok(Err(skip)) => {
-                trail.skipped.push(format!("{}: {skip}", target.provider));
-                return Step::Skipped;
-            }
-            Err(_) => {
-                let provider = &target.provider;
-                let skip = format!("{provider}: the request's deadline passed in its queue");
-                trail.skipped.push(skip);
-                return Step::Skipped;
-            }
+        let Some(permit) = self.admitted(target, handle, trail).await else {
+            return Step::Skipped;
         };
         let adapter = Adapter::for_request(provider, self.request);
         let body = match self.body(adapter, hold, target, provider) {
@@ -196,15 +225,16 @@ impl Dispatch<'_> {
         let result = self
             .send(provider, adapter.url(provider, self.request.api()), body)
             .await;
-        let latency_ms = elapsed_ms(started);
+        let latency = elapsed(started);
+        let latency_ms = whole_ms(latency);
         let result = read_complete(adapter, result, &target.model);
-        self.meter.add_upstream_ms(latency_ms);
+        self.meter.add_upstream(latency);
         let class = match &result {
             Ok(Opened::Complete(reply)) => classify_status(reply.status),
             Ok(Opened::Stream { .. }) => Class::Success,
             Err(error) => classify_error(error),
         };
-        observe_attempt(target, class, answered(&result), latency_ms);
+        observe_attempt(target, class, answered(&result), latency);
 
         let mut row = AttemptRow::new(
             target.provider.as_str(),
@@ -304,16 +334,13 @@ impl Dispatch<'_> {
                 permit.finish(Verdict::Healthy);
                 served.complete(guard, row, reply, target, native).await
             }
-            Opened::Stream {
-                first,
-                body,
-                ttft_ms,
-            } => {
+            Opened::Stream { first, body, ttft } => {
                 let labels = [
                     ("provider", target.provider.as_str()),
                     ("model", target.model.as_str()),
                 ];
-                observe_ms(Metric::UpstreamTtftSeconds, &labels, ttft_ms);
+                observe_duration(Metric::UpstreamTtftSeconds, &labels, ttft);
+                let ttft_ms = whole_ms(ttft);
                 let start = settle::StreamStart {
                     event_id: row.event_id,
                     permit,
@@ -552,7 +579,7 @@ fn answered(result: &Result<Opened, CallError>) -> Option<u16> {
 }
 
 /// `answered`: the upstream's status, when it answered with one.
-fn observe_attempt(target: &Target, class: Class, answered: Option<u16>, latency_ms: u64) {
+fn observe_attempt(target: &Target, class: Class, answered: Option<u16>, latency: Duration) {
     let outcome = match class {
         Class::Success => "ok",
         // Apart from other retryable failures: a provider's rate limit is
@@ -567,7 +594,7 @@ fn observe_attempt(target: &Target, class: Class, answered: Option<u16>, latency
         ("model", target.model.as_str()),
         ("outcome", outcome),
     ];
-    observe_ms(Metric::UpstreamDurationSeconds, &labels, latency_ms);
+    observe_duration(Metric::UpstreamDurationSeconds, &labels, latency);
     let attempt_labels = [("provider", target.provider.as_str()), ("outcome", outcome)];
     counter_add(Metric::UpstreamAttemptsTotal, &attempt_labels, 1);
 }

@@ -2,6 +2,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::directory::{KeyRecord, TenantRecord};
 use crate::ids::RequestId;
@@ -40,8 +41,10 @@ pub struct RequestContext {
 pub struct RequestMeter {
     /// The resolved route (`none` until a route is known).
     pub route: RefCell<Option<String>>,
-    /// Time spent waiting on upstreams (to the full body, or a stream's first chunk).
-    pub upstream_ms: Cell<u64>,
+    /// Time spent waiting on upstreams (to the full body, or a stream's head).
+    pub upstream: Cell<Duration>,
+    /// Time spent not working on purpose: retry backoff and provider queues.
+    pub waited: Cell<Duration>,
     pub trace_id: RefCell<Option<String>>,
 }
 
@@ -53,8 +56,19 @@ impl RequestMeter {
             .unwrap_or_else(|| "none".to_owned())
     }
 
-    pub fn add_upstream_ms(&self, ms: u64) {
-        self.upstream_ms
-            .set(self.upstream_ms.get().saturating_add(ms));
+    pub fn add_upstream(&self, duration: Duration) {
+        self.upstream
+            .set(self.upstream.get().saturating_add(duration));
+    }
+
+    pub fn add_wait(&self, duration: Duration) {
+        self.waited.set(self.waited.get().saturating_add(duration));
+    }
+
+    /// What the gateway itself spent of `latency`: neither upstream calls nor waits.
+    pub fn overhead(&self, latency: Duration) -> Duration {
+        latency
+            .saturating_sub(self.upstream.get())
+            .saturating_sub(self.waited.get())
     }
 }

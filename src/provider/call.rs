@@ -9,7 +9,7 @@ use awc::error::{ConnectError, PayloadError, SendRequestError};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 
-use crate::clock::{elapsed_ms, monotonic};
+use crate::clock::monotonic;
 
 use crate::config::{Provider, ProviderKind};
 use crate::provider::adapters::anthropic;
@@ -50,7 +50,8 @@ pub enum Opened {
     Stream {
         first: Bytes,
         body: UpstreamBody,
-        ttft_ms: u64,
+        /// From sending the request to its first chunk.
+        ttft: Duration,
     },
 }
 
@@ -143,7 +144,7 @@ pub async fn open_stream(
         Ok(Some(Ok(first))) => Ok(Opened::Stream {
             first,
             body,
-            ttft_ms: elapsed_ms(started),
+            ttft: crate::clock::elapsed(started),
         }),
     }
 }

@@ -51,10 +51,12 @@ pub enum Metric {
     QuotaDriftNanos,
     ProviderConcurrencyLimit,
     AuthKeyLookupsTotal,
+    RetryBackoffSeconds,
+    ProviderQueueWaitSeconds,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 38] = [
+    pub const ALL: [Metric; 40] = [
         Metric::RequestsTotal,
         Metric::RequestDurationSeconds,
         Metric::GatewayOverheadSeconds,
@@ -93,6 +95,8 @@ impl Metric {
         Metric::QuotaDriftNanos,
         Metric::ProviderConcurrencyLimit,
         Metric::AuthKeyLookupsTotal,
+        Metric::RetryBackoffSeconds,
+        Metric::ProviderQueueWaitSeconds,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -124,6 +128,8 @@ impl Metric {
             Metric::LedgerLagSeconds => "tollgate_ledger_lag_seconds",
             Metric::LedgerBacklogFullTotal => "tollgate_ledger_backlog_full_total",
             Metric::JournalFsyncSeconds => "tollgate_journal_fsync_seconds",
+            Metric::RetryBackoffSeconds => "tollgate_retry_backoff_seconds",
+            Metric::ProviderQueueWaitSeconds => "tollgate_provider_queue_wait_seconds",
             Metric::JournalErrorsTotal => "tollgate_journal_errors_total",
             Metric::JournalReplayedTotal => "tollgate_journal_replayed_events_total",
             Metric::ProviderInFlight => "tollgate_provider_in_flight",
@@ -201,6 +207,12 @@ impl Metric {
                 "Paid requests that found the ledger backlog full, by action (refused, continued)."
             }
             Metric::JournalFsyncSeconds => "Duration of one journal fsync (shared by a group).",
+            Metric::RetryBackoffSeconds => {
+                "Time a request slept before retrying the same provider, by provider (not in the gateway's overhead)."
+            }
+            Metric::ProviderQueueWaitSeconds => {
+                "Time a request waited for a provider's concurrency permit, by provider (not in the gateway's overhead)."
+            }
             Metric::JournalErrorsTotal => {
                 "Journal I/O failures by operation (write, fsync, rotate, delete, encode, read)."
             }
@@ -241,7 +253,9 @@ impl Metric {
             | Metric::ReservationChargeRatio
             | Metric::LedgerBatchRows
             | Metric::LedgerLagSeconds
-            | Metric::JournalFsyncSeconds => MetricKind::Histogram,
+            | Metric::JournalFsyncSeconds
+            | Metric::RetryBackoffSeconds
+            | Metric::ProviderQueueWaitSeconds => MetricKind::Histogram,
             m if m.as_str().ends_with("_total") => MetricKind::Counter,
             _ => MetricKind::Gauge,
         }
@@ -332,6 +346,12 @@ pub fn observe_ms(metric: Metric, pairs: &[(&'static str, &str)], ms: u64) {
     observe(metric, pairs, ms_to_seconds(ms));
 }
 
+/// A duration in seconds, to the microsecond: a whole-millisecond reading
+/// would put the gateway's sub-millisecond work in the first bucket.
+pub fn observe_duration(metric: Metric, pairs: &[(&'static str, &str)], duration: Duration) {
+    observe(metric, pairs, micros_to_seconds(duration.as_micros()));
+}
+
 #[expect(
     clippy::disallowed_macros,
     reason = "this module is the one user of the raw macros"
@@ -361,6 +381,26 @@ fn handle(metric: Metric, pairs: &[(&'static str, &str)], make: impl FnOnce() ->
 fn ms_to_seconds(ms: u64) -> f64 {
     ms as f64 / 1000.0
 }
+
+#[expect(
+    clippy::cast_precision_loss,
+    clippy::float_arithmetic,
+    reason = "Prometheus histograms take seconds as f64; precision past 2^53 µs is irrelevant"
+)]
+fn micros_to_seconds(micros: u128) -> f64 {
+    micros as f64 / 1_000_000.0
+}
+
+/// Buckets from 10 µs: the gateway's own work per request and an fsync.
+const FINE_SECONDS: [f64; 16] = [
+    1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0,
+];
+/// Buckets from 1 ms to ten minutes: whole requests, upstream calls and waits.
+const WIDE_SECONDS: [f64; 20] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0,
+    120.0, 180.0, 300.0, 600.0,
+];
 
 /// `part / whole` as a gauge or histogram value (0 when `whole` is 0).
 #[expect(
@@ -473,13 +513,17 @@ pub fn install() -> PrometheusHandle {
                     )
                 })
                 .and_then(|b| {
-                    b.set_buckets_for_metric(
-                        Matcher::Suffix("_seconds".to_owned()),
-                        &[
-                            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-                            2.5, 5.0, 10.0, 30.0, 60.0,
-                        ],
-                    )
+                    [Metric::GatewayOverheadSeconds, Metric::JournalFsyncSeconds]
+                        .into_iter()
+                        .try_fold(b, |b, metric| {
+                            b.set_buckets_for_metric(
+                                Matcher::Full(metric.as_str().to_owned()),
+                                &FINE_SECONDS,
+                            )
+                        })
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), &WIDE_SECONDS)
                 })
                 .unwrap_or_else(|_| PrometheusBuilder::new());
             let recorder = builder.build_recorder();
@@ -519,6 +563,41 @@ fn spawn_upkeep(handle: PrometheusHandle) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The count in one bucket of one series of a scrape.
+    fn bucket(scrape: &str, series: &str, le: &str) -> Option<u64> {
+        let head = format!("{series},le=\"{le}\"}} ");
+        scrape
+            .lines()
+            .find_map(|line| line.strip_prefix(head.as_str()))
+            .and_then(|count| count.parse().ok())
+    }
+
+    #[test]
+    fn durations_land_in_microsecond_buckets_fit_for_their_quantity() {
+        let handle = install();
+        let route = [("route", "unit-buckets")];
+        observe_duration(
+            Metric::GatewayOverheadSeconds,
+            &route,
+            Duration::from_micros(37),
+        );
+        observe_duration(
+            Metric::UpstreamDurationSeconds,
+            &[("provider", "p"), ("model", "m"), ("outcome", "ok")],
+            Duration::from_secs(150),
+        );
+        let scrape = handle.render();
+        let overhead = "tollgate_gateway_overhead_seconds_bucket{route=\"unit-buckets\"";
+        // 37 µs: above the 25 µs bucket, inside the 50 µs one.
+        assert_eq!(bucket(&scrape, overhead, "0.000025"), Some(0), "{scrape}");
+        assert_eq!(bucket(&scrape, overhead, "0.00005"), Some(1), "{scrape}");
+        let upstream =
+            "tollgate_upstream_duration_seconds_bucket{provider=\"p\",model=\"m\",outcome=\"ok\"";
+        // Two and a half minutes: past two minutes, inside three.
+        assert_eq!(bucket(&scrape, upstream, "120"), Some(0), "{scrape}");
+        assert_eq!(bucket(&scrape, upstream, "180"), Some(1), "{scrape}");
+    }
 
     #[test]
     fn tenant_labels_are_bounded() {

@@ -244,3 +244,42 @@ async fn a_scrape_before_any_call_has_the_configured_series_at_zero() {
     let backwards = [route, ("from", "zeroes_b"), ("to", "zeroes_a")];
     assert_eq!(series(&text, "tollgate_fallbacks_total", &backwards), None);
 }
+
+#[actix_web::test]
+#[expect(
+    clippy::float_arithmetic,
+    reason = "the scrape's seconds are floats; no money is computed here"
+)]
+async fn the_gateways_overhead_leaves_out_retry_backoff_which_has_its_own_histogram() {
+    let app = spawn_app(
+        TestSetup::new()
+            .provider("[providers.sleepy]\nkind = \"openai\"\nbase_url = \"FAKE\"\nmax_attempts = 2\nretry_base_delay_ms = 400\nretry_max_delay_ms = 400")
+            .route("backoff", &["sleepy/status-500"])
+            .tier("free", &["backoff"], 1000, 100),
+    )
+    .await;
+    let (_tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let reply = app.chat(&key, &chat_body("backoff")).await;
+    assert_eq!(reply.status, 502, "{}", reply.raw);
+    let text = scrape(&app).await;
+    let route = [("route", "backoff")];
+    let duration = series(&text, "tollgate_request_duration_seconds_sum", &route).unwrap();
+    let overhead = series(&text, "tollgate_gateway_overhead_seconds_sum", &route).unwrap();
+    let backoff = series(
+        &text,
+        "tollgate_retry_backoff_seconds_sum",
+        &[("provider", "sleepy")],
+    )
+    .unwrap();
+    // The backoff is jittered below its delay; the request took at least that long.
+    assert!(backoff > 0.0 && duration >= backoff, "{duration} {backoff}");
+    assert!(
+        overhead < duration - backoff + 1e-6,
+        "overhead {overhead} of {duration} with {backoff} asleep"
+    );
+    // Measured to the microsecond, not in whole milliseconds.
+    assert!(
+        (overhead * 1000.0).fract() != 0.0,
+        "overhead {overhead} is a whole number of milliseconds"
+    );
+}
