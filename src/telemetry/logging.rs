@@ -6,6 +6,10 @@ use tracing_subscriber::EnvFilter;
 
 /// Lines waiting for the writer thread; past this, loggers wait rather than drop lines.
 const BUFFERED_LINES: usize = 16_384;
+/// The writer thread's buffer: lines that queued up while it wrote go out in
+/// one `write(2)`, and it flushes whenever the queue is empty, so a quiet
+/// gateway's lines are not held back.
+const WRITE_BUFFER_BYTES: usize = 64 * 1024;
 
 /// Installs the global subscriber; a second call is a no-op (tests build many apps).
 /// Lines are written to stderr by a writer thread, so a request never waits on
@@ -18,7 +22,10 @@ pub fn init(json: bool) -> WorkerGuard {
         .buffered_lines_limit(BUFFERED_LINES)
         .lossy(false)
         .thread_name("tollgate-log")
-        .finish(std::io::stderr());
+        .finish(std::io::BufWriter::with_capacity(
+            WRITE_BUFFER_BYTES,
+            std::io::stderr(),
+        ));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer);
