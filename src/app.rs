@@ -43,6 +43,8 @@ pub enum AppError {
     Server(std::io::Error),
     #[error("{0}")]
     QuotaStore(String),
+    #[error("telemetry.otlp_endpoint: {0}")]
+    Traces(String),
 }
 
 pub struct BuildOptions {
@@ -106,6 +108,14 @@ impl Application {
         let estimator = Estimator::new(&config.tokenizer);
         estimator.warm_up(config.routes.values().flat_map(|route| &route.countings));
 
+        let tracer = match &config.telemetry.otlp_endpoint {
+            Some(endpoint) => {
+                let timeout = std::time::Duration::from_millis(config.telemetry.otlp_timeout_ms);
+                crate::telemetry::traces::Tracer::start(endpoint, timeout)
+                    .map_err(AppError::Traces)?
+            }
+            None => crate::telemetry::traces::Tracer::off(),
+        };
         let gateway = Arc::new(Gateway {
             config: config.clone(),
             directory,
@@ -125,6 +135,7 @@ impl Application {
             cache: crate::cache::ResponseCache::new(&config.cache),
             quota_store,
             replica_id: replica_id.into(),
+            tracer,
         });
         let (surface, admin) = match config.server.admin_listen {
             Some(admin) => (Surface::Api, Some(admin)),

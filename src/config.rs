@@ -476,6 +476,17 @@ pub struct TelemetryConfig {
     /// JSON log lines (default) or human-readable ones.
     #[serde(default = "default_json_logs")]
     pub json_logs: bool,
+    /// An OTLP/HTTP collector (`http://127.0.0.1:4318`): spans go to
+    /// `{otlp_endpoint}/v1/traces`. Unset: no traces.
+    #[serde(default)]
+    pub otlp_endpoint: Option<String>,
+    /// How long one export may take before its spans are dropped.
+    #[serde(default = "default_otlp_timeout_ms")]
+    pub otlp_timeout_ms: u64,
+}
+
+fn default_otlp_timeout_ms() -> u64 {
+    2_000
 }
 
 fn default_tenant_label_limit() -> usize {
@@ -493,6 +504,8 @@ impl Default for TelemetryConfig {
             feature_labels: false,
             log_prompts_for: Vec::new(),
             json_logs: default_json_logs(),
+            otlp_endpoint: None,
+            otlp_timeout_ms: default_otlp_timeout_ms(),
         }
     }
 }

@@ -46,6 +46,8 @@ pub struct Gateway {
     pub quota_store: Option<crate::tenant::SharedStore>,
     /// Survives restarts (kept in the journal directory); marks this replica's reservations.
     pub replica_id: Arc<str>,
+    /// Where request and attempt spans go (nowhere unless `telemetry.otlp_endpoint` is set).
+    pub tracer: crate::telemetry::traces::Tracer,
 }
 
 /// The reloadable configuration and the provider actors started for it.

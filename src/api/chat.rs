@@ -26,6 +26,7 @@ use crate::pipeline::{RequestContext, RequestMeter, handle_chat};
 use crate::provider::clients::UpstreamClients;
 use crate::state::Gateway;
 use crate::telemetry::metrics::{Metric, counter_add, observe_duration};
+use crate::telemetry::traces::{self, Span, SpanContext, SpanKind};
 
 pub async fn chat_completions(
     req: HttpRequest,
@@ -73,6 +74,7 @@ pub(super) async fn serve(
     let span = tracing::info_span!("request", api = api.as_str(), request_id = %request_id, tenant = %auth.tenant.id);
     let trace_id = headers::traceparent(&req).map(|(id, _)| id);
     meter.trace_id.borrow_mut().clone_from(&trace_id);
+    let (trace, started_ns) = (request_span(&gw, &req), traces::now_unix_ns());
     let mut door = Door::Same;
     let result = async {
         let body = read_body(&req, payload, gw.config.server.body_limit_bytes).await?;
@@ -95,7 +97,8 @@ pub(super) async fn serve(
             }
             Api::Chat | Api::Embeddings => (body, None),
         };
-        let ctx = request_context(&req, &auth, api, request_id.clone())?;
+        let mut ctx = request_context(&req, &auth, api, request_id.clone())?;
+        ctx.span.clone_from(&trace);
         let gw = gw.clone().into_inner();
         handle_chat(&gw, &clients, &ctx, &meter, &body, native).await
     }
@@ -104,13 +107,33 @@ pub(super) async fn serve(
 
     let latency = elapsed(started);
     access_log(&request_id, &auth, &meter, &result, whole_ms(latency));
-    let echoed_value = HeaderValue::from_str(&echoed).ok();
+    if let Some(context) = trace {
+        let span = request_span_of(context, started_ns, api, &auth, &meter, &result);
+        gw.tracer.record(span);
+    }
+    respond(
+        result,
+        &meter,
+        latency,
+        HeaderValue::from_str(&echoed).ok(),
+        door,
+    )
+}
+
+/// The HTTP answer to a request the pipeline finished, in its door's format.
+fn respond(
+    result: Result<crate::pipeline::ChatOutcome, ApiError>,
+    meter: &RequestMeter,
+    latency: Duration,
+    echoed_value: Option<HeaderValue>,
+    door: Door,
+) -> Result<HttpResponse, ApiError> {
     match result {
         Ok(outcome) => {
             let status = if outcome.degraded { "degraded" } else { "ok" };
             // A stream's final status is known when it ends: its relay counts it.
             let streamed = matches!(outcome.body, OutcomeBody::Stream { .. });
-            observe_request(&meter, (!streamed).then_some(status), latency);
+            observe_request(meter, (!streamed).then_some(status), latency);
             let mut response = HttpResponse::Ok();
             if let Some(value) = echoed_value {
                 response.insert_header((HeaderName::from_static(headers::REQUEST_ID), value));
@@ -159,13 +182,67 @@ pub(super) async fn serve(
             }
         }
         Err(mut error) => {
-            observe_request(&meter, Some(error.code().as_str()), latency);
+            observe_request(meter, Some(error.code().as_str()), latency);
             if let Some(value) = echoed_value {
                 error = error.with_header(HeaderName::from_static(headers::REQUEST_ID), value);
             }
             Err(error)
         }
     }
+}
+
+/// The request's span, when traces are exported: under the caller's
+/// `traceparent` if it sent one.
+fn request_span(gw: &Gateway, req: &HttpRequest) -> Option<SpanContext> {
+    if !gw.tracer.enabled() {
+        return None;
+    }
+    let caller = headers::traceparent(req);
+    let parent = caller.as_ref().and_then(|(trace_id, value)| {
+        let span_id = value.split('-').nth(2)?;
+        Some((trace_id.as_str(), span_id))
+    });
+    Some(SpanContext::request(parent))
+}
+
+/// The finished request as a server span with the GenAI attributes (never
+/// the prompt or the answer).
+fn request_span_of(
+    context: SpanContext,
+    started_ns: u64,
+    api: Api,
+    auth: &TenantAuth,
+    meter: &RequestMeter,
+    result: &Result<crate::pipeline::ChatOutcome, ApiError>,
+) -> Span {
+    let route = meter.route_label();
+    let operation = traces::operation_name(api);
+    let mut span = Span {
+        context,
+        name: format!("{operation} {route}"),
+        kind: SpanKind::Server,
+        start_unix_ns: started_ns,
+        end_unix_ns: traces::now_unix_ns(),
+        attributes: Vec::with_capacity(12),
+        error: result.as_ref().err().map(|e| e.code().as_str().to_owned()),
+    };
+    span.text("gen_ai.operation.name", operation)
+        .text("gen_ai.request.model", route.clone())
+        .text("tollgate.tenant", auth.tenant.id.to_string())
+        .text("tollgate.key", auth.key.id.to_string())
+        .text("tollgate.route", route);
+    if let Ok(outcome) = result {
+        span.text("gen_ai.response.model", outcome.model.clone())
+            .text("gen_ai.provider.name", outcome.provider.clone());
+        if let OutcomeBody::Complete { cost, .. } = &outcome.body {
+            span.int("tollgate.charge_nanos", cost.get());
+        }
+    }
+    if let Some((input, output)) = meter.usage.get() {
+        span.int("gen_ai.usage.input_tokens", input)
+            .int("gen_ai.usage.output_tokens", output);
+    }
+    span
 }
 
 /// Who is asking, as the pipeline reads it from the request's headers.
@@ -187,6 +264,7 @@ pub(super) fn request_context(
         client_request_id: headers::client_request_id(req),
         trace_id: trace.as_ref().map(|(id, _)| id.clone()),
         traceparent: trace.map(|(_, value)| value),
+        span: None,
         complexity: headers::complexity(req)?,
         anthropic_headers: match api {
             Api::Messages => headers::anthropic(req),

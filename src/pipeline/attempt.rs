@@ -40,6 +40,7 @@ use crate::provider::retry::Next;
 use crate::routing;
 use crate::state::{Gateway, Live};
 use crate::telemetry::metrics::{Metric, counter_add, observe_duration};
+use crate::telemetry::traces::{self, Span, SpanContext, SpanKind};
 use crate::tenant::RateDecision;
 use crate::tokenize::Estimate;
 
@@ -223,12 +224,10 @@ impl Dispatch<'_> {
         .await;
         let started = monotonic();
         let result = self
-            .send(provider, adapter.url(provider, self.request.api()), body)
+            .call(adapter, provider, target, body, (trail.attempts, reserved))
             .await;
         let latency = elapsed(started);
         let latency_ms = whole_ms(latency);
-        let result = read_complete(adapter, result, &target.model);
-        self.meter.add_upstream(latency);
         let class = match &result {
             Ok(Opened::Complete(reply)) => classify_status(reply.status),
             Ok(Opened::Stream { .. }) => Class::Success,
@@ -332,7 +331,10 @@ impl Dispatch<'_> {
         let body = match opened {
             Opened::Complete(reply) => {
                 permit.finish(Verdict::Healthy);
-                served.complete(guard, row, reply, target, native).await
+                let (body, usage) = served.complete(guard, row, reply, target, native).await;
+                let tokens = (usage.prompt_tokens, usage.completion_tokens);
+                self.meter.usage.set(Some(tokens));
+                body
             }
             Opened::Stream { first, body, ttft } => {
                 let labels = [
@@ -408,10 +410,42 @@ impl Dispatch<'_> {
         adapter.build_body(self.request, &target.model, sent_max_tokens, tenant)
     }
 
-    /// Sends the body to `url`, bounded by the provider's timeouts and the request's deadline.
-    async fn send(&self, provider: &Provider, url: &str, body: Bytes) -> Result<Opened, CallError> {
+    /// One upstream call and its complete answer read, timed as upstream time;
+    /// with traces on, it is the span `(attempt number, reserved)` describe.
+    async fn call(
+        &self,
+        adapter: Adapter,
+        provider: &Provider,
+        target: &Target,
+        body: Bytes,
+        (number, reserved): (u32, Nanos),
+    ) -> Result<Opened, CallError> {
+        let span = self.ctx.span.as_ref().map(SpanContext::child);
+        let (started, started_ns) = (monotonic(), traces::now_unix_ns());
+        let traceparent = span.as_ref().map(SpanContext::traceparent);
+        let url = adapter.url(provider, self.request.api());
+        let result = self.send(provider, url, body, traceparent.as_deref()).await;
+        let result = read_complete(adapter, result, &target.model);
+        self.meter.add_upstream(elapsed(started));
+        if let Some(context) = span {
+            let span = attempt_span(context, started_ns, target, number, reserved, &result);
+            self.gw.tracer.record(span);
+        }
+        result
+    }
+
+    /// Sends the body to `url`, bounded by the provider's timeouts and the
+    /// request's deadline; `traceparent`: the attempt's span, when traces are
+    /// exported (else the caller's goes on unchanged).
+    async fn send(
+        &self,
+        provider: &Provider,
+        url: &str,
+        body: Bytes,
+        traceparent: Option<&str>,
+    ) -> Result<Opened, CallError> {
         let headers = CallHeaders {
-            traceparent: self.ctx.traceparent.as_deref(),
+            traceparent: traceparent.or(self.ctx.traceparent.as_deref()),
             anthropic: &self.ctx.anthropic_headers,
         };
         let client = self.clients.get(provider.connect_timeout_ms);
@@ -576,6 +610,46 @@ fn answered(result: &Result<Opened, CallError>) -> Option<u16> {
         Ok(Opened::Complete(reply)) => Some(reply.status.as_u16()),
         _ => None,
     }
+}
+
+/// One attempt as a client span: the provider, the model it was sent as, the
+/// hold it went out under, and how the provider answered.
+fn attempt_span(
+    context: SpanContext,
+    started_ns: u64,
+    target: &Target,
+    number: u32,
+    reserved: Nanos,
+    result: &Result<Opened, CallError>,
+) -> Span {
+    let error = match result {
+        Ok(Opened::Complete(reply)) if !reply.status.is_success() => {
+            Some(format!("status {}", reply.status.as_u16()))
+        }
+        Ok(_) => None,
+        Err(error) => Some(error.to_string()),
+    };
+    let mut span = Span {
+        context,
+        name: format!("chat {}", target.model),
+        kind: SpanKind::Client,
+        start_unix_ns: started_ns,
+        end_unix_ns: traces::now_unix_ns(),
+        attributes: Vec::with_capacity(6),
+        error,
+    };
+    span.text("gen_ai.operation.name", "chat")
+        .text("gen_ai.request.model", target.model.clone())
+        .text("gen_ai.provider.name", target.provider.to_string())
+        .int("tollgate.attempt", u64::from(number))
+        .int("tollgate.reservation_nanos", reserved.get());
+    if let Ok(Opened::Complete(reply)) = result {
+        span.int(
+            "http.response.status_code",
+            u64::from(reply.status.as_u16()),
+        );
+    }
+    span
 }
 
 /// `answered`: the upstream's status, when it answered with one.

@@ -27,8 +27,10 @@ pub struct RequestContext {
     pub client_request_id: Option<String>,
     /// From W3C `traceparent`.
     pub trace_id: Option<String>,
-    /// Forwarded upstream unchanged.
+    /// Forwarded upstream unchanged when traces are off.
     pub traceparent: Option<String>,
+    /// The request's span when traces are exported: each attempt's span is its child.
+    pub span: Option<crate::telemetry::traces::SpanContext>,
     /// `X-Tollgate-Complexity`, for complexity routes (else they estimate it).
     pub complexity: Option<Complexity>,
     /// The caller's `anthropic-version` and `anthropic-beta` (the Messages
@@ -45,6 +47,8 @@ pub struct RequestMeter {
     pub upstream: Cell<Duration>,
     /// Time spent not working on purpose: retry backoff and provider queues.
     pub waited: Cell<Duration>,
+    /// The answer's tokens (prompt, completion), once a complete answer is charged.
+    pub usage: Cell<Option<(u64, u64)>>,
     pub trace_id: RefCell<Option<String>>,
 }
 

@@ -70,7 +70,7 @@ impl Served<'_> {
         reply: UpstreamReply,
         target: &Target,
         native: bool,
-    ) -> OutcomeBody {
+    ) -> (OutcomeBody, Usage) {
         let reported = reply
             .usage
             .unwrap_or_else(|| openai::parse_usage(&reply.body));
@@ -107,11 +107,12 @@ impl Served<'_> {
                 .saturating_add(self.route.cache_ttl_ms);
             self.gw.cache.put(key, cached, expires);
         }
-        OutcomeBody::Complete {
+        let body = OutcomeBody::Complete {
             body: reply.body,
             cost,
             remaining: settled.remaining,
-        }
+        };
+        (body, usage)
     }
 
     /// Hands a started stream to the relay, which settles it when it ends.

@@ -53,10 +53,12 @@ pub enum Metric {
     AuthKeyLookupsTotal,
     RetryBackoffSeconds,
     ProviderQueueWaitSeconds,
+    TraceSpansExportedTotal,
+    TraceSpansDroppedTotal,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 40] = [
+    pub const ALL: [Metric; 42] = [
         Metric::RequestsTotal,
         Metric::RequestDurationSeconds,
         Metric::GatewayOverheadSeconds,
@@ -97,6 +99,8 @@ impl Metric {
         Metric::AuthKeyLookupsTotal,
         Metric::RetryBackoffSeconds,
         Metric::ProviderQueueWaitSeconds,
+        Metric::TraceSpansExportedTotal,
+        Metric::TraceSpansDroppedTotal,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -130,6 +134,8 @@ impl Metric {
             Metric::JournalFsyncSeconds => "tollgate_journal_fsync_seconds",
             Metric::RetryBackoffSeconds => "tollgate_retry_backoff_seconds",
             Metric::ProviderQueueWaitSeconds => "tollgate_provider_queue_wait_seconds",
+            Metric::TraceSpansExportedTotal => "tollgate_trace_spans_exported_total",
+            Metric::TraceSpansDroppedTotal => "tollgate_trace_spans_dropped_total",
             Metric::JournalErrorsTotal => "tollgate_journal_errors_total",
             Metric::JournalReplayedTotal => "tollgate_journal_replayed_events_total",
             Metric::ProviderInFlight => "tollgate_provider_in_flight",
@@ -212,6 +218,10 @@ impl Metric {
             }
             Metric::ProviderQueueWaitSeconds => {
                 "Time a request waited for a provider's concurrency permit, by provider (not in the gateway's overhead)."
+            }
+            Metric::TraceSpansExportedTotal => "Spans the OTLP collector accepted.",
+            Metric::TraceSpansDroppedTotal => {
+                "Spans dropped, by reason: queue_full (the exporter fell behind) or export_failed (the collector did not accept them)."
             }
             Metric::JournalErrorsTotal => {
                 "Journal I/O failures by operation (write, fsync, rotate, delete, encode, read)."

@@ -55,6 +55,11 @@ pub fn zero_configured(config: &Config) {
             counter_add(Metric::StreamInterruptionsTotal, &labels, 0);
         }
     }
+    // At 0 with traces off too: the panel then says so rather than nothing.
+    counter_add(Metric::TraceSpansExportedTotal, &[], 0);
+    for reason in ["queue_full", "export_failed"] {
+        counter_add(Metric::TraceSpansDroppedTotal, &[("reason", reason)], 0);
+    }
     for threshold in &config.alerts.thresholds_percent {
         let threshold = threshold.to_string();
         counter_add(

@@ -38,3 +38,4 @@ mod shared_quota;
 mod storage;
 mod streaming;
 mod tenant_actor;
+mod traces;
