@@ -162,6 +162,16 @@ impl Calendar {
         }
     }
 
+    /// The local calendar month `YYYY-MM` (`None`: not such a month).
+    pub fn month(&self, text: &str) -> Option<Window> {
+        let (year, month) = text.split_once('-')?;
+        if year.len() != 4 || month.len() != 2 {
+            return None;
+        }
+        let first = Date::new(year.parse().ok()?, month.parse().ok()?, 1).ok()?;
+        Some(self.window(Period::Month, self.start_ms(first)))
+    }
+
     /// Local midnight of `date` (or the first instant of that day where a
     /// daylight-saving gap skips midnight) as ms since the epoch.
     fn start_ms(&self, date: Date) -> u64 {

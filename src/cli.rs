@@ -81,6 +81,21 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// A tenant's invoice for a month of the billing time zone, from the ledger:
+    /// lines by model and feature whose total is the ledger's sum.
+    Invoice {
+        #[arg(long)]
+        tenant: String,
+        /// YYYY-MM.
+        #[arg(long)]
+        month: String,
+        /// `csv` or `json`.
+        #[arg(long, default_value = "csv")]
+        format: String,
+        /// Read the ledger's sum again without the grouping; exit non-zero unless it is the total.
+        #[arg(long)]
+        check: bool,
+    },
     /// Run the OpenAI-compatible fake upstream (tests, demos, load).
     FakeUpstream(FakeArgs),
     /// Exit 0 iff the gateway's `/readyz` answers 200 (for container
@@ -218,6 +233,45 @@ fn json_out<T: serde::Serialize>(value: &T) -> Result<()> {
     Ok(())
 }
 
+async fn invoice(
+    config: Arc<Config>,
+    tenant: &str,
+    month: &str,
+    format: &str,
+    check: bool,
+) -> Result<()> {
+    let db = storage::connect_and_migrate(&config.storage.database_url, 1).await?;
+    let currency = &config.billing.currency;
+    let invoice =
+        crate::admin::invoice::build(&db, &config.calendar, currency, tenant, month).await?;
+    if check {
+        let checked = crate::admin::invoice::check(&db, &invoice).await?;
+        json_out(&checked)?;
+        if !checked.matches {
+            anyhow::bail!(
+                "the invoice's total {} ({} rows) is not the ledger's {} ({} rows)",
+                checked.lines_total,
+                checked.lines_rows,
+                checked.ledger_total,
+                checked.ledger_rows
+            );
+        }
+        return Ok(());
+    }
+    match format {
+        "csv" => {
+            let _ = write!(
+                std::io::stdout(),
+                "{}",
+                crate::admin::invoice::csv(&invoice)
+            );
+            Ok(())
+        }
+        "json" => json_out(&invoice),
+        other => anyhow::bail!("--format `{other}`: use csv or json"),
+    }
+}
+
 fn now_ms() -> i64 {
     i64::try_from(SystemClock.now_ms()).unwrap_or(i64::MAX)
 }
@@ -295,6 +349,21 @@ async fn dispatch(cli: Cli) -> Result<()> {
         }
         Command::Report { date, json } => {
             daily_report(load(config_path, &ProcessEnv)?, date.as_deref(), json).await
+        }
+        Command::Invoice {
+            tenant,
+            month,
+            format,
+            check,
+        } => {
+            invoice(
+                load(config_path, &ProcessEnv)?,
+                &tenant,
+                &month,
+                &format,
+                check,
+            )
+            .await
         }
         Command::FakeUpstream(args) => Ok(fake_upstream::serve(&args).await?),
         Command::Healthcheck { url, timeout_ms } => {

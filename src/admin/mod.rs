@@ -4,6 +4,7 @@
 
 pub mod credits;
 pub mod end_users;
+pub mod invoice;
 pub mod keys;
 pub mod reconcile;
 pub mod report;

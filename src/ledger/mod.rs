@@ -7,6 +7,7 @@ pub mod batch;
 pub mod credits;
 pub mod event;
 mod insert;
+pub mod invoice;
 pub mod repo;
 pub mod settle;
 

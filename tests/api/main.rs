@@ -24,6 +24,7 @@ mod errors;
 mod failover;
 mod healthcheck;
 mod holds;
+mod invoices;
 mod journal;
 mod ledger;
 mod lifecycle;

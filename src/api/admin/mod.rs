@@ -56,6 +56,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             web::delete().to(end_users::delete_end_user),
         )
         .route("/tenants/{id}/spend", web::get().to(spend::tenant_spend))
+        .route(
+            "/tenants/{id}/invoices/{month}",
+            web::get().to(spend::tenant_invoice),
+        )
         .route("/spend", web::get().to(spend::all_spend))
         .route("/reports/daily", web::get().to(spend::daily_report))
         .route("/reconciliation", web::get().to(spend::reconciliation))

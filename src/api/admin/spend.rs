@@ -4,8 +4,8 @@ use actix_web::{HttpResponse, web};
 use serde::Deserialize;
 
 use crate::admin::reconcile::{self, ReconcileQuery};
-use crate::admin::report;
 use crate::admin::spend::{self, SpendQuery};
+use crate::admin::{invoice, report};
 use crate::api::extract::AdminAuth;
 use crate::error::ApiError;
 use crate::period::Date;
@@ -98,4 +98,35 @@ pub async fn daily_report(
     };
     let report = report::daily(gw.directory.db(), &gw.config.billing.currency, date).await?;
     Ok(HttpResponse::Ok().json(report))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InvoiceParams {
+    /// `json` (default) or `csv`.
+    format: Option<String>,
+}
+
+/// `GET /admin/v1/tenants/{id}/invoices/{month}`: the month's invoice, with
+/// the ledger's own sum beside its total (JSON), or its lines (CSV).
+pub async fn tenant_invoice(
+    _admin: AdminAuth,
+    gw: web::Data<Gateway>,
+    path: web::Path<(String, String)>,
+    params: web::Query<InvoiceParams>,
+) -> Result<HttpResponse, ApiError> {
+    let (id, month) = path.into_inner();
+    let db = gw.directory.db();
+    let currency = &gw.config.billing.currency;
+    let invoice = invoice::build(db, &gw.config.calendar, currency, &id, &month).await?;
+    match params.format.as_deref().unwrap_or("json") {
+        "csv" => Ok(HttpResponse::Ok()
+            .content_type("text/csv; charset=utf-8")
+            .body(invoice::csv(&invoice))),
+        "json" => {
+            let check = invoice::check(db, &invoice).await?;
+            Ok(HttpResponse::Ok().json(serde_json::json!({"invoice": invoice, "check": check})))
+        }
+        other => Err(crate::admin::invalid("format", format!("`{other}`: use json or csv")).into()),
+    }
 }

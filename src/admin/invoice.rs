@@ -1,0 +1,144 @@
+//! Invoices: a tenant's month (of the billing time zone) from the ledger, in
+//! lines by model and feature whose total is the ledger's sum to the nano-unit.
+//! `check` reads that sum again without the grouping and says whether they agree.
+
+use std::fmt::Write as _;
+
+use sea_orm::DatabaseConnection;
+use serde::Serialize;
+
+use super::{AdminError, invalid, tenants};
+use crate::calendar::Calendar;
+use crate::ledger::invoice::{self, InvoiceLine};
+use crate::money::Nanos;
+
+#[derive(Debug, Serialize)]
+pub struct Invoice {
+    pub tenant_id: String,
+    /// `YYYY-MM` in `timezone`.
+    pub month: String,
+    pub timezone: String,
+    pub currency: String,
+    /// The month's first and last instants (ms since the epoch, end exclusive).
+    pub from_ms: u64,
+    pub to_ms: u64,
+    pub lines: Vec<InvoiceLine>,
+    pub total: Nanos,
+}
+
+/// The ledger's own sum beside the invoice's total.
+#[derive(Debug, Serialize)]
+pub struct InvoiceCheck {
+    pub lines_total: Nanos,
+    pub ledger_total: Nanos,
+    pub lines_rows: u64,
+    pub ledger_rows: u64,
+    pub matches: bool,
+}
+
+pub async fn build(
+    db: &DatabaseConnection,
+    calendar: &Calendar,
+    currency: &str,
+    tenant: &str,
+    month: &str,
+) -> Result<Invoice, AdminError> {
+    let tenant = tenants::get(db, tenant).await?;
+    let window = calendar
+        .month(month)
+        .ok_or_else(|| invalid("month", format!("`{month}` is not a YYYY-MM month")))?;
+    let lines = invoice::lines(db, &tenant.id, window.start_ms, window.end_ms).await?;
+    let total = lines
+        .iter()
+        .fold(Nanos::ZERO, |sum, line| sum.saturating_add(line.amount));
+    Ok(Invoice {
+        tenant_id: tenant.id.to_string(),
+        month: window.key,
+        timezone: calendar.name().to_owned(),
+        currency: currency.to_owned(),
+        from_ms: window.start_ms,
+        to_ms: window.end_ms,
+        lines,
+        total,
+    })
+}
+
+pub async fn check(db: &DatabaseConnection, invoice: &Invoice) -> Result<InvoiceCheck, AdminError> {
+    let tenant = crate::ids::TenantId::new(invoice.tenant_id.as_str());
+    let (ledger_rows, ledger_total) =
+        invoice::ledger_sum(db, &tenant, invoice.from_ms, invoice.to_ms).await?;
+    let lines_rows = invoice.lines.iter().map(|line| line.rows).sum();
+    Ok(InvoiceCheck {
+        lines_total: invoice.total,
+        ledger_total,
+        lines_rows,
+        ledger_rows,
+        matches: ledger_total == invoice.total && ledger_rows == lines_rows,
+    })
+}
+
+/// The invoice as CSV: a header, one line per model and feature, and the total.
+pub fn csv(invoice: &Invoice) -> String {
+    let mut out = String::from(
+        "model,feature,requests,rows,prompt_tokens,cached_tokens,completion_tokens,amount\n",
+    );
+    for line in &invoice.lines {
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{},{}",
+            field(&line.model),
+            field(&line.feature),
+            line.requests,
+            line.rows,
+            line.prompt_tokens,
+            line.cached_tokens,
+            line.completion_tokens,
+            line.amount
+        );
+    }
+    let _ = writeln!(out, "total,,,,,,,{}", invoice.total);
+    out
+}
+
+/// A CSV field, quoted when it holds a separator, a quote or a line break.
+fn field(text: &str) -> String {
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_quotes_fields_that_need_it_and_ends_with_the_total() {
+        let invoice = Invoice {
+            tenant_id: "acme".to_owned(),
+            month: "2026-11".to_owned(),
+            timezone: "UTC".to_owned(),
+            currency: "USD".to_owned(),
+            from_ms: 0,
+            to_ms: 1,
+            lines: vec![InvoiceLine {
+                model: "org/model, \"large\"".to_owned(),
+                feature: "search".to_owned(),
+                requests: 2,
+                rows: 3,
+                prompt_tokens: 10,
+                cached_tokens: 0,
+                completion_tokens: 5,
+                amount: Nanos::new(1_500_000_000),
+            }],
+            total: Nanos::new(1_500_000_000),
+        };
+        assert_eq!(
+            csv(&invoice),
+            "model,feature,requests,rows,prompt_tokens,cached_tokens,completion_tokens,amount\n\
+             \"org/model, \"\"large\"\"\",search,2,3,10,0,5,1.5\n\
+             total,,,,,,,1.5\n"
+        );
+    }
+}

@@ -1,0 +1,133 @@
+//! The ledger read an invoice is made of: one tenant's rows in a span of
+//! time, summed by model and feature, and the same rows' sum read on its own,
+//! so an invoice can prove its total.
+
+use sea_orm::sea_query::Expr;
+use sea_orm::{
+    ColumnTrait, DatabaseConnection, EntityTrait, FromQueryResult, QueryFilter, QueryOrder,
+    QuerySelect,
+};
+use serde::Serialize;
+
+use entity::usage;
+
+use crate::ids::TenantId;
+use crate::money::Nanos;
+use crate::storage::StorageError;
+
+/// One line of an invoice: every row of one model and feature.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InvoiceLine {
+    pub model: String,
+    pub feature: String,
+    /// Requests (a request with a fallback is one).
+    pub requests: u64,
+    /// Ledger rows: upstream attempts, cache hits and orphans.
+    pub rows: u64,
+    pub prompt_tokens: u64,
+    pub cached_tokens: u64,
+    pub completion_tokens: u64,
+    pub amount: Nanos,
+}
+
+#[derive(Debug, FromQueryResult)]
+struct RawLine {
+    model: String,
+    feature: String,
+    requests: i64,
+    rows: i64,
+    prompt_tokens: Option<i64>,
+    cached_tokens: Option<i64>,
+    completion_tokens: Option<i64>,
+    charged_nanos: Option<i64>,
+}
+
+#[derive(Debug, FromQueryResult)]
+struct RawSum {
+    rows: i64,
+    charged_nanos: Option<i64>,
+}
+
+fn in_span(
+    tenant: &TenantId,
+    from_ms: u64,
+    to_ms: u64,
+) -> impl Fn(sea_orm::Select<usage::Entity>) -> sea_orm::Select<usage::Entity> {
+    let tenant = tenant.to_string();
+    let ms = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    let (from, to) = (ms(from_ms), ms(to_ms));
+    move |query| {
+        query
+            .filter(usage::Column::TenantId.eq(tenant.as_str()))
+            .filter(usage::Column::CreatedAtMs.gte(from))
+            .filter(usage::Column::CreatedAtMs.lt(to))
+    }
+}
+
+/// The tenant's rows from `from_ms` (inclusive) to `to_ms`, by model and feature.
+pub async fn lines(
+    db: &DatabaseConnection,
+    tenant: &TenantId,
+    from_ms: u64,
+    to_ms: u64,
+) -> Result<Vec<InvoiceLine>, StorageError> {
+    let sum = |column: &str| Expr::cust(format!("CAST(SUM({column}) AS BIGINT)"));
+    let query = usage::Entity::find()
+        .select_only()
+        .column(usage::Column::Model)
+        .column(usage::Column::Feature)
+        .column_as(Expr::cust("COUNT(DISTINCT request_id)"), "requests")
+        .column_as(Expr::cust("COUNT(*)"), "rows")
+        .column_as(sum("prompt_tokens"), "prompt_tokens")
+        .column_as(sum("cached_tokens"), "cached_tokens")
+        .column_as(sum("completion_tokens"), "completion_tokens")
+        .column_as(sum("charged_nanos"), "charged_nanos");
+    let rows = in_span(tenant, from_ms, to_ms)(query)
+        .group_by(usage::Column::Model)
+        .group_by(usage::Column::Feature)
+        .order_by_asc(usage::Column::Model)
+        .order_by_asc(usage::Column::Feature)
+        .into_model::<RawLine>()
+        .all(db)
+        .await?;
+    let count = |v: Option<i64>| u64::try_from(v.unwrap_or(0)).unwrap_or(0);
+    Ok(rows
+        .into_iter()
+        .map(|r| InvoiceLine {
+            model: r.model,
+            feature: r.feature,
+            requests: count(Some(r.requests)),
+            rows: count(Some(r.rows)),
+            prompt_tokens: count(r.prompt_tokens),
+            cached_tokens: count(r.cached_tokens),
+            completion_tokens: count(r.completion_tokens),
+            amount: Nanos::from_db(r.charged_nanos.unwrap_or(0)),
+        })
+        .collect())
+}
+
+/// The same rows' count and charged sum, read with no grouping.
+pub async fn ledger_sum(
+    db: &DatabaseConnection,
+    tenant: &TenantId,
+    from_ms: u64,
+    to_ms: u64,
+) -> Result<(u64, Nanos), StorageError> {
+    let query = usage::Entity::find()
+        .select_only()
+        .column_as(Expr::cust("COUNT(*)"), "rows")
+        .column_as(
+            Expr::cust("CAST(SUM(charged_nanos) AS BIGINT)"),
+            "charged_nanos",
+        );
+    let sum = in_span(tenant, from_ms, to_ms)(query)
+        .into_model::<RawSum>()
+        .one(db)
+        .await?;
+    Ok(sum.map_or((0, Nanos::ZERO), |s| {
+        (
+            u64::try_from(s.rows).unwrap_or(0),
+            Nanos::from_db(s.charged_nanos.unwrap_or(0)),
+        )
+    }))
+}
