@@ -64,6 +64,8 @@ pub struct Application {
     server: Server,
     admin_server: Option<Server>,
     sync_task: actix_rt::task::JoinHandle<()>,
+    /// The daily report's push, when `reports.daily_webhook_url` is set.
+    push_task: Option<actix_rt::task::JoinHandle<()>>,
     handle_signals: bool,
 }
 
@@ -151,6 +153,7 @@ impl Application {
         let server = (api.run)();
         let admin_server = admin.map(|admin| (admin.run)());
         let sync_task = spawn_sync(gateway.clone());
+        let push_task = crate::admin::daily_push::spawn(gateway.clone());
         tracing::info!(addr = %addr, "Tollgate is listening.");
         if let Some(admin_addr) = admin_addr {
             tracing::info!(addr = %admin_addr, "Metrics, readiness and the admin API are served here only.");
@@ -162,6 +165,7 @@ impl Application {
             server,
             admin_server,
             sync_task,
+            push_task,
             handle_signals: options.handle_signals,
         })
     }
@@ -195,6 +199,9 @@ impl Application {
             }
         }
         self.sync_task.abort();
+        if let Some(push) = &self.push_task {
+            push.abort();
+        }
         match self.gateway.ledger.flush().await {
             Ok(()) => tracing::info!("Ledger flushed; stopped."),
             Err(error) => {

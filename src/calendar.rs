@@ -162,6 +162,34 @@ impl Calendar {
         }
     }
 
+    /// The local day `YYYY-MM-DD` (`None`: not such a day).
+    pub fn day(&self, text: &str) -> Option<Window> {
+        let date = crate::period::Date::parse(text)?;
+        let day = Date::new(
+            i16::try_from(date.year).ok()?,
+            i8::try_from(date.month).ok()?,
+            i8::try_from(date.day).ok()?,
+        )
+        .ok()?;
+        Some(self.window(Period::Day, self.start_ms(day)))
+    }
+
+    /// The local day before the one `now_ms` falls in.
+    pub fn yesterday(&self, now_ms: u64) -> crate::period::Date {
+        let today = self.window(Period::Day, now_ms);
+        let key = self.day_key(today.start_ms.saturating_sub(1));
+        crate::period::Date::parse(&key)
+            .unwrap_or_else(|| crate::period::Date::from_unix_ms(now_ms))
+    }
+
+    /// Minutes since local midnight at `now_ms`.
+    pub fn minute_of_day(&self, now_ms: u64) -> u32 {
+        let millis = i64::try_from(now_ms).unwrap_or(i64::MAX);
+        let instant = Timestamp::from_millisecond(millis).unwrap_or(Timestamp::MAX);
+        let zoned = instant.to_zoned(self.zone.clone());
+        u32::try_from(i32::from(zoned.hour()) * 60 + i32::from(zoned.minute())).unwrap_or(0)
+    }
+
     /// The local calendar month `YYYY-MM` (`None`: not such a month).
     pub fn month(&self, text: &str) -> Option<Window> {
         let (year, month) = text.split_once('-')?;

@@ -522,63 +522,14 @@ async fn daily_report(config: Arc<Config>, date: Option<&str>, json: bool) -> Re
         Some(text) => {
             Date::parse(text).with_context(|| format!("`{text}` is not a YYYY-MM-DD date"))?
         }
-        None => Date::from_unix_ms(SystemClock.now_ms().saturating_sub(86_400_000)),
+        None => config.calendar.yesterday(SystemClock.now_ms()),
     };
-    let report = report::daily(&db, &config.billing.currency, date).await?;
+    let report = report::daily(&db, &config.billing.currency, &config.calendar, date).await?;
     if json {
         return json_out(&report);
     }
-    let change = report
-        .change_ratio
-        .map_or_else(|| "n/a".to_owned(), |c| format!("{}%", percent(c, true)));
-    let mut lines = vec![
-        format!("Daily report {} ({})", report.date, report.currency),
-        format!(
-            "total {}  (day before {}, change {change}), {} requests",
-            report.total, report.previous_day_total, report.requests
-        ),
-    ];
-    for (title, rows) in [
-        ("top tenants", &report.top_tenants),
-        ("top features", &report.top_features),
-        ("top models", &report.top_models),
-    ] {
-        lines.push(format!("{title}:"));
-        lines.extend(rows.iter().map(|r| {
-            format!(
-                "  {:<32} {:>16}  {} requests",
-                r.key,
-                r.cost.to_string(),
-                r.requests
-            )
-        }));
-    }
-    lines.push("budgets:".to_owned());
-    for b in &report.budgets {
-        lines.push(format!(
-            "  {:<32} {:>12} of {:<12} {:>6}%  runs out {}",
-            b.tenant,
-            b.month_to_date.to_string(),
-            b.budget.to_string(),
-            percent(b.utilization, false),
-            b.projected_exhaustion.as_deref().unwrap_or("-")
-        ));
-    }
-    out(&lines.join("\n"));
+    out(&report::text(&report));
     Ok(())
-}
-
-/// A ratio as a percentage with one decimal, for display only.
-#[expect(
-    clippy::float_arithmetic,
-    reason = "display of a ratio; no money is computed here"
-)]
-fn percent(ratio: f64, signed: bool) -> String {
-    if signed {
-        format!("{:+.1}", ratio * 100.0)
-    } else {
-        format!("{:.1}", ratio * 100.0)
-    }
 }
 
 /// A readable table of a spend report.
@@ -604,8 +555,8 @@ pub fn spend_table(report: &SpendReport) -> String {
             row.prompt_tokens,
             row.cached_tokens,
             row.completion_tokens,
-            percent(row.fallback_rate, false),
-            percent(row.error_rate, false),
+            report::percent(row.fallback_rate, false),
+            report::percent(row.error_rate, false),
             row.cost.to_string()
         ));
     }

@@ -80,6 +80,8 @@ struct RawConfig {
     #[serde(default)]
     alerts: AlertsConfig,
     #[serde(default)]
+    reports: ReportsConfig,
+    #[serde(default)]
     providers: BTreeMap<String, RawProvider>,
     #[serde(default)]
     routes: BTreeMap<String, RawRoute>,
@@ -182,6 +184,47 @@ pub struct AlertsConfig {
     /// Delivery attempts per alert (with backoff between them).
     #[serde(default = "default_alert_attempts")]
     pub attempts: u32,
+}
+
+/// `[reports]`: yesterday's daily report pushed once a day.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportsConfig {
+    /// Receives `{"report": …, "text": …}` as a JSON POST; unset: no push.
+    pub daily_webhook_url: Option<String>,
+    /// When the day's push goes, `HH:MM` in `billing.timezone`.
+    #[serde(default = "default_daily_at")]
+    pub daily_at: String,
+    #[serde(default = "default_alert_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Delivery attempts (with backoff between them).
+    #[serde(default = "default_report_attempts")]
+    pub attempts: u32,
+}
+
+fn default_daily_at() -> String {
+    "08:00".to_owned()
+}
+fn default_report_attempts() -> u32 {
+    5
+}
+
+impl Default for ReportsConfig {
+    fn default() -> Self {
+        ReportsConfig {
+            daily_webhook_url: None,
+            daily_at: default_daily_at(),
+            timeout_ms: default_alert_timeout_ms(),
+            attempts: default_report_attempts(),
+        }
+    }
+}
+
+/// `HH:MM` as minutes after midnight.
+pub fn parse_time_of_day(text: &str) -> Option<u32> {
+    let (hours, minutes) = text.split_once(':')?;
+    let (hours, minutes): (u32, u32) = (hours.parse().ok()?, minutes.parse().ok()?);
+    (text.len() == 5 && hours < 24 && minutes < 60).then_some(hours * 60 + minutes)
 }
 
 fn default_alert_thresholds() -> Vec<u32> {
@@ -1085,6 +1128,7 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     pub cache: CacheConfig,
     pub alerts: AlertsConfig,
+    pub reports: ReportsConfig,
     pub providers: HashMap<ProviderName, Provider>,
     pub routes: HashMap<RouteName, Route>,
     pub tiers: HashMap<String, Tier>,
@@ -1259,6 +1303,12 @@ fn validate(raw: RawConfig, env: &dyn EnvSource) -> Result<Config, ConfigError> 
     let tiers = validate_tiers(&raw.tiers, &routes)?;
     let calendar = crate::calendar::Calendar::named(&raw.billing.timezone)
         .map_err(|e| invalid("billing.timezone", e))?;
+    if parse_time_of_day(&raw.reports.daily_at).is_none() {
+        return Err(invalid(
+            "reports.daily_at",
+            "must be a time of day HH:MM (24 h, in billing.timezone)",
+        ));
+    }
 
     let key_pepper = env
         .get(KEY_PEPPER_ENV)
@@ -1278,6 +1328,7 @@ fn validate(raw: RawConfig, env: &dyn EnvSource) -> Result<Config, ConfigError> 
         telemetry: raw.telemetry,
         cache: raw.cache,
         alerts: raw.alerts,
+        reports: raw.reports,
         providers,
         routes,
         tiers,

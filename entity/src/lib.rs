@@ -8,6 +8,7 @@ pub mod credit;
 pub mod end_user_limit;
 pub mod feature_budget;
 pub mod prelude;
+pub mod report_delivery;
 pub mod tenant;
 pub mod usage;
 pub mod usage_total;

@@ -15,6 +15,7 @@ mod m20261202_000010_end_users;
 mod m20261202_000011_end_user_limits;
 mod m20261202_000012_credits;
 mod m20261202_000013_budget_periods;
+mod m20261202_000014_report_deliveries;
 
 pub struct Migrator;
 
@@ -35,6 +36,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000011_end_user_limits::Migration),
             Box::new(m20261202_000012_credits::Migration),
             Box::new(m20261202_000013_budget_periods::Migration),
+            Box::new(m20261202_000014_report_deliveries::Migration),
         ]
     }
 }

@@ -1,11 +1,12 @@
-//! The daily report: a day's spend against the day before, the top tenants,
-//! features and models, and every capped tenant's budget progress with the
-//! date its budget runs out at the month's pace so far.
+//! The daily report: a day's spend (a day of the billing time zone) against
+//! the day before, the top tenants, features and models, and every tenant's
+//! monthly budget progress with the date it runs out at the month's pace so far.
 
 use sea_orm::DatabaseConnection;
 use serde::Serialize;
 
 use super::AdminError;
+use crate::calendar::{Calendar, Period};
 use crate::directory::repo as directory;
 use crate::ledger::repo::{self, GroupBy, SpendFilter, SpendRow};
 use crate::money::Nanos;
@@ -43,12 +44,11 @@ pub struct BudgetProgress {
     pub projected_exhaustion: Option<String>,
 }
 
-fn day_filter(date: Date) -> SpendFilter {
-    let from = date.start_unix_ms();
+fn span(from_ms: u64, to_ms: u64) -> SpendFilter {
     SpendFilter {
         tenant: None,
-        from_ms: Some(from),
-        to_ms: Some(from + MS_PER_DAY),
+        from_ms: Some(from_ms),
+        to_ms: Some(to_ms),
     }
 }
 
@@ -66,18 +66,22 @@ fn total(rows: &[SpendRow]) -> Nanos {
 pub async fn daily(
     db: &DatabaseConnection,
     currency: &str,
+    calendar: &Calendar,
     date: Date,
 ) -> Result<DailyReport, AdminError> {
-    let today = day_filter(date);
-    let previous = day_filter(Date::from_unix_ms(
-        date.start_unix_ms().saturating_sub(MS_PER_DAY),
-    ));
+    let day = calendar
+        .day(&date.day_key())
+        .ok_or_else(|| super::invalid("date", "not a day"))?;
+    let before = calendar.window(Period::Day, day.start_ms.saturating_sub(1));
+    let today = span(day.start_ms, day.end_ms);
+    let previous = span(before.start_ms, before.end_ms);
     let tenants = repo::spend(db, &today, GroupBy::Tenant).await?;
     let day_total = total(&tenants);
     let previous_day_total = total(&repo::spend(db, &previous, GroupBy::Tenant).await?);
     let change_ratio = change(day_total, previous_day_total);
     let requests = tenants.iter().map(|r| r.requests).sum();
-    let budgets = budget_progress(db, date).await?;
+    let month_start = calendar.window(Period::Month, day.start_ms).start_ms;
+    let budgets = budget_progress(db, date, span(month_start, day.end_ms)).await?;
     Ok(DailyReport {
         date: date.day_key(),
         currency: currency.to_owned(),
@@ -102,22 +106,21 @@ fn named_end_users(rows: Vec<SpendRow>) -> Vec<SpendRow> {
         .collect()
 }
 
+/// Tenants with a monthly budget, from the month's start to the end of `date` (`month_to_date`).
 async fn budget_progress(
     db: &DatabaseConnection,
     date: Date,
+    month_to_date: SpendFilter,
 ) -> Result<Vec<BudgetProgress>, AdminError> {
-    let month_start = Date { day: 1, ..date };
-    let filter = SpendFilter {
-        tenant: None,
-        from_ms: Some(month_start.start_unix_ms()),
-        to_ms: Some(date.start_unix_ms() + MS_PER_DAY),
-    };
-    let spent = repo::spend(db, &filter, GroupBy::Tenant).await?;
+    let spent = repo::spend(db, &month_to_date, GroupBy::Tenant).await?;
     let mut progress = Vec::new();
     for tenant in directory::all_tenants(db).await? {
         let Some(budget) = tenant.monthly_budget else {
             continue;
         };
+        if tenant.budget_period != Period::Month {
+            continue;
+        }
         let month_to_date = spent
             .iter()
             .find(|row| row.key == tenant.id.as_str())
@@ -161,6 +164,61 @@ pub fn exhaustion_date(date: Date, budget: Nanos, month_to_date: Nanos) -> Optio
         .start_unix_ms()
         .saturating_add(days_left.saturating_mul(MS_PER_DAY));
     Some(Date::from_unix_ms(at).day_key())
+}
+
+/// The report as text fit for a terminal or a chat channel.
+pub fn text(report: &DailyReport) -> String {
+    let change = report
+        .change_ratio
+        .map_or_else(|| "n/a".to_owned(), |c| format!("{}%", percent(c, true)));
+    let mut lines = vec![
+        format!("Daily report {} ({})", report.date, report.currency),
+        format!(
+            "total {}  (day before {}, change {change}), {} requests",
+            report.total, report.previous_day_total, report.requests
+        ),
+    ];
+    for (title, rows) in [
+        ("top tenants", &report.top_tenants),
+        ("top features", &report.top_features),
+        ("top models", &report.top_models),
+        ("top end users", &report.top_end_users),
+    ] {
+        lines.push(format!("{title}:"));
+        lines.extend(rows.iter().map(|r| {
+            format!(
+                "  {:<32} {:>16}  {} requests",
+                r.key,
+                r.cost.to_string(),
+                r.requests
+            )
+        }));
+    }
+    lines.push("budgets:".to_owned());
+    for b in &report.budgets {
+        lines.push(format!(
+            "  {:<32} {:>12} of {:<12} {:>6}%  runs out {}",
+            b.tenant,
+            b.month_to_date.to_string(),
+            b.budget.to_string(),
+            percent(b.utilization, false),
+            b.projected_exhaustion.as_deref().unwrap_or("-")
+        ));
+    }
+    lines.join("\n")
+}
+
+/// A ratio as a percentage with one decimal, for display only.
+#[expect(
+    clippy::float_arithmetic,
+    reason = "display of a ratio; no money is computed here"
+)]
+pub fn percent(ratio: f64, signed: bool) -> String {
+    if signed {
+        format!("{:+.1}", ratio * 100.0)
+    } else {
+        format!("{:.1}", ratio * 100.0)
+    }
 }
 
 #[cfg(test)]

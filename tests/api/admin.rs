@@ -297,3 +297,68 @@ async fn the_daily_report_totals_the_day_ranks_spenders_and_projects_budgets() {
         .await;
     assert_eq!(bad.status, 400);
 }
+
+#[actix_web::test]
+async fn the_daily_report_is_pushed_once_across_replicas_with_retries_and_a_text_rendering() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    let calls = Arc::new(AtomicUsize::new(0));
+    let received: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let (sink, counter) = (received.clone(), calls.clone());
+    let receiver = actix_web::HttpServer::new(move || {
+        let (sink, counter) = (sink.clone(), counter.clone());
+        actix_web::App::new().route(
+            "/daily",
+            actix_web::web::post().to(move |body: actix_web::web::Json<serde_json::Value>| {
+                let (sink, counter) = (sink.clone(), counter.clone());
+                async move {
+                    // The first delivery fails: the sender must try again.
+                    if counter.fetch_add(1, Ordering::SeqCst) == 0 {
+                        return actix_web::HttpResponse::ServiceUnavailable().finish();
+                    }
+                    sink.lock().unwrap().push(body.into_inner());
+                    actix_web::HttpResponse::Ok().finish()
+                }
+            }),
+        )
+    })
+    .workers(1)
+    .disable_signals()
+    .bind("127.0.0.1:0")
+    .unwrap();
+    let hook = format!("http://{}/daily", receiver.addrs()[0]);
+    actix_rt::spawn(receiver.run());
+    // 09:30 in Shanghai on 2 December: the push of 1 December is due at 09:00.
+    let clock = Arc::new(tollgate::clock::ManualClock::new(
+        tollgate::period::parse_instant("2026-12-02T01:30:00Z").unwrap(),
+    ));
+    let setup = TestSetup::new()
+        .route("fast", &["primary/ok"])
+        .tier("free", &["fast"], 1000, 100)
+        .billing("timezone = \"Asia/Shanghai\"")
+        .clock(clock)
+        .raw(&format!(
+            "[reports]\ndaily_webhook_url = \"{hook}\"\ndaily_at = \"09:00\""
+        ));
+    let first = spawn_app(setup.clone()).await;
+    let _second = crate::support::spawn_replica(&first, &setup).await;
+    for attempt in 0.. {
+        if !received.lock().unwrap().is_empty() {
+            break;
+        }
+        assert!(attempt < 200, "the report was never delivered");
+        actix_rt::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // Long enough for a second replica's push, had it claimed the day too.
+    actix_rt::time::sleep(std::time::Duration::from_secs(3)).await;
+    let delivered = received.lock().unwrap().clone();
+    assert_eq!(delivered.len(), 1, "{delivered:?}");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "one refused attempt, one delivery"
+    );
+    assert_eq!(delivered[0]["report"]["date"], "2026-12-01");
+    let text = delivered[0]["text"].as_str().unwrap();
+    assert!(text.starts_with("Daily report 2026-12-01"), "{text}");
+}

@@ -94,9 +94,16 @@ pub async fn daily_report(
         Some(text) => Date::parse(&text).ok_or_else(|| {
             ApiError::invalid_request("date", format!("`{text}` is not a YYYY-MM-DD date"))
         })?,
-        None => Date::from_unix_ms(gw.clock.now_ms().saturating_sub(86_400_000)),
+        None => gw.config.calendar.yesterday(gw.clock.now_ms()),
     };
-    let report = report::daily(gw.directory.db(), &gw.config.billing.currency, date).await?;
+    let config = &gw.config;
+    let report = report::daily(
+        gw.directory.db(),
+        &config.billing.currency,
+        &config.calendar,
+        date,
+    )
+    .await?;
     Ok(HttpResponse::Ok().json(report))
 }
 
