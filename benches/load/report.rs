@@ -1276,23 +1276,25 @@ const GAPS: &str = "
 ### What would close the gaps
 
 The by-component table is the map: durability (the journal's records and
-group fsync, the ledger's batch INSERTs) takes more than a quarter of the
+group fsync, the ledger's batch INSERTs) takes about a fifth of the
 gateway's CPU, the HTTP server and the upstream client with their socket I/O
-about a third, logs about 7%; the governance decisions (keys, limits, the
+nearly a third, logs about a tenth; the governance decisions (keys, limits, the
 reservation and its settlement, pricing, token counts, metrics) and the
 pipeline around them share most of the rest.
 
 - **CPU per request, hence throughput** (the closed-loop table's gateway ÷
   bare proxy; the target is 1 ×). The bare Rust proxy is the framework's own
-  floor: the same actix-web and awc with no governance reached about four
-  fifths of nginx's req/s, at about 30 µs of CPU per request, in the run that
-  added it to the harness, so nearly all of the gateway's CPU beyond that is
-  governance and durability. What would close it, largest first: the durable journal's two records per call
+  floor: the same actix-web and awc with no governance reached about three
+  quarters of nginx's req/s, at 25 to 30 µs of CPU per request, in the runs
+  since it joined the harness, so nearly all of the gateway's CPU beyond that is
+  governance and durability (about 140 µs of the gateway's 170). What would close it, largest first: the durable journal's two records per call
   as binary frames written by one batched `write(2)` per event-loop turn
   instead of JSON and one `write(2)` each; ledger rows kept off the workers'
   cores (SQLite's INSERT itself is most of what remains of the ledger since
   its statement text is written once); access log lines formatted without
-  the JSON subscriber's per-field visitors; fewer allocations on the HTTP
+  the JSON subscriber's per-field visitors (the log writer now sends what
+  queued up in one `write(2)`, and the logs row did not move: its cost is the
+  formatting and the hand-over to the writer thread, not the write); fewer allocations on the HTTP
   paths (actix's header maps and awc's per-request client state are in the
   server and client rows). Each of these is worth a few percent; together
   they would not halve the CPU: on two cores shared with the load generator
