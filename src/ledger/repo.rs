@@ -557,6 +557,8 @@ pub struct SpendRow {
     pub fallback_rate: f64,
     pub error_rate: f64,
     pub cache_hit_rate: f64,
+    /// Prompt tokens the provider read from its prompt cache ÷ all prompt tokens.
+    pub prompt_cache_hit_rate: f64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -631,6 +633,7 @@ pub async fn spend(
                 fallback_rate: ratio(fallbacks, requests),
                 error_rate: ratio(failed_attempts, attempts),
                 cache_hit_rate: ratio(cache_hits, requests),
+                prompt_cache_hit_rate: ratio(count(r.cached_tokens), count(r.prompt_tokens)),
             }
         })
         .collect())

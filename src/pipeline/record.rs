@@ -205,7 +205,7 @@ pub async fn settle_tokens(
 
 /// Token and cost counters of one call; the tenant label is bounded, the
 /// feature label only present when `telemetry.feature_labels` is on.
-pub fn meter(gw: &Gateway, ctx: &RequestContext, usage: &Usage, charged: Nanos) {
+pub fn meter(gw: &Gateway, ctx: &RequestContext, provider: &str, usage: &Usage, charged: Nanos) {
     let tenant = gw.tenant_labels.label(ctx.tenant.id.as_str());
     let uncached = usage
         .prompt_tokens
@@ -233,6 +233,18 @@ pub fn meter(gw: &Gateway, ctx: &RequestContext, usage: &Usage, charged: Nanos) 
             Metric::CostNanosTotal,
             &[("tenant", tenant.as_str())],
             charged.get(),
+        );
+    }
+    // Per provider too, without the tenant: what its prompt cache is worth.
+    for (kind, n) in [
+        ("prompt", uncached),
+        ("cached", usage.cached_tokens),
+        ("cache_write", usage.cache_write_tokens),
+    ] {
+        counter_add(
+            Metric::ProviderPromptTokensTotal,
+            &[("provider", provider), ("type", kind)],
+            n,
         );
     }
 }

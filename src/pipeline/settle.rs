@@ -91,7 +91,13 @@ impl Served<'_> {
         let route = self.route.name.as_str();
         let (provider, model) = (row.provider.clone(), row.model.clone());
         let settled = record::settle(self.gw, self.ctx, route, reservation, cost, row).await;
-        record::meter(self.gw, self.ctx, &usage, settled.charged);
+        record::meter(
+            self.gw,
+            self.ctx,
+            target.provider.as_str(),
+            &usage,
+            settled.charged,
+        );
         if let Some(key) = self.cache_key {
             let cached = CachedResponse {
                 body: reply.body.clone(),

@@ -383,7 +383,8 @@ impl Relay {
             row,
         )
         .await;
-        record::meter(&self.gw, &self.ctx, &usage, settled.charged);
+        let provider = self.target.provider.as_str();
+        record::meter(&self.gw, &self.ctx, provider, &usage, settled.charged);
         if status != self.success_status {
             let labels = [
                 ("provider", self.target.provider.as_str()),

@@ -55,10 +55,11 @@ pub enum Metric {
     ProviderQueueWaitSeconds,
     TraceSpansExportedTotal,
     TraceSpansDroppedTotal,
+    ProviderPromptTokensTotal,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 42] = [
+    pub const ALL: [Metric; 43] = [
         Metric::RequestsTotal,
         Metric::RequestDurationSeconds,
         Metric::GatewayOverheadSeconds,
@@ -101,6 +102,7 @@ impl Metric {
         Metric::ProviderQueueWaitSeconds,
         Metric::TraceSpansExportedTotal,
         Metric::TraceSpansDroppedTotal,
+        Metric::ProviderPromptTokensTotal,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -136,6 +138,7 @@ impl Metric {
             Metric::ProviderQueueWaitSeconds => "tollgate_provider_queue_wait_seconds",
             Metric::TraceSpansExportedTotal => "tollgate_trace_spans_exported_total",
             Metric::TraceSpansDroppedTotal => "tollgate_trace_spans_dropped_total",
+            Metric::ProviderPromptTokensTotal => "tollgate_provider_prompt_tokens_total",
             Metric::JournalErrorsTotal => "tollgate_journal_errors_total",
             Metric::JournalReplayedTotal => "tollgate_journal_replayed_events_total",
             Metric::ProviderInFlight => "tollgate_provider_in_flight",
@@ -202,6 +205,13 @@ impl Metric {
                 "Streams that did not end normally, by provider and reason (partial, client_cancelled, cut_at_hold)."
             }
             Metric::CacheRequestsTotal => "Response cache lookups by route and result (hit, miss).",
+            other => other.help_storage_and_telemetry(),
+        }
+    }
+
+    /// `help` of the ledger, journal, quota store, provider and telemetry metrics.
+    const fn help_storage_and_telemetry(self) -> &'static str {
+        match self {
             Metric::LedgerEventsFlushed => "Ledger events written to the database.",
             Metric::LedgerWriteErrors => "Failed ledger batch writes (kept and retried).",
             Metric::LedgerBacklogEvents => "Ledger events recorded and not yet in the database.",
@@ -220,6 +230,9 @@ impl Metric {
                 "Time a request waited for a provider's concurrency permit, by provider (not in the gateway's overhead)."
             }
             Metric::TraceSpansExportedTotal => "Spans the OTLP collector accepted.",
+            Metric::ProviderPromptTokensTotal => {
+                "Prompt tokens by provider and type: prompt (uncached), cached (read from the provider's prompt cache), cache_write."
+            }
             Metric::TraceSpansDroppedTotal => {
                 "Spans dropped, by reason: queue_full (the exporter fell behind) or export_failed (the collector did not accept them)."
             }
@@ -250,6 +263,7 @@ impl Metric {
             Metric::AuthKeyLookupsTotal => {
                 "Key ids not in memory, by result: found, unknown and error queried the database; cached_unknown and busy were refused without a query."
             }
+            _ => "",
         }
     }
 
@@ -581,6 +595,13 @@ mod tests {
             .lines()
             .find_map(|line| line.strip_prefix(head.as_str()))
             .and_then(|count| count.parse().ok())
+    }
+
+    #[test]
+    fn every_metric_has_its_help_text() {
+        for metric in Metric::ALL {
+            assert!(!metric.help().is_empty(), "{}", metric.as_str());
+        }
     }
 
     #[test]

@@ -50,6 +50,10 @@ pub fn zero_configured(config: &Config) {
             let labels = [("provider", provider), ("outcome", outcome)];
             counter_add(Metric::UpstreamAttemptsTotal, &labels, 0);
         }
+        for kind in ["prompt", "cached", "cache_write"] {
+            let labels = [("provider", provider), ("type", kind)];
+            counter_add(Metric::ProviderPromptTokensTotal, &labels, 0);
+        }
         for reason in STREAM_ENDS {
             let labels = [("provider", provider), ("reason", reason)];
             counter_add(Metric::StreamInterruptionsTotal, &labels, 0);

@@ -283,3 +283,44 @@ async fn the_gateways_overhead_leaves_out_retry_backoff_which_has_its_own_histog
         "overhead {overhead} is a whole number of milliseconds"
     );
 }
+
+#[actix_web::test]
+async fn the_prompt_cache_hit_rate_is_in_the_spend_report_and_per_provider_metrics() {
+    let app = spawn_app(
+        TestSetup::new()
+            .provider("[providers.cachy]\nkind = \"openai\"\nbase_url = \"FAKE\"")
+            .route("cached", &["cachy/usage-100-40-10"])
+            .tier("free", &["cached"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let tokens = |text: &str, kind: &str| {
+        let series =
+            format!("tollgate_provider_prompt_tokens_total{{provider=\"cachy\",type=\"{kind}\"}}");
+        assert!(text.contains(&series), "no {series} in {text}");
+        crate::support::metric_value(text, &series)
+    };
+    let before = scrape(&app).await;
+    assert_eq!(tokens(&before, "cached"), 0, "exported at 0 from the start");
+    for _ in 0..2 {
+        assert_eq!(app.chat(&key, &chat_body("cached")).await.status, 200);
+    }
+    let after = scrape(&app).await;
+    assert_eq!(tokens(&after, "cached"), 80, "{after}");
+    assert_eq!(tokens(&after, "prompt"), 120, "{after}");
+    app.ledger_rows_eventually(&tenant, 2).await;
+    let report = app
+        .admin(
+            "GET",
+            &format!("/tenants/{tenant}/spend?group_by=provider"),
+            None,
+        )
+        .await;
+    assert_eq!(report.status, 200, "{}", report.raw);
+    assert_eq!(report.body["rows"][0]["key"], "cachy");
+    assert_eq!(
+        report.body["rows"][0]["prompt_cache_hit_rate"], 0.4,
+        "{}",
+        report.raw
+    );
+}
