@@ -17,6 +17,11 @@ pub struct StoreHealth {
 impl Default for StoreHealth {
     fn default() -> Self {
         gauge_set(Metric::QuotaStoreUp, &[], 1.0);
+        // With a shared store its failure counters start at 0, so the first one is an increase.
+        counter_add(Metric::QuotaStoreErrorsTotal, &[], 0);
+        for policy in ["local", "fail_closed"] {
+            counter_add(Metric::QuotaStoreFallbacksTotal, &[("policy", policy)], 0);
+        }
         StoreHealth {
             up: AtomicBool::new(true),
             recoveries: AtomicU64::new(0),
