@@ -53,6 +53,16 @@ pub struct Limits {
     pub credits: bool,
 }
 
+impl Limits {
+    /// What a feature's budget runs over (a month where none is given).
+    pub fn feature_period(&self, feature: &str) -> Period {
+        self.feature_periods
+            .get(feature)
+            .copied()
+            .unwrap_or(Period::Month)
+    }
+}
+
 /// Where a budget applies inside one tenant.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Scope {
@@ -440,15 +450,6 @@ impl QuotaBook {
         }
     }
 
-    /// What a feature's budget runs over.
-    fn feature_period(&self, feature: &str) -> Period {
-        self.limits
-            .feature_periods
-            .get(feature)
-            .copied()
-            .unwrap_or(Period::Month)
-    }
-
     pub fn token_usage(&self) -> (u64, u64) {
         self.tokens.used()
     }
@@ -515,7 +516,7 @@ impl QuotaBook {
                 .get(&request.feature)
                 .copied()
                 .unwrap_or_default();
-            let period = self.feature_period(&request.feature);
+            let period = self.limits.feature_period(&request.feature);
             scopes.push((
                 Scope::Feature(request.feature.clone()),
                 totals.remaining(*budget, period),

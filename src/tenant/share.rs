@@ -6,7 +6,6 @@
 
 use super::book::{Limits, Seed};
 use super::tokens::TokenLimits;
-use crate::calendar::Period;
 use crate::money::Nanos;
 
 pub fn local_share(limits: &Limits, seed: &Seed, replicas: u32) -> Limits {
@@ -27,9 +26,8 @@ pub fn local_share(limits: &Limits, seed: &Seed, replicas: u32) -> Limits {
             .feature_budgets
             .iter()
             .map(|(feature, budget)| {
-                let period = limits.feature_periods.get(feature).copied();
                 let spent = seed.spent_of(None, Some(feature));
-                let committed = spent.get(period.unwrap_or(Period::Month));
+                let committed = spent.get(limits.feature_period(feature));
                 (feature.clone(), share_budget(*budget, committed, n))
             })
             .collect(),
@@ -79,7 +77,7 @@ mod tests {
             on_store_error: StoreErrorPolicy::Local,
             calendar: crate::calendar::Calendar::utc(),
             end_users_in_memory: 1_000,
-            period: Period::Month,
+            period: crate::calendar::Period::Month,
             feature_periods: std::collections::BTreeMap::new(),
             credits: false,
         };

@@ -3,6 +3,7 @@
 //! token limits (the billing time zone's day and month). Pure data; time is
 //! a parameter.
 
+use super::spent::Windows;
 use crate::calendar::{Calendar, Period};
 
 /// Bucket units per token: refilling `tpm` units per millisecond gives exactly
@@ -58,10 +59,8 @@ pub struct TokenQuota {
     bucket_units: i128,
     bucket_at_ms: u64,
     calendar: Calendar,
-    day: String,
-    month: String,
-    /// When the local day ends: the keys are recomputed only then.
-    day_ends_ms: u64,
+    /// The current local day and month.
+    windows: Windows,
     /// Tokens used (settled) plus held (admitted, unsettled) today and this month.
     day_tokens: u64,
     month_tokens: u64,
@@ -75,15 +74,12 @@ impl TokenQuota {
         calendar: &Calendar,
         now_ms: u64,
     ) -> Self {
-        let day = calendar.window(Period::Day, now_ms);
         TokenQuota {
             limits,
             bucket_units: capacity(limits),
             bucket_at_ms: now_ms,
             calendar: calendar.clone(),
-            day: day.key,
-            month: calendar.window(Period::Month, now_ms).key,
-            day_ends_ms: day.end_ms,
+            windows: Windows::new(calendar, now_ms),
             day_tokens: used_today,
             month_tokens: used_this_month,
         }
@@ -95,18 +91,12 @@ impl TokenQuota {
     }
 
     fn roll(&mut self, now_ms: u64) {
-        if now_ms >= self.day_ends_ms {
-            let day = self.calendar.window(Period::Day, now_ms);
-            let month = self.calendar.window(Period::Month, now_ms).key;
-            if day.key != self.day {
-                self.day = day.key;
-                self.day_tokens = 0;
+        for period in self.windows.roll(&self.calendar, now_ms) {
+            match period {
+                Period::Day => self.day_tokens = 0,
+                Period::Month => self.month_tokens = 0,
+                Period::Week | Period::Lifetime => {}
             }
-            if month != self.month {
-                self.month = month;
-                self.month_tokens = 0;
-            }
-            self.day_ends_ms = day.end_ms;
         }
         if let Some(tpm) = self.limits.tpm {
             let elapsed = i128::from(now_ms.saturating_sub(self.bucket_at_ms));
@@ -173,7 +163,10 @@ impl TokenQuota {
 
     /// The current day and month keys (for tests and status).
     pub fn periods(&self) -> (&str, &str) {
-        (&self.day, &self.month)
+        (
+            self.windows.key(Period::Day),
+            self.windows.key(Period::Month),
+        )
     }
 }
 

@@ -647,12 +647,11 @@ impl SharedQuota {
         }
         let flag = |on: bool| if on { "1" } else { "0" }.to_owned();
         args.extend([flag(limits.credits), flag(request.key_credits)]);
-        let feature_period = limits.feature_periods.get(&request.feature).copied();
         args.extend(
             [
                 limits.period,
                 request.key_period,
-                feature_period.unwrap_or(Period::Month),
+                limits.feature_period(&request.feature),
             ]
             .map(|p| p.as_str().to_owned()),
         );
@@ -931,7 +930,7 @@ impl SharedQuota {
             self.today(now_ms),
             seed.tokens_today.to_string(),
         ];
-        push_scopes(&mut args, seed);
+        push_scopes(&mut args, &seed.keys, &seed.features);
         args.extend(reached.iter().map(ToString::to_string));
         self.store
             .run(&self.store.scripts.seed, &[month_key], &args)
@@ -949,7 +948,7 @@ impl SharedQuota {
             self.today(now_ms),
             seed.tokens_today.to_string(),
         ];
-        push_scopes(&mut args, seed);
+        push_scopes(&mut args, &seed.keys, &seed.features);
         let reply = self
             .store
             .run(&self.store.scripts.raise, &[month_key], &args)
@@ -1127,16 +1126,7 @@ impl SharedQuota {
         };
         let spend = seed.spend(period);
         let mut args = vec![ttl.to_string(), spend.tenant.get().to_string()];
-        args.push(spend.keys.len().to_string());
-        for (key, committed) in &spend.keys {
-            args.push(key.to_string());
-            args.push(committed.get().to_string());
-        }
-        args.push(spend.features.len().to_string());
-        for (feature, committed) in &spend.features {
-            args.push(feature.clone());
-            args.push(committed.get().to_string());
-        }
+        push_scopes(&mut args, &spend.keys, &spend.features);
         self.store
             .run(
                 &self.store.scripts.seed_window,
@@ -1189,14 +1179,19 @@ fn refusing_scope(name: &str, request: &ReserveRequest) -> Scope {
     }
 }
 
-fn push_scopes(args: &mut Vec<String>, seed: &Seed) {
-    args.push(seed.keys.len().to_string());
-    for (key, committed) in &seed.keys {
+/// Keys' and features' spend as a script takes it: a count, then (name, amount) pairs, for each.
+fn push_scopes(
+    args: &mut Vec<String>,
+    keys: &std::collections::HashMap<KeyId, Nanos>,
+    features: &std::collections::HashMap<String, Nanos>,
+) {
+    args.push(keys.len().to_string());
+    for (key, committed) in keys {
         args.push(key.to_string());
         args.push(committed.get().to_string());
     }
-    args.push(seed.features.len().to_string());
-    for (feature, committed) in &seed.features {
+    args.push(features.len().to_string());
+    for (feature, committed) in features {
         args.push(feature.clone());
         args.push(committed.get().to_string());
     }

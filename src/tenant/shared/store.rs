@@ -9,7 +9,7 @@ use super::{Reserved, SharedQuota, StoreFailure, Unseeded, threshold_amount};
 use crate::calendar::Period;
 use crate::ids::KeyId;
 use crate::money::Nanos;
-use crate::tenant::book::BalanceStatus;
+use crate::tenant::book::{BalanceStatus, Seed};
 use crate::tenant::book::{BudgetStatus, Granted, Limits, RateDecision};
 use crate::tenant::handle::QuotaError;
 use crate::tenant::messages::Admitted;
@@ -84,16 +84,22 @@ impl RedisQuota {
 
     /// Seeds the month from the ledger unless another replica already did.
     async fn seed(&self, now_ms: u64) -> Result<Verdict<()>, StoreFailure> {
-        let seed = match self.source.clone().load(now_ms).await {
+        let seed = match self.ledger_seed(now_ms).await {
             Ok(seed) => seed,
-            Err(error) => {
-                tracing::error!(tenant = %self.source.tenant, error = %error, "Cannot read the tenant's month from the ledger to seed the shared store; refusing.");
-                return Ok(Err(QuotaError::LedgerUnreadable));
-            }
+            Err(refused) => return Ok(Err(refused)),
         };
         let reached = reached(&self.thresholds, self.limits.budget, seed.committed);
         self.quota.seed(&seed, &reached, now_ms).await?;
         Ok(Ok(()))
+    }
+
+    /// The tenant's spend and top-ups as the ledger has them; unreadable, the
+    /// step is refused rather than started from nothing.
+    async fn ledger_seed(&self, now_ms: u64) -> Result<Seed, QuotaError> {
+        self.source.clone().load(now_ms).await.map_err(|error| {
+            tracing::error!(tenant = %self.source.tenant, error = %error, "Cannot read the tenant's spend from the ledger to seed the shared store; refusing.");
+            QuotaError::LedgerUnreadable
+        })
     }
 
     /// Starts the request's end user's window from the ledger unless another replica did.
@@ -126,28 +132,18 @@ impl RedisQuota {
     /// Starts a day, week or lifetime of the tenant's budgets from the ledger
     /// unless another replica did.
     async fn seed_window(&self, period: Period, now_ms: u64) -> Result<Verdict<()>, StoreFailure> {
-        let seed = match self.source.clone().load(now_ms).await {
-            Ok(seed) => seed,
-            Err(error) => {
-                tracing::error!(tenant = %self.source.tenant, error = %error, "Cannot read the tenant's spend from the ledger to seed the shared store; refusing.");
-                return Ok(Err(QuotaError::LedgerUnreadable));
-            }
-        };
-        self.quota.seed_window(period, &seed, now_ms).await?;
-        Ok(Ok(()))
+        match self.ledger_seed(now_ms).await {
+            Ok(seed) => self.quota.seed_window(period, &seed, now_ms).await.map(Ok),
+            Err(refused) => Ok(Err(refused)),
+        }
     }
 
     /// Starts the tenant's balances from the ledger unless another replica did.
     async fn seed_credit(&self, now_ms: u64) -> Result<Verdict<()>, StoreFailure> {
-        let seed = match self.source.clone().load(now_ms).await {
-            Ok(seed) => seed,
-            Err(error) => {
-                tracing::error!(tenant = %self.source.tenant, error = %error, "Cannot read the tenant's balances from the ledger to seed the shared store; refusing.");
-                return Ok(Err(QuotaError::LedgerUnreadable));
-            }
-        };
-        self.quota.seed_credit(&seed).await?;
-        Ok(Ok(()))
+        match self.ledger_seed(now_ms).await {
+            Ok(seed) => self.quota.seed_credit(&seed).await.map(Ok),
+            Err(refused) => Ok(Err(refused)),
+        }
     }
 
     /// A granted or refused reservation; an unseeded month, end user or
