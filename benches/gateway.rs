@@ -135,6 +135,7 @@ fn journal(c: &mut Criterion) {
         latency_ms: 0,
         ttft_ms: None,
         error: None,
+        cache: None,
         created_at_ms: 1_796_040_000_000,
     };
     let mut group = c.benchmark_group("journal");
@@ -172,5 +173,80 @@ fn journal(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, tokenize, reserve, keys, journal);
+/// A deterministic pseudo-random embedding (an LCG): far from every other one.
+#[expect(
+    clippy::cast_precision_loss,
+    clippy::float_arithmetic,
+    reason = "benchmark input: arbitrary floats in [-1, 1]"
+)]
+fn embedding(seed: u64, dims: usize) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+    (0..dims)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((state >> 40) as f32 / (1u64 << 23) as f32) - 1.0
+        })
+        .collect()
+}
+
+/// The in-process semantic index at its worst: every entry in the
+/// question's own bucket (one tenant, route and context), and a miss, which
+/// compares every one. 1,536 dimensions, as text-embedding-3-small returns.
+fn semantic(c: &mut Criterion) {
+    use tollgate::cache::semantic::vector::Quantized;
+    use tollgate::cache::semantic::{Answer, Probe, SemanticCache, SemanticCacheConfig};
+    const DIMS: usize = 1536;
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread().build() else {
+        return;
+    };
+    let probe = |seed: u64| {
+        let raw = embedding(seed, DIMS);
+        Some(Probe {
+            tenant: "t".into(),
+            route: "r".into(),
+            context: [7; 32],
+            vector: Quantized::from_f32(&raw)?,
+            raw,
+        })
+    };
+    let mut group = c.benchmark_group("semantic_lookup");
+    group.sample_size(20);
+    for entries in [10_000usize, 100_000] {
+        let Ok(cache) = SemanticCache::new(
+            &SemanticCacheConfig {
+                max_entries_per_tenant: entries,
+                max_bytes_per_tenant: usize::MAX,
+                ..SemanticCacheConfig::default()
+            },
+            "",
+        ) else {
+            return;
+        };
+        for i in 0..entries as u64 {
+            let answer = Answer {
+                body: bytes::Bytes::from_static(b"{}"),
+                provider: "p".into(),
+                model: "m".into(),
+                usage: tollgate::pricing::Usage::default(),
+                native: false,
+                source: i.to_string(),
+                cost: Nanos::ZERO,
+            };
+            if let Some(entry) = probe(i) {
+                let _ = cache.put_local(&entry, answer, u64::MAX / 2, 0);
+            }
+        }
+        let Some(question) = probe(u64::MAX) else {
+            return;
+        };
+        group.bench_function(format!("{}k_entries_miss", entries / 1000), |b| {
+            b.iter(|| runtime.block_on(cache.lookup(black_box(&question), 920_000, 1)));
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, tokenize, reserve, keys, journal, semantic);
 criterion_main!(benches);

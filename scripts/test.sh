@@ -23,6 +23,17 @@ if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb 
   install postgresql "initdb, postgres"
 fi
 need setpriv util-linux
+# The semantic cache's shared store is PostgreSQL with pgvector; its tests
+# start one from the PyPI wheel `pgserver` (PostgreSQL 16 with pgvector), kept
+# where the server's unprivileged user can run it.
+if [ "$(id -u)" -eq 0 ]; then pgvector_home=/usr/local/lib/tollgate-test/pgserver; else pgvector_home="$HOME/.cache/tollgate-test/pgserver"; fi
+export TOLLGATE_TEST_PGVECTOR_BIN="$pgvector_home/pgserver/pginstall/bin"
+if [ ! -x "$TOLLGATE_TEST_PGVECTOR_BIN/postgres" ]; then
+  echo "installing pgserver (PostgreSQL with pgvector) into $pgvector_home"
+  python3 -m pip install --quiet --no-deps --target "$pgvector_home" pgserver \
+    || python3 -m pip install --quiet --no-deps --break-system-packages --target "$pgvector_home" pgserver
+  chmod -R a+rX "$pgvector_home"
+fi
 # The shared-quota tests start their own redis-server on a free loopback port.
 need redis-server redis-server
 # The official Node SDK too, installed into tests/sdk (its package.json).

@@ -45,6 +45,8 @@ pub enum AppError {
     QuotaStore(String),
     #[error("telemetry.otlp_endpoint: {0}")]
     Traces(String),
+    #[error("{0}")]
+    SemanticCache(String),
 }
 
 pub struct BuildOptions {
@@ -118,6 +120,11 @@ impl Application {
             }
             None => crate::telemetry::traces::Tracer::off(),
         };
+        let semantic_cache = crate::cache::semantic::SemanticCache::new(
+            &config.cache.semantic,
+            &config.storage.database_url,
+        )
+        .map_err(AppError::SemanticCache)?;
         let gateway = Arc::new(Gateway {
             config: config.clone(),
             directory,
@@ -135,6 +142,7 @@ impl Application {
             active_drains: std::sync::atomic::AtomicUsize::new(0),
             tenant_labels,
             cache: crate::cache::ResponseCache::new(&config.cache),
+            semantic_cache,
             quota_store,
             replica_id: replica_id.into(),
             tracer,

@@ -257,6 +257,9 @@ pub struct CacheConfig {
     /// Total bytes of cached bodies kept at most.
     #[serde(default = "default_cache_max_bytes")]
     pub max_bytes: usize,
+    /// Where the semantic cache keeps its answers (routes switch it on).
+    #[serde(default)]
+    pub semantic: crate::cache::semantic::SemanticCacheConfig,
 }
 
 fn default_cache_max_entries() -> usize {
@@ -271,6 +274,7 @@ impl Default for CacheConfig {
         CacheConfig {
             max_entries: default_cache_max_entries(),
             max_bytes: default_cache_max_bytes(),
+            semantic: crate::cache::semantic::SemanticCacheConfig::default(),
         }
     }
 }
@@ -760,6 +764,8 @@ struct RawRoute {
     degraded_answer: Option<String>,
     /// Makes this a complexity route: each class names the route that serves it.
     complexity: Option<RawComplexity>,
+    /// Answers a question close enough to one answered before from the cache.
+    semantic_cache: Option<crate::cache::semantic::RawSemanticRoute>,
 }
 
 /// `"provider/model"`, or a table giving it a rank and a weight.
@@ -1012,6 +1018,7 @@ pub struct Route {
     pub degraded_answer: Option<String>,
     /// Set on a complexity route, which has no targets of its own.
     pub complexity: Option<ComplexityRoutes>,
+    pub semantic_cache: Option<crate::cache::semantic::SemanticRoute>,
 }
 
 impl Route {
@@ -1301,6 +1308,7 @@ fn validate(raw: RawConfig, env: &dyn EnvSource) -> Result<Config, ConfigError> 
         default_counting,
     )?;
     let tiers = validate_tiers(&raw.tiers, &routes)?;
+    check_semantic_store(&raw.cache, &storage)?;
     let calendar = crate::calendar::Calendar::named(&raw.billing.timezone)
         .map_err(|e| invalid("billing.timezone", e))?;
     if parse_time_of_day(&raw.reports.daily_at).is_none() {
@@ -1635,6 +1643,16 @@ fn validate_routes(
             }
         }
         let complexity = complexity_routes(name, r, raw)?;
+        let semantic_cache = r
+            .semantic_cache
+            .as_ref()
+            .map(|c| {
+                c.validate(name, |other| {
+                    raw.get(other).map(|o| o.semantic_cache.is_some())
+                })
+            })
+            .transpose()
+            .map_err(|(entry, reason)| invalid(entry, reason))?;
         routes.insert(
             RouteName::new(name.as_str()),
             Route {
@@ -1650,6 +1668,7 @@ fn validate_routes(
                 },
                 degraded_answer: r.degraded_answer.clone(),
                 complexity,
+                semantic_cache,
             },
         );
     }
@@ -1699,6 +1718,7 @@ fn validate_tiers(
                 ));
             }
         }
+        check_embedding_routes(name, t, routes)?;
         if t.rpm == 0 {
             return Err(invalid(format!("tiers.{name}.rpm"), "must be positive"));
         }
@@ -1746,6 +1766,44 @@ fn validate_tiers(
         );
     }
     Ok(tiers)
+}
+
+/// A shared semantic cache needs a PostgreSQL database to live in.
+fn check_semantic_store(cache: &CacheConfig, storage: &StorageConfig) -> Result<(), ConfigError> {
+    if cache.semantic.store != crate::cache::semantic::SemanticStore::Postgres {
+        return Ok(());
+    }
+    cache
+        .semantic
+        .store_url(&storage.database_url)
+        .map(|_| ())
+        .map_err(|reason| invalid("cache.semantic.database_url", reason))
+}
+
+/// A tier that may use a route with a semantic cache may use the route its
+/// questions are embedded through: that call is the tenant's own.
+fn check_embedding_routes(
+    name: &str,
+    t: &RawTier,
+    routes: &HashMap<RouteName, Route>,
+) -> Result<(), ConfigError> {
+    for (i, route) in t.routes.iter().enumerate() {
+        let semantic = routes
+            .get(&RouteName::new(route.as_str()))
+            .and_then(|r| r.semantic_cache.as_ref());
+        if let Some(semantic) = semantic
+            && !t.routes.contains(&semantic.embedding_route)
+        {
+            return Err(invalid(
+                format!("tiers.{name}.routes[{i}]"),
+                format!(
+                    "`{route}` embeds questions through `{}`, which this tier must list too",
+                    semantic.embedding_route
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn validate_end_user(tier: &str, raw: &RawEndUser) -> Result<EndUserLimits, ConfigError> {

@@ -42,6 +42,7 @@ pub struct Gateway {
     pub active_drains: AtomicUsize,
     pub tenant_labels: Arc<TenantLabels>,
     pub cache: ResponseCache,
+    pub semantic_cache: crate::cache::semantic::SemanticCache,
     /// The shared quota store, when replicas share limits through Redis.
     pub quota_store: Option<crate::tenant::SharedStore>,
     /// Survives restarts (kept in the journal directory); marks this replica's reservations.

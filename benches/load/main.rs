@@ -284,7 +284,20 @@ async fn run(options: Options, priority: String) -> Result<()> {
         );
     } else {
         let doc_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("BENCHMARKS.md");
-        std::fs::write(&doc_path, report::markdown(&results))
+        // The micro-benchmarks' section is measured by another bench: carried over as it is.
+        let kept = std::fs::read_to_string(&doc_path)
+            .ok()
+            .and_then(|text| {
+                let start = text.find(report::MICRO_HEADING)?;
+                Some(text[start..].to_owned())
+            })
+            .unwrap_or_default();
+        let text = format!(
+            "{}{}{kept}",
+            report::markdown(&results),
+            if kept.is_empty() { "" } else { "\n" }
+        );
+        std::fs::write(&doc_path, text)
             .with_context(|| format!("writing {}", doc_path.display()))?;
         println!("wrote {}", doc_path.display());
     }

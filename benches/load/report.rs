@@ -1342,6 +1342,10 @@ pub fn write_json(path: &Path, results: &Results) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
+/// Where BENCHMARKS.md's hand-run micro-benchmarks begin: a full run keeps
+/// that section (and everything after it) as it was.
+pub const MICRO_HEADING: &str = "## Micro-benchmarks";
+
 /// The whole of BENCHMARKS.md.
 pub fn markdown(results: &Results) -> String {
     let mut doc = machine_section(results);

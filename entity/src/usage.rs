@@ -39,6 +39,10 @@ pub struct Model {
     pub latency_ms: i64,
     pub ttft_ms: Option<i64>,
     pub error: Option<String>,
+    /// A cache hit's: the event id of the row whose answer it reused.
+    pub cache_source: Option<String>,
+    /// A semantic cache hit's: the question's similarity, in millionths.
+    pub cache_similarity: Option<i32>,
     pub created_at_ms: i64,
     /// UTC `YYYY-MM-DD` of `created_at_ms`.
     pub day: String,

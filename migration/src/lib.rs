@@ -16,6 +16,7 @@ mod m20261202_000011_end_user_limits;
 mod m20261202_000012_credits;
 mod m20261202_000013_budget_periods;
 mod m20261202_000014_report_deliveries;
+mod m20261202_000015_cache_sources;
 
 pub struct Migrator;
 
@@ -37,6 +38,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000012_credits::Migration),
             Box::new(m20261202_000013_budget_periods::Migration),
             Box::new(m20261202_000014_report_deliveries::Migration),
+            Box::new(m20261202_000015_cache_sources::Migration),
         ]
     }
 }

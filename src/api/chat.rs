@@ -265,6 +265,7 @@ pub(super) fn request_context(
         trace_id: trace.as_ref().map(|(id, _)| id.clone()),
         traceparent: trace.map(|(_, value)| value),
         span: None,
+        cache_bypass: headers::cache_bypass(req)?,
         complexity: headers::complexity(req)?,
         anthropic_headers: match api {
             Api::Messages => headers::anthropic(req),

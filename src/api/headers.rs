@@ -67,6 +67,19 @@ pub fn complexity(req: &HttpRequest) -> Result<Option<Complexity>, ApiError> {
     }
 }
 
+/// `X-Tollgate-Cache: bypass`: the answer depends on live data, so no
+/// cache may answer it (nor keep its answer for others).
+pub fn cache_bypass(req: &HttpRequest) -> Result<bool, ApiError> {
+    match header(req, CACHE).map(str::trim).filter(|v| !v.is_empty()) {
+        None => Ok(false),
+        Some(value) if value.eq_ignore_ascii_case("bypass") => Ok(true),
+        Some(_) => Err(ApiError::invalid_request(
+            "X-Tollgate-Cache",
+            "the only value a request may send is `bypass`",
+        )),
+    }
+}
+
 /// The caller's own request id, if it is a sane one.
 pub fn client_request_id(req: &HttpRequest) -> Option<String> {
     header(req, REQUEST_ID)

@@ -2,7 +2,8 @@
 //! deterministic vector per input, as floats or, when the caller asks for
 //! `encoding_format: "base64"` (the OpenAI SDKs do by default), as the
 //! base64 of its little-endian f32s; usage from the scenario or estimated
-//! from the input.
+//! from the input. A text containing `vec:[0.6,0.8,0]` is embedded as that
+//! vector, so tests choose how similar two questions are.
 
 use serde_json::{Value, json};
 
@@ -21,9 +22,11 @@ pub(super) fn body(request: &Value, model: &str, usage: UsageMode) -> Value {
         .and_then(|d| usize::try_from(d).ok())
         .map_or(DEFAULT_DIMENSIONS, |d| d.clamp(1, MAX_DIMENSIONS));
     let base64 = request.get("encoding_format").and_then(Value::as_str) == Some("base64");
+    let texts = texts(request.get("input"));
     let data: Vec<Value> = (0..inputs)
         .map(|index| {
-            let vector = vector(index, dimensions);
+            let chosen = texts.get(index).and_then(|text| chosen_vector(text));
+            let vector = chosen.unwrap_or_else(|| vector(index, dimensions));
             let embedding = if base64 {
                 Value::String(encode_base64(&vector))
             } else {
@@ -46,6 +49,24 @@ fn count_inputs(input: Option<&Value>) -> usize {
         Some(Value::Array(items)) => items.len(),
         _ => 1,
     }
+}
+
+fn texts(input: Option<&Value>) -> Vec<&str> {
+    match input {
+        Some(Value::String(text)) => vec![text.as_str()],
+        Some(Value::Array(items)) => items.iter().map(|i| i.as_str().unwrap_or("")).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The vector a text names with `vec:[…]`, if it names one.
+fn chosen_vector(text: &str) -> Option<Vec<f32>> {
+    let start = text.find("vec:[")? + "vec:[".len();
+    let end = start + text[start..].find(']')?;
+    text[start..end]
+        .split(',')
+        .map(|x| x.trim().parse::<f32>().ok())
+        .collect()
 }
 
 fn prompt_tokens(usage: UsageMode, request: &Value) -> Option<u64> {
@@ -126,5 +147,17 @@ mod tests {
         assert_eq!(body["data"].as_array().unwrap().len(), 1);
         assert!(body["data"][0]["embedding"].is_string());
         assert!(body.get("usage").is_none());
+    }
+
+    #[test]
+    fn a_text_may_choose_its_vector() {
+        let request = json!({"input": "what is up? vec:[0.6, 0.8,0]"});
+        let body = body(&request, "m", UsageMode::Estimate);
+        assert_eq!(
+            body["data"][0]["embedding"],
+            json!([0.6f32, 0.8f32, 0.0f32])
+        );
+        assert_eq!(chosen_vector("vec:[1,x]"), None);
+        assert_eq!(chosen_vector("no vector"), None);
     }
 }

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{EventId, KeyId, RequestId, TenantId};
-use crate::ledger::{Api, AttemptStatus, UsageEvent, UsageKind};
+use crate::ledger::{Api, AttemptStatus, CacheSource, UsageEvent, UsageKind};
 use crate::money::Nanos;
 use crate::pricing::Usage;
 
@@ -62,6 +62,11 @@ pub struct EventRecord {
     pub latency_ms: u64,
     pub ttft_ms: Option<u64>,
     pub error: Option<String>,
+    /// Absent in records written before cache hits named their source row.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_source: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_similarity: Option<u32>,
     pub created_at_ms: u64,
 }
 
@@ -94,6 +99,8 @@ impl From<&UsageEvent> for EventRecord {
             latency_ms: e.latency_ms,
             ttft_ms: e.ttft_ms,
             error: e.error.clone(),
+            cache_source: e.cache.as_ref().map(|c| c.event_id.clone()),
+            cache_similarity: e.cache.as_ref().and_then(|c| c.similarity),
             created_at_ms: e.created_at_ms,
         }
     }
@@ -132,6 +139,10 @@ impl EventRecord {
             latency_ms: self.latency_ms,
             ttft_ms: self.ttft_ms,
             error: self.error.clone(),
+            cache: self.cache_source.as_ref().map(|event_id| CacheSource {
+                event_id: event_id.clone(),
+                similarity: self.cache_similarity,
+            }),
             created_at_ms: self.created_at_ms,
         })
     }

@@ -158,7 +158,17 @@ pub struct UsageEvent {
     pub latency_ms: u64,
     pub ttft_ms: Option<u64>,
     pub error: Option<String>,
+    /// A cache hit's source row and, for a semantic hit, its similarity.
+    pub cache: Option<CacheSource>,
     pub created_at_ms: u64,
+}
+
+/// Which row's answer a cache hit reused, and how close the question was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheSource {
+    pub event_id: String,
+    /// Millionths of a cosine; `None` for the exact cache.
+    pub similarity: Option<u32>,
 }
 
 impl UsageEvent {
@@ -194,6 +204,12 @@ impl UsageEvent {
             latency_ms: Set(int(self.latency_ms)),
             ttft_ms: Set(self.ttft_ms.map(int)),
             error: Set(self.error.clone()),
+            cache_source: Set(self.cache.as_ref().map(|c| c.event_id.clone())),
+            cache_similarity: Set(self
+                .cache
+                .as_ref()
+                .and_then(|c| c.similarity)
+                .map(|s| i32::try_from(s).unwrap_or(i32::MAX))),
             created_at_ms: Set(int(self.created_at_ms)),
             day: Set(date.day_key()),
             period: Set(date.month_key()),
@@ -234,6 +250,7 @@ impl UsageEvent {
             latency_ms: 1,
             ttft_ms: None,
             error: None,
+            cache: None,
             created_at_ms: 1_764_460_800_000,
         }
     }

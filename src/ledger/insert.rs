@@ -92,6 +92,10 @@ mod tests {
                     .map(|i| UsageEvent {
                         ttft_ms: (i % 2 == 1).then_some(40),
                         error: (i == 2).then(|| "late".to_owned()),
+                        cache: (i == 1).then(|| crate::ledger::CacheSource {
+                            event_id: "e".to_owned(),
+                            similarity: Some(930_000),
+                        }),
                         ..UsageEvent::sample(crate::ledger::AttemptStatus::Ok)
                     })
                     .collect();

@@ -12,4 +12,4 @@ pub mod repo;
 pub mod settle;
 
 pub use actor::{Journaled, LedgerActor, LedgerHandle};
-pub use event::{Api, AttemptStatus, UsageEvent, UsageKind};
+pub use event::{Api, AttemptStatus, CacheSource, UsageEvent, UsageKind};

@@ -53,6 +53,8 @@ pub const RESERVATION_MARGIN_MS: u64 = 30_000;
 
 pub struct Dispatch<'a> {
     pub cache_key: Option<CacheKey>,
+    /// Where the semantic cache keeps the answer, on a route that has one.
+    pub keep: Option<super::semantic::Keep>,
     pub meter: &'a RequestMeter,
     pub gw: &'a Arc<Gateway>,
     /// The snapshot `route` was taken from; its providers serve this request.
@@ -326,6 +328,7 @@ impl Dispatch<'_> {
             request: self.request,
             input: self.input,
             cache_key: self.cache_key,
+            keep: self.keep.clone(),
             deadline: self.deadline,
         };
         let body = match opened {

@@ -12,12 +12,13 @@ use super::attempt::{Dispatch, RESERVATION_MARGIN_MS};
 use super::context::{RequestContext, RequestMeter};
 use super::hold::Hold;
 use super::record::{self, AttemptRow};
+use super::semantic::{self, Consulted};
 use super::stream::ClientBody;
 use crate::cache::{CacheKey, CachedResponse};
 use crate::clock::monotonic;
 use crate::config::{Config, Route, Tier};
 use crate::error::{ApiError, ErrorCode};
-use crate::ledger::{Api, AttemptStatus, UsageKind};
+use crate::ledger::{Api, AttemptStatus, CacheSource, UsageKind};
 use crate::money::Nanos;
 use crate::openai::chat::ChatRequest;
 use crate::provider::clients::UpstreamClients;
@@ -106,24 +107,24 @@ pub async fn handle_chat(
         .handle(&ctx.tenant)
         .map_err(|e| ApiError::internal(e.to_string()))?;
 
-    let cache_key = (route.cache_ttl_ms > 0 && !request.stream()).then(|| {
-        CacheKey::new(
-            ctx.tenant.id.as_str(),
-            ctx.api.as_str(),
-            route.name.as_str(),
-            body,
-        )
-    });
-    if let Some(key) = &cache_key {
-        let labels = |result| [("route", route.name.as_str()), ("result", result)];
-        if let Some(hit) = gw.cache.get(key, gw.clock.now_ms()) {
-            // A hit costs nothing but still counts against the request rate.
-            let rate = allowed_rate(&tenant).await?;
-            counter_add(Metric::CacheRequestsTotal, &labels("hit"), 1);
-            return Ok(serve_from_cache(gw, ctx, route, rate, hit).await);
-        }
-        counter_add(Metric::CacheRequestsTotal, &labels("miss"), 1);
-    }
+    let caches = Caches {
+        gw,
+        clients,
+        ctx,
+        meter,
+        route,
+        request: &request,
+        tenant: &tenant,
+    };
+    let Missed {
+        cache_key,
+        keep,
+        embedding_cost,
+        header,
+    } = match caches.consult(body).await? {
+        Cached::Served(outcome) => return Ok(outcome),
+        Cached::Missed(missed) => missed,
+    };
     // While the tenant is being rate limited its refusals come before any other work.
     let limited = if tenant.rate_limited() {
         Some(allowed_rate(&tenant).await?)
@@ -170,10 +171,103 @@ pub async fn handle_chat(
         input,
         rate,
         cache_key,
+        keep,
         wanted_max_tokens: max_tokens,
         deadline,
     };
-    dispatch.run(hold).await
+    let mut outcome = dispatch.run(hold).await?;
+    // What the request cost includes the embedding of its question.
+    if let OutcomeBody::Complete { cost, .. } = &mut outcome.body {
+        *cost = cost.saturating_add(embedding_cost);
+    }
+    outcome.cache = outcome.cache.or(header);
+    Ok(outcome)
+}
+
+/// The exact cache, then the semantic cache, where the route has them.
+struct Caches<'a> {
+    gw: &'a Arc<Gateway>,
+    clients: &'a UpstreamClients,
+    ctx: &'a RequestContext,
+    meter: &'a RequestMeter,
+    route: &'a Route,
+    request: &'a ChatRequest,
+    tenant: &'a TenantHandle,
+}
+
+enum Cached {
+    Served(ChatOutcome),
+    Missed(Missed),
+}
+
+/// What the caches leave to a request they did not answer.
+struct Missed {
+    cache_key: Option<CacheKey>,
+    keep: Option<semantic::Keep>,
+    /// What embedding the question for the semantic cache charged.
+    embedding_cost: Nanos,
+    /// `X-Tollgate-Cache` when no exact-cache result says more.
+    header: Option<&'static str>,
+}
+
+impl Caches<'_> {
+    /// `body`: the caller's own bytes, the exact cache's key.
+    async fn consult(&self, body: &[u8]) -> Result<Cached, ApiError> {
+        let (gw, ctx, route, request) = (self.gw, self.ctx, self.route, self.request);
+        let cache_key =
+            (route.cache_ttl_ms > 0 && !request.stream() && !ctx.cache_bypass).then(|| {
+                CacheKey::new(
+                    ctx.tenant.id.as_str(),
+                    ctx.api.as_str(),
+                    route.name.as_str(),
+                    body,
+                )
+            });
+        if let Some(key) = &cache_key {
+            let labels = |result| [("route", route.name.as_str()), ("result", result)];
+            if let Some(hit) = gw.cache.get(key, gw.clock.now_ms()) {
+                // A hit costs nothing but still counts against the request rate.
+                let rate = allowed_rate(self.tenant).await?;
+                counter_add(Metric::CacheRequestsTotal, &labels("hit"), 1);
+                return Ok(Cached::Served(
+                    serve_from_cache(gw, ctx, route, rate, hit).await,
+                ));
+            }
+            counter_add(Metric::CacheRequestsTotal, &labels("miss"), 1);
+        }
+        let mut missed = Missed {
+            cache_key,
+            keep: None,
+            embedding_cost: Nanos::ZERO,
+            header: None,
+        };
+        let Some(settings) = route
+            .semantic_cache
+            .as_ref()
+            .filter(|_| request.generates())
+        else {
+            return Ok(Cached::Missed(missed));
+        };
+        let consult = semantic::Consult {
+            gw,
+            clients: self.clients,
+            ctx,
+            meter: self.meter,
+            route,
+            settings,
+            request,
+            tenant: self.tenant,
+        };
+        match consult.run().await? {
+            Consulted::Hit(outcome) => Ok(Cached::Served(outcome)),
+            Consulted::Miss { keep, cost, header } => {
+                missed.keep = keep;
+                missed.embedding_cost = cost;
+                missed.header = Some(header);
+                Ok(Cached::Missed(missed))
+            }
+        }
+    }
 }
 
 /// What reserving a request's worst case needs.
@@ -350,6 +444,10 @@ async fn serve_from_cache(
     row.status = AttemptStatus::CacheHit;
     row.usage = hit.usage;
     row.usage_kind = UsageKind::Reported;
+    row.cache = Some(CacheSource {
+        event_id: hit.source.clone(),
+        similarity: None,
+    });
     record::record(gw, ctx, route.name.as_str(), Nanos::ZERO, row).await;
     ChatOutcome {
         provider: hit.provider,

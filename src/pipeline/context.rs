@@ -31,6 +31,8 @@ pub struct RequestContext {
     pub traceparent: Option<String>,
     /// The request's span when traces are exported: each attempt's span is its child.
     pub span: Option<crate::telemetry::traces::SpanContext>,
+    /// `X-Tollgate-Cache: bypass`: no cache answers this request.
+    pub cache_bypass: bool,
     /// `X-Tollgate-Complexity`, for complexity routes (else they estimate it).
     pub complexity: Option<Complexity>,
     /// The caller's `anthropic-version` and `anthropic-beta` (the Messages

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::chat::OutcomeBody;
+use super::stream::ClientBody;
 use crate::money::Nanos;
 
 /// The answer in OpenAI's shape, as a complete body or as a stream.
@@ -66,13 +67,18 @@ pub fn body(
         events.push(chunk(json!([]), Some(&zero_usage)));
     }
     events.push(Bytes::from_static(b"data: [DONE]\n\n"));
-    let (tx, rx) = mpsc::channel(events.len());
+    OutcomeBody::Stream {
+        body: canned(events),
+        prompt_tokens: 0,
+    }
+}
+
+/// A stream whose every event is known now.
+pub(super) fn canned(events: Vec<Bytes>) -> ClientBody {
+    let (tx, rx) = mpsc::channel(events.len().max(1));
     for event in events {
         // The channel holds every event: sending cannot wait or fail while `rx` lives.
         let _ = tx.try_send(Ok(event));
     }
-    OutcomeBody::Stream {
-        body: rx,
-        prompt_tokens: 0,
-    }
+    rx
 }

@@ -13,6 +13,7 @@ pub mod degraded;
 pub mod end_user;
 pub mod hold;
 pub mod record;
+pub mod semantic;
 pub mod settle;
 pub mod sse;
 pub mod stream;

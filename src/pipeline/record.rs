@@ -3,7 +3,7 @@
 
 use crate::config::Target;
 use crate::ids::EventId;
-use crate::ledger::{AttemptStatus, UsageEvent, UsageKind};
+use crate::ledger::{AttemptStatus, CacheSource, UsageEvent, UsageKind};
 use crate::money::Nanos;
 use crate::pricing::Usage;
 use crate::state::Gateway;
@@ -32,6 +32,8 @@ pub struct AttemptRow {
     pub latency_ms: u64,
     pub ttft_ms: Option<u64>,
     pub error: Option<String>,
+    /// A cache hit's: whose answer it served.
+    pub cache: Option<CacheSource>,
 }
 
 impl AttemptRow {
@@ -49,6 +51,7 @@ impl AttemptRow {
             latency_ms,
             ttft_ms: None,
             error: None,
+            cache: None,
         }
     }
 }
@@ -140,6 +143,7 @@ fn event(
         latency_ms: row.latency_ms,
         ttft_ms: row.ttft_ms,
         error: row.error,
+        cache: row.cache,
         created_at_ms: gw.clock.now_ms(),
     }
 }

@@ -10,7 +10,9 @@ use bytes::Bytes;
 use super::chat::OutcomeBody;
 use super::context::RequestContext;
 use super::record::{self, AttemptRow};
+use super::semantic::{self, Keep};
 use super::stream::Relay;
+use crate::cache::semantic::Answer;
 use crate::cache::{CacheKey, CachedResponse};
 use crate::config::{Provider, Route, Target};
 use crate::ids::EventId;
@@ -34,6 +36,8 @@ pub struct Served<'a> {
     /// The input estimate the hold was reserved at.
     pub input: Estimate,
     pub cache_key: Option<CacheKey>,
+    /// Where the semantic cache keeps the answer, on a route that has one.
+    pub keep: Option<Keep>,
     pub deadline: Instant,
 }
 
@@ -90,6 +94,7 @@ impl Served<'_> {
         row.usage_kind = usage_kind;
         let route = self.route.name.as_str();
         let (provider, model) = (row.provider.clone(), row.model.clone());
+        let source = row.event_id.to_string();
         let settled = record::settle(self.gw, self.ctx, route, reservation, cost, row).await;
         record::meter(
             self.gw,
@@ -98,6 +103,18 @@ impl Served<'_> {
             &usage,
             settled.charged,
         );
+        if let Some(keep) = &self.keep {
+            let answer = Answer {
+                body: reply.body.clone(),
+                provider: provider.clone(),
+                model: model.clone(),
+                usage,
+                native,
+                source: source.clone(),
+                cost,
+            };
+            semantic::keep(self.gw, keep.clone(), answer);
+        }
         if let Some(key) = self.cache_key {
             let cached = CachedResponse {
                 body: reply.body.clone(),
@@ -105,6 +122,7 @@ impl Served<'_> {
                 model,
                 usage,
                 native,
+                source,
             };
             let expires = self
                 .gw

@@ -56,10 +56,14 @@ pub enum Metric {
     TraceSpansExportedTotal,
     TraceSpansDroppedTotal,
     ProviderPromptTokensTotal,
+    SemanticCacheRequestsTotal,
+    SemanticCacheBypassesTotal,
+    SemanticCacheLookupSeconds,
+    SemanticCacheSavedNanosTotal,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 43] = [
+    pub const ALL: [Metric; 47] = [
         Metric::RequestsTotal,
         Metric::RequestDurationSeconds,
         Metric::GatewayOverheadSeconds,
@@ -103,6 +107,10 @@ impl Metric {
         Metric::TraceSpansExportedTotal,
         Metric::TraceSpansDroppedTotal,
         Metric::ProviderPromptTokensTotal,
+        Metric::SemanticCacheRequestsTotal,
+        Metric::SemanticCacheBypassesTotal,
+        Metric::SemanticCacheLookupSeconds,
+        Metric::SemanticCacheSavedNanosTotal,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -127,6 +135,10 @@ impl Metric {
             Metric::RejectionsTotal => "tollgate_rejections_total",
             Metric::StreamInterruptionsTotal => "tollgate_stream_interruptions_total",
             Metric::CacheRequestsTotal => "tollgate_cache_requests_total",
+            Metric::SemanticCacheRequestsTotal => "tollgate_semantic_cache_requests_total",
+            Metric::SemanticCacheBypassesTotal => "tollgate_semantic_cache_bypasses_total",
+            Metric::SemanticCacheLookupSeconds => "tollgate_semantic_cache_lookup_seconds",
+            Metric::SemanticCacheSavedNanosTotal => "tollgate_semantic_cache_saved_nanos_total",
             Metric::LedgerEventsFlushed => "tollgate_ledger_events_flushed_total",
             Metric::LedgerWriteErrors => "tollgate_ledger_write_errors_total",
             Metric::LedgerBacklogEvents => "tollgate_ledger_backlog_events",
@@ -205,6 +217,18 @@ impl Metric {
                 "Streams that did not end normally, by provider and reason (partial, client_cancelled, cut_at_hold)."
             }
             Metric::CacheRequestsTotal => "Response cache lookups by route and result (hit, miss).",
+            Metric::SemanticCacheRequestsTotal => {
+                "Semantic cache requests by route and result: hit, miss, bypass (not looked up), error (the embedding or the store failed: served as a miss)."
+            }
+            Metric::SemanticCacheBypassesTotal => {
+                "Requests not looked up in the semantic cache, by route and reason (header, tools, temperature, rule, no_question)."
+            }
+            Metric::SemanticCacheLookupSeconds => {
+                "Time to search the semantic cache's index (after the embedding call), by route and store."
+            }
+            Metric::SemanticCacheSavedNanosTotal => {
+                "What the answers served from the semantic cache cost when they were bought, by route."
+            }
             other => other.help_storage_and_telemetry(),
         }
     }
@@ -279,7 +303,8 @@ impl Metric {
             | Metric::LedgerLagSeconds
             | Metric::JournalFsyncSeconds
             | Metric::RetryBackoffSeconds
-            | Metric::ProviderQueueWaitSeconds => MetricKind::Histogram,
+            | Metric::ProviderQueueWaitSeconds
+            | Metric::SemanticCacheLookupSeconds => MetricKind::Histogram,
             m if m.as_str().ends_with("_total") => MetricKind::Counter,
             _ => MetricKind::Gauge,
         }
@@ -537,14 +562,18 @@ pub fn install() -> PrometheusHandle {
                     )
                 })
                 .and_then(|b| {
-                    [Metric::GatewayOverheadSeconds, Metric::JournalFsyncSeconds]
-                        .into_iter()
-                        .try_fold(b, |b, metric| {
-                            b.set_buckets_for_metric(
-                                Matcher::Full(metric.as_str().to_owned()),
-                                &FINE_SECONDS,
-                            )
-                        })
+                    [
+                        Metric::GatewayOverheadSeconds,
+                        Metric::JournalFsyncSeconds,
+                        Metric::SemanticCacheLookupSeconds,
+                    ]
+                    .into_iter()
+                    .try_fold(b, |b, metric| {
+                        b.set_buckets_for_metric(
+                            Matcher::Full(metric.as_str().to_owned()),
+                            &FINE_SECONDS,
+                        )
+                    })
                 })
                 .and_then(|b| {
                     b.set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), &WIDE_SECONDS)

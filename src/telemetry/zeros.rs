@@ -29,6 +29,21 @@ pub fn zero_configured(config: &Config) {
                 );
             }
         }
+        if route.semantic_cache.is_some() {
+            for result in crate::pipeline::semantic::RESULTS {
+                let labels = [("route", route_name), ("result", result)];
+                counter_add(Metric::SemanticCacheRequestsTotal, &labels, 0);
+            }
+            for reason in crate::pipeline::semantic::BYPASS_REASONS {
+                let labels = [("route", route_name), ("reason", reason)];
+                counter_add(Metric::SemanticCacheBypassesTotal, &labels, 0);
+            }
+            counter_add(
+                Metric::SemanticCacheSavedNanosTotal,
+                &[("route", route_name)],
+                0,
+            );
+        }
         // A fallback goes from a failed target to any later one.
         for (i, from) in route.targets.iter().enumerate() {
             for to in route.targets.iter().skip(i + 1) {

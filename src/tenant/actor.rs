@@ -498,6 +498,7 @@ impl TenantActor {
             latency_ms: 0,
             ttft_ms: None,
             error: Some("reservation expired unsettled".to_owned()),
+            cache: None,
             created_at_ms: now,
         });
     }

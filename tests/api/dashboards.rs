@@ -301,9 +301,15 @@ fn setup() -> TestSetup {
         .route("pricey", &["primary/usage-0-0-500000"])
         .route("stream", &["primary/usage-100-20-30+chunks-3"])
         .route("cut", &["primary/chunks-8+cut-after-3"])
+        .route("semantic", &["primary/usage-10-0-5"])
+        .route_line(
+            "semantic",
+            r#"semantic_cache = { threshold = 0.9, ttl_ms = 60000, embedding_route = "embed" }"#,
+        )
+        .route("embed", &["primary/usage-50-0-0"])
         .tier(
             "free",
-            &["fast", "cached", "failover", "pricey", "stream", "cut"],
+            &["fast", "cached", "failover", "pricey", "stream", "cut", "semantic", "embed"],
             1000,
             100,
         )
@@ -352,6 +358,16 @@ async fn drive_traffic(app: &TestApp) {
         assert_eq!(reply.status, 200, "{}", reply.raw);
         assert_eq!(reply.header("x-tollgate-cache"), Some(cache));
     }
+    // A semantic-cache miss: the lookup's histogram gets its series.
+    let mut semantic = chat_body("semantic");
+    semantic["temperature"] = json!(0);
+    let looked_up = app.chat(&key, &semantic).await;
+    assert_eq!(
+        looked_up.header("x-tollgate-cache"),
+        Some("miss"),
+        "{}",
+        looked_up.raw
+    );
     let ok = app
         .chat_with(
             &key,

@@ -120,6 +120,7 @@ impl Run<'_> {
             latency_ms: 1,
             ttft_ms: None,
             error: None,
+            cache: None,
             created_at_ms: self.clock.now_ms(),
         };
         let _ = self.app.gateway.ledger.settle(event, guard, 0).await;

@@ -49,6 +49,7 @@ fn row(
         latency_ms: 1,
         ttft_ms: None,
         error: None,
+        cache: None,
         created_at_ms: parse_instant(at).unwrap(),
     }
 }

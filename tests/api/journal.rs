@@ -62,6 +62,7 @@ fn event(tenant: &str, request: &str, status: AttemptStatus, charged: u64) -> Us
         latency_ms: 3,
         ttft_ms: None,
         error: None,
+        cache: None,
         created_at_ms: crate::support::now_ms(),
     }
 }

@@ -35,6 +35,7 @@ mod rate_limit;
 mod resilience;
 mod responses;
 mod sdk;
+mod semantic_cache;
 mod shared_quota;
 mod storage;
 mod streaming;

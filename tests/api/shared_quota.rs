@@ -546,6 +546,7 @@ async fn the_expiry_sweep_asks_the_ledger_before_committing_an_orphan() {
         latency_ms: 1,
         ttft_ms: None,
         error: None,
+        cache: None,
         created_at_ms: now,
     };
     repo::insert_batch(db, &[row], &tollgate::calendar::Calendar::utc())

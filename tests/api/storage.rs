@@ -280,6 +280,8 @@ async fn backfilled_totals(url: &str) {
     let then = |event: &UsageEvent| entity::usage::ActiveModel {
         api: sea_orm::ActiveValue::NotSet,
         end_user: sea_orm::ActiveValue::NotSet,
+        cache_source: sea_orm::ActiveValue::NotSet,
+        cache_similarity: sea_orm::ActiveValue::NotSet,
         ..event.to_active_model()
     };
     entity::usage::Entity::insert_many(events.iter().map(then))
@@ -431,6 +433,7 @@ fn event(tenant: &str, attempt: u32, status: AttemptStatus, charged: i64) -> Usa
         latency_ms: 4_321,
         ttft_ms: None,
         error: Some("upstream said: «overloaded»".to_owned()),
+        cache: None,
         // 2026-11-30T12:00:00Z
         created_at_ms: 1_796_040_000_000,
     }

@@ -48,6 +48,7 @@ pub struct TestSetup {
     admin_listen: Option<String>,
     raw: Vec<String>,
     cache_ttl_ms: BTreeMap<String, u64>,
+    route_lines: BTreeMap<String, Vec<String>>,
     storage: Vec<String>,
     ledger: Vec<String>,
     billing: Vec<String>,
@@ -74,6 +75,7 @@ impl TestSetup {
             admin_listen: None,
             raw: Vec::new(),
             cache_ttl_ms: BTreeMap::new(),
+            route_lines: BTreeMap::new(),
             storage: Vec::new(),
             ledger: Vec::new(),
             billing: Vec::new(),
@@ -140,6 +142,15 @@ impl TestSetup {
     /// Raw TOML for one more `[providers.x]` table.
     pub fn provider(mut self, toml: &str) -> Self {
         self.extra_providers.push(toml.to_owned());
+        self
+    }
+
+    /// One more line of a route's table (`semantic_cache = {…}`, …).
+    pub fn route_line(mut self, route: &str, line: &str) -> Self {
+        self.route_lines
+            .entry(route.to_owned())
+            .or_default()
+            .push(line.to_owned());
         self
     }
 
@@ -284,6 +295,9 @@ timeout_ms = 5000
             let _ = writeln!(text, "[routes.{name}]\ntargets = [{list}]");
             if let Some(ttl) = self.cache_ttl_ms.get(name) {
                 let _ = writeln!(text, "cache_ttl_ms = {ttl}");
+            }
+            for line in self.route_lines.get(name).into_iter().flatten() {
+                let _ = writeln!(text, "{line}");
             }
             for target in targets {
                 let price = self

@@ -135,6 +135,34 @@ fn bin_dir() -> PathBuf {
         })
 }
 
+/// A PostgreSQL whose `share/` has pgvector: `TOLLGATE_TEST_PGVECTOR_BIN`,
+/// else where `./scripts/test.sh` installs one, else the usual server if it has it.
+fn pgvector_bin_dir() -> PathBuf {
+    let has_vector = |bin: &Path| {
+        bin.join("../share/postgresql/extension/vector.control")
+            .is_file()
+            || bin.join("../share/extension/vector.control").is_file()
+    };
+    let mut candidates: Vec<PathBuf> = std::env::var_os("TOLLGATE_TEST_PGVECTOR_BIN")
+        .map(PathBuf::from)
+        .into_iter()
+        .collect();
+    candidates.push(PathBuf::from(PGVECTOR_INSTALL));
+    candidates.push(bin_dir());
+    candidates
+        .into_iter()
+        .find(|bin| bin.join("postgres").is_file() && has_vector(bin))
+        .unwrap_or_else(|| {
+            panic!(
+                "no PostgreSQL with pgvector: set TOLLGATE_TEST_PGVECTOR_BIN to its bin dir \
+                 (./scripts/test.sh installs one in {PGVECTOR_INSTALL})"
+            )
+        })
+}
+
+/// Where `./scripts/test.sh` puts a PostgreSQL that carries pgvector.
+const PGVECTOR_INSTALL: &str = "/usr/local/lib/tollgate-test/pgserver/pgserver/pginstall/bin";
+
 /// `Some((uid, gid))` of `nobody` when this process is root, which postgres refuses.
 fn unprivileged_owner() -> Option<(u32, u32)> {
     // /proc/self belongs to the process's effective user.
@@ -301,7 +329,15 @@ pub struct PrivateServer {
 
 impl PrivateServer {
     pub fn start() -> PrivateServer {
-        let bin = bin_dir();
+        PrivateServer::start_from(bin_dir())
+    }
+
+    /// A server with the pgvector extension (the semantic cache's shared store).
+    pub fn start_with_pgvector() -> PrivateServer {
+        PrivateServer::start_from(pgvector_bin_dir())
+    }
+
+    fn start_from(bin: PathBuf) -> PrivateServer {
         let owner = unprivileged_owner();
         let mut collisions = Vec::new();
         for _ in 0..PORT_ATTEMPTS {
