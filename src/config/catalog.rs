@@ -158,6 +158,19 @@ mod tests {
     use super::*;
     use crate::money::PricePerMTok;
 
+    const REPOSITORY_CATALOGS: [&str; 6] = [
+        "anthropic",
+        "deepseek",
+        "google",
+        "mistral",
+        "openai",
+        "qwen",
+    ];
+
+    fn repository_prices() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("prices")
+    }
+
     fn no_env() -> HashMap<String, String> {
         HashMap::new()
     }
@@ -189,6 +202,54 @@ mod tests {
 
     fn input_of(config: &Config, model: &str) -> PricePerMTok {
         config.prices[&("deepseek".to_owned(), model.to_owned())].input
+    }
+
+    #[test]
+    fn every_repository_catalog_loads_is_sourced_and_dated_and_prices_its_own_provider() {
+        let mut files: Vec<String> = std::fs::read_dir(repository_prices())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .collect();
+        files.sort();
+        assert_eq!(
+            files,
+            REPOSITORY_CATALOGS.map(|name| format!("{name}.toml"))
+        );
+        for name in REPOSITORY_CATALOGS {
+            let path = repository_prices().join(format!("{name}.toml"));
+            let (table, _) = load_price_table(&path, "USD").unwrap_or_else(|e| panic!("{e}"));
+            assert!(!table.is_empty(), "{name}");
+            for (provider, model) in table.keys() {
+                assert_eq!(provider, name, "{name}: {model}");
+            }
+            let file = read_catalog(&path).unwrap();
+            assert!(!file.sources.is_empty(), "{name}: no sources");
+            for source in &file.sources {
+                assert!(source.starts_with("https://"), "{name}: {source}");
+            }
+            assert!(
+                file.as_of.as_deref().and_then(Date::parse).is_some(),
+                "{name}: as_of"
+            );
+            assert_eq!(file.currency.as_deref(), Some("USD"), "{name}");
+        }
+        // All of them at once: no catalog prices another's models.
+        let include = REPOSITORY_CATALOGS
+            .map(|name| format!("\"{name}.toml\""))
+            .join(", ");
+        let text = config(
+            &format!("include = [{include}]"),
+            "deepseek/deepseek-flash",
+            "",
+        );
+        let config = Config::from_toml_in(&text, &repository_prices(), &no_env()).unwrap();
+        assert_eq!(config.catalogs.len(), REPOSITORY_CATALOGS.len());
+        assert!(
+            config
+                .catalogs
+                .iter()
+                .all(|c| c.prices > 0 && c.overridden == 0)
+        );
     }
 
     #[test]
@@ -407,6 +468,25 @@ mod tests {
             price("x", "y", "1")
         );
         assert_ne!(before, version(&added));
+    }
+
+    #[test]
+    fn a_target_without_a_price_still_fails_with_every_catalog_included() {
+        let include = REPOSITORY_CATALOGS
+            .map(|name| format!("\"{name}.toml\""))
+            .join(", ");
+        let text = config(
+            &format!("include = [{include}]"),
+            "deepseek/deepseek-v9",
+            "",
+        );
+        let error = Config::from_toml_in(&text, &repository_prices(), &no_env())
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            error,
+            "routes.fast.targets[0]: no price for deepseek/deepseek-v9"
+        );
     }
 
     #[test]
