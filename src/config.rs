@@ -2177,4 +2177,21 @@ mod tests {
         }
         assert_eq!(config.tiers["free"].routes, vec![RouteName::new("fast")]);
     }
+
+    #[test]
+    fn the_example_include_line_loads_once_the_example_bills_in_usd() {
+        let text = include_str!("../tollgate.example.toml");
+        let line = "# include = [\"prices/deepseek.toml\", \"prices/qwen.toml\"]";
+        assert!(text.contains(line));
+        let text = text
+            .replace(line, &line[2..])
+            .replace("currency = \"CNY\"", "currency = \"USD\"");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let config = Config::from_toml_in(&text, dir, &env(&[])).unwrap();
+        assert_eq!(config.catalogs.len(), 2);
+        // The example's own deepseek-flash price replaces the catalog's.
+        assert_eq!(config.catalogs[0].overridden, 1);
+        let flash = &config.prices[&("deepseek".to_owned(), "deepseek-flash".to_owned())];
+        assert_eq!(flash.input, PricePerMTok::parse_decimal("2.0").unwrap());
+    }
 }
