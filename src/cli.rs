@@ -316,7 +316,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
         } => {
             let config = load(config_path, &ProcessEnv)?;
             let (table, version) = match prices {
-                Some(path) => crate::config::load_price_table(&path)?,
+                Some(path) => crate::config::load_price_table(&path, &config.billing.currency)?,
                 None => (config.prices.clone(), config.price_version.clone()),
             };
             let db = storage::connect_and_migrate(&config.storage.database_url, 1).await?;
@@ -391,6 +391,9 @@ fn check_config(file: &Path) -> Result<()> {
         config.routes.len(),
         config.tiers.len()
     ));
+    for catalog in &config.catalogs {
+        out(&catalog_line(catalog));
+    }
     let mut notes: Vec<String> = config
         .providers
         .values()
@@ -407,6 +410,20 @@ fn check_config(file: &Path) -> Result<()> {
         out(note);
     }
     Ok(())
+}
+
+/// An included catalog's size and age, so a stale one is seen before it bills.
+fn catalog_line(catalog: &crate::config::Catalog) -> String {
+    let overridden = match catalog.overridden {
+        0 => String::new(),
+        n => format!(", {n} replaced by this file's own"),
+    };
+    format!(
+        "included {}: {} prices{overridden}, as of {}",
+        catalog.path.display(),
+        catalog.prices,
+        catalog.as_of.as_deref().unwrap_or("an unstated date")
+    )
 }
 
 async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
@@ -740,4 +757,30 @@ Spend:   cargo run --release -- spend --config {config_path} --tenant demo --gro
         currency = config.billing.currency,
         config_path = path.display(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_catalog_line_names_the_file_its_size_and_its_date() {
+        let mut catalog = crate::config::Catalog {
+            path: "prices/openai.toml".into(),
+            as_of: Some("2026-12-02".to_owned()),
+            sources: Vec::new(),
+            prices: 5,
+            overridden: 1,
+        };
+        assert_eq!(
+            catalog_line(&catalog),
+            "included prices/openai.toml: 5 prices, 1 replaced by this file's own, as of 2026-12-02"
+        );
+        catalog.as_of = None;
+        catalog.overridden = 0;
+        assert_eq!(
+            catalog_line(&catalog),
+            "included prices/openai.toml: 5 prices, as of an unstated date"
+        );
+    }
 }

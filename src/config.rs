@@ -17,6 +17,11 @@ use sha2::{Digest, Sha256};
 use crate::ids::{ProviderName, RouteName};
 use crate::money::{MoneyError, Nanos, PricePerMTok};
 
+mod catalog;
+
+pub use catalog::Catalog;
+use catalog::PriceEntry;
+
 // === env ===
 
 /// Where secrets come from; tests pass a map instead of touching the process env.
@@ -87,6 +92,10 @@ struct RawConfig {
     routes: BTreeMap<String, RawRoute>,
     #[serde(default)]
     tiers: BTreeMap<String, RawTier>,
+    /// Price catalogs (`prices/openai.toml`, …), relative to this file's
+    /// directory: their `[[prices]]` are added to this file's own.
+    #[serde(default)]
+    include: Vec<String>,
     #[serde(default)]
     prices: Vec<RawPrice>,
 }
@@ -1141,10 +1150,14 @@ pub struct Config {
     pub tiers: HashMap<String, Tier>,
     /// `billing.timezone`'s calendar: where budget periods begin.
     pub calendar: crate::calendar::Calendar,
-    /// Identifies the price table rows were charged under (a hash of the prices).
+    /// Identifies the price table rows were charged under (a hash of the
+    /// prices in force, included catalogs' too).
     pub price_version: String,
-    /// Every `[[prices]]` entry by (provider, model).
+    /// Every `[[prices]]` entry in force by (provider, model): the file's own
+    /// and its catalogs' (those of providers not configured included).
     pub prices: PriceTable,
+    /// The catalogs `include` named, in order.
+    pub catalogs: Vec<Catalog>,
     /// Keys are hashed with it; serving and issuing keys need it, reports do not.
     pub key_pepper: Option<Secret>,
     pub admin_token: Option<Secret>,
@@ -1187,26 +1200,28 @@ impl Config {
         })
     }
 
+    /// Reads `path` and the catalogs it includes (relative to its directory).
     pub fn load(path: &Path, env: &dyn EnvSource) -> Result<Arc<Config>, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.display().to_string(),
             source,
         })?;
-        Self::from_toml(&text, env).map_err(|error| match error {
-            ConfigError::Parse { source, .. } => ConfigError::Parse {
-                path: path.display().to_string(),
-                source,
-            },
-            other => other,
-        })
+        let raw = parse_raw(&text, &path.display().to_string())?;
+        validate(raw, path.parent().unwrap_or(Path::new("")), env).map(Arc::new)
     }
 
+    /// A configuration from text; `include` paths are relative to the working directory.
     pub fn from_toml(text: &str, env: &dyn EnvSource) -> Result<Arc<Config>, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|source| ConfigError::Parse {
-            path: String::new(),
-            source: Box::new(source),
-        })?;
-        validate(raw, env).map(Arc::new)
+        Self::from_toml_in(text, Path::new(""), env)
+    }
+
+    /// A configuration from text whose `include` paths are relative to `dir`.
+    pub fn from_toml_in(
+        text: &str,
+        dir: &Path,
+        env: &dyn EnvSource,
+    ) -> Result<Arc<Config>, ConfigError> {
+        validate(parse_raw(text, "")?, dir, env).map(Arc::new)
     }
 
     pub fn route(&self, name: &str) -> Option<&Route> {
@@ -1214,9 +1229,21 @@ impl Config {
     }
 }
 
-/// Only the `[[prices]]` of a file (a full configuration or a prices-only file).
+fn parse_raw(text: &str, path: &str) -> Result<RawConfig, ConfigError> {
+    toml::from_str(text).map_err(|source| ConfigError::Parse {
+        path: path.to_owned(),
+        source: Box::new(source),
+    })
+}
+
+/// Only the prices of a file (a full configuration, a prices-only file or a
+/// catalog): its `[[prices]]` and those of the catalogs it includes.
 #[derive(Debug, Deserialize)]
 struct PricesFile {
+    #[serde(default)]
+    include: Vec<String>,
+    /// A catalog read as the price file states its currency here.
+    currency: Option<String>,
     #[serde(default)]
     prices: Vec<RawPrice>,
 }
@@ -1224,8 +1251,9 @@ struct PricesFile {
 /// Prices by (provider, model).
 pub type PriceTable = HashMap<(String, String), Price>;
 
-/// A price table and its version, read from any TOML file with `[[prices]]`.
-pub fn load_price_table(path: &Path) -> Result<(PriceTable, String), ConfigError> {
+/// A price table and its version, read from any TOML file with `[[prices]]`
+/// (and `include`), to be billed in `currency`.
+pub fn load_price_table(path: &Path, currency: &str) -> Result<(PriceTable, String), ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.display().to_string(),
         source,
@@ -1234,7 +1262,13 @@ pub fn load_price_table(path: &Path) -> Result<(PriceTable, String), ConfigError
         path: path.display().to_string(),
         source: Box::new(source),
     })?;
-    Ok((validate_prices(&file.prices)?, price_version(&file.prices)))
+    catalog::check_currency(path, file.currency.as_deref(), currency)?;
+    let dir = path.parent().unwrap_or(Path::new(""));
+    let prices = catalog::merge(file.prices, &file.include, dir, currency)?;
+    Ok((
+        validate_prices(&prices.entries)?,
+        price_version(&prices.entries),
+    ))
 }
 
 fn parse_price(entry: &str, field: &str, text: &str) -> Result<PricePerMTok, ConfigError> {
@@ -1242,7 +1276,7 @@ fn parse_price(entry: &str, field: &str, text: &str) -> Result<PricePerMTok, Con
         .map_err(|e: MoneyError| invalid(format!("{entry}.{field}"), e.to_string()))
 }
 
-fn validate(raw: RawConfig, env: &dyn EnvSource) -> Result<Config, ConfigError> {
+fn validate(raw: RawConfig, dir: &Path, env: &dyn EnvSource) -> Result<Config, ConfigError> {
     let mut database_url = raw.storage.database_url.clone();
     if let Some(url) = env.get(DATABASE_URL_ENV) {
         database_url = url;
@@ -1294,12 +1328,13 @@ fn validate(raw: RawConfig, env: &dyn EnvSource) -> Result<Config, ConfigError> 
     }
 
     let providers = validate_providers(&raw.providers, env)?;
-    let prices = validate_prices(&raw.prices)?;
+    let merged = catalog::merge(raw.prices, &raw.include, dir, &raw.billing.currency)?;
+    let prices = validate_prices(&merged.entries)?;
     let default_counting = Counting {
         encoding: Encoding::parse(&raw.tokenizer.encoding).unwrap_or(Encoding::O200kBase),
         safety_percent: raw.tokenizer.safety_percent,
     };
-    let encodings = model_encodings(&raw.prices)?;
+    let encodings = model_encodings(&merged.entries)?;
     let routes = validate_routes(
         &raw.routes,
         &providers,
@@ -1341,8 +1376,9 @@ fn validate(raw: RawConfig, env: &dyn EnvSource) -> Result<Config, ConfigError> 
         routes,
         tiers,
         calendar,
-        price_version: price_version(&raw.prices),
+        price_version: price_version(&merged.entries),
         prices,
+        catalogs: merged.catalogs,
         key_pepper,
         admin_token,
     })
@@ -1505,14 +1541,13 @@ fn validate_extra_headers(
     Ok(headers)
 }
 
-fn validate_prices(raw: &[RawPrice]) -> Result<HashMap<(String, String), Price>, ConfigError> {
+fn validate_prices(raw: &[PriceEntry]) -> Result<HashMap<(String, String), Price>, ConfigError> {
     let mut prices = HashMap::new();
-    for (i, p) in raw.iter().enumerate() {
-        let entry = format!("prices[{i}]");
-        let input = parse_price(&entry, "input", &p.input)?;
+    for PriceEntry { entry, price: p } in raw {
+        let input = parse_price(entry, "input", &p.input)?;
         // Without a listed cached or cache-write price, those tokens are billed as plain input.
         let or_input = |field: &str, text: &Option<String>, input| match text {
-            Some(text) => parse_price(&entry, field, text),
+            Some(text) => parse_price(entry, field, text),
             None => Ok(input),
         };
         let long_context = match &p.long_context {
@@ -1539,7 +1574,7 @@ fn validate_prices(raw: &[RawPrice]) -> Result<HashMap<(String, String), Price>,
             input,
             cached_input: or_input("cached_input", &p.cached_input, input)?,
             cache_write: or_input("cache_write", &p.cache_write, input)?,
-            output: parse_price(&entry, "output", &p.output)?,
+            output: parse_price(entry, "output", &p.output)?,
             long_context,
         };
         let key = (p.provider.clone(), p.model.clone());
@@ -1554,13 +1589,13 @@ fn validate_prices(raw: &[RawPrice]) -> Result<HashMap<(String, String), Price>,
 }
 
 /// Models whose `[[prices]]` entry names an encoding.
-fn model_encodings(raw: &[RawPrice]) -> Result<HashMap<(String, String), Encoding>, ConfigError> {
+fn model_encodings(raw: &[PriceEntry]) -> Result<HashMap<(String, String), Encoding>, ConfigError> {
     let mut encodings = HashMap::new();
-    for (i, p) in raw.iter().enumerate() {
+    for PriceEntry { entry, price: p } in raw {
         if let Some(name) = &p.encoding {
             let encoding = Encoding::parse(name).ok_or_else(|| {
                 invalid(
-                    format!("prices[{i}].encoding"),
+                    format!("{entry}.encoding"),
                     format!("must be {}", Encoding::NAMES),
                 )
             })?;
@@ -1830,9 +1865,9 @@ fn validate_end_user(tier: &str, raw: &RawEndUser) -> Result<EndUserLimits, Conf
     })
 }
 
-fn price_version(prices: &[RawPrice]) -> String {
+fn price_version(prices: &[PriceEntry]) -> String {
     let mut hasher = Sha256::new();
-    for p in prices {
+    for PriceEntry { price: p, .. } in prices {
         for field in [
             p.provider.as_str(),
             p.model.as_str(),
@@ -1993,6 +2028,14 @@ mod tests {
         assert_eq!(config.ledger.fsync, FsyncMode::Interval);
         let text = format!("{BASE}\n[ledger]\nfsync = \"sometimes\"\n");
         assert!(Config::from_toml(&text, &pepper()).is_err());
+    }
+
+    #[test]
+    fn a_file_without_include_keeps_the_price_version_its_rows_carry() {
+        // The version ledgers already hold for BASE's two prices.
+        let config = Config::from_toml(BASE, &pepper()).unwrap();
+        assert_eq!(config.price_version, "92dd298202cb");
+        assert!(config.catalogs.is_empty());
     }
 
     #[test]
@@ -2191,5 +2234,22 @@ mod tests {
             assert!(config.tiers.contains_key(tier), "{tier}");
         }
         assert_eq!(config.tiers["free"].routes, vec![RouteName::new("fast")]);
+    }
+
+    #[test]
+    fn the_example_include_line_loads_once_the_example_bills_in_usd() {
+        let text = include_str!("../tollgate.example.toml");
+        let line = "# include = [\"prices/deepseek.toml\", \"prices/qwen.toml\"]";
+        assert!(text.contains(line));
+        let text = text
+            .replace(line, &line[2..])
+            .replace("currency = \"CNY\"", "currency = \"USD\"");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let config = Config::from_toml_in(&text, dir, &env(&[])).unwrap();
+        assert_eq!(config.catalogs.len(), 2);
+        // The example's own deepseek-flash price replaces the catalog's.
+        assert_eq!(config.catalogs[0].overridden, 1);
+        let flash = &config.prices[&("deepseek".to_owned(), "deepseek-flash".to_owned())];
+        assert_eq!(flash.input, PricePerMTok::parse_decimal("2.0").unwrap());
     }
 }
