@@ -1276,26 +1276,34 @@ fn parse_price(entry: &str, field: &str, text: &str) -> Result<PricePerMTok, Con
         .map_err(|e: MoneyError| invalid(format!("{entry}.{field}"), e.to_string()))
 }
 
-fn validate(raw: RawConfig, dir: &Path, env: &dyn EnvSource) -> Result<Config, ConfigError> {
-    let mut database_url = raw.storage.database_url.clone();
+/// `[storage]`, with the URLs the environment overrides.
+fn validate_storage(
+    raw: &StorageConfig,
+    env: &dyn EnvSource,
+) -> Result<StorageConfig, ConfigError> {
+    let mut database_url = raw.database_url.clone();
     if let Some(url) = env.get(DATABASE_URL_ENV) {
         database_url = url;
     }
-    let mut redis_url = raw.storage.redis_url.clone().filter(|u| !u.is_empty());
+    let mut redis_url = raw.redis_url.clone().filter(|u| !u.is_empty());
     if let Some(url) = env.get(REDIS_URL_ENV) {
         redis_url = Some(url).filter(|u| !u.is_empty());
     }
-    if raw.storage.replicas == 0 {
+    if raw.replicas == 0 {
         return Err(invalid("storage.replicas", "must be at least 1"));
     }
-    if raw.storage.redis_timeout_ms == 0 {
+    if raw.redis_timeout_ms == 0 {
         return Err(invalid("storage.redis_timeout_ms", "must be positive"));
     }
-    let storage = StorageConfig {
+    Ok(StorageConfig {
         database_url,
         redis_url,
-        ..raw.storage
-    };
+        ..raw.clone()
+    })
+}
+
+fn validate(raw: RawConfig, dir: &Path, env: &dyn EnvSource) -> Result<Config, ConfigError> {
+    let storage = validate_storage(&raw.storage, env)?;
     if let Some(admin) = raw.server.admin_listen {
         // Port 0 picks a free port for each, so only a fixed port can clash.
         if admin == raw.server.listen && admin.port() != 0 {
