@@ -301,6 +301,13 @@ async fn replicas_share_answers_through_postgres_and_a_store_that_is_down_is_a_m
     );
     assert!((920_000..=1_000_000).contains(&hit_row.cache_similarity.unwrap()));
 
+    let far = second.chat(&key, &ask(SHARED, SPAIN)).await;
+    assert_eq!(
+        far.header("x-tollgate-cache"),
+        Some("miss"),
+        "the shared store keeps the threshold too"
+    );
+
     store.stop();
     let down = second.chat(&key, &ask(SHARED, PARAPHRASE)).await;
     assert_eq!(down.status, 200, "{}", down.raw);
