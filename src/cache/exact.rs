@@ -31,7 +31,7 @@ impl CacheKey {
 }
 
 /// A cached answer and where it came from.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CachedResponse {
     pub body: Bytes,
     pub provider: String,
@@ -42,6 +42,15 @@ pub struct CachedResponse {
     pub native: bool,
     /// The event id of the ledger row whose answer this is.
     pub source: String,
+    /// What that row charged: what serving it again saves.
+    pub cost: crate::money::Nanos,
+}
+
+impl CachedResponse {
+    /// What keeping it costs in memory.
+    pub fn size(&self) -> usize {
+        self.body.len() + self.provider.len() + self.model.len() + self.source.len()
+    }
 }
 
 #[derive(Debug)]
@@ -145,6 +154,7 @@ mod tests {
             usage: Usage::default(),
             native: false,
             source: "e".into(),
+            cost: crate::money::Nanos::ZERO,
         }
     }
 

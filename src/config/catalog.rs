@@ -234,14 +234,7 @@ mod tests {
             assert_eq!(file.currency.as_deref(), Some("USD"), "{name}");
         }
         // All of them at once: no catalog prices another's models.
-        let include = REPOSITORY_CATALOGS
-            .map(|name| format!("\"{name}.toml\""))
-            .join(", ");
-        let text = config(
-            &format!("include = [{include}]"),
-            "deepseek/deepseek-flash",
-            "",
-        );
+        let text = with_every_catalog("deepseek/deepseek-flash");
         let config = Config::from_toml_in(&text, &repository_prices(), &no_env()).unwrap();
         assert_eq!(config.catalogs.len(), REPOSITORY_CATALOGS.len());
         assert!(
@@ -470,16 +463,17 @@ mod tests {
         assert_ne!(before, version(&added));
     }
 
-    #[test]
-    fn a_target_without_a_price_still_fails_with_every_catalog_included() {
+    /// A config whose one route targets `target`, with every catalog of the repository included.
+    fn with_every_catalog(target: &str) -> String {
         let include = REPOSITORY_CATALOGS
             .map(|name| format!("\"{name}.toml\""))
             .join(", ");
-        let text = config(
-            &format!("include = [{include}]"),
-            "deepseek/deepseek-v9",
-            "",
-        );
+        config(&format!("include = [{include}]"), target, "")
+    }
+
+    #[test]
+    fn a_target_without_a_price_still_fails_with_every_catalog_included() {
+        let text = with_every_catalog("deepseek/deepseek-v9");
         let error = Config::from_toml_in(&text, &repository_prices(), &no_env())
             .unwrap_err()
             .to_string();

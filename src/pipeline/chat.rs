@@ -229,9 +229,13 @@ impl Caches<'_> {
                 // A hit costs nothing but still counts against the request rate.
                 let rate = allowed_rate(self.tenant).await?;
                 counter_add(Metric::CacheRequestsTotal, &labels("hit"), 1);
-                return Ok(Cached::Served(
-                    serve_from_cache(gw, ctx, route, rate, hit).await,
-                ));
+                let body = OutcomeBody::Complete {
+                    body: hit.body.clone(),
+                    cost: Nanos::ZERO,
+                    remaining: None,
+                };
+                let served = serve_cached(gw, ctx, route, rate, &hit, None, body).await;
+                return Ok(Cached::Served(served));
             }
             counter_add(Metric::CacheRequestsTotal, &labels("miss"), 1);
         }
@@ -432,13 +436,17 @@ fn check_choices(request: &ChatRequest, tier: &Tier) -> Result<(), ApiError> {
     ))
 }
 
-/// A cache hit: no upstream call, no reservation, no charge; still a ledger row.
-async fn serve_from_cache(
+/// A cached answer served: no upstream call, no reservation, no charge;
+/// still a `cache_hit` row with the original usage, naming the row whose
+/// answer it is (and, for the semantic cache, how close the question was).
+pub(super) async fn serve_cached(
     gw: &Gateway,
     ctx: &RequestContext,
     route: &Route,
     rate: RateDecision,
-    hit: CachedResponse,
+    hit: &CachedResponse,
+    similarity: Option<u32>,
+    body: OutcomeBody,
 ) -> ChatOutcome {
     let mut row = AttemptRow::new(&hit.provider, &hit.model, 0, 0);
     row.status = AttemptStatus::CacheHit;
@@ -446,23 +454,23 @@ async fn serve_from_cache(
     row.usage_kind = UsageKind::Reported;
     row.cache = Some(CacheSource {
         event_id: hit.source.clone(),
-        similarity: None,
+        similarity,
     });
     record::record(gw, ctx, route.name.as_str(), Nanos::ZERO, row).await;
     ChatOutcome {
-        provider: hit.provider,
-        model: hit.model,
+        provider: hit.provider.clone(),
+        model: hit.model.clone(),
         rate,
         clamped_max_tokens: None,
-        cache: Some("hit"),
+        cache: Some(if similarity.is_some() {
+            "semantic"
+        } else {
+            "hit"
+        }),
         tokens: None,
         degraded: false,
         native: hit.native,
-        body: OutcomeBody::Complete {
-            body: hit.body,
-            cost: Nanos::ZERO,
-            remaining: None,
-        },
+        body,
     }
 }
 

@@ -11,16 +11,15 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use super::chat::{ChatOutcome, OutcomeBody, allowed_rate, handle_chat};
+use super::chat::{ChatOutcome, OutcomeBody, allowed_rate, handle_chat, serve_cached};
 use super::context::{RequestContext, RequestMeter};
 use super::degraded::canned;
-use super::record::{self, AttemptRow};
 use crate::cache::semantic::vector::Quantized;
 use crate::cache::semantic::{Answer, Hit, Lookup, Probe, SemanticRoute};
 use crate::clock::{elapsed, monotonic};
 use crate::config::Route;
 use crate::error::ApiError;
-use crate::ledger::{Api, AttemptStatus, CacheSource, UsageKind};
+use crate::ledger::Api;
 use crate::money::Nanos;
 use crate::openai::chat::ChatRequest;
 use crate::provider::clients::UpstreamClients;
@@ -179,20 +178,9 @@ impl Consult<'_> {
         Ok((probe, cost))
     }
 
-    /// A hit: no upstream call, no reservation; a `cache_hit` row that names
-    /// the answer's own row and how close the question was.
+    /// A hit, as a stream if the request streams; `cost` is its embedding's.
     async fn serve(&self, hit: Hit, rate: crate::tenant::RateDecision, cost: Nanos) -> ChatOutcome {
         let answer = &hit.answer;
-        let mut row = AttemptRow::new(&answer.provider, &answer.model, 0, 0);
-        row.status = AttemptStatus::CacheHit;
-        row.usage = answer.usage;
-        row.usage_kind = UsageKind::Reported;
-        row.cache = Some(CacheSource {
-            event_id: answer.source.clone(),
-            similarity: Some(hit.similarity),
-        });
-        let route = self.route.name.as_str();
-        record::record(self.gw, self.ctx, route, Nanos::ZERO, row).await;
         let body = if self.request.stream() {
             OutcomeBody::Stream {
                 body: canned(replay(&answer.body, self.request.include_usage())),
@@ -205,17 +193,11 @@ impl Consult<'_> {
                 remaining: None,
             }
         };
-        ChatOutcome {
-            provider: answer.provider.clone(),
-            model: answer.model.clone(),
-            rate,
-            clamped_max_tokens: None,
-            cache: Some("semantic"),
-            tokens: None,
-            degraded: false,
-            native: answer.native,
-            body,
-        }
+        let similarity = Some(hit.similarity);
+        serve_cached(
+            self.gw, self.ctx, self.route, rate, answer, similarity, body,
+        )
+        .await
     }
 }
 

@@ -12,7 +12,6 @@ use super::context::RequestContext;
 use super::record::{self, AttemptRow};
 use super::semantic::{self, Keep};
 use super::stream::Relay;
-use crate::cache::semantic::Answer;
 use crate::cache::{CacheKey, CachedResponse};
 use crate::config::{Provider, Route, Target};
 use crate::ids::EventId;
@@ -93,8 +92,15 @@ impl Served<'_> {
         row.usage = usage;
         row.usage_kind = usage_kind;
         let route = self.route.name.as_str();
-        let (provider, model) = (row.provider.clone(), row.model.clone());
-        let source = row.event_id.to_string();
+        let cached = CachedResponse {
+            body: reply.body.clone(),
+            provider: row.provider.clone(),
+            model: row.model.clone(),
+            usage,
+            native,
+            source: row.event_id.to_string(),
+            cost,
+        };
         let settled = record::settle(self.gw, self.ctx, route, reservation, cost, row).await;
         record::meter(
             self.gw,
@@ -103,27 +109,21 @@ impl Served<'_> {
             &usage,
             settled.charged,
         );
+        self.keep_answer(cached);
+        let body = OutcomeBody::Complete {
+            body: reply.body,
+            cost,
+            remaining: settled.remaining,
+        };
+        (body, usage)
+    }
+
+    /// Keeps a bought answer in the caches the route has.
+    fn keep_answer(&self, cached: CachedResponse) {
         if let Some(keep) = &self.keep {
-            let answer = Answer {
-                body: reply.body.clone(),
-                provider: provider.clone(),
-                model: model.clone(),
-                usage,
-                native,
-                source: source.clone(),
-                cost,
-            };
-            semantic::keep(self.gw, keep.clone(), answer);
+            semantic::keep(self.gw, keep.clone(), cached.clone());
         }
         if let Some(key) = self.cache_key {
-            let cached = CachedResponse {
-                body: reply.body.clone(),
-                provider,
-                model,
-                usage,
-                native,
-                source,
-            };
             let expires = self
                 .gw
                 .clock
@@ -131,12 +131,6 @@ impl Served<'_> {
                 .saturating_add(self.route.cache_ttl_ms);
             self.gw.cache.put(key, cached, expires);
         }
-        let body = OutcomeBody::Complete {
-            body: reply.body,
-            cost,
-            remaining: settled.remaining,
-        };
-        (body, usage)
     }
 
     /// Hands a started stream to the relay, which settles it when it ends.

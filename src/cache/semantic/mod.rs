@@ -12,10 +12,6 @@ pub mod vector;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-
-use crate::money::Nanos;
-use crate::pricing::Usage;
 pub use settings::{RawSemanticRoute, SemanticCacheConfig, SemanticRoute, SemanticStore};
 use vector::Quantized;
 
@@ -32,25 +28,8 @@ pub struct Probe {
     pub raw: Vec<f32>,
 }
 
-/// An answer kept for reuse, and what it cost when it was bought.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Answer {
-    pub body: Bytes,
-    pub provider: String,
-    pub model: String,
-    pub usage: Usage,
-    /// The body is in its door's own API, not OpenAI chat.
-    pub native: bool,
-    /// The event id of the ledger row whose answer this is.
-    pub source: String,
-    pub cost: Nanos,
-}
-
-impl Answer {
-    fn size(&self) -> usize {
-        self.body.len() + self.provider.len() + self.model.len() + self.source.len()
-    }
-}
+/// An answer kept for reuse: the exact cache's entry, found another way.
+pub type Answer = crate::cache::CachedResponse;
 
 #[derive(Debug, Clone)]
 pub struct Hit {
@@ -154,6 +133,9 @@ impl SemanticCache {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::money::Nanos;
+    use crate::pricing::Usage;
+    use bytes::Bytes;
 
     pub fn probe(tenant: &str, route: &str, context: u8, v: &[f32]) -> Probe {
         Probe {
