@@ -57,6 +57,42 @@ pub struct BuildOptions {
     pub reload_source: Option<ConfigSource>,
 }
 
+/// Series the dashboards select exist before their first event.
+fn zero_metrics(config: &Config) {
+    // No review has turned anyone's breakpoints off yet; once per process,
+    // as the gauge is (a reload keeps the last review's).
+    static NO_REVIEW_YET: std::sync::Once = std::sync::Once::new();
+    crate::telemetry::zeros::zero_configured(config);
+    NO_REVIEW_YET.call_once(|| {
+        crate::telemetry::metrics::gauge_set(
+            crate::telemetry::metrics::Metric::PromptBreakpointsOffTenants,
+            &[],
+            0.0,
+        );
+    });
+}
+
+fn start_tracer(config: &Config) -> Result<crate::telemetry::traces::Tracer, AppError> {
+    Ok(match &config.telemetry.otlp_endpoint {
+        Some(endpoint) => {
+            let timeout = std::time::Duration::from_millis(config.telemetry.otlp_timeout_ms);
+            crate::telemetry::traces::Tracer::start(endpoint, timeout).map_err(AppError::Traces)?
+        }
+        None => crate::telemetry::traces::Tracer::off(),
+    })
+}
+
+/// The daily report's push and the review of prompt-cache breakpoints, where they are on.
+fn spawn_background(gateway: &Arc<Gateway>) -> Vec<actix_rt::task::JoinHandle<()>> {
+    [
+        crate::admin::daily_push::spawn(gateway.clone()),
+        crate::prompts::advisor::spawn(gateway.clone()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
 /// A bound, not yet running, gateway.
 pub struct Application {
     pub addr: SocketAddr,
@@ -66,8 +102,9 @@ pub struct Application {
     server: Server,
     admin_server: Option<Server>,
     sync_task: actix_rt::task::JoinHandle<()>,
-    /// The daily report's push, when `reports.daily_webhook_url` is set.
-    push_task: Option<actix_rt::task::JoinHandle<()>>,
+    /// The daily report's push (when `reports.daily_webhook_url` is set) and
+    /// the review of prompt-cache breakpoints (unless turned off).
+    background: Vec<actix_rt::task::JoinHandle<()>>,
     handle_signals: bool,
 }
 
@@ -108,18 +145,11 @@ impl Application {
             quota_store.clone(),
         );
         let (providers, _) = reload::start_providers(&config, &clock, None, quota_store.as_ref());
-        crate::telemetry::zeros::zero_configured(&config);
+        zero_metrics(&config);
         let estimator = Estimator::new(&config.tokenizer);
         estimator.warm_up(config.routes.values().flat_map(|route| &route.countings));
 
-        let tracer = match &config.telemetry.otlp_endpoint {
-            Some(endpoint) => {
-                let timeout = std::time::Duration::from_millis(config.telemetry.otlp_timeout_ms);
-                crate::telemetry::traces::Tracer::start(endpoint, timeout)
-                    .map_err(AppError::Traces)?
-            }
-            None => crate::telemetry::traces::Tracer::off(),
-        };
+        let tracer = start_tracer(&config)?;
         let semantic_cache = crate::cache::semantic::SemanticCache::new(
             &config.cache.semantic,
             &config.storage.database_url,
@@ -143,6 +173,7 @@ impl Application {
             tenant_labels,
             cache: crate::cache::ResponseCache::new(&config.cache),
             semantic_cache,
+            prompt_advisor: crate::prompts::Advisor::default(),
             quota_store,
             replica_id: replica_id.into(),
             tracer,
@@ -161,7 +192,7 @@ impl Application {
         let server = (api.run)();
         let admin_server = admin.map(|admin| (admin.run)());
         let sync_task = spawn_sync(gateway.clone());
-        let push_task = crate::admin::daily_push::spawn(gateway.clone());
+        let background = spawn_background(&gateway);
         tracing::info!(addr = %addr, "Tollgate is listening.");
         if let Some(admin_addr) = admin_addr {
             tracing::info!(addr = %admin_addr, "Metrics, readiness and the admin API are served here only.");
@@ -173,7 +204,7 @@ impl Application {
             server,
             admin_server,
             sync_task,
-            push_task,
+            background,
             handle_signals: options.handle_signals,
         })
     }
@@ -207,8 +238,8 @@ impl Application {
             }
         }
         self.sync_task.abort();
-        if let Some(push) = &self.push_task {
-            push.abort();
+        for task in &self.background {
+            task.abort();
         }
         match self.gateway.ledger.flush().await {
             Ok(()) => tracing::info!("Ledger flushed; stopped."),

@@ -454,6 +454,8 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
                 on_store_error: None,
                 credits: false,
                 budget_period,
+                prompts: None,
+                prompt_breakpoints: None,
             };
             let record = tenants::create(&db, &config, new, now_ms()).await?;
             json_out(&TenantView::from(&record))
@@ -668,6 +670,8 @@ async fn demo(path: Option<&Path>, listen: Option<std::net::SocketAddr>) -> Resu
                 on_store_error: None,
                 credits: false,
                 budget_period: None,
+                prompts: None,
+                prompt_breakpoints: None,
             };
             tenants::create(db, &config, new, now_ms()).await?
         }

@@ -87,6 +87,8 @@ struct RawConfig {
     #[serde(default)]
     reports: ReportsConfig,
     #[serde(default)]
+    prompt_cache: crate::prompts::advisor::PromptCacheConfig,
+    #[serde(default)]
     providers: BTreeMap<String, RawProvider>,
     #[serde(default)]
     routes: BTreeMap<String, RawRoute>,
@@ -775,6 +777,8 @@ struct RawRoute {
     complexity: Option<RawComplexity>,
     /// Answers a question close enough to one answered before from the cache.
     semantic_cache: Option<crate::cache::semantic::RawSemanticRoute>,
+    /// Placed first in every request of the route, before the tenant's prompt.
+    platform_prompt: Option<String>,
 }
 
 /// `"provider/model"`, or a table giving it a rank and a weight.
@@ -1028,6 +1032,8 @@ pub struct Route {
     /// Set on a complexity route, which has no targets of its own.
     pub complexity: Option<ComplexityRoutes>,
     pub semantic_cache: Option<crate::cache::semantic::SemanticRoute>,
+    /// Placed first in every request of the route (`prompts`), as a stable prefix.
+    pub platform_prompt: Option<String>,
 }
 
 impl Route {
@@ -1145,6 +1151,8 @@ pub struct Config {
     pub cache: CacheConfig,
     pub alerts: AlertsConfig,
     pub reports: ReportsConfig,
+    /// `[prompt_cache]`: the ledger's review of tenants' cache breakpoints.
+    pub prompt_cache: crate::prompts::advisor::PromptCacheConfig,
     pub providers: HashMap<ProviderName, Provider>,
     pub routes: HashMap<RouteName, Route>,
     pub tiers: HashMap<String, Tier>,
@@ -1380,6 +1388,7 @@ fn validate(raw: RawConfig, dir: &Path, env: &dyn EnvSource) -> Result<Config, C
         cache: raw.cache,
         alerts: raw.alerts,
         reports: raw.reports,
+        prompt_cache: raw.prompt_cache,
         providers,
         routes,
         tiers,
@@ -1712,10 +1721,30 @@ fn validate_routes(
                 degraded_answer: r.degraded_answer.clone(),
                 complexity,
                 semantic_cache,
+                platform_prompt: platform_prompt(name, r)?,
             },
         );
     }
     Ok(routes)
+}
+
+/// A route's platform prompt: not empty, and not on a complexity route (the
+/// class it picks places its own).
+fn platform_prompt(name: &str, r: &RawRoute) -> Result<Option<String>, ConfigError> {
+    let entry = || format!("routes.{name}.platform_prompt");
+    match &r.platform_prompt {
+        None => Ok(None),
+        Some(text) if text.trim().is_empty() => Err(invalid(entry(), "must not be empty")),
+        Some(_) if r.complexity.is_some() => Err(invalid(
+            entry(),
+            "a complexity route forwards to its classes: set it on them",
+        )),
+        Some(text) if text.len() > crate::prompts::MAX_PROMPT_BYTES => Err(invalid(
+            entry(),
+            format!("must be at most {} bytes", crate::prompts::MAX_PROMPT_BYTES),
+        )),
+        Some(text) => Ok(Some(text.clone())),
+    }
 }
 
 /// A complexity route's classes, each a plain route that exists.

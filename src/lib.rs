@@ -23,6 +23,7 @@ pub mod period;
 pub mod pipeline;
 pub mod pricing;
 pub mod probe;
+pub mod prompts;
 pub mod provider;
 pub mod reload;
 pub mod routing;

@@ -43,6 +43,8 @@ pub struct Gateway {
     pub tenant_labels: Arc<TenantLabels>,
     pub cache: ResponseCache,
     pub semantic_cache: crate::cache::semantic::SemanticCache,
+    /// The ledger's latest verdicts on tenants' prompt-cache breakpoints.
+    pub prompt_advisor: crate::prompts::Advisor,
     /// The shared quota store, when replicas share limits through Redis.
     pub quota_store: Option<crate::tenant::SharedStore>,
     /// Survives restarts (kept in the journal directory); marks this replica's reservations.

@@ -30,6 +30,10 @@ pub struct Model {
     pub on_credits: bool,
     /// What `monthly_budget_nanos` runs over: `day`, `week`, `month` or `lifetime` (`None`: a month).
     pub budget_period: Option<String>,
+    /// The tenant's prompts as a JSON object: route name (or `*`, every route) to text.
+    pub prompts: Option<String>,
+    /// Cache breakpoints after the placed prompts: `auto`, `on` or `off` (`None`: auto).
+    pub prompt_breakpoints: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

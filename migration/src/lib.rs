@@ -17,6 +17,7 @@ mod m20261202_000012_credits;
 mod m20261202_000013_budget_periods;
 mod m20261202_000014_report_deliveries;
 mod m20261202_000015_cache_sources;
+mod m20261203_000016_tenant_prompts;
 
 pub struct Migrator;
 
@@ -39,6 +40,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000013_budget_periods::Migration),
             Box::new(m20261202_000014_report_deliveries::Migration),
             Box::new(m20261202_000015_cache_sources::Migration),
+            Box::new(m20261203_000016_tenant_prompts::Migration),
         ]
     }
 }

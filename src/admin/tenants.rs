@@ -9,6 +9,8 @@ use crate::config::{Config, StoreErrorPolicy};
 use crate::directory::{BudgetMode, TenantRecord, repo};
 use crate::ids::{FEATURE_RULE, TenantId, is_valid_feature};
 use crate::money::Nanos;
+use crate::prompts::{Breakpoints, EVERY_ROUTE, MAX_PROMPT_BYTES};
+use std::collections::BTreeMap;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -32,6 +34,10 @@ pub struct NewTenant {
     pub credits: bool,
     /// What `monthly_budget` runs over: `day`, `week`, `month` (the default) or `lifetime`.
     pub budget_period: Option<String>,
+    /// Placed after the route's platform prompt, by route (`*`: every route).
+    pub prompts: Option<BTreeMap<String, String>>,
+    /// `auto` (the default: as the ledger's review says), `on` or `off`.
+    pub prompt_breakpoints: Option<String>,
 }
 
 /// A partial update; `null` clears an optional limit.
@@ -59,6 +65,10 @@ pub struct TenantPatch {
     pub on_store_error: Option<Option<String>>,
     pub credits: Option<bool>,
     pub budget_period: Option<String>,
+    /// Replaces every prompt of the tenant; `null` or `{}` removes them.
+    #[serde(default, deserialize_with = "double_option")]
+    pub prompts: Option<Option<BTreeMap<String, String>>>,
+    pub prompt_breakpoints: Option<String>,
 }
 
 #[expect(
@@ -90,6 +100,8 @@ pub struct TenantView {
     pub credits: bool,
     pub budget_period: Period,
     pub feature_periods: std::collections::BTreeMap<String, Period>,
+    pub prompts: BTreeMap<String, String>,
+    pub prompt_breakpoints: Breakpoints,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
@@ -116,6 +128,8 @@ impl From<&TenantRecord> for TenantView {
             credits: t.on_credits,
             budget_period: t.budget_period,
             feature_periods: t.feature_periods.clone(),
+            prompts: t.prompts.clone(),
+            prompt_breakpoints: t.prompt_breakpoints,
             created_at_ms: t.created_at_ms,
             updated_at_ms: t.updated_at_ms,
         }
@@ -163,6 +177,43 @@ fn token_limit(value: u64) -> Result<i64, AdminError> {
         .ok()
         .filter(|v| *v > 0)
         .ok_or_else(|| invalid("token limit", "must be a positive integer"))
+}
+
+/// The stored form of a tenant's prompts: each keyed by a route that exists
+/// (or `*`), not empty, not too long; `None` for none.
+fn prompts_json(
+    config: &Config,
+    prompts: Option<&BTreeMap<String, String>>,
+) -> Result<Option<String>, AdminError> {
+    let Some(prompts) = prompts.filter(|p| !p.is_empty()) else {
+        return Ok(None);
+    };
+    for (route, text) in prompts {
+        let field = || format!("prompts.{route}");
+        if route != EVERY_ROUTE && config.route(route).is_none() {
+            return Err(invalid(
+                &field(),
+                format!("unknown route `{route}` (use a route's name, or `*` for every route)"),
+            ));
+        }
+        if text.trim().is_empty() {
+            return Err(invalid(&field(), "must not be empty"));
+        }
+        if text.len() > MAX_PROMPT_BYTES {
+            return Err(invalid(
+                &field(),
+                format!("must be at most {MAX_PROMPT_BYTES} bytes"),
+            ));
+        }
+    }
+    // A map of strings always serializes.
+    Ok(serde_json::to_string(prompts).ok())
+}
+
+fn parse_breakpoints(text: &str) -> Result<String, AdminError> {
+    text.parse::<Breakpoints>()
+        .map(|b| b.as_str().to_owned())
+        .map_err(|e| invalid("prompt_breakpoints", e))
 }
 
 fn routes_list(config: &Config, routes: &[String]) -> Result<String, AdminError> {
@@ -240,6 +291,12 @@ pub async fn create(
                 .as_str()
                 .to_owned(),
         )),
+        prompts: Set(prompts_json(config, new.prompts.as_ref())?),
+        prompt_breakpoints: Set(new
+            .prompt_breakpoints
+            .as_deref()
+            .map(parse_breakpoints)
+            .transpose()?),
     };
     Ok(repo::insert_tenant(db, model).await?)
 }
@@ -334,6 +391,12 @@ pub async fn update(
     if let Some(period) = patch.budget_period {
         let period = parse_period("budget_period", Some(&period))?;
         model.budget_period = Set(Some(period.as_str().to_owned()));
+    }
+    if let Some(prompts) = patch.prompts {
+        model.prompts = Set(prompts_json(config, prompts.as_ref())?);
+    }
+    if let Some(breakpoints) = patch.prompt_breakpoints {
+        model.prompt_breakpoints = Set(Some(parse_breakpoints(&breakpoints)?));
     }
     if *model.on_credits.as_ref() && model.monthly_budget_nanos.as_ref().is_some() {
         return Err(credits_and_budget());

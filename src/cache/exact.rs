@@ -28,6 +28,16 @@ impl CacheKey {
         hasher.update(body);
         CacheKey(hasher.finalize().into())
     }
+
+    /// This key for a request the gateway places prompts before (`prompts`):
+    /// another prompt, another answer.
+    #[must_use]
+    pub fn with_placed(self, digest: &[u8; 32]) -> CacheKey {
+        let mut hasher = Sha256::new();
+        hasher.update(self.0);
+        hasher.update(digest);
+        CacheKey(hasher.finalize().into())
+    }
 }
 
 /// A cached answer and where it came from.

@@ -117,6 +117,9 @@ pub struct TenantRecord {
     pub budget_period: Period,
     /// What each feature's budget runs over (a month where absent).
     pub feature_periods: BTreeMap<String, Period>,
+    /// Placed after the route's platform prompt: by route name, `*` for every route.
+    pub prompts: BTreeMap<String, String>,
+    pub prompt_breakpoints: crate::prompts::Breakpoints,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
@@ -152,6 +155,18 @@ impl TenantRecord {
             // A hand-edited period the gateway does not know is a month.
             budget_period: period_of(model.budget_period.as_deref()),
             feature_periods: BTreeMap::new(),
+            // A hand-edited value that is not a JSON object of texts places nothing.
+            prompts: model
+                .prompts
+                .as_deref()
+                .and_then(|json| serde_json::from_str(json).ok())
+                .unwrap_or_default(),
+            // An unknown hand-edited value is the default, the ledger's verdict.
+            prompt_breakpoints: model
+                .prompt_breakpoints
+                .as_deref()
+                .and_then(|text| text.parse().ok())
+                .unwrap_or_default(),
             created_at_ms: model.created_at_ms,
             updated_at_ms: model.updated_at_ms,
         }

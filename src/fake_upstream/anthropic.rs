@@ -4,7 +4,8 @@
 //! matching tool use, malformed `cache_control`) with Anthropic's error envelope, so a mapping
 //! bug fails a test instead of production. Scenarios ride in the `model` string as in the
 //! OpenAI fake: `status-NNN`, `delay-NNNms`, `usage-IN-CW-CR-OUT`, `tool`, and `words-N` (a
-//! reply of N words whatever `max_tokens` says: a runaway upstream).
+//! reply of N words whatever `max_tokens` says: a runaway upstream). Without `usage-…`, cache
+//! breakpoints write and read a small prompt cache of its own (`prompt_cache.rs`).
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
@@ -18,6 +19,7 @@ use actix_web::http::header;
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use serde_json::{Map, Value, json};
 
+use super::prompt_cache::PromptCache;
 use super::stats::{CapturedRequest, FakeStats};
 
 /// Large prompts (cached documents) must reach the validator, not actix's 256 KiB default.
@@ -57,6 +59,7 @@ const IMAGE_MEDIA_TYPES: [&str; 4] = ["image/jpeg", "image/png", "image/gif", "i
 #[derive(Debug, Default)]
 pub struct AnthropicFakeState {
     stats: FakeStats,
+    prompt_cache: PromptCache,
 }
 
 impl AnthropicFakeState {
@@ -170,7 +173,8 @@ async fn messages(
         model.as_deref(),
     );
     let request_id = format!("req_fake_{}", ordinals.request);
-    let mut response = answer(&req, parsed, model.as_deref().unwrap_or("")).await;
+    let model = model.as_deref().unwrap_or("");
+    let mut response = answer(&req, parsed, model, &state.prompt_cache).await;
     if let Ok(value) = header::HeaderValue::from_str(&request_id) {
         response
             .headers_mut()
@@ -183,6 +187,7 @@ async fn answer(
     req: &HttpRequest,
     parsed: Result<Value, serde_json::Error>,
     model: &str,
+    cache: &PromptCache,
 ) -> HttpResponse {
     // Authentication comes before the body, as in the real API.
     if let Err((status, message)) = check_headers(req) {
@@ -217,7 +222,7 @@ async fn answer(
         }
         return response;
     }
-    let reply = Reply::new(&request, model, &scenario);
+    let reply = Reply::new(&request, model, &scenario, cache);
     if request.get("stream").and_then(Value::as_bool) == Some(true) {
         HttpResponse::Ok()
             .content_type("text/event-stream")
@@ -889,7 +894,7 @@ struct Reply {
 }
 
 impl Reply {
-    fn new(request: &Value, model: &str, scenario: &Scenario) -> Self {
+    fn new(request: &Value, model: &str, scenario: &Scenario, cache: &PromptCache) -> Self {
         let max_tokens = request
             .get("max_tokens")
             .and_then(Value::as_u64)
@@ -913,10 +918,10 @@ impl Reply {
             (None, None) => REPLY_TEXT.to_owned(),
         };
         let default_output = DEFAULT_OUTPUT_TOKENS.min(max_tokens);
-        let usage =
-            scenario
-                .usage
-                .unwrap_or([estimate_input_tokens(request), 0, 0, default_output]);
+        let usage = scenario.usage.unwrap_or_else(|| {
+            let [input, creation, read] = cache.split(request, estimate_input_tokens(request));
+            [input, creation, read, default_output]
+        });
         let stop_reason = if tool_use.is_some() {
             "tool_use"
         } else if scenario.usage.is_none() && max_tokens < DEFAULT_OUTPUT_TOKENS {
@@ -1079,26 +1084,29 @@ fn sample_input(schema: Option<&Value>) -> Value {
     Value::Object(input)
 }
 
+/// The bytes of text a block or content carries: texts, tool inputs and
+/// tool results (what `estimate_input_tokens` counts).
+pub(super) fn text_bytes(value: &Value) -> usize {
+    match value {
+        Value::String(text) => text.len(),
+        Value::Array(items) => items.iter().map(text_bytes).fold(0, usize::saturating_add),
+        Value::Object(block) => ["text", "content"]
+            .iter()
+            .filter_map(|key| block.get(*key))
+            .map(text_bytes)
+            .fold(
+                block
+                    .get("input")
+                    .map_or(0, |input| input.to_string().len()),
+                usize::saturating_add,
+            ),
+        _ => 0,
+    }
+}
+
 /// A crude stand-in for a tokenizer (4 bytes per token plus a per-message overhead) over the
 /// system prompt and every text, tool input and tool result in the messages.
 fn estimate_input_tokens(request: &Value) -> u64 {
-    fn text_bytes(value: &Value) -> usize {
-        match value {
-            Value::String(text) => text.len(),
-            Value::Array(items) => items.iter().map(text_bytes).fold(0, usize::saturating_add),
-            Value::Object(block) => ["text", "content"]
-                .iter()
-                .filter_map(|key| block.get(*key))
-                .map(text_bytes)
-                .fold(
-                    block
-                        .get("input")
-                        .map_or(0, |input| input.to_string().len()),
-                    usize::saturating_add,
-                ),
-            _ => 0,
-        }
-    }
     let messages = request.get("messages").and_then(Value::as_array);
     let mut bytes = request.get("system").map_or(0, text_bytes);
     for message in messages.into_iter().flatten() {
@@ -1514,7 +1522,7 @@ mod tests {
                 {"role": "assistant", "content": "efgh"},
             ],
         });
-        let reply = Reply::new(&request, "m", &Scenario::default());
+        let reply = Reply::new(&request, "m", &Scenario::default(), &PromptCache::default());
         // 16 bytes -> 4 tokens, plus 4 per message; output capped by max_tokens.
         assert_eq!(reply.usage, [12, 0, 0, 5]);
         assert_eq!(reply.stop_reason, "max_tokens");

@@ -8,6 +8,7 @@
 pub mod anthropic;
 mod args;
 mod embeddings;
+mod prompt_cache;
 mod responses;
 mod scenario;
 mod server;

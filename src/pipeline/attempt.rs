@@ -63,6 +63,8 @@ pub struct Dispatch<'a> {
     pub ctx: &'a RequestContext,
     pub route: &'a Route,
     pub request: &'a ChatRequest,
+    /// Prompts the gateway places before the request's own (held in `input`).
+    pub prefix: Option<crate::prompts::Prefix<'a>>,
     /// The input estimate the holds were reserved at (a bound when not exact).
     pub input: Estimate,
     pub rate: RateDecision,
@@ -410,7 +412,8 @@ impl Dispatch<'_> {
         let tenant = provider
             .tenant_id_as
             .map(|field| (field, self.ctx.tenant.id.as_str()));
-        adapter.build_body(self.request, &target.model, sent_max_tokens, tenant)
+        let prefix = self.prefix.as_ref();
+        adapter.build_body(self.request, &target.model, sent_max_tokens, tenant, prefix)
     }
 
     /// One upstream call and its complete answer read, timed as upstream time;

@@ -21,6 +21,7 @@ use crate::error::{ApiError, ErrorCode};
 use crate::ledger::{Api, AttemptStatus, CacheSource, UsageKind};
 use crate::money::Nanos;
 use crate::openai::chat::ChatRequest;
+use crate::prompts::Prefix;
 use crate::provider::clients::UpstreamClients;
 use crate::routing::Complexity;
 use crate::state::Gateway;
@@ -72,12 +73,7 @@ pub async fn handle_chat(
     body: &[u8],
     native: Option<Bytes>,
 ) -> Result<ChatOutcome, ApiError> {
-    let request = match (ctx.api, native) {
-        (Api::Embeddings, _) => ChatRequest::parse_embeddings(body)?,
-        (Api::Responses, Some(native)) => ChatRequest::parse_responses(body, native)?,
-        (Api::Messages, _) => ChatRequest::parse_messages(body)?,
-        (Api::Chat | Api::Responses, _) => ChatRequest::parse(body)?,
-    };
+    let request = parse(ctx.api, body, native)?;
     // What the caller sent: a passthrough answers it, so the cache must tell
     // apart bodies whose chat translations are the same.
     let body = request.native().map_or(body, |native| &native.body[..]);
@@ -102,6 +98,7 @@ pub async fn handle_chat(
         None => ctx,
     };
     let end_user = end_user_hold(ctx, tier)?;
+    let prefix = placed(gw, route, ctx, &request);
     let tenant = gw
         .tenants
         .handle(&ctx.tenant)
@@ -115,6 +112,7 @@ pub async fn handle_chat(
         route,
         request: &request,
         tenant: &tenant,
+        placed: prefix.map(|p| p.digest()),
     };
     let Missed {
         cache_key,
@@ -157,6 +155,7 @@ pub async fn handle_chat(
         tenant: &tenant,
         max_tokens,
         end_user,
+        prefix: prefix.as_ref(),
     };
     let (rate, hold, input) = admission.reserve(limited).await?;
 
@@ -168,6 +167,7 @@ pub async fn handle_chat(
         ctx,
         route,
         request: &request,
+        prefix,
         input,
         rate,
         cache_key,
@@ -184,6 +184,30 @@ pub async fn handle_chat(
     Ok(outcome)
 }
 
+/// The request in its door's format.
+fn parse(api: Api, body: &[u8], native: Option<Bytes>) -> Result<ChatRequest, ApiError> {
+    match (api, native) {
+        (Api::Embeddings, _) => ChatRequest::parse_embeddings(body),
+        (Api::Responses, Some(native)) => ChatRequest::parse_responses(body, native),
+        (Api::Messages, _) => ChatRequest::parse_messages(body),
+        (Api::Chat | Api::Responses, _) => ChatRequest::parse(body),
+    }
+}
+
+/// The prompts placed before a generating request's own, if the route or tenant has any.
+fn placed<'a>(
+    gw: &Gateway,
+    route: &'a Route,
+    ctx: &'a RequestContext,
+    request: &ChatRequest,
+) -> Option<Prefix<'a>> {
+    if !request.generates() {
+        return None;
+    }
+    let advised = gw.prompt_advisor.breakpoints(ctx.tenant.id.as_str());
+    Prefix::of(route, &ctx.tenant, advised)
+}
+
 /// The exact cache, then the semantic cache, where the route has them.
 struct Caches<'a> {
     gw: &'a Arc<Gateway>,
@@ -193,6 +217,7 @@ struct Caches<'a> {
     route: &'a Route,
     request: &'a ChatRequest,
     tenant: &'a TenantHandle,
+    placed: Option<[u8; 32]>,
 }
 
 enum Cached {
@@ -216,12 +241,16 @@ impl Caches<'_> {
         let (gw, ctx, route, request) = (self.gw, self.ctx, self.route, self.request);
         let cache_key =
             (route.cache_ttl_ms > 0 && !request.stream() && !ctx.cache_bypass).then(|| {
-                CacheKey::new(
+                let key = CacheKey::new(
                     ctx.tenant.id.as_str(),
                     ctx.api.as_str(),
                     route.name.as_str(),
                     body,
-                )
+                );
+                match &self.placed {
+                    Some(placed) => key.with_placed(placed),
+                    None => key,
+                }
             });
         if let Some(key) = &cache_key {
             let labels = |result| [("route", route.name.as_str()), ("result", result)];
@@ -261,6 +290,7 @@ impl Caches<'_> {
             settings,
             request,
             tenant: self.tenant,
+            placed: self.placed,
         };
         match consult.run().await? {
             Consulted::Hit(outcome) => Ok(Cached::Served(outcome)),
@@ -283,6 +313,8 @@ struct Admission<'a> {
     tenant: &'a TenantHandle,
     max_tokens: u32,
     end_user: Option<EndUserHold>,
+    /// Prompts the gateway places first: their tokens are held like the caller's.
+    prefix: Option<&'a Prefix<'a>>,
 }
 
 impl Admission<'_> {
@@ -296,10 +328,11 @@ impl Admission<'_> {
         &self,
         limited: Option<RateDecision>,
     ) -> Result<(RateDecision, Hold, Estimate), ApiError> {
-        let bound = self
+        let mut bound = self
             .gw
             .estimator
             .bound_for(&self.route.countings, self.request.body());
+        bound.tokens += self.placed_tokens();
         let request = self.reserve_request(bound.tokens);
         let meta = self.meta();
         let (rate, reservation) = if let Some(rate) = limited {
@@ -337,7 +370,8 @@ impl Admission<'_> {
             tokens: self
                 .gw
                 .estimator
-                .estimate_for(&self.route.countings, self.request.body()),
+                .estimate_for(&self.route.countings, self.request.body())
+                + self.placed_tokens(),
             exact: true,
         };
         let request = self.reserve_request(exact.tokens);
@@ -348,6 +382,12 @@ impl Admission<'_> {
             .map_err(|e| budget_error(&e, &rate))?;
         let hold = Hold::new(self.tenant.clone(), request, meta, reservation);
         Ok((rate, hold, exact))
+    }
+
+    fn placed_tokens(&self) -> u64 {
+        self.prefix.map_or(0, |prefix| {
+            prefix.tokens(&self.gw.estimator, &self.route.countings)
+        })
     }
 
     fn reserve_request(&self, input_tokens: u64) -> ReserveRequest {

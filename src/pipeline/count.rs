@@ -2,7 +2,8 @@
 //! counts them for the route (the count reservations are made with). Nothing
 //! goes upstream, nothing is held or charged and no ledger row is written,
 //! but it is a call like any other: key, route and tier checks, and the
-//! requests-per-minute limit.
+//! requests-per-minute limit. The prompts the gateway would place first
+//! count too: they are part of what the model reads and what is reserved.
 
 use std::sync::Arc;
 
@@ -10,6 +11,7 @@ use super::chat::{allowed_rate, resolve_route};
 use super::context::{RequestContext, RequestMeter};
 use crate::error::ApiError;
 use crate::openai::chat::ChatRequest;
+use crate::prompts::Prefix;
 use crate::state::Gateway;
 use crate::tenant::RateDecision;
 
@@ -34,6 +36,8 @@ pub async fn count_tokens(
         .handle(&ctx.tenant)
         .map_err(|e| ApiError::internal(e.to_string()))?;
     let rate = allowed_rate(&tenant).await?;
-    let input_tokens = gw.estimator.estimate_for(&route.countings, request.body());
+    let placed = Prefix::of(route, &ctx.tenant, true)
+        .map_or(0, |prefix| prefix.tokens(&gw.estimator, &route.countings));
+    let input_tokens = gw.estimator.estimate_for(&route.countings, request.body()) + placed;
     Ok(Counted { input_tokens, rate })
 }

@@ -68,6 +68,8 @@ pub struct Consult<'a> {
     pub settings: &'a SemanticRoute,
     pub request: &'a ChatRequest,
     pub tenant: &'a TenantHandle,
+    /// The digest of the prompts the gateway places first, if any: part of the context.
+    pub placed: Option<[u8; 32]>,
 }
 
 impl Consult<'_> {
@@ -81,7 +83,15 @@ impl Consult<'_> {
             );
         };
         let question = match question(self.ctx, self.request, self.settings) {
-            Ok(question) => question,
+            Ok(mut question) => {
+                if let Some(placed) = &self.placed {
+                    let mut hasher = Sha256::new();
+                    hasher.update(question.context);
+                    hasher.update(placed);
+                    question.context = hasher.finalize().into();
+                }
+                question
+            }
             Err(reason) => {
                 count("bypass");
                 let labels = [("route", route), ("reason", reason)];

@@ -60,10 +60,11 @@ pub enum Metric {
     SemanticCacheBypassesTotal,
     SemanticCacheLookupSeconds,
     SemanticCacheSavedNanosTotal,
+    PromptBreakpointsOffTenants,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 47] = [
+    pub const ALL: [Metric; 48] = [
         Metric::RequestsTotal,
         Metric::RequestDurationSeconds,
         Metric::GatewayOverheadSeconds,
@@ -111,6 +112,7 @@ impl Metric {
         Metric::SemanticCacheBypassesTotal,
         Metric::SemanticCacheLookupSeconds,
         Metric::SemanticCacheSavedNanosTotal,
+        Metric::PromptBreakpointsOffTenants,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -139,6 +141,7 @@ impl Metric {
             Metric::SemanticCacheBypassesTotal => "tollgate_semantic_cache_bypasses_total",
             Metric::SemanticCacheLookupSeconds => "tollgate_semantic_cache_lookup_seconds",
             Metric::SemanticCacheSavedNanosTotal => "tollgate_semantic_cache_saved_nanos_total",
+            Metric::PromptBreakpointsOffTenants => "tollgate_prompt_breakpoints_off_tenants",
             Metric::LedgerEventsFlushed => "tollgate_ledger_events_flushed_total",
             Metric::LedgerWriteErrors => "tollgate_ledger_write_errors_total",
             Metric::LedgerBacklogEvents => "tollgate_ledger_backlog_events",
@@ -254,6 +257,9 @@ impl Metric {
                 "Time a request waited for a provider's concurrency permit, by provider (not in the gateway's overhead)."
             }
             Metric::TraceSpansExportedTotal => "Spans the OTLP collector accepted.",
+            Metric::PromptBreakpointsOffTenants => {
+                "Tenants in `auto` whose cache breakpoints the ledger's last review turned off (their cache writes cost more than their reads saved)."
+            }
             Metric::ProviderPromptTokensTotal => {
                 "Prompt tokens by provider and type: prompt (uncached), cached (read from the provider's prompt cache), cache_write."
             }

@@ -228,6 +228,26 @@ impl Estimator {
         worst
     }
 
+    /// Tokens of system messages placed before a request's own (the
+    /// gateway's prompts), the largest over the route's countings. Counted
+    /// exactly: the texts are stable, so the memo pays for each once.
+    pub fn placed_for(&self, countings: &[Counting], texts: &[&str]) -> u64 {
+        let raw = |estimator: Estimator| -> u64 {
+            texts
+                .iter()
+                .map(|text| TOKENS_PER_MESSAGE + estimator.count_text(text))
+                .sum()
+        };
+        if countings.is_empty() {
+            return with_safety(raw(*self), self.safety_percent);
+        }
+        countings
+            .iter()
+            .map(|c| with_safety(raw(self.with(*c)), c.safety_percent))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Upper estimate of a chat request's input tokens (messages, tools, format overhead).
     pub fn estimate_chat_input(&self, body: &Map<String, Value>) -> u64 {
         with_safety(self.raw_chat_input(body), self.safety_percent)

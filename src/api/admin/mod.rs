@@ -3,6 +3,7 @@
 pub mod credits;
 pub mod end_users;
 pub mod keys;
+pub mod prompt_cache;
 pub mod reload;
 pub mod spend;
 pub mod tenants;
@@ -63,7 +64,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/spend", web::get().to(spend::all_spend))
         .route("/reports/daily", web::get().to(spend::daily_report))
         .route("/reconciliation", web::get().to(spend::reconciliation))
-        .route("/reload", web::post().to(reload::reload_config));
+        .route("/reload", web::post().to(reload::reload_config))
+        .route("/prompt-cache", web::get().to(prompt_cache::last_review))
+        .route("/prompt-cache/review", web::post().to(prompt_cache::review));
 }
 
 fn now_ms(gw: &crate::state::Gateway) -> i64 {

@@ -12,6 +12,7 @@ use serde_json::{Map, Value, json};
 use crate::clock::{Clock, SystemClock};
 use crate::openai::chat::ChatRequest;
 use crate::pricing::Usage;
+use crate::prompts::{Prefix, place};
 
 /// The API version sent when the provider configures none.
 pub const DEFAULT_VERSION: &str = "2023-06-01";
@@ -66,20 +67,25 @@ pub fn build_body(
     max_tokens: u32,
     stream: bool,
 ) -> Result<Bytes, AnthropicMapError> {
-    build_body_as(request, model, max_tokens, stream, None)
+    build_body_as(request, model, max_tokens, stream, None, None)
 }
 
-/// As `build_body`, with `metadata.user_id` set to `user` whatever the caller sent.
+/// As `build_body`, with `metadata.user_id` set to `user` whatever the
+/// caller sent, and the gateway's prompts first in `system`.
 pub fn build_body_as(
     request: &ChatRequest,
     model: &str,
     max_tokens: u32,
     stream: bool,
     user: Option<&str>,
+    prefix: Option<&Prefix<'_>>,
 ) -> Result<Bytes, AnthropicMapError> {
     let mut body = map_request(request.body(), model, max_tokens, stream)?;
     if let Some(user) = user {
         body.insert("metadata".to_owned(), json!({ "user_id": user }));
+    }
+    if let Some(prefix) = prefix {
+        place::anthropic_system(&mut body, prefix);
     }
     // serde_json cannot fail to write a Map of Values.
     Ok(Bytes::from(

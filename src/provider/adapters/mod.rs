@@ -20,6 +20,7 @@ use crate::ledger::Api;
 use crate::openai::chat::ChatRequest;
 use crate::pipeline::sse::{Inspected, inspect};
 use crate::pricing::Usage;
+use crate::prompts::Prefix;
 
 use self::openai::ResponseUsage;
 
@@ -66,13 +67,15 @@ impl Adapter {
     }
 
     /// The upstream body; a request the provider's API cannot express is the caller's 400.
-    /// `tenant` is the tenant id and the field the provider takes it in, if it does.
+    /// `tenant` is the tenant id and the field the provider takes it in, if it does;
+    /// `prefix` the prompts the gateway places before the request's own.
     pub fn build_body(
         self,
         request: &ChatRequest,
         model: &str,
         max_tokens: u32,
         tenant: Option<(TenantIdField, &str)>,
+        prefix: Option<&Prefix<'_>>,
     ) -> Result<Bytes, ApiError> {
         match self {
             Adapter::OpenAi => {
@@ -85,18 +88,24 @@ impl Adapter {
                         ),
                     ));
                 }
-                Ok(openai::build_body(request, model, max_tokens, tenant))
+                Ok(openai::build_body(
+                    request, model, max_tokens, tenant, prefix,
+                ))
             }
             Adapter::AnthropicPassthrough => {
                 let native = request.native().map_or(request.raw(), |n| &n.body[..]);
                 let user = tenant.map(|(_, id)| id);
-                Ok(passthrough::build_body(native, model, max_tokens, user))
+                Ok(passthrough::build_body(
+                    native, model, max_tokens, user, prefix,
+                ))
             }
             Adapter::ResponsesPassthrough => {
                 let native = request.native().map_or(request.raw(), |n| &n.body[..]);
                 // Validation allows only `user` with `responses = true`.
                 let user = tenant.map(|(_, id)| id);
-                Ok(responses::build_body(native, model, max_tokens, user))
+                Ok(responses::build_body(
+                    native, model, max_tokens, user, prefix,
+                ))
             }
             Adapter::Anthropic if !request.generates() => Err(ApiError::invalid_request(
                 "model",
@@ -107,7 +116,7 @@ impl Adapter {
             Adapter::Anthropic => {
                 // Validation allows only `user` here, which Anthropic spells metadata.user_id.
                 let user = tenant.map(|(_, id)| id);
-                anthropic::build_body_as(request, model, max_tokens, request.stream(), user)
+                anthropic::build_body_as(request, model, max_tokens, request.stream(), user, prefix)
                     .map_err(|e| {
                         let param = e.field().unwrap_or("body").to_owned();
                         ApiError::invalid_request(param, e.to_string())

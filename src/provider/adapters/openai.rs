@@ -12,14 +12,20 @@ use crate::config::TenantIdField;
 use crate::openai::chat::ChatRequest;
 use crate::openai::splice;
 use crate::pricing::Usage;
+use crate::prompts::{Prefix, place};
 
-/// The body sent upstream for one target, with the tenant id in the given field if any.
+/// The body sent upstream for one target, with the tenant id in the given
+/// field if any, and the gateway's prompts before the caller's messages.
 pub fn build_body(
     request: &ChatRequest,
     model: &str,
     max_tokens: u32,
     tenant: Option<(TenantIdField, &str)>,
+    prefix: Option<&Prefix<'_>>,
 ) -> Bytes {
+    if let Some(prefix) = prefix {
+        return build_from_values(request, model, max_tokens, tenant, Some(prefix));
+    }
     let model_json = Value::from(model).to_string();
     let max_tokens_json = max_tokens.to_string();
     let tenant_json = tenant.map(|(field, id)| (field.as_str(), Value::from(id).to_string()));
@@ -50,18 +56,23 @@ pub fn build_body(
     }
     match splice::set_members(request.raw(), &set) {
         Some(body) => Bytes::from(body),
-        None => build_from_values(request, model, max_tokens, tenant),
+        None => build_from_values(request, model, max_tokens, tenant, None),
     }
 }
 
-/// `build_body` for a body the splice cannot rewrite (an escaped key): from the parsed values.
+/// `build_body` from the parsed values: for a body the splice cannot
+/// rewrite (an escaped key), or one that gets the gateway's prompts.
 fn build_from_values(
     request: &ChatRequest,
     model: &str,
     max_tokens: u32,
     tenant: Option<(TenantIdField, &str)>,
+    prefix: Option<&Prefix<'_>>,
 ) -> Bytes {
     let mut body: Map<String, Value> = request.body().clone();
+    if let Some(prefix) = prefix {
+        place::chat_messages(&mut body, prefix);
+    }
     if let Some((field, tenant)) = tenant {
         body.insert(field.as_str().to_owned(), Value::from(tenant));
     }
@@ -215,8 +226,8 @@ mod tests {
                 Some((TenantIdField::User, "t-1")),
                 Some((TenantIdField::UserId, "t\"2")),
             ] {
-                let spliced = build_body(&request, "gpt-4o-mini", 256, tenant);
-                let rebuilt = build_from_values(&request, "gpt-4o-mini", 256, tenant);
+                let spliced = build_body(&request, "gpt-4o-mini", 256, tenant, None);
+                let rebuilt = build_from_values(&request, "gpt-4o-mini", 256, tenant, None);
                 let spliced: Value = serde_json::from_slice(&spliced).unwrap();
                 let rebuilt: Value = serde_json::from_slice(&rebuilt).unwrap();
                 assert_eq!(spliced, rebuilt, "{body} {tenant:?}");

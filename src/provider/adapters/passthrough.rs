@@ -13,10 +13,18 @@ use super::anthropic::{self, AnthropicMapError, StreamMapper};
 use super::{Ending, Relayed, Translated};
 use crate::openai::splice;
 use crate::pricing::Usage;
+use crate::prompts::{Prefix, place};
 
 /// The upstream body: the caller's, with the target's model, the held output
-/// limit and, where the provider takes one, the tenant as `metadata.user_id`.
-pub fn build_body(native: &[u8], model: &str, max_tokens: u32, user: Option<&str>) -> Bytes {
+/// limit, where the provider takes one the tenant as `metadata.user_id`, and
+/// the gateway's prompts first in `system`.
+pub fn build_body(
+    native: &[u8],
+    model: &str,
+    max_tokens: u32,
+    user: Option<&str>,
+    prefix: Option<&Prefix<'_>>,
+) -> Bytes {
     let model_json = Value::from(model).to_string();
     let max_tokens_json = max_tokens.to_string();
     let metadata_json = user.map(|user| json!({ "user_id": user }).to_string());
@@ -27,7 +35,10 @@ pub fn build_body(native: &[u8], model: &str, max_tokens: u32, user: Option<&str
     if let Some(metadata) = &metadata_json {
         set.push(("metadata", metadata.as_str()));
     }
-    rewrite(native, &set)
+    match prefix {
+        Some(prefix) => from_values(native, &set, |body| place::anthropic_system(body, prefix)),
+        None => rewrite(native, &set),
+    }
 }
 
 /// The caller's body with each `(key, JSON value)` of `set` in place: spliced
@@ -36,17 +47,23 @@ pub fn build_body(native: &[u8], model: &str, max_tokens: u32, user: Option<&str
 pub(super) fn rewrite(native: &[u8], set: &[(&str, &str)]) -> Bytes {
     match splice::set_members(native, set) {
         Some(body) => Bytes::from(body),
-        None => from_values(native, set),
+        None => from_values(native, set, |_| {}),
     }
 }
 
-fn from_values(native: &[u8], set: &[(&str, &str)]) -> Bytes {
+/// The caller's body parsed, with `set` in place, then changed by `place`.
+pub(super) fn from_values(
+    native: &[u8],
+    set: &[(&str, &str)],
+    place: impl FnOnce(&mut Map<String, Value>),
+) -> Bytes {
     let mut body: Map<String, Value> = serde_json::from_slice(native).unwrap_or_default();
     for (key, value) in set {
         if let Ok(value) = serde_json::from_str(value) {
             body.insert((*key).to_owned(), value);
         }
     }
+    place(&mut body);
     // serde_json cannot fail to write a Map of Values.
     Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
 }
@@ -176,14 +193,15 @@ mod tests {
     #[test]
     fn only_model_and_max_tokens_change_in_the_caller_s_bytes() {
         let native = br#"{"model":"claude","max_tokens":9000,"system":[{"type":"text","text":"S","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"hi"}]}"#;
-        let body = build_body(native, "claude-x", 100, None);
+        let body = build_body(native, "claude-x", 100, None, None);
         assert_eq!(
             std::str::from_utf8(&body).unwrap(),
             r#"{"model":"claude-x","max_tokens":100,"system":[{"type":"text","text":"S","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"hi"}]}"#
         );
         let escaped = br#"{"mod\u0065l":"claude","max_tokens":9000,"messages":[]}"#;
         let body: Value =
-            serde_json::from_slice(&build_body(escaped, "claude-x", 100, Some("t-1"))).unwrap();
+            serde_json::from_slice(&build_body(escaped, "claude-x", 100, Some("t-1"), None))
+                .unwrap();
         assert_eq!(
             (body["model"].clone(), body["max_tokens"].clone()),
             (json!("claude-x"), json!(100))

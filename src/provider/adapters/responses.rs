@@ -16,16 +16,24 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::openai::ResponseUsage;
-use super::passthrough::rewrite;
+use super::passthrough::{from_values, rewrite};
 use super::{Ending, Relayed, Translated};
 use crate::openai::responses::{incomplete_at_limit, usage_object};
 use crate::pipeline::stream::STREAM_INTERRUPTED;
 use crate::pricing::Usage;
+use crate::prompts::{Prefix, place};
 
 /// The upstream body: the caller's, with the target's model, the held output
 /// limit and, if the provider takes the tenant, `user` (the caller's own
-/// `user` is replaced, as at OpenAI's chat API).
-pub fn build_body(native: &[u8], model: &str, max_tokens: u32, user: Option<&str>) -> Bytes {
+/// `user` is replaced, as at OpenAI's chat API), and the gateway's prompts
+/// opening `instructions`.
+pub fn build_body(
+    native: &[u8],
+    model: &str,
+    max_tokens: u32,
+    user: Option<&str>,
+    prefix: Option<&Prefix<'_>>,
+) -> Bytes {
     let model_json = Value::from(model).to_string();
     let max_tokens_json = max_tokens.to_string();
     let user_json = user.map(|user| Value::from(user).to_string());
@@ -36,7 +44,12 @@ pub fn build_body(native: &[u8], model: &str, max_tokens: u32, user: Option<&str
     if let Some(user) = &user_json {
         set.push(("user", user.as_str()));
     }
-    rewrite(native, &set)
+    match prefix {
+        Some(prefix) => from_values(native, &set, |body| {
+            place::responses_instructions(body, prefix);
+        }),
+        None => rewrite(native, &set),
+    }
 }
 
 /// The fields of a `response` object billing reads.
@@ -421,7 +434,7 @@ mod tests {
     #[test]
     fn only_model_max_output_tokens_and_user_change_in_the_caller_s_bytes() {
         let native = br#"{"model":"fast","input":"hi","max_output_tokens":9000,"reasoning":{"effort":"high"},"x_new":[1]}"#;
-        let body = build_body(native, "gpt-5", 100, None);
+        let body = build_body(native, "gpt-5", 100, None, None);
         assert_eq!(
             std::str::from_utf8(&body).unwrap(),
             r#"{"model":"gpt-5","input":"hi","max_output_tokens":100,"reasoning":{"effort":"high"},"x_new":[1]}"#
@@ -431,6 +444,7 @@ mod tests {
             "gpt-5",
             7,
             Some("t-1"),
+            None,
         );
         let body: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(
@@ -438,7 +452,8 @@ mod tests {
             json!({"model": "gpt-5", "input": "hi", "user": "t-1", "max_output_tokens": 7})
         );
         let escaped = br#"{"mod\u0065l":"fast","input":"hi"}"#;
-        let body: Value = serde_json::from_slice(&build_body(escaped, "gpt-5", 7, None)).unwrap();
+        let body: Value =
+            serde_json::from_slice(&build_body(escaped, "gpt-5", 7, None, None)).unwrap();
         assert_eq!(
             (body["model"].clone(), body["max_output_tokens"].clone()),
             (json!("gpt-5"), json!(7))
