@@ -193,7 +193,9 @@ fn embedding(seed: u64, dims: usize) -> Vec<f32> {
 
 /// The in-process semantic index at its worst: every entry in the
 /// question's own bucket (one tenant, route and context), and a miss, which
-/// compares every one. 1,536 dimensions, as text-embedding-3-small returns.
+/// compares every one exactly, or (approximate, the default past 256
+/// entries) ranks every one by sign bits and compares 64 exactly. 1,536
+/// dimensions, as text-embedding-3-small returns.
 fn semantic(c: &mut Criterion) {
     use tollgate::cache::semantic::vector::Quantized;
     use tollgate::cache::semantic::{Answer, Probe, SemanticCache, SemanticCacheConfig};
@@ -213,11 +215,16 @@ fn semantic(c: &mut Criterion) {
     };
     let mut group = c.benchmark_group("semantic_lookup");
     group.sample_size(20);
-    for entries in [10_000usize, 100_000] {
+    let searches = [("exact", usize::MAX), ("approximate", 256)];
+    for (entries, (search, exact_max)) in [10_000usize, 100_000]
+        .into_iter()
+        .flat_map(|n| searches.into_iter().map(move |s| (n, s)))
+    {
         let Ok(cache) = SemanticCache::new(
             &SemanticCacheConfig {
                 max_entries_per_tenant: entries,
                 max_bytes_per_tenant: usize::MAX,
+                exact_search_max_entries: exact_max,
                 ..SemanticCacheConfig::default()
             },
             "",
@@ -241,7 +248,8 @@ fn semantic(c: &mut Criterion) {
         let Some(question) = probe(u64::MAX) else {
             return;
         };
-        group.bench_function(format!("{}k_entries_miss", entries / 1000), |b| {
+        let name = format!("{}k_entries_miss_{search}", entries / 1000);
+        group.bench_function(name, |b| {
             b.iter(|| runtime.block_on(cache.lookup(black_box(&question), 920_000, 1)));
         });
     }

@@ -39,6 +39,8 @@ pub struct ModelRoute {
     pub route: String,
     pub provider: String,
     pub model: String,
+    /// Further lines of the route's table (a semantic cache).
+    pub settings: Option<String>,
 }
 
 /// The gateway's TOML: key auth, request and token rate limits and token quotas, strict
@@ -111,7 +113,18 @@ output = "1.5"
             r#"
 [routes.{route:?}]
 targets = ["{provider}/{model}"]
-
+{settings}
+"#,
+            route = extra.route,
+            provider = extra.provider,
+            model = extra.model,
+            settings = extra.settings.as_deref().unwrap_or(""),
+        );
+        // One price per model: the semantic route shares the plain route's.
+        if extra.model != UPSTREAM_MODEL {
+            let _ = write!(
+                toml,
+                r#"
 [[prices]]
 provider = "{provider}"
 model = "{model}"
@@ -119,10 +132,10 @@ input = "0.5"
 cached_input = "0.05"
 output = "1.5"
 "#,
-            route = extra.route,
-            provider = extra.provider,
-            model = extra.model,
-        );
+                provider = extra.provider,
+                model = extra.model,
+            );
+        }
     }
     let _ = write!(
         toml,

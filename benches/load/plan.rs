@@ -93,6 +93,10 @@ pub enum Mode {
     /// A gateway configured like the plain one but with `ledger.fsync = "batch"`: each
     /// attempt's reserve waits for a group fsync before the call is sent.
     Batch,
+    /// The plain gateway on a route with the semantic cache on, every question distinct (a
+    /// miss): the question's embedding (a call to the fake's 1,536-dimension embeddings) and
+    /// the lookup among the tenant's cached answers come before the chat call.
+    Semantic,
     /// The Redis-mode gateway again, each request naming one of `users` end users in
     /// `X-Tollgate-End-User` (the next one each request), so the tier's end-user template is
     /// decided beside the tenant's on every call.
@@ -147,6 +151,9 @@ pub const STREAM_MODES: [Mode; 3] = [
         door: Door::Messages,
     },
 ];
+/// The route of the semantic cells: the 0 ms fake's model behind a semantic cache.
+pub const SEMANTIC_ROUTE: &str = "semantic";
+
 /// The open-loop rates of the streaming cells, and of the fsync-batch, Redis and end-user
 /// cells in a full run (a smoke run keeps 1,000 for those).
 pub const MODE_RATES: [u64; 2] = [200, 1_000];
@@ -178,6 +185,15 @@ pub fn cells(quick: bool, redis: bool, end_users: u64) -> Vec<CellPlan> {
                 kinds: both.to_vec(),
             });
         }
+    }
+    for rate in rates {
+        cells.push(CellPlan {
+            mode: Mode::Semantic,
+            shape: Shape::Open { rate: *rate },
+            scenario: "short",
+            delay_ms: 0,
+            kinds: both.to_vec(),
+        });
     }
     let mut modes = vec![Mode::Batch];
     if redis {
@@ -454,6 +470,7 @@ impl<'a> Runner<'a> {
                 }
                 stream_route(chunks, chunk_delay_ms)
             }
+            Mode::Semantic => (SEMANTIC_ROUTE.to_owned(), UPSTREAM_MODEL.to_owned()),
             Mode::Plain | Mode::Redis | Mode::Batch | Mode::EndUsers { .. } => {
                 (fake.route.clone(), UPSTREAM_MODEL.to_owned())
             }
@@ -461,8 +478,12 @@ impl<'a> Runner<'a> {
         let streaming = matches!(mode, Mode::Stream { .. });
         let door = match mode {
             Mode::Stream { door, .. } => door,
-            Mode::Plain | Mode::Redis | Mode::Batch | Mode::EndUsers { .. } => Door::Chat,
+            Mode::Plain | Mode::Redis | Mode::Batch | Mode::EndUsers { .. } | Mode::Semantic => {
+                Door::Chat
+            }
         };
+        // The semantic cache looks up greedy answers only.
+        let greedy = mode == Mode::Semantic;
         let target = match kind {
             Kind::Direct => Target {
                 addr: fake.addr,
@@ -470,12 +491,12 @@ impl<'a> Runner<'a> {
                     fake.addr,
                     CHAT_PATH,
                     &[],
-                    &scenario.upstream_body_for(&model, streaming)?,
+                    &scenario.upstream_body_with(&model, streaming, greedy)?,
                 ),
             },
             Kind::Gateway => {
                 let (addr, key, _) = self.stack.gateway_for(mode)?;
-                let body = scenario.gateway_body_for(&route, streaming, door)?;
+                let body = scenario.gateway_body_with(&route, streaming, door, greedy)?;
                 match mode {
                     Mode::EndUsers { users } => end_user_target(addr, key, &body, users)?,
                     _ => gateway_target(addr, key, door, &body, None),

@@ -34,6 +34,17 @@ impl Scenario {
     /// `stream`: ask for an SSE stream, without the usage event. The same messages in
     /// each door's shape; Messages requires `max_tokens`, so it sends the tier's default.
     pub fn gateway_body_for(&self, route: &str, stream: bool, door: Door) -> Result<Vec<u8>> {
+        self.gateway_body_with(route, stream, door, false)
+    }
+
+    /// `greedy`: with `"temperature": 0`, an answer the semantic cache may keep and reuse.
+    pub fn gateway_body_with(
+        &self,
+        route: &str,
+        stream: bool,
+        door: Door,
+        greedy: bool,
+    ) -> Result<Vec<u8>> {
         let mut body = match door {
             Door::Chat => json!({"model": route, "messages": self.messages}),
             Door::Responses => json!({"model": route, "input": self.messages}),
@@ -49,6 +60,9 @@ impl Scenario {
         };
         if stream {
             body["stream"] = json!(true);
+        }
+        if greedy {
+            body["temperature"] = json!(0);
         }
         serde_json::to_vec(&body).context("serializing a request body")
     }
@@ -75,6 +89,11 @@ impl Scenario {
     /// `stream`: as the gateway forwards a streaming request, which always asks the upstream
     /// for the usage event (it bills from it).
     pub fn upstream_body_for(&self, model: &str, stream: bool) -> Result<Vec<u8>> {
+        self.upstream_body_with(model, stream, false)
+    }
+
+    /// `greedy`: with `"temperature": 0`, as the semantic cells send the gateway.
+    pub fn upstream_body_with(&self, model: &str, stream: bool, greedy: bool) -> Result<Vec<u8>> {
         let mut body = json!({
             "model": model,
             "messages": self.messages,
@@ -83,6 +102,9 @@ impl Scenario {
         if stream {
             body["stream"] = json!(true);
             body["stream_options"] = json!({"include_usage": true});
+        }
+        if greedy {
+            body["temperature"] = json!(0);
         }
         serde_json::to_vec(&body).context("serializing a request body")
     }

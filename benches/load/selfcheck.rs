@@ -176,6 +176,7 @@ fn configuration() -> Result<()> {
         route: "stream20x2ms".to_owned(),
         provider: "fake0".to_owned(),
         model: "bench-model+chunks-20+chunk-delay-2ms".to_owned(),
+        settings: None,
     }];
     let toml = crate::config::gateway_toml(
         8,

@@ -57,6 +57,9 @@ pub enum Redis {
 pub const SLOW_ROUTE: &str = "slow2s";
 pub const SLOW_MS: u64 = 2_000;
 
+/// The embeddings route the semantic cells' cache embeds questions through.
+const SEMANTIC_EMBED_ROUTE: &str = "semantic-embed";
+
 /// The route (and the fake's model string) of a streaming shape, on the 0 ms fake.
 pub fn stream_route(chunks: u32, chunk_delay_ms: u64) -> (String, String) {
     (
@@ -83,12 +86,30 @@ fn model_routes() -> Vec<ModelRoute> {
             route,
             provider: provider.clone(),
             model,
+            settings: None,
         })
         .collect();
     routes.push(ModelRoute {
         route: SLOW_ROUTE.to_owned(),
-        provider,
+        provider: provider.clone(),
         model: format!("{UPSTREAM_MODEL}+delay-{SLOW_MS}ms"),
+        settings: None,
+    });
+    // A semantic cache as its README section shows it, over embeddings of
+    // text-embedding-3-small's size.
+    routes.push(ModelRoute {
+        route: SEMANTIC_EMBED_ROUTE.to_owned(),
+        provider: provider.clone(),
+        model: format!("{UPSTREAM_MODEL}+dims-1536"),
+        settings: None,
+    });
+    routes.push(ModelRoute {
+        route: crate::plan::SEMANTIC_ROUTE.to_owned(),
+        provider,
+        model: UPSTREAM_MODEL.to_owned(),
+        settings: Some(format!(
+            "semantic_cache = {{ threshold = 0.92, ttl_ms = 600000, embedding_route = \"{SEMANTIC_EMBED_ROUTE}\" }}"
+        )),
     });
     routes
 }
@@ -221,7 +242,7 @@ impl Stack {
                 self.batch.key.as_str(),
                 self.batch.process.pid(),
             )),
-            Mode::Plain | Mode::Stream { .. } => {
+            Mode::Plain | Mode::Stream { .. } | Mode::Semantic => {
                 Ok((self.gateway_addr, self.key.as_str(), self.gateway.pid()))
             }
         }

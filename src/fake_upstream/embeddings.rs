@@ -3,7 +3,10 @@
 //! `encoding_format: "base64"` (the OpenAI SDKs do by default), as the
 //! base64 of its little-endian f32s; usage from the scenario or estimated
 //! from the input. A text containing `vec:[0.6,0.8,0]` is embedded as that
-//! vector, so tests choose how similar two questions are.
+//! vector, so tests choose how similar two questions are; any other text as
+//! a vector drawn from its hash (the same text, the same vector; two texts,
+//! two unrelated directions). Vectors have `dimensions` components if the
+//! request asks, else the model string's `dims-N` segment, else 8.
 
 use serde_json::{Value, json};
 
@@ -16,17 +19,24 @@ const BYTES_PER_TOKEN: u64 = 4;
 /// The answer body for a successful embeddings request.
 pub(super) fn body(request: &Value, model: &str, usage: UsageMode) -> Value {
     let inputs = count_inputs(request.get("input"));
+    let from_model = model
+        .split('+')
+        .find_map(|segment| segment.strip_prefix("dims-")?.parse::<u64>().ok());
     let dimensions = request
         .get("dimensions")
         .and_then(Value::as_u64)
+        .or(from_model)
         .and_then(|d| usize::try_from(d).ok())
         .map_or(DEFAULT_DIMENSIONS, |d| d.clamp(1, MAX_DIMENSIONS));
     let base64 = request.get("encoding_format").and_then(Value::as_str) == Some("base64");
     let texts = texts(request.get("input"));
     let data: Vec<Value> = (0..inputs)
         .map(|index| {
-            let chosen = texts.get(index).and_then(|text| chosen_vector(text));
-            let vector = chosen.unwrap_or_else(|| vector(index, dimensions));
+            let text = texts.get(index).filter(|text| !text.is_empty());
+            let vector = match text {
+                Some(text) => chosen_vector(text).unwrap_or_else(|| hashed(text, dimensions)),
+                None => vector(index, dimensions),
+            };
             let embedding = if base64 {
                 Value::String(encode_base64(&vector))
             } else {
@@ -102,6 +112,27 @@ fn vector(index: usize, dimensions: usize) -> Vec<f32> {
         .collect()
 }
 
+/// Components in [-1, 1) from a hash of the text, one xorshift step each.
+#[expect(
+    clippy::float_arithmetic,
+    clippy::cast_precision_loss,
+    reason = "a fake vector: 24 random bits scaled to a float"
+)]
+fn hashed(text: &str, dimensions: usize) -> Vec<f32> {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut hasher = DefaultHasher::new();
+    text.hash(&mut hasher);
+    let mut state = hasher.finish() | 1;
+    (0..dimensions)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
 fn encode_base64(vector: &[f32]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let bytes: Vec<u8> = vector.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -158,6 +189,11 @@ mod tests {
             json!([0.6f32, 0.8f32, 0.0f32])
         );
         assert_eq!(chosen_vector("vec:[1,x]"), None);
+        let texts = json!({"input": ["same", "same", "other"]});
+        let body = super::body(&texts, "embed+dims-16", UsageMode::Estimate);
+        assert_eq!(body["data"][0]["embedding"], body["data"][1]["embedding"]);
+        assert_ne!(body["data"][0]["embedding"], body["data"][2]["embedding"]);
+        assert_eq!(body["data"][2]["embedding"].as_array().unwrap().len(), 16);
         assert_eq!(chosen_vector("no vector"), None);
     }
 }

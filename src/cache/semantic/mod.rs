@@ -63,6 +63,7 @@ impl SemanticCache {
             SemanticStore::Memory => Store::Memory(memory::MemoryIndex::new(
                 config.max_entries_per_tenant,
                 config.max_bytes_per_tenant,
+                config.exact_search_max_entries,
             )),
             SemanticStore::Postgres => Store::Postgres(postgres::PostgresIndex::new(
                 config.store_url(ledger_url)?,

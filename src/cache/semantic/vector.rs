@@ -1,6 +1,10 @@
 //! Embeddings as small integers, so similarity is integer arithmetic: exact,
 //! the same on every replica, and fast (the dot product of two 12-bit vectors
-//! vectorizes to multiply-add instructions).
+//! vectorizes to multiply-add instructions). Each vector also keeps its
+//! signs as bits: the Hamming distance of two signatures estimates the angle
+//! between them (a random hyperplane separates two vectors with probability
+//! angle / π), at one XOR and one popcount per 64 dimensions, which is what a
+//! large index searches first (`memory.rs`).
 
 /// Components are scaled to ±4095: 12 bits keeps the cosine's error near
 /// 1e-4, and 64 products of two such values still fit an `i32`.
@@ -14,6 +18,8 @@ pub struct Quantized {
     components: Vec<i16>,
     /// The squared length, kept so a comparison costs one dot product.
     norm2: i64,
+    /// Bit `i` is set when component `i` is positive.
+    signs: Box<[u64]>,
 }
 
 impl Quantized {
@@ -29,7 +35,22 @@ impl Quantized {
         }
         let components = scale(vector, largest);
         let norm2 = dot(&components, &components);
-        (norm2 > 0).then_some(Quantized { components, norm2 })
+        let signs = signs(&components);
+        (norm2 > 0).then_some(Quantized {
+            components,
+            norm2,
+            signs,
+        })
+    }
+
+    /// Bit `i` of word `i / 64` is set when component `i` is positive.
+    pub fn signs(&self) -> &[u64] {
+        &self.signs
+    }
+
+    /// Dimensions on which the two signs differ: about dimensions × angle / π.
+    pub fn sign_distance(&self, other: &Quantized) -> u32 {
+        sign_distance(&self.signs, &other.signs)
     }
 
     pub fn dimensions(&self) -> usize {
@@ -69,6 +90,24 @@ fn scale(vector: &[f32], largest: f32) -> Vec<i16> {
             (x * factor)
                 .round()
                 .clamp(-f32::from(SCALE), f32::from(SCALE)) as i16
+        })
+        .collect()
+}
+
+/// Bits that differ between two sign arrays (`Quantized::signs`).
+pub fn sign_distance(a: &[u64], b: &[u64]) -> u32 {
+    a.iter().zip(b).map(|(x, y)| (x ^ y).count_ones()).sum()
+}
+
+fn signs(components: &[i16]) -> Box<[u64]> {
+    components
+        .chunks(64)
+        .map(|chunk| {
+            chunk
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| **c > 0)
+                .fold(0u64, |bits, (i, _)| bits | (1 << i))
         })
         .collect()
 }
@@ -119,6 +158,20 @@ mod tests {
         // One of 4096 components flipped: cos = 4094/4096 = 0.999512
         let s = q(&a).similarity(&q(&b));
         assert!((999_400..=999_600).contains(&s), "{s}");
+    }
+
+    #[test]
+    fn the_sign_distance_counts_the_dimensions_whose_signs_differ() {
+        let a: Vec<f32> = (0..130)
+            .map(|i| if i % 3 == 0 { 1.0 } else { -1.0 })
+            .collect();
+        assert_eq!(q(&a).sign_distance(&q(&a)), 0);
+        let opposite: Vec<f32> = a.iter().map(|x| -x).collect();
+        assert_eq!(q(&a).sign_distance(&q(&opposite)), 130);
+        let mut b = a.clone();
+        b[0] = -1.0;
+        b[129] = -b[129];
+        assert_eq!(q(&a).sign_distance(&q(&b)), 2);
     }
 
     #[test]
