@@ -131,6 +131,8 @@ fn journal(c: &mut Criterion) {
         usage_kind: UsageKind::None,
         reserved: Nanos::new(800_000),
         charged: Nanos::new(800_000),
+        cost: None,
+        plan: None,
         price_version: "bench".to_owned(),
         latency_ms: 0,
         ttft_ms: None,

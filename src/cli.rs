@@ -315,9 +315,13 @@ async fn dispatch(cli: Cli) -> Result<()> {
             range: LedgerRange { tenant, from, to },
         } => {
             let config = load(config_path, &ProcessEnv)?;
-            let (table, version) = match prices {
-                Some(path) => crate::config::load_price_table(&path, &config.billing.currency)?,
-                None => (config.prices.clone(), config.price_version.clone()),
+            let (table, plans, version) = match prices {
+                Some(path) => crate::config::load_billing(&path, &config.billing.currency)?,
+                None => (
+                    config.prices.clone(),
+                    config.plans.clone(),
+                    config.price_version.clone(),
+                ),
             };
             let db = storage::connect_and_migrate(&config.storage.database_url, 1).await?;
             let day = |text: Option<String>| {
@@ -328,7 +332,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
             };
             let report = crate::admin::reprice::reprice(
                 &db,
-                &table,
+                (&table, &plans),
                 &version,
                 tenant.as_deref(),
                 day(from)?,
@@ -456,6 +460,7 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
                 budget_period,
                 prompts: None,
                 prompt_breakpoints: None,
+                plan: None,
             };
             let record = tenants::create(&db, &config, new, now_ms()).await?;
             json_out(&TenantView::from(&record))
@@ -672,6 +677,7 @@ async fn demo(path: Option<&Path>, listen: Option<std::net::SocketAddr>) -> Resu
                 budget_period: None,
                 prompts: None,
                 prompt_breakpoints: None,
+                plan: None,
             };
             tenants::create(db, &config, new, now_ms()).await?
         }

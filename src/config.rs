@@ -18,9 +18,11 @@ use crate::ids::{ProviderName, RouteName};
 use crate::money::{MoneyError, Nanos, PricePerMTok};
 
 mod catalog;
+mod plans;
 
 pub use catalog::Catalog;
 use catalog::PriceEntry;
+pub use plans::{COST, Plan};
 
 // === env ===
 
@@ -100,6 +102,9 @@ struct RawConfig {
     include: Vec<String>,
     #[serde(default)]
     prices: Vec<RawPrice>,
+    /// What tenants are billed over the providers' prices.
+    #[serde(default)]
+    plans: Vec<plans::RawPlan>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -1009,7 +1014,10 @@ pub struct Target {
     pub provider: ProviderName,
     /// The model name sent upstream.
     pub model: String,
+    /// What the provider charges: the call's cost.
     pub price: Price,
+    /// What the tenant is charged: `price`, or its plan's (`Plan::apply`).
+    pub charge: Price,
     /// How prompts sent here are counted for the reservation.
     pub counting: Counting,
     /// Targets are tried by rank, lowest first.
@@ -1037,13 +1045,14 @@ pub struct Route {
 }
 
 impl Route {
-    /// The highest input (cache-write where higher) and output rates over
-    /// every target, at the price tier a prompt of `input_tokens` reaches.
+    /// The highest input (cache-write where higher) and output rates the
+    /// tenant is charged over every target, at the price tier a prompt of
+    /// `input_tokens` reaches: what a hold is made at.
     pub fn worst_prices(&self, input_tokens: u64) -> (PricePerMTok, PricePerMTok) {
         let mut input = PricePerMTok::default();
         let mut output = PricePerMTok::default();
         for target in &self.targets {
-            let price = target.price.for_prompt(input_tokens);
+            let price = target.charge.for_prompt(input_tokens);
             input = input.max(price.input).max(price.cache_write);
             output = output.max(price.output);
         }
@@ -1164,6 +1173,8 @@ pub struct Config {
     /// Every `[[prices]]` entry in force by (provider, model): the file's own
     /// and its catalogs' (those of providers not configured included).
     pub prices: PriceTable,
+    /// `[[plans]]` by name; a tenant on none is charged the cost.
+    pub plans: BTreeMap<String, Plan>,
     /// The catalogs `include` named, in order.
     pub catalogs: Vec<Catalog>,
     /// Keys are hashed with it; serving and issuing keys need it, reports do not.
@@ -1254,6 +1265,8 @@ struct PricesFile {
     currency: Option<String>,
     #[serde(default)]
     prices: Vec<RawPrice>,
+    #[serde(default)]
+    plans: Vec<plans::RawPlan>,
 }
 
 /// Prices by (provider, model).
@@ -1262,6 +1275,14 @@ pub type PriceTable = HashMap<(String, String), Price>;
 /// A price table and its version, read from any TOML file with `[[prices]]`
 /// (and `include`), to be billed in `currency`.
 pub fn load_price_table(path: &Path, currency: &str) -> Result<(PriceTable, String), ConfigError> {
+    load_billing(path, currency).map(|(prices, _, version)| (prices, version))
+}
+
+/// `load_price_table` with the file's `[[plans]]`: both layers of billing.
+pub fn load_billing(
+    path: &Path,
+    currency: &str,
+) -> Result<(PriceTable, BTreeMap<String, Plan>, String), ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.display().to_string(),
         source,
@@ -1272,11 +1293,11 @@ pub fn load_price_table(path: &Path, currency: &str) -> Result<(PriceTable, Stri
     })?;
     catalog::check_currency(path, file.currency.as_deref(), currency)?;
     let dir = path.parent().unwrap_or(Path::new(""));
-    let prices = catalog::merge(file.prices, &file.include, dir, currency)?;
-    Ok((
-        validate_prices(&prices.entries)?,
-        price_version(&prices.entries),
-    ))
+    let merged = catalog::merge(file.prices, &file.include, dir, currency)?;
+    let prices = validate_prices(&merged.entries)?;
+    let plans = plans::validate(file.plans, &prices)?;
+    let version = price_version(&merged.entries, &plans);
+    Ok((prices, plans, version))
 }
 
 fn parse_price(entry: &str, field: &str, text: &str) -> Result<PricePerMTok, ConfigError> {
@@ -1346,6 +1367,7 @@ fn validate(raw: RawConfig, dir: &Path, env: &dyn EnvSource) -> Result<Config, C
     let providers = validate_providers(&raw.providers, env)?;
     let merged = catalog::merge(raw.prices, &raw.include, dir, &raw.billing.currency)?;
     let prices = validate_prices(&merged.entries)?;
+    let plans = plans::validate(raw.plans, &prices)?;
     let default_counting = Counting {
         encoding: Encoding::parse(&raw.tokenizer.encoding).unwrap_or(Encoding::O200kBase),
         safety_percent: raw.tokenizer.safety_percent,
@@ -1393,8 +1415,9 @@ fn validate(raw: RawConfig, dir: &Path, env: &dyn EnvSource) -> Result<Config, C
         routes,
         tiers,
         calendar,
-        price_version: price_version(&merged.entries),
+        price_version: price_version(&merged.entries, &plans),
         prices,
+        plans,
         catalogs: merged.catalogs,
         key_pepper,
         admin_token,
@@ -1681,6 +1704,7 @@ fn validate_routes(
                 provider: ProviderName::new(provider),
                 model: model.to_owned(),
                 price: *price,
+                charge: *price,
                 counting,
                 rank,
                 weight,
@@ -1902,8 +1926,14 @@ fn validate_end_user(tier: &str, raw: &RawEndUser) -> Result<EndUserLimits, Conf
     })
 }
 
-fn price_version(prices: &[PriceEntry]) -> String {
+/// One hash of what rows are charged under: the providers' prices and, where
+/// there are plans, theirs (appended only then, so versions without plans stay).
+fn price_version(prices: &[PriceEntry], plans: &BTreeMap<String, Plan>) -> String {
     let mut hasher = Sha256::new();
+    for field in plans::version_fields(plans) {
+        hasher.update(field.as_bytes());
+        hasher.update([2]);
+    }
     for PriceEntry { price: p, .. } in prices {
         for field in [
             p.provider.as_str(),
@@ -1979,6 +2009,22 @@ mod tests {
 
     fn pepper() -> HashMap<String, String> {
         env(&[(KEY_PEPPER_ENV, "pepper"), ("DEEPSEEK_API_KEY", "sk-1")])
+    }
+
+    #[test]
+    fn plans_price_only_priced_models_and_enter_the_price_version() {
+        let plan = "[[plans]]\nname = \"resale\"\nmarkup_percent = 20\n";
+        let with_plan = Config::from_toml(&format!("{BASE}\n{plan}"), &pepper()).unwrap();
+        let without = Config::from_toml(BASE, &pepper()).unwrap();
+        assert_eq!(with_plan.plans["resale"].markup_ppm, 200_000);
+        assert_ne!(with_plan.price_version, without.price_version);
+        let typo = format!(
+            "{BASE}\n{plan}[[plans.prices]]\nprovider = \"deepseek\"\nmodel = \"nowhere\"\ninput = \"1\"\noutput = \"1\"\n"
+        );
+        let error = Config::from_toml(&typo, &pepper()).unwrap_err().to_string();
+        assert!(error.contains("plans[0].prices[0]"), "{error}");
+        let cost = format!("{BASE}\n[[plans]]\nname = \"cost\"\n");
+        assert!(Config::from_toml(&cost, &pepper()).is_err());
     }
 
     #[test]

@@ -34,6 +34,8 @@ pub struct Model {
     pub prompts: Option<String>,
     /// Cache breakpoints after the placed prompts: `auto`, `on` or `off` (`None`: auto).
     pub prompt_breakpoints: Option<String>,
+    /// The `[[plans]]` entry the tenant is billed under (`None`: at cost).
+    pub plan: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -48,6 +48,11 @@ pub struct Model {
     pub day: String,
     /// UTC `YYYY-MM`: the budget period.
     pub period: String,
+    /// What the call cost at the providers' prices; `charged_nanos` is what
+    /// the tenant was charged (`None`, rows before plans: the same).
+    pub cost_nanos: Option<i64>,
+    /// The plan the tenant was charged under (`None`: at cost).
+    pub plan: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -18,6 +18,7 @@ mod m20261202_000013_budget_periods;
 mod m20261202_000014_report_deliveries;
 mod m20261202_000015_cache_sources;
 mod m20261203_000016_tenant_prompts;
+mod m20261203_000017_plans;
 
 pub struct Migrator;
 
@@ -41,6 +42,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000014_report_deliveries::Migration),
             Box::new(m20261202_000015_cache_sources::Migration),
             Box::new(m20261203_000016_tenant_prompts::Migration),
+            Box::new(m20261203_000017_plans::Migration),
         ]
     }
 }

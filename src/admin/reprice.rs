@@ -3,13 +3,13 @@
 //! from billing: the ledger is read, never rewritten; the report says what
 //! would change, per provider and model.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use sea_orm::DatabaseConnection;
 use serde::Serialize;
 
 use super::AdminError;
-use crate::config::Price;
+use crate::config::{Plan, Price};
 use crate::ids::TenantId;
 use crate::ledger::repo::{self, SpendFilter};
 use crate::money::Nanos;
@@ -28,10 +28,17 @@ pub struct RepriceReport {
     pub price_version: String,
     pub rows: u64,
     pub repriced: u64,
+    /// What the rows charged, and would charge under the table's plans.
     pub current_total: Nanos,
     pub repriced_total: Nanos,
+    /// What the rows cost, and would cost at the table's prices.
+    pub current_cost_total: Nanos,
+    pub repriced_cost_total: Nanos,
     /// Rows of a provider/model the new table has no price for (left as charged).
     pub unpriced: Vec<String>,
+    /// Plans rows were charged under that the table does not define (their
+    /// charge is left as it was; their cost is repriced).
+    pub unplanned: Vec<String>,
     pub by_model: Vec<RepriceRow>,
 }
 
@@ -42,11 +49,25 @@ pub struct RepriceRow {
     pub rows: u64,
     pub current: Nanos,
     pub repriced: Nanos,
+    pub current_cost: Nanos,
+    pub repriced_cost: Nanos,
 }
+
+/// A row's (cost, charge) now and under the table.
+struct Priced {
+    current: (Nanos, Nanos),
+    new: (Nanos, Nanos),
+}
+
+/// The table's prices and plans: both layers of billing.
+pub type Billing<'a, S> = (
+    &'a HashMap<(String, String), Price, S>,
+    &'a BTreeMap<String, Plan>,
+);
 
 pub async fn reprice<S: std::hash::BuildHasher>(
     db: &DatabaseConnection,
-    table: &HashMap<(String, String), Price, S>,
+    (table, plans): Billing<'_, S>,
     price_version: &str,
     tenant: Option<&str>,
     from: Option<Date>,
@@ -62,44 +83,93 @@ pub async fn reprice<S: std::hash::BuildHasher>(
         ..RepriceReport::default()
     };
     let mut by_model: BTreeMap<(String, String), RepriceRow> = BTreeMap::new();
-    let mut unpriced = std::collections::BTreeSet::new();
+    let mut unpriced = BTreeSet::new();
+    let mut unplanned = BTreeSet::new();
     let mut after_id = 0;
     loop {
         let page = repo::rows_page(db, &filter, after_id, PAGE_ROWS).await?;
         let Some(last) = page.last() else { break };
         after_id = last.id;
         for row in page {
+            let priced = price_row(&row, table, plans, &mut unpriced, &mut unplanned);
             report.rows += 1;
-            let current = Nanos::from_db(row.charged_nanos);
-            report.current_total = report.current_total.saturating_add(current);
+            report.repriced += u64::from(from_usage(&row) && !unpriced_row(&row, table));
+            let add = |total: &mut Nanos, n: Nanos| *total = total.saturating_add(n);
+            add(&mut report.current_cost_total, priced.current.0);
+            add(&mut report.current_total, priced.current.1);
+            add(&mut report.repriced_cost_total, priced.new.0);
+            add(&mut report.repriced_total, priced.new.1);
             let key = (row.provider.clone(), row.model.clone());
-            let from_usage = PRICED_STATUSES.contains(&row.status.as_str())
-                && row.error.as_deref() != Some(SETTLED_AFTER_EXPIRY);
-            let new = match (from_usage, table.get(&key)) {
-                (false, _) => current,
-                (true, Some(price)) => {
-                    report.repriced += 1;
-                    pricing::charge(price, &usage_of(&row))
-                }
-                (true, None) => {
-                    unpriced.insert(format!("{}/{}", row.provider, row.model));
-                    current
-                }
-            };
-            report.repriced_total = report.repriced_total.saturating_add(new);
             let entry = by_model.entry(key.clone()).or_insert_with(|| RepriceRow {
                 provider: key.0,
                 model: key.1,
                 ..RepriceRow::default()
             });
             entry.rows += 1;
-            entry.current = entry.current.saturating_add(current);
-            entry.repriced = entry.repriced.saturating_add(new);
+            add(&mut entry.current_cost, priced.current.0);
+            add(&mut entry.current, priced.current.1);
+            add(&mut entry.repriced_cost, priced.new.0);
+            add(&mut entry.repriced, priced.new.1);
         }
     }
     report.unpriced = unpriced.into_iter().collect();
+    report.unplanned = unplanned.into_iter().collect();
     report.by_model = by_model.into_values().collect();
     Ok(report)
+}
+
+/// Whether the row was charged from usage at a price (others keep what they
+/// were charged: orphaned reservations, cache hits, failed attempts).
+fn from_usage(row: &entity::usage::Model) -> bool {
+    PRICED_STATUSES.contains(&row.status.as_str())
+        && row.error.as_deref() != Some(SETTLED_AFTER_EXPIRY)
+}
+
+fn unpriced_row<S: std::hash::BuildHasher>(
+    row: &entity::usage::Model,
+    table: &HashMap<(String, String), Price, S>,
+) -> bool {
+    !table.contains_key(&(row.provider.clone(), row.model.clone()))
+}
+
+fn price_row<S: std::hash::BuildHasher>(
+    row: &entity::usage::Model,
+    table: &HashMap<(String, String), Price, S>,
+    plans: &BTreeMap<String, Plan>,
+    unpriced: &mut BTreeSet<String>,
+    unplanned: &mut BTreeSet<String>,
+) -> Priced {
+    let charged = Nanos::from_db(row.charged_nanos);
+    let current = (row.cost_nanos.map_or(charged, Nanos::from_db), charged);
+    if !from_usage(row) {
+        return Priced {
+            current,
+            new: current,
+        };
+    }
+    let Some(price) = table.get(&(row.provider.clone(), row.model.clone())) else {
+        unpriced.insert(format!("{}/{}", row.provider, row.model));
+        return Priced {
+            current,
+            new: current,
+        };
+    };
+    let usage = usage_of(row);
+    let cost = pricing::charge(price, &usage);
+    let charge = match row.plan.as_deref().map(|name| (name, plans.get(name))) {
+        None => cost,
+        Some((_, Some(plan))) => {
+            pricing::charge(&plan.price_for(&row.provider, &row.model, price), &usage)
+        }
+        Some((name, None)) => {
+            unplanned.insert(name.to_owned());
+            charged
+        }
+    };
+    Priced {
+        current,
+        new: (cost, charge),
+    }
 }
 
 fn usage_of(row: &entity::usage::Model) -> Usage {

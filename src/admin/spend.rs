@@ -37,7 +37,11 @@ pub struct SpendTotal {
     pub prompt_tokens: u64,
     pub cached_tokens: u64,
     pub completion_tokens: u64,
+    /// Charged to the tenants.
     pub cost: Nanos,
+    /// At the providers' prices.
+    pub provider_cost: Nanos,
+    pub margin: repo::Margin,
 }
 
 fn parse_date(field: &str, text: &str) -> Result<Date, AdminError> {
@@ -85,7 +89,9 @@ pub async fn report(
         total.cached_tokens += row.cached_tokens;
         total.completion_tokens += row.completion_tokens;
         total.cost = total.cost.saturating_add(row.cost);
+        total.provider_cost = total.provider_cost.saturating_add(row.provider_cost);
     }
+    total.margin = repo::Margin::between(total.cost, total.provider_cost);
     // Requests are distinct per group; across groups of one request (e.g. by
     // provider after a fallback) they would be counted twice, so count once.
     total.requests = repo::spend(db, &filter, GroupBy::Tenant)

@@ -38,6 +38,8 @@ pub struct NewTenant {
     pub prompts: Option<BTreeMap<String, String>>,
     /// `auto` (the default: as the ledger's review says), `on` or `off`.
     pub prompt_breakpoints: Option<String>,
+    /// A `[[plans]]` name; absent or `cost`: billed at cost.
+    pub plan: Option<String>,
 }
 
 /// A partial update; `null` clears an optional limit.
@@ -69,6 +71,9 @@ pub struct TenantPatch {
     #[serde(default, deserialize_with = "double_option")]
     pub prompts: Option<Option<BTreeMap<String, String>>>,
     pub prompt_breakpoints: Option<String>,
+    /// A `[[plans]]` name; `cost` or `null`: billed at cost from now on.
+    #[serde(default, deserialize_with = "double_option")]
+    pub plan: Option<Option<String>>,
 }
 
 #[expect(
@@ -102,6 +107,8 @@ pub struct TenantView {
     pub feature_periods: std::collections::BTreeMap<String, Period>,
     pub prompts: BTreeMap<String, String>,
     pub prompt_breakpoints: Breakpoints,
+    /// `cost` when the tenant is on no plan.
+    pub plan: String,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
@@ -130,6 +137,10 @@ impl From<&TenantRecord> for TenantView {
             feature_periods: t.feature_periods.clone(),
             prompts: t.prompts.clone(),
             prompt_breakpoints: t.prompt_breakpoints,
+            plan: t
+                .plan
+                .clone()
+                .unwrap_or_else(|| crate::config::COST.to_owned()),
             created_at_ms: t.created_at_ms,
             updated_at_ms: t.updated_at_ms,
         }
@@ -208,6 +219,28 @@ fn prompts_json(
     }
     // A map of strings always serializes.
     Ok(serde_json::to_string(prompts).ok())
+}
+
+/// A configured plan's name; `cost` (the providers' prices) is stored as none.
+fn plan_name(config: &Config, name: Option<&str>) -> Result<Option<String>, AdminError> {
+    match name {
+        None | Some(crate::config::COST) => Ok(None),
+        Some(name) if config.plans.contains_key(name) => Ok(Some(name.to_owned())),
+        Some(name) => {
+            let known: Vec<&str> = config.plans.keys().map(String::as_str).collect();
+            Err(invalid(
+                "plan",
+                format!(
+                    "unknown plan `{name}` (configured: {}; `cost` for none)",
+                    if known.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            ))
+        }
+    }
 }
 
 fn parse_breakpoints(text: &str) -> Result<String, AdminError> {
@@ -292,6 +325,7 @@ pub async fn create(
                 .to_owned(),
         )),
         prompts: Set(prompts_json(config, new.prompts.as_ref())?),
+        plan: Set(plan_name(config, new.plan.as_deref())?),
         prompt_breakpoints: Set(new
             .prompt_breakpoints
             .as_deref()
@@ -394,6 +428,9 @@ pub async fn update(
     }
     if let Some(prompts) = patch.prompts {
         model.prompts = Set(prompts_json(config, prompts.as_ref())?);
+    }
+    if let Some(plan) = patch.plan {
+        model.plan = Set(plan_name(config, plan.as_deref())?);
     }
     if let Some(breakpoints) = patch.prompt_breakpoints {
         model.prompt_breakpoints = Set(Some(parse_breakpoints(&breakpoints)?));

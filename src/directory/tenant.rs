@@ -120,6 +120,8 @@ pub struct TenantRecord {
     /// Placed after the route's platform prompt: by route name, `*` for every route.
     pub prompts: BTreeMap<String, String>,
     pub prompt_breakpoints: crate::prompts::Breakpoints,
+    /// The `[[plans]]` entry it is billed under; `None`: at cost.
+    pub plan: Option<String>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
@@ -167,6 +169,7 @@ impl TenantRecord {
                 .as_deref()
                 .and_then(|text| text.parse().ok())
                 .unwrap_or_default(),
+            plan: model.plan,
             created_at_ms: model.created_at_ms,
             updated_at_ms: model.updated_at_ms,
         }

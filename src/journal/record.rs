@@ -58,6 +58,11 @@ pub struct EventRecord {
     pub usage_kind: String,
     pub reserved_nanos: u64,
     pub charged_nanos: u64,
+    /// Absent in records written before plans, and where it is the charge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_nanos: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
     pub price_version: String,
     pub latency_ms: u64,
     pub ttft_ms: Option<u64>,
@@ -95,6 +100,8 @@ impl From<&UsageEvent> for EventRecord {
             usage_kind: e.usage_kind.as_str().to_owned(),
             reserved_nanos: e.reserved.get(),
             charged_nanos: e.charged.get(),
+            cost_nanos: e.cost.map(Nanos::get),
+            plan: e.plan.clone(),
             price_version: e.price_version.clone(),
             latency_ms: e.latency_ms,
             ttft_ms: e.ttft_ms,
@@ -135,6 +142,8 @@ impl EventRecord {
             usage_kind: UsageKind::parse(&self.usage_kind)?,
             reserved: Nanos::new(self.reserved_nanos),
             charged: Nanos::new(self.charged_nanos),
+            cost: self.cost_nanos.map(Nanos::new),
+            plan: self.plan.clone(),
             price_version: self.price_version.clone(),
             latency_ms: self.latency_ms,
             ttft_ms: self.ttft_ms,

@@ -153,7 +153,13 @@ pub struct UsageEvent {
     pub usage: Usage,
     pub usage_kind: UsageKind,
     pub reserved: Nanos,
+    /// What the tenant is charged: what budgets and credits count.
     pub charged: Nanos,
+    /// What the call cost at the providers' prices; `None`: the charge
+    /// (no plan, or a charge made without the provider's usage).
+    pub cost: Option<Nanos>,
+    /// The tenant's plan (`None`: charged the cost).
+    pub plan: Option<String>,
     pub price_version: String,
     pub latency_ms: u64,
     pub ttft_ms: Option<u64>,
@@ -200,6 +206,8 @@ impl UsageEvent {
             usage_kind: Set(self.usage_kind.as_str().to_owned()),
             reserved_nanos: Set(self.reserved.to_db()),
             charged_nanos: Set(self.charged.to_db()),
+            cost_nanos: Set(Some(self.cost.unwrap_or(self.charged).to_db())),
+            plan: Set(self.plan.clone()),
             price_version: Set(self.price_version.clone()),
             latency_ms: Set(int(self.latency_ms)),
             ttft_ms: Set(self.ttft_ms.map(int)),
@@ -246,6 +254,8 @@ impl UsageEvent {
             usage_kind: UsageKind::Reported,
             reserved: Nanos::new(7),
             charged: Nanos::new(5),
+            cost: Some(Nanos::new(4)),
+            plan: Some("resale".to_owned()),
             price_version: "v".to_owned(),
             latency_ms: 1,
             ttft_ms: None,

@@ -535,6 +535,7 @@ struct RawSpendRow {
     cached_tokens: Option<i64>,
     completion_tokens: Option<i64>,
     charged_nanos: Option<i64>,
+    cost_nanos: Option<i64>,
     fallbacks: Option<i64>,
     failed_attempts: Option<i64>,
     cache_hits: Option<i64>,
@@ -548,7 +549,13 @@ pub struct SpendRow {
     pub prompt_tokens: u64,
     pub cached_tokens: u64,
     pub completion_tokens: u64,
+    /// What the tenants were charged (their plans' prices; budgets count it).
     pub cost: Nanos,
+    /// What the calls cost at the providers' prices.
+    pub provider_cost: Nanos,
+    /// `cost` less `provider_cost`, in the billing currency (negative where a
+    /// negotiated price is below cost).
+    pub margin: Margin,
     /// Requests served by a later target.
     pub fallbacks: u64,
     /// Attempts that did not serve the request (upstream, client, local errors, partial streams).
@@ -559,6 +566,33 @@ pub struct SpendRow {
     pub cache_hit_rate: f64,
     /// Prompt tokens the provider read from its prompt cache ÷ all prompt tokens.
     pub prompt_cache_hit_rate: f64,
+}
+
+/// A charge less a cost: a decimal with its sign, like the amounts beside it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Margin {
+    pub negative: bool,
+    pub amount: Nanos,
+}
+
+impl Margin {
+    pub fn between(charged: Nanos, cost: Nanos) -> Margin {
+        Margin {
+            negative: cost > charged,
+            amount: if cost > charged {
+                cost.saturating_sub(charged)
+            } else {
+                charged.saturating_sub(cost)
+            },
+        }
+    }
+}
+
+impl Serialize for Margin {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let sign = if self.negative { "-" } else { "" };
+        serializer.collect_str(&format_args!("{sign}{}", self.amount))
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -585,6 +619,8 @@ pub async fn spend(
         .column_as(sum("cached_tokens"), "cached_tokens")
         .column_as(sum("completion_tokens"), "completion_tokens")
         .column_as(sum("charged_nanos"), "charged_nanos")
+        // Rows before plans carry no cost: theirs was the charge.
+        .column_as(sum("COALESCE(cost_nanos, charged_nanos)"), "cost_nanos")
         .column_as(count_status(&["fallback_ok"]), "fallbacks")
         .column_as(
             count_status(&["upstream_error", "client_error", "local_error", "partial"]),
@@ -619,6 +655,8 @@ pub async fn spend(
             let fallbacks = count(r.fallbacks);
             let failed_attempts = count(r.failed_attempts);
             let cache_hits = count(r.cache_hits);
+            let charged = Nanos::from_db(r.charged_nanos.unwrap_or(0));
+            let provider_cost = Nanos::from_db(r.cost_nanos.unwrap_or(0));
             SpendRow {
                 key: r.key,
                 requests,
@@ -626,7 +664,9 @@ pub async fn spend(
                 prompt_tokens: count(r.prompt_tokens),
                 cached_tokens: count(r.cached_tokens),
                 completion_tokens: count(r.completion_tokens),
-                cost: Nanos::from_db(r.charged_nanos.unwrap_or(0)),
+                cost: charged,
+                provider_cost,
+                margin: Margin::between(charged, provider_cost),
                 fallbacks,
                 failed_attempts,
                 cache_hits,

@@ -82,21 +82,17 @@ pub async fn handle_chat(
     let live = gw.live();
     let route = resolve_route(&live.config, ctx, request.model(), request.body())?;
     *meter.route.borrow_mut() = Some(route.name.to_string());
+    let on_plan = charged_route(&live.config, ctx, route)?;
+    let route = on_plan.as_ref().unwrap_or(route);
     let tier = live.config.tiers.get(&ctx.tenant.tier).ok_or_else(|| {
         ApiError::internal(format!("tiers.{} is not configured", ctx.tenant.tier))
     })?;
     check_choices(&request, tier)?;
-    let identified;
-    let ctx = match super::end_user::identify(ctx, &request, tier)? {
-        Some(id) => {
-            identified = RequestContext {
-                end_user: Some(id),
-                ..ctx.clone()
-            };
-            &identified
-        }
-        None => ctx,
-    };
+    let identified = super::end_user::identify(ctx, &request, tier)?.map(|id| RequestContext {
+        end_user: Some(id),
+        ..ctx.clone()
+    });
+    let ctx = identified.as_ref().unwrap_or(ctx);
     let end_user = end_user_hold(ctx, tier)?;
     let prefix = placed(gw, route, ctx, &request);
     let tenant = gw
@@ -182,6 +178,23 @@ pub async fn handle_chat(
     }
     outcome.cache = outcome.cache.or(header);
     Ok(outcome)
+}
+
+/// The route at the tenant's plan's prices, if it is on one: what it is
+/// held and charged at (the targets' `price` stays the cost).
+fn charged_route(
+    config: &Config,
+    ctx: &RequestContext,
+    route: &Route,
+) -> Result<Option<Route>, ApiError> {
+    let Some(name) = &ctx.tenant.plan else {
+        return Ok(None);
+    };
+    let plan = config
+        .plans
+        .get(name)
+        .ok_or_else(|| ApiError::internal(format!("plans.{name} is not configured")))?;
+    Ok(Some(plan.apply(route)))
 }
 
 /// The request in its door's format.
@@ -420,6 +433,7 @@ impl Admission<'_> {
             client_request_id: self.ctx.client_request_id.clone(),
             trace_id: self.ctx.trace_id.clone(),
             replica: self.gw.replica_id.to_string(),
+            plan: self.ctx.tenant.plan.clone(),
         }
     }
 }

@@ -29,6 +29,9 @@ pub struct AttemptRow {
     pub usage: Usage,
     pub usage_kind: UsageKind,
     pub charged: Nanos,
+    /// What the call cost at the providers' prices, where its usage priced
+    /// it; `None`: the charge (a failed attempt's 0, a hold charged).
+    pub cost: Option<Nanos>,
     pub latency_ms: u64,
     pub ttft_ms: Option<u64>,
     pub error: Option<String>,
@@ -48,6 +51,7 @@ impl AttemptRow {
             usage: Usage::default(),
             usage_kind: UsageKind::None,
             charged: Nanos::ZERO,
+            cost: None,
             latency_ms,
             ttft_ms: None,
             error: None,
@@ -137,6 +141,8 @@ fn event(
         usage_kind: row.usage_kind,
         reserved,
         charged: row.charged,
+        cost: row.cost,
+        plan: ctx.tenant.plan.clone(),
         // The version current when the row is written: a reload during a call
         // can label its row with the newer table.
         price_version: gw.live().config.price_version.clone(),

@@ -88,7 +88,8 @@ impl Served<'_> {
                 UsageKind::Estimated,
             ),
         };
-        let cost = pricing::charge(&target.price, &usage);
+        let cost = pricing::charge(&target.charge, &usage);
+        row.cost = Some(pricing::charge(&target.price, &usage));
         row.usage = usage;
         row.usage_kind = usage_kind;
         let route = self.route.name.as_str();

@@ -359,7 +359,7 @@ impl Relay {
             counter_add(Metric::StreamInterruptionsTotal, &labels, 1);
         }
         self.permit.finish(verdict);
-        let cost = pricing::charge(&self.target.price, &usage);
+        let cost = pricing::charge(&self.target.charge, &usage);
         let mut row = AttemptRow::new(
             self.target.provider.as_str(),
             &self.target.model,
@@ -371,6 +371,7 @@ impl Relay {
         row.upstream_status = Some(200);
         row.usage = usage;
         row.usage_kind = usage_kind;
+        row.cost = Some(pricing::charge(&self.target.price, &usage));
         row.ttft_ms = Some(self.ttft_ms);
         row.error = error;
         let latency_ms = row.latency_ms;

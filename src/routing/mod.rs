@@ -112,16 +112,18 @@ mod tests {
     use crate::money::PricePerMTok;
 
     fn target(provider: &str, rank: u32, weight: u32) -> Target {
+        let price = Price {
+            input: PricePerMTok::default(),
+            cached_input: PricePerMTok::default(),
+            cache_write: PricePerMTok::default(),
+            output: PricePerMTok::default(),
+            long_context: None,
+        };
         Target {
             provider: ProviderName::new(provider),
             model: "m".to_owned(),
-            price: Price {
-                input: PricePerMTok::default(),
-                cached_input: PricePerMTok::default(),
-                cache_write: PricePerMTok::default(),
-                output: PricePerMTok::default(),
-                long_context: None,
-            },
+            price,
+            charge: price,
             counting: crate::tokenize::Counting {
                 encoding: crate::tokenize::Encoding::O200kBase,
                 safety_percent: 100,

@@ -494,6 +494,8 @@ impl TenantActor {
             usage_kind: UsageKind::None,
             reserved: amount,
             charged: amount,
+            cost: None,
+            plan: meta.plan,
             price_version: self.price_version.clone(),
             latency_ms: 0,
             ttft_ms: None,

@@ -37,6 +37,9 @@ pub struct ReservationMeta {
     /// ledger after a restart (see `shared/restart.rs`).
     #[serde(default)]
     pub replica: String,
+    /// The tenant's plan, for the row of a reservation that expires unsettled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
 }
 
 #[derive(Message, Clone)]

@@ -76,6 +76,7 @@ impl Run<'_> {
             client_request_id: None,
             trace_id: None,
             replica: self.app.gateway.replica_id.to_string(),
+            plan: None,
         }
     }
 
@@ -116,6 +117,8 @@ impl Run<'_> {
             usage_kind: kind,
             reserved: amount,
             charged: cost,
+            cost: None,
+            plan: None,
             price_version: "v".to_owned(),
             latency_ms: 1,
             ttft_ms: None,

@@ -45,6 +45,8 @@ fn row(
         usage_kind: UsageKind::Reported,
         reserved: Nanos::from_db(charged),
         charged: Nanos::from_db(charged),
+        cost: None,
+        plan: None,
         price_version: "test".to_owned(),
         latency_ms: 1,
         ttft_ms: None,

@@ -58,6 +58,8 @@ fn event(tenant: &str, request: &str, status: AttemptStatus, charged: u64) -> Us
         usage_kind: UsageKind::Reported,
         reserved: Nanos::new(5_000),
         charged: Nanos::new(charged),
+        cost: None,
+        plan: None,
         price_version: "v1".to_owned(),
         latency_ms: 3,
         ttft_ms: None,
@@ -74,6 +76,8 @@ fn orphan_of(attempt: &UsageEvent) -> UsageEvent {
         usage: Usage::default(),
         usage_kind: UsageKind::None,
         charged: attempt.reserved,
+        cost: None,
+        plan: None,
         error: Some("in flight".to_owned()),
         ..attempt.clone()
     }
@@ -851,6 +855,8 @@ async fn after_a_failed_attempt_only_the_attempt_in_flight_becomes_an_orphan() {
     let first = UsageEvent {
         status: AttemptStatus::UpstreamError,
         charged: Nanos::ZERO,
+        cost: None,
+        plan: None,
         ..event("t", "failover", AttemptStatus::Ok, 0)
     };
     journal.append_reserve(&orphan_of(&first), 0).await;

@@ -31,6 +31,7 @@ mod lifecycle;
 mod messages;
 mod metrics;
 mod periods;
+mod plans;
 mod prompt_prefix;
 mod rate_limit;
 mod resilience;

@@ -513,6 +513,7 @@ async fn the_expiry_sweep_asks_the_ledger_before_committing_an_orphan() {
             client_request_id: None,
             trace_id: None,
             replica: "gone".to_owned(),
+            plan: None,
         };
         let meta = serde_json::to_string(&meta).unwrap();
         let reserved = quota
@@ -542,6 +543,8 @@ async fn the_expiry_sweep_asks_the_ledger_before_committing_an_orphan() {
         usage_kind: UsageKind::Reported,
         reserved: Nanos::parse_decimal("1").unwrap(),
         charged: Nanos::parse_decimal("0.25").unwrap(),
+        cost: None,
+        plan: None,
         price_version: String::new(),
         latency_ms: 1,
         ttft_ms: None,

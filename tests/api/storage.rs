@@ -282,6 +282,8 @@ async fn backfilled_totals(url: &str) {
         end_user: sea_orm::ActiveValue::NotSet,
         cache_source: sea_orm::ActiveValue::NotSet,
         cache_similarity: sea_orm::ActiveValue::NotSet,
+        cost_nanos: sea_orm::ActiveValue::NotSet,
+        plan: sea_orm::ActiveValue::NotSet,
         ..event.to_active_model()
     };
     entity::usage::Entity::insert_many(events.iter().map(then))
@@ -331,6 +333,8 @@ async fn round_trip(db: &DatabaseConnection, url: &str) {
         ttft_ms: Some(u64::from(u32::MAX) + 7),
         error: None,
         charged: Nanos::from_db(1_234_567_890_123),
+        cost: None,
+        plan: None,
         ..failed.clone()
     };
     let events = [failed, served];
@@ -429,6 +433,8 @@ fn event(tenant: &str, attempt: u32, status: AttemptStatus, charged: i64) -> Usa
         usage_kind: UsageKind::Estimated,
         reserved: Nanos::from_db(9_000_000_000_000),
         charged: Nanos::from_db(charged),
+        cost: None,
+        plan: None,
         price_version: "2026-11-30".to_owned(),
         latency_ms: 4_321,
         ttft_ms: None,

@@ -96,6 +96,7 @@ fn meta() -> ReservationMeta {
         client_request_id: None,
         trace_id: None,
         replica: String::new(),
+        plan: None,
     }
 }
 

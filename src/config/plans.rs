@@ -1,0 +1,264 @@
+//! `[[plans]]`: what a tenant is billed, over what its calls cost. Metering
+//! and billing are separate layers: every ledger row keeps the provider's
+//! cost (`cost_nanos`, at `[[prices]]`) and the tenant's charge
+//! (`charged_nanos`, at its plan's prices), so either can be recomputed.
+//! A plan marks every provider price up by `markup_percent`, and may list
+//! negotiated prices for some models, which replace the marked-up ones. A
+//! tenant on no plan is charged the cost. Budgets, credits and the budget
+//! headers count the charge, so a plan's prices are also what is held.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Deserialize;
+
+use super::{ConfigError, LongContext, Price, RawPrice, Route, invalid, validate_prices};
+use crate::money::{Nanos, PricePerMTok};
+
+use super::catalog::PriceEntry;
+
+/// The name a tenant on no plan is billed under: the providers' own prices.
+pub const COST: &str = "cost";
+/// Markups are kept in millionths of the cost: 1,000,000 is +100 %.
+const PPM: u128 = 1_000_000;
+/// +1,000 %: a larger markup is a typo more likely than a price.
+const MAX_MARKUP_PPM: u64 = 10_000_000;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPlan {
+    name: String,
+    /// A whole number, or a decimal in a string (`"12.5"`).
+    #[serde(default)]
+    markup_percent: Option<RawPercent>,
+    #[serde(default)]
+    prices: Vec<RawPrice>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawPercent {
+    Whole(u64),
+    Text(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub name: String,
+    /// The markup over cost, in millionths (200,000: +20 %).
+    pub markup_ppm: u64,
+    /// Negotiated prices by (provider, model): these replace the markup.
+    pub prices: HashMap<(String, String), Price>,
+}
+
+impl Plan {
+    /// What the tenant pays per token of a target the provider prices at `cost`.
+    pub fn price_for(&self, provider: &str, model: &str, cost: &Price) -> Price {
+        if let Some(price) = self.prices.get(&(provider.to_owned(), model.to_owned())) {
+            return *price;
+        }
+        marked_up(cost, self.markup_ppm)
+    }
+
+    /// The route as this plan charges it: each target's `charge` at the plan's
+    /// prices, its `price` (the cost) as it is.
+    pub fn apply(&self, route: &Route) -> Route {
+        let mut charged = route.clone();
+        for target in &mut charged.targets {
+            target.charge = self.price_for(target.provider.as_str(), &target.model, &target.price);
+        }
+        charged
+    }
+}
+
+/// Every rate of `price` raised by `ppm` millionths, rounded up to the nano-unit per 1M tokens.
+fn marked_up(price: &Price, ppm: u64) -> Price {
+    let up = |rate: PricePerMTok| {
+        let nanos = u128::from(rate.nanos_per_mtok().get());
+        let raised = (nanos * (PPM + u128::from(ppm))).div_ceil(PPM);
+        PricePerMTok::from_nanos(Nanos::new(u64::try_from(raised).unwrap_or(u64::MAX)))
+    };
+    Price {
+        input: up(price.input),
+        cached_input: up(price.cached_input),
+        cache_write: up(price.cache_write),
+        output: up(price.output),
+        long_context: price.long_context.map(|long| LongContext {
+            above_tokens: long.above_tokens,
+            input: up(long.input),
+            cached_input: up(long.cached_input),
+            cache_write: up(long.cache_write),
+            output: up(long.output),
+        }),
+    }
+}
+
+/// `"12.5"` → 125,000 millionths; at most four decimals, never negative.
+fn parse_percent(entry: &str, raw: &RawPercent) -> Result<u64, ConfigError> {
+    let field = format!("{entry}.markup_percent");
+    let ppm = match raw {
+        RawPercent::Whole(n) => n.checked_mul(10_000),
+        RawPercent::Text(text) => {
+            let (whole, fraction) = text.trim().split_once('.').unwrap_or((text.trim(), ""));
+            let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+            if !digits(whole) || !(fraction.is_empty() || digits(fraction)) || fraction.len() > 4 {
+                return Err(invalid(
+                    field,
+                    format!("`{text}` is not a percentage such as 20 or \"12.5\""),
+                ));
+            }
+            let scale = 10u64.pow(4 - u32::try_from(fraction.len()).unwrap_or(4));
+            let fraction = if fraction.is_empty() {
+                0
+            } else {
+                fraction.parse::<u64>().unwrap_or(0) * scale
+            };
+            whole
+                .parse::<u64>()
+                .ok()
+                .and_then(|w| w.checked_mul(10_000))
+                .and_then(|w| w.checked_add(fraction))
+        }
+    };
+    ppm.filter(|ppm| *ppm <= MAX_MARKUP_PPM)
+        .ok_or_else(|| invalid(field, "must be from 0 to 1000"))
+}
+
+/// The plans by name. A plan's negotiated price must be for a model the
+/// gateway prices: one it does not is a typo that would bill nothing.
+pub(super) fn validate(
+    raw: Vec<RawPlan>,
+    prices: &HashMap<(String, String), Price>,
+) -> Result<BTreeMap<String, Plan>, ConfigError> {
+    let mut plans = BTreeMap::new();
+    for (i, plan) in raw.into_iter().enumerate() {
+        let entry = format!("plans[{i}]");
+        let valid_name = !plan.name.is_empty()
+            && plan.name.len() <= 64
+            && plan
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+        if !valid_name {
+            return Err(invalid(
+                format!("{entry}.name"),
+                "use 1-64 lowercase letters, digits, `-` or `_`",
+            ));
+        }
+        if plan.name == COST {
+            return Err(invalid(
+                format!("{entry}.name"),
+                "`cost` is the name of no plan (the providers' own prices)",
+            ));
+        }
+        let markup_ppm = plan
+            .markup_percent
+            .as_ref()
+            .map_or(Ok(0), |p| parse_percent(&entry, p))?;
+        let entries: Vec<PriceEntry> = plan
+            .prices
+            .into_iter()
+            .enumerate()
+            .map(|(j, price)| PriceEntry {
+                entry: format!("{entry}.prices[{j}]"),
+                price,
+            })
+            .collect();
+        for PriceEntry { entry, price } in &entries {
+            if !prices.contains_key(&(price.provider.clone(), price.model.clone())) {
+                return Err(invalid(
+                    entry,
+                    format!(
+                        "{}/{} has no [[prices]] entry: a plan prices only models the gateway prices",
+                        price.provider, price.model
+                    ),
+                ));
+            }
+        }
+        let negotiated = validate_prices(&entries)?;
+        let name = plan.name.clone();
+        let plan = Plan {
+            name: plan.name,
+            markup_ppm,
+            prices: negotiated,
+        };
+        if plans.insert(name.clone(), plan).is_some() {
+            return Err(invalid(
+                format!("{entry}.name"),
+                format!("a second plan `{name}`"),
+            ));
+        }
+    }
+    Ok(plans)
+}
+
+/// What the price version hashes of the plans: their names, markups and prices.
+pub(super) fn version_fields(plans: &BTreeMap<String, Plan>) -> Vec<String> {
+    let mut fields = Vec::new();
+    for plan in plans.values() {
+        fields.push(format!("plan:{}:{}", plan.name, plan.markup_ppm));
+        let mut negotiated: Vec<_> = plan.prices.iter().collect();
+        negotiated.sort_by(|a, b| a.0.cmp(b.0));
+        for ((provider, model), price) in negotiated {
+            fields.push(format!("{provider}/{model}:{price:?}"));
+        }
+    }
+    fields
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn price(input: &str, output: &str) -> Price {
+        let p = |s| PricePerMTok::parse_decimal(s).unwrap_or_default();
+        Price {
+            input: p(input),
+            cached_input: p(input),
+            cache_write: p(input),
+            output: p(output),
+            long_context: None,
+        }
+    }
+
+    #[test]
+    fn a_markup_raises_every_rate_rounded_up() {
+        let plan = Plan {
+            name: "resale".into(),
+            markup_ppm: 125_000,
+            prices: HashMap::new(),
+        };
+        // 2 per 1M + 12.5 % = 2.25; 0.000000001 per 1M (one nano) rounds up to two.
+        let charged = plan.price_for("p", "m", &price("2", "0.000000001"));
+        assert_eq!(charged.input.nanos_per_mtok().to_string(), "2.25");
+        assert_eq!(charged.output.nanos_per_mtok().get(), 2);
+    }
+
+    #[test]
+    fn a_negotiated_price_replaces_the_markup_for_its_model() {
+        let negotiated = price("1", "3");
+        let plan = Plan {
+            name: "bigco".into(),
+            markup_ppm: 500_000,
+            prices: HashMap::from([(("p".to_owned(), "m".to_owned()), negotiated)]),
+        };
+        assert_eq!(plan.price_for("p", "m", &price("2", "8")), negotiated);
+        assert_eq!(
+            plan.price_for("p", "other", &price("2", "8"))
+                .input
+                .nanos_per_mtok()
+                .to_string(),
+            "3"
+        );
+    }
+
+    #[test]
+    fn percentages_parse_exactly_or_fail_loudly() {
+        let parse = |raw| parse_percent("plans[0]", &raw);
+        assert_eq!(parse(RawPercent::Whole(20)).ok(), Some(200_000));
+        assert_eq!(parse(RawPercent::Text("12.5".into())).ok(), Some(125_000));
+        assert_eq!(parse(RawPercent::Text("0.0001".into())).ok(), Some(1));
+        for bad in ["-5", "1.23456", "ten", "", "2000"] {
+            assert!(parse(RawPercent::Text(bad.into())).is_err(), "{bad}");
+        }
+    }
+}
