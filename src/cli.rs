@@ -315,13 +315,11 @@ async fn dispatch(cli: Cli) -> Result<()> {
             range: LedgerRange { tenant, from, to },
         } => {
             let config = load(config_path, &ProcessEnv)?;
-            let (table, plans, version) = match prices {
-                Some(path) => crate::config::load_billing(&path, &config.billing.currency)?,
-                None => (
-                    config.prices.clone(),
-                    config.plans.clone(),
-                    config.price_version.clone(),
-                ),
+            let billing = match prices {
+                Some(path) => {
+                    crate::config::load_billing(&path, &config.billing.currency, &config.calendar)?
+                }
+                None => config.billing(),
             };
             let db = storage::connect_and_migrate(&config.storage.database_url, 1).await?;
             let day = |text: Option<String>| {
@@ -332,8 +330,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
             };
             let report = crate::admin::reprice::reprice(
                 &db,
-                (&table, &plans),
-                &version,
+                &billing,
                 tenant.as_deref(),
                 day(from)?,
                 day(to)?,

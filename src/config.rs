@@ -873,6 +873,9 @@ struct RawPrice {
     encoding: Option<String>,
     /// Higher rates for calls whose prompt passes a length.
     long_context: Option<RawLongContext>,
+    /// `YYYY-MM-DD`: the entry applies from the start of that day in
+    /// `billing.timezone`; the model's entry without a date applies before.
+    effective_from: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -1018,6 +1021,8 @@ pub struct Target {
     pub price: Price,
     /// What the tenant is charged: `price`, or its plan's (`Plan::apply`).
     pub charge: Price,
+    /// The prices that take over on a date, in order (`Route::as_of`).
+    pub changes: Vec<(u64, Price)>,
     /// How prompts sent here are counted for the reservation.
     pub counting: Counting,
     /// Targets are tried by rank, lowest first.
@@ -1045,6 +1050,22 @@ pub struct Route {
 }
 
 impl Route {
+    /// The route at the prices in force at `at_ms`, when one of its targets
+    /// has dated prices (`None`: it is priced as loaded).
+    pub fn as_of(&self, at_ms: u64) -> Option<Route> {
+        if self.targets.iter().all(|t| t.changes.is_empty()) {
+            return None;
+        }
+        let mut dated = self.clone();
+        for target in &mut dated.targets {
+            if let Some((_, price)) = target.changes.iter().rev().find(|(from, _)| *from <= at_ms) {
+                target.price = *price;
+                target.charge = *price;
+            }
+        }
+        Some(dated)
+    }
+
     /// The highest input (cache-write where higher) and output rates the
     /// tenant is charged over every target, at the price tier a prompt of
     /// `input_tokens` reaches: what a hold is made at.
@@ -1173,6 +1194,8 @@ pub struct Config {
     /// Every `[[prices]]` entry in force by (provider, model): the file's own
     /// and its catalogs' (those of providers not configured included).
     pub prices: PriceTable,
+    /// The prices that take over on a date (`effective_from`).
+    pub price_changes: PriceChanges,
     /// `[[plans]]` by name; a tenant on none is charged the cost.
     pub plans: BTreeMap<String, Plan>,
     /// The catalogs `include` named, in order.
@@ -1188,6 +1211,16 @@ pub const DATABASE_URL_ENV: &str = "TOLLGATE_DATABASE_URL";
 pub const REDIS_URL_ENV: &str = "TOLLGATE_REDIS_URL";
 
 impl Config {
+    /// Both layers of billing as this configuration defines them.
+    pub fn billing(&self) -> Billing {
+        Billing {
+            prices: self.prices.clone(),
+            changes: self.price_changes.clone(),
+            plans: self.plans.clone(),
+            version: self.price_version.clone(),
+        }
+    }
+
     /// The journal's directory; `None` for an in-memory database, which
     /// nothing outlives anyway.
     pub fn journal_dir(&self) -> Option<std::path::PathBuf> {
@@ -1269,20 +1302,50 @@ struct PricesFile {
     plans: Vec<plans::RawPlan>,
 }
 
-/// Prices by (provider, model).
+/// Prices by (provider, model): each model's undated price (or, for one
+/// priced only from a date, its first).
 pub type PriceTable = HashMap<(String, String), Price>;
+
+/// Each model's dated prices (`effective_from`), in order: (from Unix ms, price).
+pub type PriceChanges = HashMap<(String, String), Vec<(u64, Price)>>;
+
+/// The price of a model at `at_ms`: its latest change by then, else its undated price.
+pub fn price_at(
+    prices: &PriceTable,
+    changes: &PriceChanges,
+    key: &(String, String),
+    at_ms: u64,
+) -> Option<Price> {
+    let dated = changes
+        .get(key)
+        .and_then(|list| list.iter().rev().find(|(from, _)| *from <= at_ms));
+    dated
+        .map(|(_, price)| *price)
+        .or_else(|| prices.get(key).copied())
+}
 
 /// A price table and its version, read from any TOML file with `[[prices]]`
 /// (and `include`), to be billed in `currency`.
 pub fn load_price_table(path: &Path, currency: &str) -> Result<(PriceTable, String), ConfigError> {
-    load_billing(path, currency).map(|(prices, _, version)| (prices, version))
+    load_billing(path, currency, &crate::calendar::Calendar::utc())
+        .map(|billing| (billing.prices, billing.version))
 }
 
-/// `load_price_table` with the file's `[[plans]]`: both layers of billing.
+/// A price file's prices, their dated changes and its plans: both layers of
+/// billing, to be billed in `currency`, dates read in `calendar`.
+pub struct Billing {
+    pub prices: PriceTable,
+    pub changes: PriceChanges,
+    pub plans: BTreeMap<String, Plan>,
+    pub version: String,
+}
+
+/// `load_price_table` with the file's dated prices and `[[plans]]`.
 pub fn load_billing(
     path: &Path,
     currency: &str,
-) -> Result<(PriceTable, BTreeMap<String, Plan>, String), ConfigError> {
+    calendar: &crate::calendar::Calendar,
+) -> Result<Billing, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.display().to_string(),
         source,
@@ -1294,10 +1357,15 @@ pub fn load_billing(
     catalog::check_currency(path, file.currency.as_deref(), currency)?;
     let dir = path.parent().unwrap_or(Path::new(""));
     let merged = catalog::merge(file.prices, &file.include, dir, currency)?;
-    let prices = validate_prices(&merged.entries)?;
+    let (prices, changes) = validate_dated_prices(&merged.entries, Some(calendar))?;
     let plans = plans::validate(file.plans, &prices)?;
     let version = price_version(&merged.entries, &plans);
-    Ok((prices, plans, version))
+    Ok(Billing {
+        prices,
+        changes,
+        plans,
+        version,
+    })
 }
 
 fn parse_price(entry: &str, field: &str, text: &str) -> Result<PricePerMTok, ConfigError> {
@@ -1366,7 +1434,9 @@ fn validate(raw: RawConfig, dir: &Path, env: &dyn EnvSource) -> Result<Config, C
 
     let providers = validate_providers(&raw.providers, env)?;
     let merged = catalog::merge(raw.prices, &raw.include, dir, &raw.billing.currency)?;
-    let prices = validate_prices(&merged.entries)?;
+    let calendar = crate::calendar::Calendar::named(&raw.billing.timezone)
+        .map_err(|e| invalid("billing.timezone", e))?;
+    let (prices, price_changes) = validate_dated_prices(&merged.entries, Some(&calendar))?;
     let plans = plans::validate(raw.plans, &prices)?;
     let default_counting = Counting {
         encoding: Encoding::parse(&raw.tokenizer.encoding).unwrap_or(Encoding::O200kBase),
@@ -1376,14 +1446,12 @@ fn validate(raw: RawConfig, dir: &Path, env: &dyn EnvSource) -> Result<Config, C
     let routes = validate_routes(
         &raw.routes,
         &providers,
-        &prices,
+        (&prices, &price_changes),
         &encodings,
         default_counting,
     )?;
     let tiers = validate_tiers(&raw.tiers, &routes)?;
     check_semantic_store(&raw.cache, &storage)?;
-    let calendar = crate::calendar::Calendar::named(&raw.billing.timezone)
-        .map_err(|e| invalid("billing.timezone", e))?;
     if parse_time_of_day(&raw.reports.daily_at).is_none() {
         return Err(invalid(
             "reports.daily_at",
@@ -1417,6 +1485,7 @@ fn validate(raw: RawConfig, dir: &Path, env: &dyn EnvSource) -> Result<Config, C
         calendar,
         price_version: price_version(&merged.entries, &plans),
         prices,
+        price_changes,
         plans,
         catalogs: merged.catalogs,
         key_pepper,
@@ -1581,51 +1650,98 @@ fn validate_extra_headers(
     Ok(headers)
 }
 
-fn validate_prices(raw: &[PriceEntry]) -> Result<HashMap<(String, String), Price>, ConfigError> {
+/// The undated price of each model, and its dated changes; `calendar` says
+/// where a date begins (`None`: dates are refused, as in a plan).
+fn validate_dated_prices(
+    raw: &[PriceEntry],
+    calendar: Option<&crate::calendar::Calendar>,
+) -> Result<(PriceTable, PriceChanges), ConfigError> {
+    let (undated, dated): (Vec<&PriceEntry>, Vec<&PriceEntry>) =
+        raw.iter().partition(|e| e.price.effective_from.is_none());
     let mut prices = HashMap::new();
-    for PriceEntry { entry, price: p } in raw {
-        let input = parse_price(entry, "input", &p.input)?;
-        // Without a listed cached or cache-write price, those tokens are billed as plain input.
-        let or_input = |field: &str, text: &Option<String>, input| match text {
-            Some(text) => parse_price(entry, field, text),
-            None => Ok(input),
-        };
-        let long_context = match &p.long_context {
-            None => None,
-            Some(long) => {
-                let entry = format!("{entry}.long_context");
-                let input = parse_price(&entry, "input", &long.input)?;
-                Some(LongContext {
-                    above_tokens: long.above_tokens,
-                    input,
-                    cached_input: match &long.cached_input {
-                        Some(text) => parse_price(&entry, "cached_input", text)?,
-                        None => input,
-                    },
-                    cache_write: match &long.cache_write {
-                        Some(text) => parse_price(&entry, "cache_write", text)?,
-                        None => input,
-                    },
-                    output: parse_price(&entry, "output", &long.output)?,
-                })
-            }
-        };
-        let price = Price {
-            input,
-            cached_input: or_input("cached_input", &p.cached_input, input)?,
-            cache_write: or_input("cache_write", &p.cache_write, input)?,
-            output: parse_price(entry, "output", &p.output)?,
-            long_context,
-        };
-        let key = (p.provider.clone(), p.model.clone());
-        if prices.insert(key, price).is_some() {
+    for entry in undated {
+        let (key, price) = validate_price(entry)?;
+        if prices.insert(key.clone(), price).is_some() {
             return Err(invalid(
-                entry,
-                format!("a second price for {}/{}", p.provider, p.model),
+                &entry.entry,
+                format!("a second price for {}/{}", key.0, key.1),
             ));
         }
     }
-    Ok(prices)
+    let mut changes: PriceChanges = HashMap::new();
+    for entry in dated {
+        let field = format!("{}.effective_from", entry.entry);
+        let text = entry.price.effective_from.as_deref().unwrap_or("");
+        let Some(calendar) = calendar else {
+            return Err(invalid(field, "a plan's prices have no dates"));
+        };
+        let from_ms = calendar
+            .day(text)
+            .ok_or_else(|| invalid(&field, format!("`{text}` is not a YYYY-MM-DD date")))?
+            .start_ms;
+        let (key, price) = validate_price(entry)?;
+        let list = changes.entry(key.clone()).or_default();
+        if list.iter().any(|(at, _)| *at == from_ms) {
+            return Err(invalid(
+                field,
+                format!("a second price for {}/{} from {text}", key.0, key.1),
+            ));
+        }
+        list.push((from_ms, price));
+    }
+    for (key, list) in &mut changes {
+        list.sort_by_key(|(at, _)| *at);
+        // A model priced only from a date is priced at its first entry before it too.
+        if !prices.contains_key(key)
+            && let Some((_, first)) = list.first()
+        {
+            prices.insert(key.clone(), *first);
+        }
+    }
+    Ok((prices, changes))
+}
+
+/// Prices without dates (a plan's): a date is refused.
+fn validate_prices(raw: &[PriceEntry]) -> Result<HashMap<(String, String), Price>, ConfigError> {
+    validate_dated_prices(raw, None).map(|(prices, _)| prices)
+}
+
+fn validate_price(price_entry: &PriceEntry) -> Result<((String, String), Price), ConfigError> {
+    let PriceEntry { entry, price: p } = price_entry;
+    let input = parse_price(entry, "input", &p.input)?;
+    // Without a listed cached or cache-write price, those tokens are billed as plain input.
+    let or_input = |field: &str, text: &Option<String>, input| match text {
+        Some(text) => parse_price(entry, field, text),
+        None => Ok(input),
+    };
+    let long_context = match &p.long_context {
+        None => None,
+        Some(long) => {
+            let entry = format!("{entry}.long_context");
+            let input = parse_price(&entry, "input", &long.input)?;
+            Some(LongContext {
+                above_tokens: long.above_tokens,
+                input,
+                cached_input: match &long.cached_input {
+                    Some(text) => parse_price(&entry, "cached_input", text)?,
+                    None => input,
+                },
+                cache_write: match &long.cache_write {
+                    Some(text) => parse_price(&entry, "cache_write", text)?,
+                    None => input,
+                },
+                output: parse_price(&entry, "output", &long.output)?,
+            })
+        }
+    };
+    let price = Price {
+        input,
+        cached_input: or_input("cached_input", &p.cached_input, input)?,
+        cache_write: or_input("cache_write", &p.cache_write, input)?,
+        output: parse_price(entry, "output", &p.output)?,
+        long_context,
+    };
+    Ok(((p.provider.clone(), p.model.clone()), price))
 }
 
 /// Models whose `[[prices]]` entry names an encoding.
@@ -1648,7 +1764,7 @@ fn model_encodings(raw: &[PriceEntry]) -> Result<HashMap<(String, String), Encod
 fn validate_routes(
     raw: &BTreeMap<String, RawRoute>,
     providers: &HashMap<ProviderName, Provider>,
-    prices: &HashMap<(String, String), Price>,
+    (prices, changes): (&PriceTable, &PriceChanges),
     encodings: &HashMap<(String, String), Encoding>,
     default_counting: Counting,
 ) -> Result<HashMap<RouteName, Route>, ConfigError> {
@@ -1705,6 +1821,10 @@ fn validate_routes(
                 model: model.to_owned(),
                 price: *price,
                 charge: *price,
+                changes: changes
+                    .get(&(provider.to_owned(), model.to_owned()))
+                    .cloned()
+                    .unwrap_or_default(),
                 counting,
                 rank,
                 weight,
@@ -1946,6 +2066,10 @@ fn price_version(prices: &[PriceEntry], plans: &BTreeMap<String, Plan>) -> Strin
             hasher.update(field.as_bytes());
             hasher.update([0]);
         }
+        if let Some(from) = &p.effective_from {
+            hasher.update(from.as_bytes());
+            hasher.update([3]);
+        }
         // Appended only when set, so tables without tiers keep their version.
         if let Some(long) = &p.long_context {
             for field in [
@@ -2009,6 +2133,35 @@ mod tests {
 
     fn pepper() -> HashMap<String, String> {
         env(&[(KEY_PEPPER_ENV, "pepper"), ("DEEPSEEK_API_KEY", "sk-1")])
+    }
+
+    #[test]
+    fn dated_prices_are_kept_in_order_and_checked() {
+        let dated = |from: &str| {
+            format!(
+                "[[prices]]\nprovider = \"qwen\"\nmodel = \"qwen-flash\"\ninput = \"9\"\noutput = \"9\"\neffective_from = \"{from}\"\n"
+            )
+        };
+        let text = format!("{BASE}\n{}{}", dated("2027-03-01"), dated("2027-01-01"));
+        let config = Config::from_toml(&text, &pepper()).unwrap();
+        let key = ("qwen".to_owned(), "qwen-flash".to_owned());
+        let changes = &config.price_changes[&key];
+        assert!(changes[0].0 < changes[1].0, "sorted by date");
+        let at = |ms| price_at(&config.prices, &config.price_changes, &key, ms).unwrap();
+        assert_eq!(
+            at(0).input,
+            config.prices[&key].input,
+            "undated before the first date"
+        );
+        assert_eq!(at(changes[0].0).input.nanos_per_mtok().to_string(), "9");
+        let twice = format!("{BASE}\n{}{}", dated("2027-01-01"), dated("2027-01-01"));
+        let error = Config::from_toml(&twice, &pepper())
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("from 2027-01-01"), "{error}");
+        let bad = format!("{BASE}\n{}", dated("2027-13-01"));
+        let error = Config::from_toml(&bad, &pepper()).unwrap_err().to_string();
+        assert!(error.contains("effective_from"), "{error}");
     }
 
     #[test]

@@ -3,13 +3,13 @@
 //! from billing: the ledger is read, never rewritten; the report says what
 //! would change, per provider and model.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use sea_orm::DatabaseConnection;
 use serde::Serialize;
 
 use super::AdminError;
-use crate::config::{Plan, Price};
+use crate::config::{Billing, price_at};
 use crate::ids::TenantId;
 use crate::ledger::repo::{self, SpendFilter};
 use crate::money::Nanos;
@@ -59,20 +59,16 @@ struct Priced {
     new: (Nanos, Nanos),
 }
 
-/// The table's prices and plans: both layers of billing.
-pub type Billing<'a, S> = (
-    &'a HashMap<(String, String), Price, S>,
-    &'a BTreeMap<String, Plan>,
-);
-
-pub async fn reprice<S: std::hash::BuildHasher>(
+/// Recomputes both layers of the rows in range under `billing`: each row's
+/// cost at the price in force when it was written, its charge at its plan's.
+pub async fn reprice(
     db: &DatabaseConnection,
-    (table, plans): Billing<'_, S>,
-    price_version: &str,
+    billing: &Billing,
     tenant: Option<&str>,
     from: Option<Date>,
     to: Option<Date>,
 ) -> Result<RepriceReport, AdminError> {
+    let price_version = billing.version.as_str();
     let filter = SpendFilter {
         tenant: tenant.map(TenantId::new),
         from_ms: from.map(Date::start_unix_ms),
@@ -91,9 +87,10 @@ pub async fn reprice<S: std::hash::BuildHasher>(
         let Some(last) = page.last() else { break };
         after_id = last.id;
         for row in page {
-            let priced = price_row(&row, table, plans, &mut unpriced, &mut unplanned);
+            let priced = price_row(&row, billing, &mut unpriced, &mut unplanned);
             report.rows += 1;
-            report.repriced += u64::from(from_usage(&row) && !unpriced_row(&row, table));
+            let priced_now = from_usage(&row) && billing.prices.contains_key(&key_of(&row));
+            report.repriced += u64::from(priced_now);
             let add = |total: &mut Nanos, n: Nanos| *total = total.saturating_add(n);
             add(&mut report.current_cost_total, priced.current.0);
             add(&mut report.current_total, priced.current.1);
@@ -125,17 +122,13 @@ fn from_usage(row: &entity::usage::Model) -> bool {
         && row.error.as_deref() != Some(SETTLED_AFTER_EXPIRY)
 }
 
-fn unpriced_row<S: std::hash::BuildHasher>(
-    row: &entity::usage::Model,
-    table: &HashMap<(String, String), Price, S>,
-) -> bool {
-    !table.contains_key(&(row.provider.clone(), row.model.clone()))
+fn key_of(row: &entity::usage::Model) -> (String, String) {
+    (row.provider.clone(), row.model.clone())
 }
 
-fn price_row<S: std::hash::BuildHasher>(
+fn price_row(
     row: &entity::usage::Model,
-    table: &HashMap<(String, String), Price, S>,
-    plans: &BTreeMap<String, Plan>,
+    billing: &Billing,
     unpriced: &mut BTreeSet<String>,
     unplanned: &mut BTreeSet<String>,
 ) -> Priced {
@@ -147,7 +140,8 @@ fn price_row<S: std::hash::BuildHasher>(
             new: current,
         };
     }
-    let Some(price) = table.get(&(row.provider.clone(), row.model.clone())) else {
+    let written = u64::try_from(row.created_at_ms).unwrap_or(0);
+    let Some(price) = price_at(&billing.prices, &billing.changes, &key_of(row), written) else {
         unpriced.insert(format!("{}/{}", row.provider, row.model));
         return Priced {
             current,
@@ -155,11 +149,15 @@ fn price_row<S: std::hash::BuildHasher>(
         };
     };
     let usage = usage_of(row);
-    let cost = pricing::charge(price, &usage);
-    let charge = match row.plan.as_deref().map(|name| (name, plans.get(name))) {
+    let cost = pricing::charge(&price, &usage);
+    let charge = match row
+        .plan
+        .as_deref()
+        .map(|name| (name, billing.plans.get(name)))
+    {
         None => cost,
         Some((_, Some(plan))) => {
-            pricing::charge(&plan.price_for(&row.provider, &row.model, price), &usage)
+            pricing::charge(&plan.price_for(&row.provider, &row.model, &price), &usage)
         }
         Some((name, None)) => {
             unplanned.insert(name.to_owned());

@@ -75,8 +75,9 @@ pub(super) fn merge(
         })
         .collect();
     let own_keys: HashSet<(String, String)> = entries.iter().map(|e| key(&e.price)).collect();
-    // Where each catalog price was first read, so a second one names both files.
-    let mut first_seen: HashMap<(String, String), String> = HashMap::new();
+    // Where each catalog price (of a model, from a date) was first read, so a
+    // second one names both files.
+    let mut first_seen: HashMap<(String, String, Option<String>), String> = HashMap::new();
     let mut catalogs = Vec::with_capacity(include.len());
     for name in include {
         let path = dir.join(name);
@@ -102,13 +103,18 @@ pub(super) fn merge(
         for (j, price) in file.prices.into_iter().enumerate() {
             let entry = format!("{}: prices[{j}]", path.display());
             let (provider, model) = key(&price);
-            if let Some(first) = first_seen.get(&(provider.clone(), model.clone())) {
+            let dated = (
+                provider.clone(),
+                model.clone(),
+                price.effective_from.clone(),
+            );
+            if let Some(first) = first_seen.get(&dated) {
                 return Err(invalid(
                     entry,
                     format!("a second price for {provider}/{model} (the first is {first})"),
                 ));
             }
-            first_seen.insert((provider.clone(), model.clone()), entry.clone());
+            first_seen.insert(dated, entry.clone());
             if own_keys.contains(&(provider, model)) {
                 catalog.overridden += 1;
                 continue;

@@ -82,7 +82,7 @@ pub async fn handle_chat(
     let live = gw.live();
     let route = resolve_route(&live.config, ctx, request.model(), request.body())?;
     *meter.route.borrow_mut() = Some(route.name.to_string());
-    let on_plan = charged_route(&live.config, ctx, route)?;
+    let on_plan = charged_route(&live.config, ctx, route, gw.clock.now_ms())?;
     let route = on_plan.as_ref().unwrap_or(route);
     let tier = live.config.tiers.get(&ctx.tenant.tier).ok_or_else(|| {
         ApiError::internal(format!("tiers.{} is not configured", ctx.tenant.tier))
@@ -180,21 +180,24 @@ pub async fn handle_chat(
     Ok(outcome)
 }
 
-/// The route at the tenant's plan's prices, if it is on one: what it is
-/// held and charged at (the targets' `price` stays the cost).
+/// The route as this request is priced, where that differs from how it was
+/// loaded: at the prices in force now (`effective_from`), then at the
+/// tenant's plan's, if it is on one (the targets' `price` stays the cost).
 fn charged_route(
     config: &Config,
     ctx: &RequestContext,
     route: &Route,
+    now_ms: u64,
 ) -> Result<Option<Route>, ApiError> {
+    let dated = route.as_of(now_ms);
     let Some(name) = &ctx.tenant.plan else {
-        return Ok(None);
+        return Ok(dated);
     };
     let plan = config
         .plans
         .get(name)
         .ok_or_else(|| ApiError::internal(format!("plans.{name} is not configured")))?;
-    Ok(Some(plan.apply(route)))
+    Ok(Some(plan.apply(dated.as_ref().unwrap_or(route))))
 }
 
 /// The request in its door's format.

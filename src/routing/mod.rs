@@ -124,6 +124,7 @@ mod tests {
             model: "m".to_owned(),
             price,
             charge: price,
+            changes: Vec::new(),
             counting: crate::tokenize::Counting {
                 encoding: crate::tokenize::Encoding::O200kBase,
                 safety_percent: 100,

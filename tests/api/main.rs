@@ -18,6 +18,7 @@ mod ceiling;
 mod chat;
 mod credits;
 mod dashboards;
+mod dated_prices;
 mod embeddings;
 mod end_users;
 mod errors;

@@ -162,31 +162,20 @@ async fn a_negotiated_price_replaces_the_markup_and_a_tenant_on_no_plan_pays_the
     // cost is repriced and the charge kept.
     let config = &app.gateway.config;
     let db = app.gateway.directory.db();
-    let same = tollgate::admin::reprice::reprice(
-        db,
-        (&config.prices, &config.plans),
-        &config.price_version,
-        Some(&big),
-        None,
-        None,
-    )
-    .await
-    .unwrap();
+    let same = tollgate::admin::reprice::reprice(db, &config.billing(), Some(&big), None, None)
+        .await
+        .unwrap();
     assert_eq!(same.repriced_total, same.current_total);
     assert_eq!(same.repriced_cost_total, same.current_cost_total);
     assert_eq!(same.current_total.to_db(), 140_000 + 420_000);
     assert_eq!(same.current_cost_total.to_db(), 2 * COST);
-    let no_plans = std::collections::BTreeMap::new();
-    let without = tollgate::admin::reprice::reprice(
-        db,
-        (&config.prices, &no_plans),
-        "v",
-        Some(&big),
-        None,
-        None,
-    )
-    .await
-    .unwrap();
+    let no_plans = tollgate::config::Billing {
+        plans: std::collections::BTreeMap::new(),
+        ..config.billing()
+    };
+    let without = tollgate::admin::reprice::reprice(db, &no_plans, Some(&big), None, None)
+        .await
+        .unwrap();
     assert_eq!(without.unplanned, ["bigco"]);
     assert_eq!(without.repriced_total, same.current_total);
     assert_eq!(without.repriced_cost_total.to_db(), 2 * COST);

@@ -1,0 +1,82 @@
+//! Prices with dates: an entry with `effective_from` takes over at the start
+//! of its day, without a reload; rows keep what they were charged, and
+//! reprice prices each row at the price in force when it was written.
+
+use std::sync::Arc;
+
+use serde_json::json;
+use tollgate::clock::ManualClock;
+
+use crate::support::{TestSetup, chat_body, spawn_app};
+
+/// 2027-01-01T00:00:00Z in Unix ms.
+const NEW_YEAR_MS: u64 = 1_798_761_600_000;
+
+#[actix_web::test]
+async fn a_dated_price_takes_over_at_its_day_and_reprice_honours_each_rows_date() {
+    let clock = Arc::new(ManualClock::new(NEW_YEAR_MS - 1));
+    let app = spawn_app(
+        TestSetup::new()
+            .clock(clock.clone())
+            .route("ef-fast", &["primary/usage-100-0-10"])
+            .tier("free", &["ef-fast"], 1000, 100)
+            .raw(
+                r#"
+[[prices]]
+provider = "primary"
+model = "usage-100-0-10"
+input = "4"
+output = "16"
+effective_from = "2027-01-01"
+
+[[plans]]
+name = "resale"
+markup_percent = 20
+"#,
+            ),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let (_, resale) = app.tenant_with_key("free", json!({"plan": "resale"})).await;
+
+    let before = app.chat(&key, &chat_body("ef-fast")).await;
+    clock.set_ms(NEW_YEAR_MS);
+    let after = app.chat(&key, &chat_body("ef-fast")).await;
+    let marked_up = app.chat(&resale, &chat_body("ef-fast")).await;
+
+    // 100 in and 10 out: at 2 / 8 per 1M, then at 4 / 16, then 20 % over that.
+    assert_eq!(
+        before.header("x-tollgate-cost"),
+        Some("0.00028"),
+        "{}",
+        before.raw
+    );
+    assert_eq!(
+        after.header("x-tollgate-cost"),
+        Some("0.00056"),
+        "{}",
+        after.raw
+    );
+    assert_eq!(marked_up.header("x-tollgate-cost"), Some("0.000672"));
+    let rows = app.ledger_rows(&tenant).await;
+    assert_eq!(
+        rows.iter().map(|r| r.charged_nanos).collect::<Vec<_>>(),
+        [280_000, 560_000]
+    );
+    assert_eq!(
+        rows[0].price_version, rows[1].price_version,
+        "one table, two dates"
+    );
+
+    let config = &app.gateway.config;
+    let db = app.gateway.directory.db();
+    let repriced = tollgate::admin::reprice::reprice(db, &config.billing(), None, None, None)
+        .await
+        .unwrap();
+    assert_eq!(repriced.current_total.to_db(), 280_000 + 560_000 + 672_000);
+    assert_eq!(repriced.repriced_total, repriced.current_total);
+    assert_eq!(
+        repriced.repriced_cost_total.to_db(),
+        280_000 + 560_000 + 560_000
+    );
+}
