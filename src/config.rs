@@ -1221,6 +1221,17 @@ impl Config {
         }
     }
 
+    /// Every model's price in force at `at_ms`, the dated ones included.
+    pub fn prices_at(&self, at_ms: u64) -> PriceTable {
+        self.prices
+            .keys()
+            .filter_map(|key| {
+                price_at(&self.prices, &self.price_changes, key, at_ms)
+                    .map(|price| (key.clone(), price))
+            })
+            .collect()
+    }
+
     /// The journal's directory; `None` for an in-memory database, which
     /// nothing outlives anyway.
     pub fn journal_dir(&self) -> Option<std::path::PathBuf> {

@@ -66,13 +66,18 @@ string_id!(ProviderName);
 impl TenantId {
     /// Tenant ids appear in Redis keys, metric labels and URLs, so the alphabet is narrow.
     pub fn parse(value: &str) -> Option<TenantId> {
-        let ok = !value.is_empty()
-            && value.len() <= 64
-            && value
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
-        ok.then(|| TenantId::new(value))
+        is_slug(value).then(|| TenantId::new(value))
     }
+}
+
+/// 1-64 lowercase letters, digits, `-` or `_`: names that go into keys,
+/// labels and URLs (tenant ids, plan names).
+pub fn is_slug(value: &str) -> bool {
+    !value.is_empty()
+        && value.len() <= 64
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
 }
 
 /// Feature names (`X-Tollgate-Feature`) become ledger values, report keys and

@@ -89,14 +89,14 @@ pub async fn reprice(
         for row in page {
             let priced = price_row(&row, billing, &mut unpriced, &mut unplanned);
             report.rows += 1;
-            let priced_now = from_usage(&row) && billing.prices.contains_key(&key_of(&row));
+            let key = key_of(&row);
+            let priced_now = from_usage(&row) && billing.prices.contains_key(&key);
             report.repriced += u64::from(priced_now);
             let add = |total: &mut Nanos, n: Nanos| *total = total.saturating_add(n);
             add(&mut report.current_cost_total, priced.current.0);
             add(&mut report.current_total, priced.current.1);
             add(&mut report.repriced_cost_total, priced.new.0);
             add(&mut report.repriced_total, priced.new.1);
-            let key = (row.provider.clone(), row.model.clone());
             let entry = by_model.entry(key.clone()).or_insert_with(|| RepriceRow {
                 provider: key.0,
                 model: key.1,

@@ -8,6 +8,7 @@
 //! headers count the charge, so a plan's prices are also what is held.
 
 use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
 
 use serde::Deserialize;
 
@@ -132,13 +133,7 @@ pub(super) fn validate(
     let mut plans = BTreeMap::new();
     for (i, plan) in raw.into_iter().enumerate() {
         let entry = format!("plans[{i}]");
-        let valid_name = !plan.name.is_empty()
-            && plan.name.len() <= 64
-            && plan
-                .name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
-        if !valid_name {
+        if !crate::ids::is_slug(&plan.name) {
             return Err(invalid(
                 format!("{entry}.name"),
                 "use 1-64 lowercase letters, digits, `-` or `_`",
@@ -199,10 +194,34 @@ pub(super) fn version_fields(plans: &BTreeMap<String, Plan>) -> Vec<String> {
         let mut negotiated: Vec<_> = plan.prices.iter().collect();
         negotiated.sort_by(|a, b| a.0.cmp(b.0));
         for ((provider, model), price) in negotiated {
-            fields.push(format!("{provider}/{model}:{price:?}"));
+            fields.push(format!("{provider}/{model}:{}", rates(price)));
         }
     }
     fields
+}
+
+/// Every rate of a price, in nano-units per 1M tokens: a stable text to hash.
+fn rates(price: &Price) -> String {
+    let n = |rate: PricePerMTok| rate.nanos_per_mtok().get();
+    let mut text = format!(
+        "{}/{}/{}/{}",
+        n(price.input),
+        n(price.cached_input),
+        n(price.cache_write),
+        n(price.output)
+    );
+    if let Some(long) = price.long_context {
+        let _ = write!(
+            text,
+            ">{}:{}/{}/{}/{}",
+            long.above_tokens,
+            n(long.input),
+            n(long.cached_input),
+            n(long.cache_write),
+            n(long.output)
+        );
+    }
+    text
 }
 
 #[cfg(test)]

@@ -272,16 +272,7 @@ pub async fn review_now(gw: &Gateway) -> Result<Vec<Review>, DbErr> {
     let window_ms = settings.window_hours.saturating_mul(3_600_000);
     let since = gw.clock.now_ms().saturating_sub(window_ms);
     // Judged at the prices in force now, the dated ones included.
-    let config = gw.live().config.clone();
-    let now = gw.clock.now_ms();
-    let prices: PriceTable = config
-        .prices
-        .keys()
-        .filter_map(|key| {
-            crate::config::price_at(&config.prices, &config.price_changes, key, now)
-                .map(|price| (key.clone(), price))
-        })
-        .collect();
+    let prices = gw.live().config.prices_at(gw.clock.now_ms());
     let reviews = review(gw.directory.db(), &prices, since, settings.min_writes).await?;
     gw.prompt_advisor.replace(reviews.clone());
     Ok(reviews)

@@ -48,11 +48,6 @@ impl Quantized {
         &self.signs
     }
 
-    /// Dimensions on which the two signs differ: about dimensions × angle / π.
-    pub fn sign_distance(&self, other: &Quantized) -> u32 {
-        sign_distance(&self.signs, &other.signs)
-    }
-
     pub fn dimensions(&self) -> usize {
         self.components.len()
     }
@@ -94,7 +89,8 @@ fn scale(vector: &[f32], largest: f32) -> Vec<i16> {
         .collect()
 }
 
-/// Bits that differ between two sign arrays (`Quantized::signs`).
+/// Bits that differ between two sign arrays (`Quantized::signs`): about
+/// dimensions × angle / π.
 pub fn sign_distance(a: &[u64], b: &[u64]) -> u32 {
     a.iter().zip(b).map(|(x, y)| (x ^ y).count_ones()).sum()
 }
@@ -165,13 +161,13 @@ mod tests {
         let a: Vec<f32> = (0..130)
             .map(|i| if i % 3 == 0 { 1.0 } else { -1.0 })
             .collect();
-        assert_eq!(q(&a).sign_distance(&q(&a)), 0);
+        assert_eq!(sign_distance(q(&a).signs(), q(&a).signs()), 0);
         let opposite: Vec<f32> = a.iter().map(|x| -x).collect();
-        assert_eq!(q(&a).sign_distance(&q(&opposite)), 130);
+        assert_eq!(sign_distance(q(&a).signs(), q(&opposite).signs()), 130);
         let mut b = a.clone();
         b[0] = -1.0;
         b[129] = -b[129];
-        assert_eq!(q(&a).sign_distance(&q(&b)), 2);
+        assert_eq!(sign_distance(q(&a).signs(), q(&b).signs()), 2);
     }
 
     #[test]
