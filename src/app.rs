@@ -82,11 +82,13 @@ fn start_tracer(config: &Config) -> Result<crate::telemetry::traces::Tracer, App
     })
 }
 
-/// The daily report's push and the review of prompt-cache breakpoints, where they are on.
+/// The daily report's push, the review of prompt-cache breakpoints and the
+/// ledger's roll-up, where they are on.
 fn spawn_background(gateway: &Arc<Gateway>) -> Vec<actix_rt::task::JoinHandle<()>> {
     [
         crate::admin::daily_push::spawn(gateway.clone()),
         crate::prompts::advisor::spawn(gateway.clone()),
+        crate::ledger::retention::spawn(gateway.clone()),
     ]
     .into_iter()
     .flatten()
@@ -121,6 +123,7 @@ impl Application {
         )
         .await?;
         let clock = options.clock;
+        crate::ledger::retention::prepare(&db, clock.now_ms()).await?;
         // An unknown key id is remembered as long as a change elsewhere takes to arrive.
         let unknown_ttl = config.storage.sync_interval_ms;
         let directory = Directory::load(db.clone(), pepper, clock.clone(), unknown_ttl).await?;
@@ -155,6 +158,10 @@ impl Application {
             &config.storage.database_url,
         )
         .map_err(AppError::SemanticCache)?;
+        let audit = Arc::new(crate::audit::AuditLog::start(
+            directory.db().clone(),
+            config.audit.max_body_bytes,
+        ));
         let gateway = Arc::new(Gateway {
             config: config.clone(),
             directory,
@@ -174,6 +181,8 @@ impl Application {
             cache: crate::cache::ResponseCache::new(&config.cache),
             semantic_cache,
             prompt_advisor: crate::prompts::Advisor::default(),
+            audit,
+            retention: crate::ledger::retention::Retention::default(),
             quota_store,
             replica_id: replica_id.into(),
             tracer,

@@ -147,6 +147,12 @@ enum TenantCommand {
         mode: Option<String>,
         #[arg(long)]
         default_max_tokens: Option<u32>,
+        /// A `[[plans]]` name it is billed under (default: at cost).
+        #[arg(long)]
+        plan: Option<String>,
+        /// Keep its calls' request and response bodies (keys redacted) for audit.
+        #[arg(long)]
+        audit_payloads: bool,
     },
     List,
     Show {
@@ -164,6 +170,12 @@ enum TenantCommand {
         budget: Option<String>,
         #[arg(long)]
         mode: Option<String>,
+        /// A `[[plans]]` name, or `cost`.
+        #[arg(long)]
+        plan: Option<String>,
+        /// `true` or `false`: keep its calls' bodies for audit.
+        #[arg(long)]
+        audit_payloads: Option<bool>,
     },
 }
 
@@ -439,6 +451,8 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
             budget_period,
             mode,
             default_max_tokens,
+            plan,
+            audit_payloads,
         } => {
             let new = NewTenant {
                 id,
@@ -457,7 +471,8 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
                 budget_period,
                 prompts: None,
                 prompt_breakpoints: None,
-                plan: None,
+                plan,
+                audit_payloads,
             };
             let record = tenants::create(&db, &config, new, now_ms()).await?;
             json_out(&TenantView::from(&record))
@@ -474,6 +489,8 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
             rpm,
             budget,
             mode,
+            plan,
+            audit_payloads,
         } => {
             let patch = TenantPatch {
                 name,
@@ -481,6 +498,8 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
                 rpm_limit: rpm.map(Some),
                 monthly_budget: budget.map(Some),
                 budget_mode: mode,
+                plan: plan.map(Some),
+                audit_payloads,
                 ..TenantPatch::default()
             };
             json_out(&TenantView::from(
@@ -675,6 +694,7 @@ async fn demo(path: Option<&Path>, listen: Option<std::net::SocketAddr>) -> Resu
                 prompts: None,
                 prompt_breakpoints: None,
                 plan: None,
+                audit_payloads: false,
             };
             tenants::create(db, &config, new, now_ms()).await?
         }

@@ -91,6 +91,8 @@ struct RawConfig {
     #[serde(default)]
     prompt_cache: crate::prompts::advisor::PromptCacheConfig,
     #[serde(default)]
+    audit: crate::audit::AuditConfig,
+    #[serde(default)]
     providers: BTreeMap<String, RawProvider>,
     #[serde(default)]
     routes: BTreeMap<String, RawRoute>,
@@ -432,6 +434,16 @@ pub struct LedgerConfig {
     /// A segment past this size is closed and a new one begun.
     #[serde(default = "default_journal_segment_bytes")]
     pub journal_segment_bytes: u64,
+    /// Detail rows older than this many days are rolled up into daily
+    /// aggregates and deleted (PostgreSQL: by whole month); 0 keeps them all.
+    #[serde(default = "default_retention_days")]
+    pub retention_days: u32,
+    /// Rows one roll-up transaction takes at most: what a writer may wait behind.
+    #[serde(default = "default_retention_batch_rows")]
+    pub retention_batch_rows: u64,
+    /// How often the roll-up runs; 0: only when asked (`POST /admin/v1/ledger/rollup`).
+    #[serde(default = "default_retention_interval_ms")]
+    pub retention_interval_ms: u64,
 }
 
 /// What happens once `max_backlog_events` events wait for the database.
@@ -477,6 +489,15 @@ fn default_fsync_interval_ms() -> u64 {
 fn default_journal_segment_bytes() -> u64 {
     64 * 1024 * 1024
 }
+fn default_retention_days() -> u32 {
+    90
+}
+fn default_retention_batch_rows() -> u64 {
+    1_000
+}
+fn default_retention_interval_ms() -> u64 {
+    3_600_000
+}
 
 impl Default for LedgerConfig {
     fn default() -> Self {
@@ -490,6 +511,9 @@ impl Default for LedgerConfig {
             group_commit_ms: default_group_commit_ms(),
             fsync_interval_ms: default_fsync_interval_ms(),
             journal_segment_bytes: default_journal_segment_bytes(),
+            retention_days: default_retention_days(),
+            retention_batch_rows: default_retention_batch_rows(),
+            retention_interval_ms: default_retention_interval_ms(),
         }
     }
 }
@@ -1183,6 +1207,8 @@ pub struct Config {
     pub reports: ReportsConfig,
     /// `[prompt_cache]`: the ledger's review of tenants' cache breakpoints.
     pub prompt_cache: crate::prompts::advisor::PromptCacheConfig,
+    /// `[audit]`: how opted-in tenants' payloads are kept.
+    pub audit: crate::audit::AuditConfig,
     pub providers: HashMap<ProviderName, Provider>,
     pub routes: HashMap<RouteName, Route>,
     pub tiers: HashMap<String, Tier>,
@@ -1436,6 +1462,9 @@ fn validate(raw: RawConfig, dir: &Path, env: &dyn EnvSource) -> Result<Config, C
     if raw.ledger.max_batch_rows == 0 {
         return Err(invalid("ledger.max_batch_rows", "must be at least 1"));
     }
+    if raw.ledger.retention_batch_rows == 0 {
+        return Err(invalid("ledger.retention_batch_rows", "must be at least 1"));
+    }
     if raw.ledger.journal_segment_bytes < 4096 {
         return Err(invalid(
             "ledger.journal_segment_bytes",
@@ -1490,6 +1519,7 @@ fn validate(raw: RawConfig, dir: &Path, env: &dyn EnvSource) -> Result<Config, C
         alerts: raw.alerts,
         reports: raw.reports,
         prompt_cache: raw.prompt_cache,
+        audit: raw.audit,
         providers,
         routes,
         tiers,

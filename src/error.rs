@@ -283,6 +283,20 @@ impl ApiError {
     /// Anthropic's envelope `{"type": "error", "error": {"type", "message"}}`. An
     /// upstream's body already in it passes unchanged; any other (an OpenAI-kind
     /// upstream's refusal) is rewrapped with the type its status means.
+    /// The body the caller gets: in Anthropic's envelope, or OpenAI's (an
+    /// upstream's own refusal passed through as it came).
+    pub fn wire_body(&self, anthropic: bool) -> Vec<u8> {
+        let e = &self.0;
+        match (anthropic, &e.raw_body) {
+            (true, _) => {
+                let status = actix_web::ResponseError::status_code(self);
+                self.anthropic_envelope_json(status)
+            }
+            (false, Some(body)) => body.to_vec(),
+            (false, None) => self.envelope_json(),
+        }
+    }
+
     pub fn anthropic_envelope_json(&self, status: StatusCode) -> Vec<u8> {
         let e = &self.0;
         let (kind, message) = match &e.raw_body {
@@ -354,11 +368,7 @@ impl ResponseError for ApiError {
         for header in e.rate.iter().flat_map(crate::api::headers::rate_headers) {
             response.insert_header(header);
         }
-        match (e.wire, &e.raw_body) {
-            (Wire::Anthropic, _) => response.body(self.anthropic_envelope_json(status)),
-            (Wire::OpenAi, Some(body)) => response.body(body.clone()),
-            (Wire::OpenAi, None) => response.body(self.envelope_json()),
-        }
+        response.body(self.wire_body(e.wire == Wire::Anthropic))
     }
 }
 

@@ -45,6 +45,10 @@ pub struct Gateway {
     pub semantic_cache: crate::cache::semantic::SemanticCache,
     /// The ledger's latest verdicts on tenants' prompt-cache breakpoints.
     pub prompt_advisor: crate::prompts::Advisor,
+    /// Opted-in tenants' payloads, on their way to `audit_payloads`.
+    pub audit: Arc<crate::audit::AuditLog>,
+    /// The roll-up of ledger rows past retention: one at a time.
+    pub retention: crate::ledger::retention::Retention,
     /// The shared quota store, when replicas share limits through Redis.
     pub quota_store: Option<crate::tenant::SharedStore>,
     /// Survives restarts (kept in the journal directory); marks this replica's reservations.
@@ -73,6 +77,22 @@ impl Gateway {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// Rolls up the ledger rows past `ledger.retention_days` now.
+    pub async fn roll_up_now(
+        &self,
+    ) -> Result<crate::ledger::retention::RolledUp, crate::ledger::retention::RetentionError> {
+        let settings = &self.config.ledger;
+        let policy = crate::ledger::retention::Policy {
+            retention_days: settings.retention_days,
+            batch_rows: settings.retention_batch_rows,
+            audit_days: self.config.audit.retention_days,
+        };
+        let calendar = &self.config.calendar;
+        self.retention
+            .run(self.directory.db(), calendar, policy, self.clock.now_ms())
+            .await
     }
 
     pub(crate) fn set_live(&self, live: Arc<Live>) {

@@ -4,6 +4,7 @@
 //! way on SQLite and PostgreSQL.
 
 pub mod api_key;
+pub mod audit_payload;
 pub mod credit;
 pub mod end_user_limit;
 pub mod feature_budget;
@@ -11,4 +12,5 @@ pub mod prelude;
 pub mod report_delivery;
 pub mod tenant;
 pub mod usage;
+pub mod usage_daily;
 pub mod usage_total;

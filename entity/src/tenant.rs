@@ -36,6 +36,8 @@ pub struct Model {
     pub prompt_breakpoints: Option<String>,
     /// The `[[plans]]` entry the tenant is billed under (`None`: at cost).
     pub plan: Option<String>,
+    /// Request and response bodies of its calls are kept for audit (`audit_payloads`).
+    pub audit_payloads: bool,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

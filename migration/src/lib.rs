@@ -19,6 +19,10 @@ mod m20261202_000014_report_deliveries;
 mod m20261202_000015_cache_sources;
 mod m20261203_000016_tenant_prompts;
 mod m20261203_000017_plans;
+mod m20261203_000018_usage_retention;
+mod m20261203_000019_audit_payloads;
+
+pub use m20261203_000018_usage_retention::partition_name;
 
 pub struct Migrator;
 
@@ -43,6 +47,8 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000015_cache_sources::Migration),
             Box::new(m20261203_000016_tenant_prompts::Migration),
             Box::new(m20261203_000017_plans::Migration),
+            Box::new(m20261203_000018_usage_retention::Migration),
+            Box::new(m20261203_000019_audit_payloads::Migration),
         ]
     }
 }

@@ -40,6 +40,9 @@ pub struct NewTenant {
     pub prompt_breakpoints: Option<String>,
     /// A `[[plans]]` name; absent or `cost`: billed at cost.
     pub plan: Option<String>,
+    /// Keep its calls' request and response bodies (keys redacted) for audit.
+    #[serde(default)]
+    pub audit_payloads: bool,
 }
 
 /// A partial update; `null` clears an optional limit.
@@ -74,6 +77,7 @@ pub struct TenantPatch {
     /// A `[[plans]]` name; `cost` or `null`: billed at cost from now on.
     #[serde(default, deserialize_with = "double_option")]
     pub plan: Option<Option<String>>,
+    pub audit_payloads: Option<bool>,
 }
 
 #[expect(
@@ -109,6 +113,7 @@ pub struct TenantView {
     pub prompt_breakpoints: Breakpoints,
     /// `cost` when the tenant is on no plan.
     pub plan: String,
+    pub audit_payloads: bool,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
@@ -141,6 +146,7 @@ impl From<&TenantRecord> for TenantView {
                 .plan
                 .clone()
                 .unwrap_or_else(|| crate::config::COST.to_owned()),
+            audit_payloads: t.audit_payloads,
             created_at_ms: t.created_at_ms,
             updated_at_ms: t.updated_at_ms,
         }
@@ -326,6 +332,7 @@ pub async fn create(
         )),
         prompts: Set(prompts_json(config, new.prompts.as_ref())?),
         plan: Set(plan_name(config, new.plan.as_deref())?),
+        audit_payloads: Set(new.audit_payloads),
         prompt_breakpoints: Set(new
             .prompt_breakpoints
             .as_deref()
@@ -431,6 +438,9 @@ pub async fn update(
     }
     if let Some(plan) = patch.plan {
         model.plan = Set(plan_name(config, plan.as_deref())?);
+    }
+    if let Some(audit) = patch.audit_payloads {
+        model.audit_payloads = Set(audit);
     }
     if let Some(breakpoints) = patch.prompt_breakpoints {
         model.prompt_breakpoints = Set(Some(parse_breakpoints(&breakpoints)?));

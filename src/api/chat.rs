@@ -14,6 +14,7 @@ use super::extract::{TenantAuth, read_body};
 use super::headers;
 use crate::anthropic;
 use crate::api::headers::{rate_headers, token_headers};
+use crate::audit::{Audited, Capture};
 use crate::clock::{elapsed, monotonic, whole_ms};
 use crate::error::ApiError;
 use crate::ids::RequestId;
@@ -76,8 +77,19 @@ pub(super) async fn serve(
     meter.trace_id.borrow_mut().clone_from(&trace_id);
     let (trace, started_ns) = (request_span(&gw, &req), traces::now_unix_ns());
     let mut door = Door::Same;
+    let mut audit = None;
     let result = async {
         let body = read_body(&req, payload, gw.config.server.body_limit_bytes).await?;
+        if auth.tenant.audit_payloads {
+            audit = Some(Capture::new(
+                &gw.audit,
+                &gw.clock,
+                &auth,
+                api,
+                &request_id,
+                body.clone(),
+            ));
+        }
         let (body, native) = match api {
             Api::Responses => {
                 let (chat, echo) = responses::to_chat(&body)?;
@@ -111,13 +123,20 @@ pub(super) async fn serve(
         let span = request_span_of(context, started_ns, api, &auth, &meter, &result);
         gw.tracer.record(span);
     }
-    respond(
-        result,
-        &meter,
-        latency,
-        HeaderValue::from_str(&echoed).ok(),
+    let answer = Answer {
+        echoed: HeaderValue::from_str(&echoed).ok(),
         door,
-    )
+        audit,
+    };
+    respond(result, &meter, latency, answer)
+}
+
+/// What the answer carries beside the outcome: the request id echoed, the
+/// door's format, and the audit capture of an opted-in tenant's call.
+struct Answer {
+    echoed: Option<HeaderValue>,
+    door: Door,
+    audit: Option<Capture>,
 }
 
 /// The HTTP answer to a request the pipeline finished, in its door's format.
@@ -125,9 +144,13 @@ fn respond(
     result: Result<crate::pipeline::ChatOutcome, ApiError>,
     meter: &RequestMeter,
     latency: Duration,
-    echoed_value: Option<HeaderValue>,
-    door: Door,
+    answer: Answer,
 ) -> Result<HttpResponse, ApiError> {
+    let Answer {
+        echoed: echoed_value,
+        door,
+        audit,
+    } = answer;
     match result {
         Ok(outcome) => {
             let status = if outcome.degraded { "degraded" } else { "ok" };
@@ -167,7 +190,11 @@ fn respond(
                     if let Some(remaining) = remaining {
                         response.insert_header((headers::BUDGET_REMAINING, remaining.to_string()));
                     }
-                    Ok(response.body(door.complete(&body, outcome.native)))
+                    let body = door.complete(&body, outcome.native);
+                    if let Some(audit) = audit {
+                        audit.finish(200, outcome.cache, &body, false);
+                    }
+                    Ok(response.body(body))
                 }
                 OutcomeBody::Stream {
                     body,
@@ -177,12 +204,23 @@ fn respond(
                         .content_type("text/event-stream")
                         .insert_header(("cache-control", "no-cache"));
                     let door = if outcome.native { Door::Same } else { door };
-                    Ok(response.streaming(door.stream(body, prompt_tokens)))
+                    let events = door.stream(body, prompt_tokens);
+                    Ok(match audit {
+                        Some(audit) => {
+                            response.streaming(Audited::new(events, audit, outcome.cache))
+                        }
+                        None => response.streaming(events),
+                    })
                 }
             }
         }
         Err(mut error) => {
             observe_request(meter, Some(error.code().as_str()), latency);
+            if let Some(audit) = audit {
+                let status = actix_web::ResponseError::status_code(&error).as_u16();
+                let anthropic = matches!(door, Door::Messages { .. });
+                audit.finish(status, None, &error.wire_body(anthropic), false);
+            }
             if let Some(value) = echoed_value {
                 error = error.with_header(HeaderName::from_static(headers::REQUEST_ID), value);
             }

@@ -122,6 +122,8 @@ pub struct TenantRecord {
     pub prompt_breakpoints: crate::prompts::Breakpoints,
     /// The `[[plans]]` entry it is billed under; `None`: at cost.
     pub plan: Option<String>,
+    /// Its calls' bodies are kept for audit.
+    pub audit_payloads: bool,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
@@ -170,6 +172,7 @@ impl TenantRecord {
                 .and_then(|text| text.parse().ok())
                 .unwrap_or_default(),
             plan: model.plan,
+            audit_payloads: model.audit_payloads,
             created_at_ms: model.created_at_ms,
             updated_at_ms: model.updated_at_ms,
         }

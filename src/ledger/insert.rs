@@ -20,7 +20,8 @@ fn columns() -> impl Iterator<Item = usage::Column> {
     usage::Column::iter().filter(|c| !matches!(c, usage::Column::Id))
 }
 
-/// `INSERT … ON CONFLICT (event_id) DO NOTHING RETURNING event_id` for
+/// `INSERT … ON CONFLICT (event_id) DO NOTHING RETURNING event_id` (with
+/// `period` beside `event_id` on PostgreSQL) for
 /// `events`. Written for SQLite and PostgreSQL, the only drivers built in.
 pub fn statement<E: Borrow<UsageEvent>>(backend: DbBackend, events: &[E]) -> Statement {
     let sql = sql(matches!(backend, DbBackend::Postgres), events.len());
@@ -69,10 +70,16 @@ fn write_sql(postgres: bool, rows: usize) -> String {
         }
         sql.push(')');
     }
+    let event_id = usage::Column::EventId.as_str();
+    // PostgreSQL's `usage` is partitioned by month: an event id is unique within its month.
+    let target = if postgres {
+        format!("\"{event_id}\", \"{}\"", usage::Column::Period.as_str())
+    } else {
+        format!("\"{event_id}\"")
+    };
     let _ = write!(
         sql,
-        " ON CONFLICT (\"{0}\") DO NOTHING RETURNING \"{0}\"",
-        usage::Column::EventId.as_str()
+        " ON CONFLICT ({target}) DO NOTHING RETURNING \"{event_id}\""
     );
     sql
 }
@@ -102,9 +109,13 @@ mod tests {
                 let mut insert =
                     usage::Entity::insert_many(events.iter().map(UsageEvent::to_active_model))
                         .on_conflict(
-                            OnConflict::column(usage::Column::EventId)
-                                .do_nothing()
-                                .to_owned(),
+                            if backend == DbBackend::Postgres {
+                                OnConflict::columns([usage::Column::EventId, usage::Column::Period])
+                            } else {
+                                OnConflict::column(usage::Column::EventId)
+                            }
+                            .do_nothing()
+                            .to_owned(),
                         );
                 insert.query().returning_col(usage::Column::EventId);
                 let built = backend.build(insert.query());

@@ -1,6 +1,6 @@
 //! The ledger read an invoice is made of: one tenant's rows in a span of
 //! time, summed by model and feature, and the same rows' sum read on its own,
-//! so an invoice can prove its total.
+//! so an invoice can prove its total. Rolled-up days count beside the rows.
 
 use sea_orm::sea_query::Expr;
 use sea_orm::{
@@ -91,7 +91,7 @@ pub async fn lines(
         .all(db)
         .await?;
     let count = |v: Option<i64>| u64::try_from(v.unwrap_or(0)).unwrap_or(0);
-    Ok(rows
+    let detail = rows
         .into_iter()
         .map(|r| InvoiceLine {
             model: r.model,
@@ -103,7 +103,32 @@ pub async fn lines(
             completion_tokens: count(r.completion_tokens),
             amount: Nanos::from_db(r.charged_nanos.unwrap_or(0)),
         })
-        .collect())
+        .collect();
+    let rolled = super::daily::invoice_lines(db, tenant, from_ms, to_ms).await?;
+    Ok(merge_lines(detail, rolled))
+}
+
+/// Lines of the detail rows with the rolled-up days' lines added, by model
+/// and feature, in their byte order on every backend.
+fn merge_lines(mut lines: Vec<InvoiceLine>, rolled: Vec<InvoiceLine>) -> Vec<InvoiceLine> {
+    for line in rolled {
+        match lines
+            .iter_mut()
+            .find(|l| l.model == line.model && l.feature == line.feature)
+        {
+            Some(l) => {
+                l.requests += line.requests;
+                l.rows += line.rows;
+                l.prompt_tokens += line.prompt_tokens;
+                l.cached_tokens += line.cached_tokens;
+                l.completion_tokens += line.completion_tokens;
+                l.amount = l.amount.saturating_add(line.amount);
+            }
+            None => lines.push(line),
+        }
+    }
+    lines.sort_by(|a, b| (&a.model, &a.feature).cmp(&(&b.model, &b.feature)));
+    lines
 }
 
 /// The same rows' count and charged sum, read with no grouping.
@@ -124,10 +149,12 @@ pub async fn ledger_sum(
         .into_model::<RawSum>()
         .one(db)
         .await?;
-    Ok(sum.map_or((0, Nanos::ZERO), |s| {
+    let (rows, charged) = sum.map_or((0, Nanos::ZERO), |s| {
         (
             u64::try_from(s.rows).unwrap_or(0),
             Nanos::from_db(s.charged_nanos.unwrap_or(0)),
         )
-    }))
+    });
+    let (rolled_rows, rolled) = super::daily::sum_in_span(db, tenant, from_ms, to_ms).await?;
+    Ok((rows + rolled_rows, charged.saturating_add(rolled)))
 }

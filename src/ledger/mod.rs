@@ -5,10 +5,14 @@
 pub mod actor;
 pub mod batch;
 pub mod credits;
+mod daily;
 pub mod event;
 mod insert;
 pub mod invoice;
+mod partitions;
 pub mod repo;
+pub mod retention;
+mod rollup;
 pub mod settle;
 
 pub use actor::{Journaled, LedgerActor, LedgerHandle};

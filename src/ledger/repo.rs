@@ -462,7 +462,8 @@ pub async fn committed_in_period(
         .into_model::<Sum>()
         .one(db)
         .await?;
-    Ok(Nanos::from_db(row.and_then(|r| r.total).unwrap_or(0)))
+    let detail = Nanos::from_db(row.and_then(|r| r.total).unwrap_or(0));
+    Ok(detail.saturating_add(super::daily::charged_in_period(db, tenant, period).await?))
 }
 
 /// What a spend report groups by.
@@ -524,21 +525,67 @@ impl GroupBy {
             _ => Expr::col(self.column()).into(),
         }
     }
+
+    /// The key's SQL over `usage_daily`, whose columns have the same names.
+    pub(super) fn daily_key(self) -> sea_orm::sea_query::SimpleExpr {
+        match self {
+            GroupBy::TenantEndUser => Expr::cust("tenant_id || ':' || end_user"),
+            _ => Expr::cust(sea_orm::IdenStatic::as_str(&self.column())),
+        }
+    }
 }
 
-#[derive(Debug, Clone, FromQueryResult)]
-struct RawSpendRow {
-    key: String,
-    requests: i64,
-    attempts: i64,
-    prompt_tokens: Option<i64>,
-    cached_tokens: Option<i64>,
-    completion_tokens: Option<i64>,
-    charged_nanos: Option<i64>,
-    cost_nanos: Option<i64>,
-    fallbacks: Option<i64>,
-    failed_attempts: Option<i64>,
-    cache_hits: Option<i64>,
+/// One group's sums as the database returns them, from detail rows or aggregates.
+#[derive(Debug, Clone, Default, FromQueryResult)]
+pub(super) struct RawSpendRow {
+    pub key: String,
+    pub requests: i64,
+    pub attempts: i64,
+    pub prompt_tokens: Option<i64>,
+    pub cached_tokens: Option<i64>,
+    pub completion_tokens: Option<i64>,
+    pub charged_nanos: Option<i64>,
+    pub cost_nanos: Option<i64>,
+    pub fallbacks: Option<i64>,
+    pub failed_attempts: Option<i64>,
+    pub cache_hits: Option<i64>,
+}
+
+impl RawSpendRow {
+    fn add(&mut self, other: &RawSpendRow) {
+        let plus = |a: Option<i64>, b: Option<i64>| Some(a.unwrap_or(0) + b.unwrap_or(0));
+        self.requests += other.requests;
+        self.attempts += other.attempts;
+        self.prompt_tokens = plus(self.prompt_tokens, other.prompt_tokens);
+        self.cached_tokens = plus(self.cached_tokens, other.cached_tokens);
+        self.completion_tokens = plus(self.completion_tokens, other.completion_tokens);
+        self.charged_nanos = plus(self.charged_nanos, other.charged_nanos);
+        self.cost_nanos = plus(self.cost_nanos, other.cost_nanos);
+        self.fallbacks = plus(self.fallbacks, other.fallbacks);
+        self.failed_attempts = plus(self.failed_attempts, other.failed_attempts);
+        self.cache_hits = plus(self.cache_hits, other.cache_hits);
+    }
+}
+
+/// Detail groups with the rolled-up days' groups added: same key, one row;
+/// in the keys' byte order, the same on every backend (PostgreSQL's
+/// collation and its nulls-last would order them otherwise).
+fn merge_rolled(mut rows: Vec<RawSpendRow>, rolled: Vec<RawSpendRow>) -> Vec<RawSpendRow> {
+    let mut at: HashMap<String, usize> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.key.clone(), i))
+        .collect();
+    for row in rolled {
+        if let Some(&i) = at.get(&row.key) {
+            rows[i].add(&row);
+        } else {
+            at.insert(row.key.clone(), rows.len());
+            rows.push(row);
+        }
+    }
+    rows.sort_by(|a, b| a.key.cmp(&b.key));
+    rows
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -604,6 +651,12 @@ pub struct SpendFilter {
     pub to_ms: Option<u64>,
 }
 
+/// The statuses a report counts as fallbacks, failed attempts and cache hits.
+pub(super) const FALLBACKS: &[&str] = &["fallback_ok"];
+pub(super) const FAILED: &[&str] = &["upstream_error", "client_error", "local_error", "partial"];
+pub(super) const CACHE_HITS: &[&str] = &["cache_hit"];
+
+/// Spend by group over the detail rows and the rolled-up days in the range.
 pub async fn spend(
     db: &DatabaseConnection,
     filter: &SpendFilter,
@@ -621,12 +674,9 @@ pub async fn spend(
         .column_as(sum("charged_nanos"), "charged_nanos")
         // Rows before plans carry no cost: theirs was the charge.
         .column_as(sum("COALESCE(cost_nanos, charged_nanos)"), "cost_nanos")
-        .column_as(count_status(&["fallback_ok"]), "fallbacks")
-        .column_as(
-            count_status(&["upstream_error", "client_error", "local_error", "partial"]),
-            "failed_attempts",
-        )
-        .column_as(count_status(&["cache_hit"]), "cache_hits");
+        .column_as(count_status(FALLBACKS), "fallbacks")
+        .column_as(count_status(FAILED), "failed_attempts")
+        .column_as(count_status(CACHE_HITS), "cache_hits");
     if let Some(tenant) = &filter.tenant {
         query = query.filter(usage::Column::TenantId.eq(tenant.as_str()));
     }
@@ -646,6 +696,7 @@ pub async fn spend(
         .into_model::<RawSpendRow>()
         .all(db)
         .await?;
+    let rows = merge_rolled(rows, super::daily::spend(db, filter, group_by).await?);
     let count = |v: Option<i64>| u64::try_from(v.unwrap_or(0)).unwrap_or(0);
     Ok(rows
         .into_iter()
@@ -681,13 +732,18 @@ pub async fn spend(
 
 /// `SUM(CASE WHEN status IN (…) THEN 1 ELSE 0 END)`: the statuses are our own constants.
 fn count_status(statuses: &[&str]) -> sea_orm::sea_query::SimpleExpr {
+    sum_status(statuses, "1")
+}
+
+/// `SUM(CASE WHEN status IN (…) THEN {value} ELSE 0 END)`.
+pub(super) fn sum_status(statuses: &[&str], value: &str) -> sea_orm::sea_query::SimpleExpr {
     let list = statuses
         .iter()
         .map(|s| format!("'{s}'"))
         .collect::<Vec<_>>()
         .join(", ");
     Expr::cust(format!(
-        "CAST(SUM(CASE WHEN status IN ({list}) THEN 1 ELSE 0 END) AS BIGINT)"
+        "CAST(SUM(CASE WHEN status IN ({list}) THEN {value} ELSE 0 END) AS BIGINT)"
     ))
 }
 

@@ -61,10 +61,11 @@ pub enum Metric {
     SemanticCacheLookupSeconds,
     SemanticCacheSavedNanosTotal,
     PromptBreakpointsOffTenants,
+    AuditPayloadsDroppedTotal,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 48] = [
+    pub const ALL: [Metric; 49] = [
         Metric::RequestsTotal,
         Metric::RequestDurationSeconds,
         Metric::GatewayOverheadSeconds,
@@ -113,6 +114,7 @@ impl Metric {
         Metric::SemanticCacheLookupSeconds,
         Metric::SemanticCacheSavedNanosTotal,
         Metric::PromptBreakpointsOffTenants,
+        Metric::AuditPayloadsDroppedTotal,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -142,6 +144,7 @@ impl Metric {
             Metric::SemanticCacheLookupSeconds => "tollgate_semantic_cache_lookup_seconds",
             Metric::SemanticCacheSavedNanosTotal => "tollgate_semantic_cache_saved_nanos_total",
             Metric::PromptBreakpointsOffTenants => "tollgate_prompt_breakpoints_off_tenants",
+            Metric::AuditPayloadsDroppedTotal => "tollgate_audit_payloads_dropped_total",
             Metric::LedgerEventsFlushed => "tollgate_ledger_events_flushed_total",
             Metric::LedgerWriteErrors => "tollgate_ledger_write_errors_total",
             Metric::LedgerBacklogEvents => "tollgate_ledger_backlog_events",
@@ -257,6 +260,9 @@ impl Metric {
                 "Time a request waited for a provider's concurrency permit, by provider (not in the gateway's overhead)."
             }
             Metric::TraceSpansExportedTotal => "Spans the OTLP collector accepted.",
+            Metric::AuditPayloadsDroppedTotal => {
+                "Audit payloads of opted-in tenants not kept: the writer's queue was full or the database refused them."
+            }
             Metric::PromptBreakpointsOffTenants => {
                 "Tenants in `auto` whose cache breakpoints the ledger's last review turned off (their cache writes cost more than their reads saved)."
             }

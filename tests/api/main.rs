@@ -10,6 +10,7 @@ mod support;
 mod admin;
 mod admin_listen;
 mod anthropic;
+mod audit;
 mod auth;
 mod auth_flood;
 mod budget;
@@ -36,7 +37,9 @@ mod plans;
 mod prompt_prefix;
 mod rate_limit;
 mod resilience;
+
 mod responses;
+mod retention;
 mod sdk;
 mod semantic_cache;
 mod shared_quota;

@@ -5,6 +5,7 @@ pub mod end_users;
 pub mod keys;
 pub mod prompt_cache;
 pub mod reload;
+pub mod retention;
 pub mod spend;
 pub mod tenants;
 
@@ -66,7 +67,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/reconciliation", web::get().to(spend::reconciliation))
         .route("/reload", web::post().to(reload::reload_config))
         .route("/prompt-cache", web::get().to(prompt_cache::last_review))
-        .route("/prompt-cache/review", web::post().to(prompt_cache::review));
+        .route("/prompt-cache/review", web::post().to(prompt_cache::review))
+        .route("/ledger/rollup", web::post().to(retention::roll_up));
 }
 
 fn now_ms(gw: &crate::state::Gateway) -> i64 {

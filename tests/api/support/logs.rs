@@ -47,3 +47,21 @@ impl LogCapture {
         String::from_utf8_lossy(&self.buffer.lock().unwrap()).into_owned()
     }
 }
+
+/// Every thread's logs from the first call on, the gateway's workers' too:
+/// one capture for the whole test process, so a test reads it for what only
+/// it could have written (its own tenant, request ids, markers).
+pub fn process_logs() -> &'static LogCapture {
+    static LOGS: std::sync::OnceLock<LogCapture> = std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs = LogCapture::default();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_writer(logs.clone())
+            .with_max_level(tracing::Level::DEBUG)
+            .finish();
+        // No other test sets the process's subscriber.
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+        logs
+    })
+}

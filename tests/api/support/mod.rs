@@ -27,7 +27,7 @@ use tollgate::ids::TenantId;
 use tollgate::ledger::repo;
 use tollgate::state::{ConfigSource, Gateway};
 
-pub use logs::LogCapture;
+pub use logs::{LogCapture, process_logs};
 
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 pub const PRIMARY_KEY_ENV: &str = "TEST_PRIMARY_KEY";

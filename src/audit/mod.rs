@@ -1,0 +1,122 @@
+//! Audit payloads: for a tenant that opted in (`audit_payloads`), each
+//! call's request and response bodies, keys redacted, kept in the database
+//! for `audit.retention_days`. Cache hits and refusals are kept too. Bodies
+//! go to their own table by a writer off the request path, never to logs.
+
+pub mod redact;
+mod stream;
+mod writer;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::Deserialize;
+
+use crate::clock::SharedClock;
+use crate::ledger::Api;
+
+pub use stream::Audited;
+pub use writer::AuditLog;
+
+/// `[audit]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuditConfig {
+    /// Payloads older than this are deleted by the ledger's roll-up runs; 0 keeps them.
+    pub retention_days: u32,
+    /// A request or response body is kept up to this size, marked `truncated` past it.
+    pub max_body_bytes: usize,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        AuditConfig {
+            retention_days: 30,
+            max_body_bytes: 1024 * 1024,
+        }
+    }
+}
+
+/// One call being audited: what it sent, waiting for what it is answered.
+pub struct Capture {
+    log: Arc<AuditLog>,
+    clock: SharedClock,
+    request_id: String,
+    tenant_id: String,
+    key_id: String,
+    api: Api,
+    request: Bytes,
+}
+
+impl Capture {
+    pub fn new(
+        log: &Arc<AuditLog>,
+        clock: &SharedClock,
+        auth: &crate::api::extract::TenantAuth,
+        api: Api,
+        request_id: &crate::ids::RequestId,
+        request: Bytes,
+    ) -> Capture {
+        Capture {
+            log: log.clone(),
+            clock: clock.clone(),
+            request_id: request_id.to_string(),
+            tenant_id: auth.tenant.id.to_string(),
+            key_id: auth.key.id.to_string(),
+            api,
+            request,
+        }
+    }
+
+    /// The answer, as the caller got it (`cut`: only its start was kept), kept with the request.
+    pub fn finish(self, status: u16, cache: Option<&str>, response: &[u8], cut: bool) {
+        let limit = self.log.max_body_bytes();
+        let (request, cut_request) = kept(&self.request, limit);
+        let (response, cut_response) = kept(response, limit);
+        self.log.record(entity::audit_payload::ActiveModel {
+            id: sea_orm::ActiveValue::NotSet,
+            request_id: sea_orm::Set(self.request_id),
+            tenant_id: sea_orm::Set(self.tenant_id),
+            key_id: sea_orm::Set(self.key_id),
+            api: sea_orm::Set(self.api.as_str().to_owned()),
+            status: sea_orm::Set(i32::from(status)),
+            cache: sea_orm::Set(cache.map(str::to_owned)),
+            request_body: sea_orm::Set(request),
+            response_body: sea_orm::Set(response),
+            truncated: sea_orm::Set(cut || cut_request || cut_response),
+            created_at_ms: sea_orm::Set(i64::try_from(self.clock.now_ms()).unwrap_or(i64::MAX)),
+        });
+    }
+
+    /// How far a stream's events are worth collecting: a key cut at the
+    /// limit must still be seen whole to be redacted.
+    pub fn collect_limit(&self) -> usize {
+        self.log.max_body_bytes().saturating_add(256)
+    }
+}
+
+/// `body` redacted, then cut to `limit` bytes (at a character boundary); and whether it was cut.
+fn kept(body: &[u8], limit: usize) -> (String, bool) {
+    let mut text = redact::redact_body(body);
+    if text.len() <= limit {
+        return (text, false);
+    }
+    let mut end = limit.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    (text, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_body_past_the_limit_is_cut_at_a_character_and_marked() {
+        assert_eq!(kept(b"short", 10), ("short".to_owned(), false));
+        let (text, cut) = kept("ééééé".as_bytes(), 5);
+        assert_eq!((text.as_str(), cut), ("éé", true));
+    }
+}
