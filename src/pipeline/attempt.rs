@@ -221,7 +221,7 @@ impl Dispatch<'_> {
             self.gw,
             self.ctx,
             self.route.name.as_str(),
-            reserved,
+            (reserved, hold.cost()),
             target,
             trail.attempts,
         )
@@ -476,6 +476,7 @@ impl Dispatch<'_> {
     /// for reconciliation, and the next attempt needs a hold of its own.
     async fn charge_hold(&self, hold: &mut Hold, mut row: AttemptRow) {
         let tokens = hold.held_tokens();
+        row.cost = hold.cost();
         let Some(guard) = hold.take() else {
             // invariant: an attempt leaves only under a hold; its row is never lost.
             self.record_attempt(hold.amount(), row);

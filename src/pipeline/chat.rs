@@ -350,7 +350,7 @@ impl Admission<'_> {
             .bound_for(&self.route.countings, self.request.body());
         bound.tokens += self.placed_tokens();
         let request = self.reserve_request(bound.tokens);
-        let meta = self.meta();
+        let meta = self.meta(&request, request.max_tokens);
         let (rate, reservation) = if let Some(rate) = limited {
             (
                 rate,
@@ -376,6 +376,7 @@ impl Admission<'_> {
         };
         if bound.exact || !near_a_limit {
             let reservation = reservation.map_err(|e| budget_error(&e, &rate))?;
+            let meta = self.meta(&request, reservation.granted().max_tokens);
             let hold = Hold::new(self.tenant.clone(), request, meta, reservation);
             return Ok((rate, hold, bound));
         }
@@ -393,9 +394,10 @@ impl Admission<'_> {
         let request = self.reserve_request(exact.tokens);
         let reservation = self
             .tenant
-            .reserve(request.clone(), meta.clone())
+            .reserve(request.clone(), self.meta(&request, request.max_tokens))
             .await
             .map_err(|e| budget_error(&e, &rate))?;
+        let meta = self.meta(&request, reservation.granted().max_tokens);
         let hold = Hold::new(self.tenant.clone(), request, meta, reservation);
         Ok((rate, hold, exact))
     }
@@ -425,7 +427,17 @@ impl Admission<'_> {
         }
     }
 
-    fn meta(&self) -> ReservationMeta {
+    /// What a reservation of `request` at `max_tokens` records beside it.
+    /// The tenant actor keeps the one it was reserved with: a hold clamped
+    /// lower keeps the cost of the unclamped one should it expire.
+    fn meta(&self, request: &ReserveRequest, max_tokens: u32) -> ReservationMeta {
+        let (input_price, output_price) = self.route.worst_cost_prices(request.input_tokens);
+        let at_cost = ReserveRequest {
+            input_price,
+            output_price,
+            ..request.clone()
+        };
+        let cost = crate::tenant::book::worst_case(&at_cost, max_tokens);
         ReservationMeta {
             request_id: self.ctx.request_id.clone(),
             key: self.ctx.key.id.clone(),
@@ -437,6 +449,7 @@ impl Admission<'_> {
             trace_id: self.ctx.trace_id.clone(),
             replica: self.gw.replica_id.to_string(),
             plan: self.ctx.tenant.plan.clone(),
+            cost_nanos: Some(cost.get()),
         }
     }
 }

@@ -42,6 +42,11 @@ impl Hold {
         &self.granted
     }
 
+    /// The hold at the providers' prices: a row charged the hold costs this.
+    pub fn cost(&self) -> Option<Nanos> {
+        self.meta.cost_nanos.map(Nanos::new)
+    }
+
     /// The amount the attempt in flight is covered by.
     pub fn amount(&self) -> Nanos {
         self.granted.amount

@@ -97,13 +97,14 @@ pub async fn reserve(
     gw: &Gateway,
     ctx: &RequestContext,
     route: &str,
-    reserved: Nanos,
+    (reserved, cost): (Nanos, Option<Nanos>),
     target: &Target,
     attempt: u32,
 ) -> EventId {
     let mut row = AttemptRow::new(target.provider.as_str(), &target.model, attempt, 0);
     row.status = AttemptStatus::Orphaned;
     row.charged = reserved;
+    row.cost = cost;
     row.error = Some(ORPHAN_ERROR.to_owned());
     let event_id = row.event_id;
     let orphan = event(gw, ctx, route, reserved, row);

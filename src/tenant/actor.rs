@@ -494,7 +494,7 @@ impl TenantActor {
             usage_kind: UsageKind::None,
             reserved: amount,
             charged: amount,
-            cost: None,
+            cost: meta.cost_nanos.map(Nanos::new),
             plan: meta.plan,
             price_version: self.price_version.clone(),
             latency_ms: 0,

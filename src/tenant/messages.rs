@@ -40,6 +40,10 @@ pub struct ReservationMeta {
     /// The tenant's plan, for the row of a reservation that expires unsettled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<String>,
+    /// The hold at the providers' prices: the cost of a row charged the
+    /// hold, beside its charge at the plan's (`None`: the charge).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_nanos: Option<u64>,
 }
 
 #[derive(Message, Clone)]

@@ -77,6 +77,7 @@ impl Run<'_> {
             trace_id: None,
             replica: self.app.gateway.replica_id.to_string(),
             plan: None,
+            cost_nanos: None,
         }
     }
 

@@ -224,3 +224,42 @@ async fn plans_are_checked_where_they_are_named() {
     assert_eq!(set.body["plan"], "resale", "{}", set.raw);
     assert_eq!(back.body["plan"], "cost", "{}", back.raw);
 }
+
+/// A row charged its hold (the attempt timed out after it was sent, so the
+/// provider may have billed it) costs the same hold at the providers' prices.
+#[actix_web::test]
+async fn a_row_charged_its_hold_costs_the_hold_at_the_providers_prices() {
+    let app = spawn_app(
+        setup()
+            .provider("[providers.impatient]\nkind = \"openai\"\nbase_url = \"FAKE\"\ntimeout_ms = 300\nmax_attempts = 1")
+            .route("pl-timeout", &["impatient/delay-2000ms"])
+            .tier("paid", &["pl-timeout"], 1000, 100),
+    )
+    .await;
+    let (resale, resale_key) = app.tenant_with_key("paid", json!({"plan": "resale"})).await;
+    let (at_cost, cost_key) = app.tenant_with_key("paid", json!({})).await;
+
+    for key in [&resale_key, &cost_key] {
+        let reply = app.chat(key, &chat_body("pl-timeout")).await;
+        assert_eq!(reply.status, 502, "{}", reply.raw);
+    }
+
+    let resale_rows = app.ledger_rows(&resale).await;
+    let cost_rows = app.ledger_rows(&at_cost).await;
+    for rows in [&resale_rows, &cost_rows] {
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(rows[0].usage_kind, "unknown");
+        assert_eq!(rows[0].charged_nanos, rows[0].reserved_nanos);
+    }
+    // 20 % over 2 / 8 per 1M is 2.4 / 9.6: exact, so the hold is 6/5 of its cost.
+    let row = &resale_rows[0];
+    assert_eq!(
+        row.cost_nanos.map(|c| c * 6),
+        Some(row.charged_nanos * 5),
+        "{row:?}"
+    );
+    assert_eq!(cost_rows[0].cost_nanos, Some(cost_rows[0].charged_nanos));
+    let report = spend(&app, &resale).await;
+    let margin = nanos(&report["rows"][0]["margin"]);
+    assert_eq!(margin, row.charged_nanos / 6, "{report}");
+}

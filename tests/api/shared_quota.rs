@@ -514,6 +514,7 @@ async fn the_expiry_sweep_asks_the_ledger_before_committing_an_orphan() {
             trace_id: None,
             replica: "gone".to_owned(),
             plan: None,
+            cost_nanos: None,
         };
         let meta = serde_json::to_string(&meta).unwrap();
         let reserved = quota

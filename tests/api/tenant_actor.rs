@@ -97,6 +97,7 @@ fn meta() -> ReservationMeta {
         trace_id: None,
         replica: String::new(),
         plan: None,
+        cost_nanos: None,
     }
 }
 
@@ -168,8 +169,13 @@ async fn a_reservation_past_its_expiry_is_committed_whole_with_an_orphan_row_on_
         let clock = Arc::new(ManualClock::new(now_ms()));
         let app = app_on(&store, clock.clone()).await;
         let (handle, record) = tenant(&app, "1").await;
+        // On a plan: the hold at the providers' prices is 0.3 of its 0.4.
+        let priced = ReservationMeta {
+            cost_nanos: Some(units("0.3").get()),
+            ..meta()
+        };
         let held = handle
-            .reserve(request(400, clock.now_ms() + 1_000), meta())
+            .reserve(request(400, clock.now_ms() + 1_000), priced)
             .await
             .unwrap();
         // Time passes on the manual clock only; the actor's sweep sees it.
@@ -210,6 +216,12 @@ async fn a_reservation_past_its_expiry_is_committed_whole_with_an_orphan_row_on_
         assert_eq!(
             rows[0].charged_nanos,
             i64::try_from(units("0.4").get()).unwrap(),
+            "{}",
+            name(&store)
+        );
+        assert_eq!(
+            rows[0].cost_nanos,
+            Some(i64::try_from(units("0.3").get()).unwrap()),
             "{}",
             name(&store)
         );
