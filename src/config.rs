@@ -1406,8 +1406,8 @@ pub fn load_billing(
     catalog::check_currency(path, file.currency.as_deref(), currency)?;
     let dir = path.parent().unwrap_or(Path::new(""));
     let merged = catalog::merge(file.prices, &file.include, dir, currency)?;
-    let (prices, changes) = validate_dated_prices(&merged.entries, Some(calendar))?;
-    let plans = plans::validate(file.plans, &prices)?;
+    let (prices, changes) = validate_dated_prices(&merged.entries, calendar)?;
+    let plans = plans::validate(file.plans, &prices, calendar)?;
     let version = price_version(&merged.entries, &plans);
     Ok(Billing {
         prices,
@@ -1488,8 +1488,8 @@ fn validate(raw: RawConfig, dir: &Path, env: &dyn EnvSource) -> Result<Config, C
     let merged = catalog::merge(raw.prices, &raw.include, dir, &raw.billing.currency)?;
     let calendar = crate::calendar::Calendar::named(&raw.billing.timezone)
         .map_err(|e| invalid("billing.timezone", e))?;
-    let (prices, price_changes) = validate_dated_prices(&merged.entries, Some(&calendar))?;
-    let plans = plans::validate(raw.plans, &prices)?;
+    let (prices, price_changes) = validate_dated_prices(&merged.entries, &calendar)?;
+    let plans = plans::validate(raw.plans, &prices, &calendar)?;
     let default_counting = Counting {
         encoding: Encoding::parse(&raw.tokenizer.encoding).unwrap_or(Encoding::O200kBase),
         safety_percent: raw.tokenizer.safety_percent,
@@ -1704,10 +1704,10 @@ fn validate_extra_headers(
 }
 
 /// The undated price of each model, and its dated changes; `calendar` says
-/// where a date begins (`None`: dates are refused, as in a plan).
+/// where a date begins.
 fn validate_dated_prices(
     raw: &[PriceEntry],
-    calendar: Option<&crate::calendar::Calendar>,
+    calendar: &crate::calendar::Calendar,
 ) -> Result<(PriceTable, PriceChanges), ConfigError> {
     let (undated, dated): (Vec<&PriceEntry>, Vec<&PriceEntry>) =
         raw.iter().partition(|e| e.price.effective_from.is_none());
@@ -1725,9 +1725,6 @@ fn validate_dated_prices(
     for entry in dated {
         let field = format!("{}.effective_from", entry.entry);
         let text = entry.price.effective_from.as_deref().unwrap_or("");
-        let Some(calendar) = calendar else {
-            return Err(invalid(field, "a plan's prices have no dates"));
-        };
         let from_ms = calendar
             .day(text)
             .ok_or_else(|| invalid(&field, format!("`{text}` is not a YYYY-MM-DD date")))?
@@ -1752,11 +1749,6 @@ fn validate_dated_prices(
         }
     }
     Ok((prices, changes))
-}
-
-/// Prices without dates (a plan's): a date is refused.
-fn validate_prices(raw: &[PriceEntry]) -> Result<HashMap<(String, String), Price>, ConfigError> {
-    validate_dated_prices(raw, None).map(|(prices, _)| prices)
 }
 
 fn validate_price(price_entry: &PriceEntry) -> Result<((String, String), Price), ConfigError> {

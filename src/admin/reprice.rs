@@ -157,7 +157,8 @@ fn price_row(
     {
         None => cost,
         Some((_, Some(plan))) => {
-            pricing::charge(&plan.price_for(&row.provider, &row.model, &price), &usage)
+            let charged_at = plan.price_for(&row.provider, &row.model, &price, written);
+            pricing::charge(&charged_at, &usage)
         }
         Some((name, None)) => {
             unplanned.insert(name.to_owned());

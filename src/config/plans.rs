@@ -12,7 +12,11 @@ use std::fmt::Write as _;
 
 use serde::Deserialize;
 
-use super::{ConfigError, LongContext, Price, RawPrice, Route, invalid, validate_prices};
+use super::{
+    ConfigError, LongContext, Price, PriceChanges, RawPrice, Route, invalid, price_at,
+    validate_dated_prices,
+};
+use crate::calendar::Calendar;
 use crate::money::{Nanos, PricePerMTok};
 
 use super::catalog::PriceEntry;
@@ -47,25 +51,29 @@ pub struct Plan {
     pub name: String,
     /// The markup over cost, in millionths (200,000: +20 %).
     pub markup_ppm: u64,
-    /// Negotiated prices by (provider, model): these replace the markup.
+    /// Negotiated prices by (provider, model) without a date: these replace the markup.
     pub prices: HashMap<(String, String), Price>,
+    /// Negotiated prices from a date (`effective_from`), oldest first: from
+    /// then on they replace the undated one, or the markup.
+    pub changes: PriceChanges,
 }
 
 impl Plan {
-    /// What the tenant pays per token of a target the provider prices at `cost`.
-    pub fn price_for(&self, provider: &str, model: &str, cost: &Price) -> Price {
-        if let Some(price) = self.prices.get(&(provider.to_owned(), model.to_owned())) {
-            return *price;
-        }
-        marked_up(cost, self.markup_ppm)
+    /// What the tenant pays per token, at `at_ms`, of a target the provider
+    /// prices at `cost` then.
+    pub fn price_for(&self, provider: &str, model: &str, cost: &Price, at_ms: u64) -> Price {
+        let key = (provider.to_owned(), model.to_owned());
+        price_at(&self.prices, &self.changes, &key, at_ms)
+            .unwrap_or_else(|| marked_up(cost, self.markup_ppm))
     }
 
-    /// The route as this plan charges it: each target's `charge` at the plan's
-    /// prices, its `price` (the cost) as it is.
-    pub fn apply(&self, route: &Route) -> Route {
+    /// The route as this plan charges it at `at_ms`: each target's `charge`
+    /// at the plan's prices, its `price` (the cost) as it is.
+    pub fn apply(&self, route: &Route, at_ms: u64) -> Route {
         let mut charged = route.clone();
         for target in &mut charged.targets {
-            target.charge = self.price_for(target.provider.as_str(), &target.model, &target.price);
+            let (provider, model) = (target.provider.as_str(), &target.model);
+            target.charge = self.price_for(provider, model, &target.price, at_ms);
         }
         charged
     }
@@ -129,6 +137,7 @@ fn parse_percent(entry: &str, raw: &RawPercent) -> Result<u64, ConfigError> {
 pub(super) fn validate(
     raw: Vec<RawPlan>,
     prices: &HashMap<(String, String), Price>,
+    calendar: &Calendar,
 ) -> Result<BTreeMap<String, Plan>, ConfigError> {
     let mut plans = BTreeMap::new();
     for (i, plan) in raw.into_iter().enumerate() {
@@ -169,12 +178,20 @@ pub(super) fn validate(
                 ));
             }
         }
-        let negotiated = validate_prices(&entries)?;
+        let (mut negotiated, changes) = validate_dated_prices(&entries, calendar)?;
+        // A model negotiated only from a date is at the markup before it.
+        negotiated.retain(|key, _| {
+            entries.iter().any(|e| {
+                e.price.effective_from.is_none()
+                    && (&e.price.provider, &e.price.model) == (&key.0, &key.1)
+            })
+        });
         let name = plan.name.clone();
         let plan = Plan {
             name: plan.name,
             markup_ppm,
             prices: negotiated,
+            changes,
         };
         if plans.insert(name.clone(), plan).is_some() {
             return Err(invalid(
@@ -195,6 +212,13 @@ pub(super) fn version_fields(plans: &BTreeMap<String, Plan>) -> Vec<String> {
         negotiated.sort_by(|a, b| a.0.cmp(b.0));
         for ((provider, model), price) in negotiated {
             fields.push(format!("{provider}/{model}:{}", rates(price)));
+        }
+        let mut dated: Vec<_> = plan.changes.iter().collect();
+        dated.sort_by(|a, b| a.0.cmp(b.0));
+        for ((provider, model), list) in dated {
+            for (from_ms, price) in list {
+                fields.push(format!("{provider}/{model}@{from_ms}:{}", rates(price)));
+            }
         }
     }
     fields
@@ -245,9 +269,10 @@ mod tests {
             name: "resale".into(),
             markup_ppm: 125_000,
             prices: HashMap::new(),
+            changes: HashMap::new(),
         };
         // 2 per 1M + 12.5 % = 2.25; 0.000000001 per 1M (one nano) rounds up to two.
-        let charged = plan.price_for("p", "m", &price("2", "0.000000001"));
+        let charged = plan.price_for("p", "m", &price("2", "0.000000001"), 0);
         assert_eq!(charged.input.nanos_per_mtok().to_string(), "2.25");
         assert_eq!(charged.output.nanos_per_mtok().get(), 2);
     }
@@ -259,14 +284,32 @@ mod tests {
             name: "bigco".into(),
             markup_ppm: 500_000,
             prices: HashMap::from([(("p".to_owned(), "m".to_owned()), negotiated)]),
+            changes: HashMap::new(),
         };
-        assert_eq!(plan.price_for("p", "m", &price("2", "8")), negotiated);
+        assert_eq!(plan.price_for("p", "m", &price("2", "8"), 0), negotiated);
         assert_eq!(
-            plan.price_for("p", "other", &price("2", "8"))
+            plan.price_for("p", "other", &price("2", "8"), 0)
                 .input
                 .nanos_per_mtok()
                 .to_string(),
             "3"
+        );
+    }
+
+    #[test]
+    fn a_dated_negotiated_price_takes_over_at_its_date_and_the_markup_before() {
+        let negotiated = price("1", "3");
+        let plan = Plan {
+            name: "bigco".into(),
+            markup_ppm: 500_000,
+            prices: HashMap::new(),
+            changes: HashMap::from([(("p".to_owned(), "m".to_owned()), vec![(1_000, negotiated)])]),
+        };
+        let before = plan.price_for("p", "m", &price("2", "8"), 999);
+        assert_eq!(before.input.nanos_per_mtok().to_string(), "3");
+        assert_eq!(
+            plan.price_for("p", "m", &price("2", "8"), 1_000),
+            negotiated
         );
     }
 

@@ -197,7 +197,7 @@ fn charged_route(
         .plans
         .get(name)
         .ok_or_else(|| ApiError::internal(format!("plans.{name} is not configured")))?;
-    Ok(Some(plan.apply(dated.as_ref().unwrap_or(route))))
+    Ok(Some(plan.apply(dated.as_ref().unwrap_or(route), now_ms)))
 }
 
 /// The request in its door's format.

@@ -80,3 +80,65 @@ markup_percent = 20
         280_000 + 560_000 + 560_000
     );
 }
+
+/// A plan's negotiated price may carry a date too: before it the plan's
+/// markup applies, from it the negotiated price; reprice follows each row's date.
+#[actix_web::test]
+async fn a_plans_dated_price_takes_over_at_its_day() {
+    let clock = Arc::new(ManualClock::new(NEW_YEAR_MS - 1));
+    let app = spawn_app(
+        TestSetup::new()
+            .clock(clock.clone())
+            .route("ef-plan", &["primary/usage-100-0-10"])
+            .tier("free", &["ef-plan"], 1000, 100)
+            .raw(
+                r#"
+[[plans]]
+name = "bigco"
+markup_percent = 50
+
+[[plans.prices]]
+provider = "primary"
+model = "usage-100-0-10"
+input = "1"
+output = "4"
+effective_from = "2027-01-01"
+"#,
+            ),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("free", json!({"plan": "bigco"})).await;
+
+    let before = app.chat(&key, &chat_body("ef-plan")).await;
+    clock.set_ms(NEW_YEAR_MS);
+    let after = app.chat(&key, &chat_body("ef-plan")).await;
+
+    // 100 in and 10 out: at 2 / 8 per 1M + 50 %, then at the negotiated 1 / 4.
+    assert_eq!(
+        before.header("x-tollgate-cost"),
+        Some("0.00042"),
+        "{}",
+        before.raw
+    );
+    assert_eq!(
+        after.header("x-tollgate-cost"),
+        Some("0.00014"),
+        "{}",
+        after.raw
+    );
+    let rows = app.ledger_rows(&tenant).await;
+    assert_eq!(
+        rows.iter()
+            .map(|r| (r.charged_nanos, r.cost_nanos))
+            .collect::<Vec<_>>(),
+        [(420_000, Some(280_000)), (140_000, Some(280_000))]
+    );
+
+    let config = &app.gateway.config;
+    let db = app.gateway.directory.db();
+    let repriced = tollgate::admin::reprice::reprice(db, &config.billing(), None, None, None)
+        .await
+        .unwrap();
+    assert_eq!(repriced.current_total.to_db(), 420_000 + 140_000);
+    assert_eq!(repriced.repriced_total, repriced.current_total);
+}
