@@ -36,6 +36,7 @@ mod periods;
 mod plans;
 mod prompt_prefix;
 mod rate_limit;
+mod redis_cluster;
 mod resilience;
 
 mod responses;

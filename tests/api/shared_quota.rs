@@ -70,12 +70,17 @@ async fn until_store(app: &TestApp, state: &str) {
 #[actix_web::test]
 async fn four_replicas_on_one_redis_admit_exactly_30_of_120_requests_at_30_rpm() {
     let redis = RedisServer::start().await;
+    four_replicas_admit_exactly_30_of_120_at_30_rpm(&redis.url()).await;
+}
+
+/// Also run on a Redis Cluster (`redis_cluster.rs`).
+pub async fn four_replicas_admit_exactly_30_of_120_at_30_rpm(redis_url: &str) {
     // A frozen clock: the bucket does not refill while the test runs.
     let clock = Arc::new(ManualClock::new(now_ms()));
     let setup = TestSetup::new()
         .route("fast", &["primary/ok"])
         .tier("free", &["fast"], 30, 100)
-        .redis(&redis.url(), 4)
+        .redis(redis_url, 4)
         .clock(clock);
     let apps = replicas(&setup, 4).await;
     let (_tenant, key) = apps[0].tenant_with_key("free", json!({})).await;
@@ -112,11 +117,16 @@ async fn four_replicas_on_one_redis_admit_exactly_30_of_120_requests_at_30_rpm()
 #[actix_web::test]
 async fn two_hundred_concurrent_requests_over_three_replicas_never_pass_the_budget() {
     let redis = RedisServer::start().await;
+    two_hundred_requests_over_three_replicas_never_pass_the_budget(&redis.url()).await;
+}
+
+/// Also run on a Redis Cluster (`redis_cluster.rs`).
+pub async fn two_hundred_requests_over_three_replicas_never_pass_the_budget(redis_url: &str) {
     let setup = TestSetup::new()
         // usage-max: the upstream bills every output token it was allowed.
         .route("fast", &["primary/usage-max+delay-20ms"])
         .tier("free", &["fast"], 100_000, 100)
-        .redis(&redis.url(), 3);
+        .redis(redis_url, 3);
     let apps = replicas(&setup, 3).await;
     let (tenant, key) = apps[0]
         .tenant_with_key("free", json!({"monthly_budget": "0.8"}))
@@ -406,11 +416,16 @@ async fn the_suite_runs_on_redis_when_asked_and_in_memory_otherwise() {
 #[actix_web::test]
 async fn a_breaker_opened_on_one_replica_makes_the_others_skip_the_provider_too() {
     let redis = RedisServer::start().await;
+    a_breaker_opened_on_one_replica_is_followed_by_the_other(&redis.url()).await;
+}
+
+/// Also run on a Redis Cluster (`redis_cluster.rs`).
+pub async fn a_breaker_opened_on_one_replica_is_followed_by_the_other(redis_url: &str) {
     let setup = TestSetup::new()
         .provider("[providers.brk]\nkind = \"openai\"\nbase_url = \"FAKE\"\nmax_attempts = 1\nbreaker_failures = 5\nbreaker_error_rate_percent = 0\nbreaker_cooldown_ms = 60000")
         .route("fast", &["brk/status-503", "secondary/usage-10-0-5"])
         .tier("free", &["fast"], 1000, 100)
-        .redis(&redis.url(), 2);
+        .redis(redis_url, 2);
     let apps = replicas(&setup, 2).await;
     let (_tenant, key) = apps[0].tenant_with_key("free", json!({})).await;
     until_known(&apps, &key).await;

@@ -1,6 +1,7 @@
-//! The tenant actor through its handle, with a manual clock, on both quota
-//! stores: the in-memory book and Redis give the same answers to the same
-//! questions (the `QuotaStore` seam), so every scenario here runs on each.
+//! The tenant actor through its handle, with a manual clock, on every quota
+//! store: the in-memory book, one Redis and a Redis Cluster give the same
+//! answers to the same questions (the `QuotaStore` seam), so every scenario
+//! here runs on each.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +15,7 @@ use tollgate::ledger::AttemptStatus;
 use tollgate::money::{Nanos, PricePerMTok};
 use tollgate::tenant::{QuotaError, ReservationMeta, ReserveRequest, TenantHandle};
 
+use crate::support::cluster::RedisCluster;
 use crate::support::redis::RedisServer;
 use crate::support::{TestApp, TestSetup, now_ms, spawn_app};
 
@@ -21,6 +23,7 @@ use crate::support::{TestApp, TestSetup, now_ms, spawn_app};
 enum Store {
     Book,
     Redis(RedisServer),
+    Cluster(RedisCluster),
 }
 
 async fn app_on(store: &Store, clock: Arc<ManualClock>) -> TestApp {
@@ -32,9 +35,10 @@ async fn app_on(store: &Store, clock: Arc<ManualClock>) -> TestApp {
         // Memory quotas even when the suite runs with Redis: this is the book's run.
         Store::Book => setup.storage("redis_url = \"\""),
         Store::Redis(redis) => setup.redis(&redis.url(), 1),
+        Store::Cluster(cluster) => setup.redis(&cluster.url(), 1),
     };
     let app = spawn_app(setup).await;
-    let on_redis = matches!(store, Store::Redis(_));
+    let on_redis = !matches!(store, Store::Book);
     assert_eq!(
         app.gateway.quota_store.is_some(),
         on_redis,
@@ -43,18 +47,23 @@ async fn app_on(store: &Store, clock: Arc<ManualClock>) -> TestApp {
     app
 }
 
-async fn stores() -> [Store; 2] {
-    [Store::Book, Store::Redis(RedisServer::start().await)]
+async fn stores() -> [Store; 3] {
+    [
+        Store::Book,
+        Store::Redis(RedisServer::start().await),
+        Store::Cluster(RedisCluster::start().await),
+    ]
 }
 
 fn name(store: &Store) -> &'static str {
     match store {
         Store::Book => "book",
         Store::Redis(_) => "redis",
+        Store::Cluster(_) => "cluster",
     }
 }
 
-async fn tenant(app: &TestApp, budget: &str) -> (TenantHandle, TenantRecord) {
+pub(crate) async fn tenant(app: &TestApp, budget: &str) -> (TenantHandle, TenantRecord) {
     let (id, _key) = app
         .tenant_with_key("free", json!({ "monthly_budget": budget }))
         .await;
@@ -68,7 +77,7 @@ async fn tenant(app: &TestApp, budget: &str) -> (TenantHandle, TenantRecord) {
 }
 
 /// A request whose worst case is `output_tokens` at 1 unit per thousand tokens.
-fn request(output_tokens: u32, expires_at_ms: u64) -> ReserveRequest {
+pub(crate) fn request(output_tokens: u32, expires_at_ms: u64) -> ReserveRequest {
     ReserveRequest {
         input_tokens: 0,
         input_price: PricePerMTok::parse_decimal("0").unwrap(),
@@ -85,7 +94,7 @@ fn request(output_tokens: u32, expires_at_ms: u64) -> ReserveRequest {
     }
 }
 
-fn meta() -> ReservationMeta {
+pub(crate) fn meta() -> ReservationMeta {
     ReservationMeta {
         request_id: RequestId::generate(),
         key: KeyId::new("key_actor"),
@@ -106,7 +115,7 @@ fn units(n: &str) -> Nanos {
 }
 
 #[actix_web::test]
-async fn twenty_concurrent_reservations_hold_exactly_what_the_budget_covers_on_either_store() {
+async fn twenty_concurrent_reservations_hold_exactly_what_the_budget_covers_on_every_store() {
     for store in stores().await {
         let clock = Arc::new(ManualClock::new(now_ms()));
         let app = app_on(&store, clock.clone()).await;
@@ -138,7 +147,7 @@ async fn twenty_concurrent_reservations_hold_exactly_what_the_budget_covers_on_e
 }
 
 #[actix_web::test]
-async fn a_refusal_names_the_budget_and_what_the_request_needed_on_either_store() {
+async fn a_refusal_names_the_budget_and_what_the_request_needed_on_every_store() {
     for store in stores().await {
         let clock = Arc::new(ManualClock::new(now_ms()));
         let app = app_on(&store, clock.clone()).await;
@@ -164,7 +173,7 @@ async fn a_refusal_names_the_budget_and_what_the_request_needed_on_either_store(
 }
 
 #[actix_web::test]
-async fn a_reservation_past_its_expiry_is_committed_whole_with_an_orphan_row_on_either_store() {
+async fn a_reservation_past_its_expiry_is_committed_whole_with_an_orphan_row_on_every_store() {
     for store in stores().await {
         let clock = Arc::new(ManualClock::new(now_ms()));
         let app = app_on(&store, clock.clone()).await;

@@ -4,6 +4,7 @@
 //! Each call gives up after `storage.redis_timeout_ms`; a failure marks the
 //! store down (`health.rs`) and the actor falls back to its tenant's policy.
 
+mod connection;
 pub mod expiry;
 mod health;
 mod keys;
@@ -15,9 +16,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use deadpool_redis::{Pool, PoolConfig, Runtime, Timeouts};
 use redis::Script;
-use redis::aio::MultiplexedConnection;
+
+use connection::{Backend, Conn};
 
 pub use health::StoreHealth;
 use keys::TenantKeys;
@@ -85,13 +86,14 @@ struct Scripts {
 
 #[derive(Clone)]
 pub struct SharedStore {
-    pool: Pool,
+    backend: Arc<Backend>,
     /// `storage.redis_pool_size` multiplexed connections taken from the pool,
     /// used in turn: each pipelines the concurrent calls on it, and checking a
     /// connection out of the pool per call cost a round trip (the pool's
     /// UNWATCH + PING health check) on every decision. A connection is
     /// dropped on any error, so its next call takes a fresh one from the pool.
-    connections: Arc<[Mutex<Option<MultiplexedConnection>>]>,
+    /// On a cluster each is a cluster connection of its own.
+    connections: Arc<[Mutex<Option<Conn>>]>,
     next_connection: Arc<AtomicUsize>,
     timeout: Duration,
     health: Arc<StoreHealth>,
@@ -109,19 +111,9 @@ impl SharedStore {
         calendar: Calendar,
     ) -> Result<SharedStore, String> {
         let timeout = Duration::from_millis(timeout_ms);
-        let mut config = deadpool_redis::Config::from_url(url);
-        let mut pool = PoolConfig::new(pool_size.max(1));
-        pool.timeouts = Timeouts {
-            wait: Some(timeout),
-            create: Some(timeout),
-            recycle: Some(timeout),
-        };
-        config.pool = Some(pool);
-        let pool = config
-            .create_pool(Some(Runtime::Tokio1))
-            .map_err(|e| format!("storage.redis_url: {e}"))?;
+        let backend = Backend::open(url, pool_size, timeout)?;
         Ok(SharedStore {
-            pool,
+            backend: Arc::new(backend),
             connections: (0..pool_size.max(1)).map(|_| Mutex::new(None)).collect(),
             next_connection: Arc::new(AtomicUsize::new(0)),
             timeout,
@@ -176,15 +168,24 @@ impl SharedStore {
     /// One PING within the timeout (used by the prober and `/readyz`).
     pub async fn ping(&self) -> Result<(), StoreFailure> {
         let call = async {
-            let mut conn = self
-                .pool
-                .get()
-                .await
-                .map_err(|e| StoreFailure(e.to_string()))?;
-            redis::cmd("PING")
-                .query_async::<String>(&mut *conn)
-                .await
-                .map_err(|e| StoreFailure(e.to_string()))
+            let ping = redis::cmd("PING");
+            let answer = match &*self.backend {
+                Backend::Single(pool) => {
+                    let mut conn = pool.get().await.map_err(|e| StoreFailure(e.to_string()))?;
+                    ping.query_async::<String>(&mut *conn).await
+                }
+                // A failed ping drops the connections: a new one reads the
+                // slot map again, where a promoted replica has replaced its primary.
+                Backend::Cluster(_) => {
+                    let mut conn = self.connection().await?;
+                    let answer = conn.ping().await;
+                    if answer.is_err() {
+                        self.drop_connections();
+                    }
+                    answer.map(|()| String::new())
+                }
+            };
+            answer.map_err(|e| StoreFailure(e.to_string()))
         };
         match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(_)) => Ok(()),
@@ -226,13 +227,30 @@ impl SharedStore {
             .await
     }
 
-    /// Requests holding a reservation made by `replica`, by tenant. Each SCAN
-    /// step and each hash read is its own bounded call.
+    /// Requests holding a reservation made by `replica`, by tenant: on a
+    /// cluster, on each primary in turn. Each SCAN step and each hash read is
+    /// its own bounded call.
     pub async fn held_by_replica(
         &self,
         replica: &str,
     ) -> Result<Vec<(TenantId, String)>, StoreFailure> {
+        let primaries = self.bounded(async |conn| conn.primaries().await).await?;
         let mut found = Vec::new();
+        if primaries.is_empty() {
+            self.held_on(None, replica, &mut found).await?;
+        }
+        for primary in &primaries {
+            self.held_on(Some(primary), replica, &mut found).await?;
+        }
+        Ok(found)
+    }
+
+    async fn held_on(
+        &self,
+        node: Option<&connection::Primary>,
+        replica: &str,
+        found: &mut Vec<(TenantId, String)>,
+    ) -> Result<(), StoreFailure> {
         let mut cursor = 0u64;
         loop {
             let mut scan = redis::cmd("SCAN");
@@ -242,7 +260,7 @@ impl SharedStore {
                 .arg("COUNT")
                 .arg(500);
             let (next, keys) = self
-                .bounded(async |conn| scan.query_async::<(u64, Vec<String>)>(conn).await)
+                .bounded(async |conn| conn.on_node::<(u64, Vec<String>)>(node, &scan).await)
                 .await?;
             for key in keys {
                 let Some(tenant) = key
@@ -271,29 +289,30 @@ impl SharedStore {
                 }
             }
             if next == 0 {
-                return Ok(found);
+                return Ok(());
             }
             cursor = next;
         }
     }
 
-    /// The next of the multiplexed connections, taken from the pool when it has none.
-    async fn connection(&self) -> Result<MultiplexedConnection, StoreFailure> {
+    /// The next of the multiplexed connections, made when it has none.
+    async fn connection(&self) -> Result<Conn, StoreFailure> {
         let slot = self.next_connection.fetch_add(1, Ordering::Relaxed) % self.connections.len();
         if let Some(conn) = self.lock_slot(slot).clone() {
             return Ok(conn);
         }
-        let pooled = self
-            .pool
-            .get()
-            .await
-            .map_err(|e| StoreFailure(e.to_string()))?;
-        let conn = deadpool_redis::Connection::take(pooled);
+        let conn = self.backend.connect().await.map_err(StoreFailure)?;
         *self.lock_slot(slot) = Some(conn.clone());
         Ok(conn)
     }
 
-    fn lock_slot(&self, slot: usize) -> std::sync::MutexGuard<'_, Option<MultiplexedConnection>> {
+    fn drop_connections(&self) {
+        for slot in 0..self.connections.len() {
+            self.lock_slot(slot).take();
+        }
+    }
+
+    fn lock_slot(&self, slot: usize) -> std::sync::MutexGuard<'_, Option<Conn>> {
         self.connections[slot]
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -303,7 +322,7 @@ impl SharedStore {
     /// marks the store down and drops the connection.
     async fn bounded<T>(
         &self,
-        call: impl AsyncFnOnce(&mut MultiplexedConnection) -> redis::RedisResult<T>,
+        call: impl AsyncFnOnce(&mut Conn) -> redis::RedisResult<T>,
     ) -> Result<T, StoreFailure> {
         if !self.health.is_up() {
             return Err(StoreFailure("marked down".to_owned()));
@@ -325,9 +344,7 @@ impl SharedStore {
             // A failure mostly means the server went away: every connection
             // is suspect, and a stale one must not fail the first call after
             // the store is back.
-            for slot in 0..self.connections.len() {
-                self.lock_slot(slot).take();
-            }
+            self.drop_connections();
             self.health.mark_down(&failure.0);
         }
         result

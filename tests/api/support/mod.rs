@@ -4,6 +4,7 @@
 //! actix System, and typed helpers. Everything is torn down with the `TestApp`
 //! (temp dir) and the test's System (servers, actors).
 
+pub mod cluster;
 mod logs;
 pub mod postgres;
 pub mod process;

@@ -59,13 +59,29 @@ pub struct RedisServer {
     pid: Option<u32>,
     watchdog: Option<(Child, ChildStdin)>,
     dir: tempfile::TempDir,
+    /// More `redis-server` arguments (a cluster node's).
+    extra: Vec<String>,
 }
 
 impl RedisServer {
     pub async fn start() -> RedisServer {
+        RedisServer::start_with(&[]).await
+    }
+
+    /// A server with more arguments (`--cluster-enabled yes`, …).
+    pub async fn start_with(extra: &[&str]) -> RedisServer {
         let mut server = RedisServer::unstarted();
+        server.extra = extra.iter().map(|a| (*a).to_owned()).collect();
         server.launch().await;
         server
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.pid.is_some()
     }
 
     fn unstarted() -> RedisServer {
@@ -79,6 +95,7 @@ impl RedisServer {
             pid: None,
             watchdog: None,
             dir: tempfile::tempdir().unwrap(),
+            extra: Vec::new(),
         }
     }
 
@@ -108,6 +125,7 @@ impl RedisServer {
             .args(["--appendonly", "no"])
             .args(["--dir", &self.dir.path().display().to_string()])
             .args(["--databases", &DATABASES.to_string()])
+            .args(&self.extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
