@@ -34,8 +34,10 @@ if [ ! -x "$TOLLGATE_TEST_PGVECTOR_BIN/postgres" ]; then
     || python3 -m pip install --quiet --no-deps --break-system-packages --target "$pgvector_home" pgserver
   chmod -R a+rX "$pgvector_home"
 fi
-# The shared-quota tests start their own redis-server on a free loopback port.
+# The shared-quota tests start their own redis-server on a free loopback port,
+# and the Redis Cluster tests six of them, joined with redis-cli.
 need redis-server redis-server
+need redis-cli redis-tools
 # The official Node SDK too, installed into tests/sdk (its package.json).
 need node nodejs
 need npm npm

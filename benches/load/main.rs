@@ -42,7 +42,7 @@ use crate::machine::Machine;
 use crate::plan::{Cell, Mode, Runner, Timing};
 use crate::procs::rss_kib;
 use crate::report::{GatewayAfter, RedisCommands, Results, ScenarioInfo};
-use crate::stack::{Bare, Nginx, Redis, Stack, Systems};
+use crate::stack::{Bare, Cluster, Nginx, Redis, Stack, Systems};
 
 /// The bare proxy runs in this binary: with the gateway's allocator, the gap between them is
 /// governance, not malloc.
@@ -441,6 +441,10 @@ async fn run_cells(runner: &mut Runner<'_>, options: Options, redis: bool) -> Re
     let mut tenant_commands = None;
     let mut phase = EndUserPhase::NotYet;
     for plan in plan::cells(options.timing.quick, redis, options.end_users) {
+        // A cluster that did not start is reported as not measured; the rest stands.
+        if plan.mode == Mode::Cluster && !matches!(runner.stack.cluster, Cluster::Running { .. }) {
+            continue;
+        }
         if let Mode::EndUsers { users } = plan.mode {
             if matches!(phase, EndUserPhase::NotYet) {
                 let before = end_users::before(runner.stack).await;

@@ -16,7 +16,7 @@ use crate::procs::{
     CpuSample, busy_neighbours, clock_ticks_per_second, cpu_ticks, cpu_ticks_with_children,
 };
 use crate::scenarios::Scenario;
-use crate::stack::{Bare, Nginx, Redis, Stack, stream_route};
+use crate::stack::{Bare, Cluster, Nginx, Redis, Stack, stream_route};
 use crate::stats::{self, Percentiles};
 
 pub const OPEN_RATES: [u64; 3] = [200, 1_000, 2_000];
@@ -101,6 +101,9 @@ pub enum Mode {
     /// `X-Tollgate-End-User` (the next one each request), so the tier's end-user template is
     /// decided beside the tenant's on every call.
     EndUsers { users: u64 },
+    /// A gateway whose limits, quotas and budgets live on a six-node Redis Cluster
+    /// (`redis+cluster://`): each decision goes to the primary of the tenant's slot.
+    Cluster,
 }
 
 /// The API a streaming cell calls: the translation a door adds is in its figures.
@@ -200,6 +203,7 @@ pub fn cells(quick: bool, redis: bool, end_users: u64) -> Vec<CellPlan> {
         // The end-user cells come right after the tenant-only ones they are compared with.
         modes.push(Mode::Redis);
         modes.push(Mode::EndUsers { users: end_users });
+        modes.push(Mode::Cluster);
     }
     for mode in modes {
         // Short prompts, 0 ms upstream: open loop at each rate, then the closed loop.
@@ -471,16 +475,19 @@ impl<'a> Runner<'a> {
                 stream_route(chunks, chunk_delay_ms)
             }
             Mode::Semantic => (SEMANTIC_ROUTE.to_owned(), UPSTREAM_MODEL.to_owned()),
-            Mode::Plain | Mode::Redis | Mode::Batch | Mode::EndUsers { .. } => {
+            Mode::Plain | Mode::Redis | Mode::Batch | Mode::EndUsers { .. } | Mode::Cluster => {
                 (fake.route.clone(), UPSTREAM_MODEL.to_owned())
             }
         };
         let streaming = matches!(mode, Mode::Stream { .. });
         let door = match mode {
             Mode::Stream { door, .. } => door,
-            Mode::Plain | Mode::Redis | Mode::Batch | Mode::EndUsers { .. } | Mode::Semantic => {
-                Door::Chat
-            }
+            Mode::Plain
+            | Mode::Redis
+            | Mode::Batch
+            | Mode::EndUsers { .. }
+            | Mode::Semantic
+            | Mode::Cluster => Door::Chat,
         };
         // The semantic cache looks up greedy answers only.
         let greedy = mode == Mode::Semantic;
@@ -667,6 +674,14 @@ impl<'a> Runner<'a> {
             (Redis::Running { server, .. }, Mode::Redis | Mode::EndUsers { .. }, Kind::Gateway) => {
                 cpu_ticks(server.pid())
             }
+            // The six nodes together: what the cluster spent on the cell.
+            (_, Mode::Cluster, Kind::Gateway) => match &self.stack.cluster {
+                Cluster::Running { nodes, .. } => nodes
+                    .iter()
+                    .map(|n| cpu_ticks(n.pid()))
+                    .sum::<Option<u64>>(),
+                Cluster::Skipped(_) => None,
+            },
             _ => None,
         };
         Ok([

@@ -123,6 +123,12 @@ pub fn not_measured(
             "Redis mode: shared limits and budgets (target p99 added ≤ 2 ms at 1,000 req/s): {redis}"
         ));
     }
+    if !cells.iter().any(|c| c.mode == Mode::Cluster) {
+        missing.push(
+            "Redis Cluster mode: not run (`--skip-redis`, or the cluster did not start: the run's output says why)"
+                .to_owned(),
+        );
+    }
     if !cells
         .iter()
         .any(|c| matches!(c.mode, Mode::EndUsers { .. }))
@@ -221,6 +227,7 @@ fn scenario_label(mode: Mode, scenario: &str) -> String {
         Mode::Batch => format!("{scenario} fsync batch"),
         Mode::EndUsers { .. } => format!("{scenario} end users"),
         Mode::Semantic => format!("{scenario} semantic miss"),
+        Mode::Cluster => format!("{scenario} Redis Cluster"),
     }
 }
 
@@ -859,6 +866,20 @@ pub fn redis_table(cells: &[Cell], redis: &str, commands: Option<&RedisCommands>
         "gateway (Redis)",
         Some("Redis"),
     ));
+    if cells.iter().any(|c| c.mode == Mode::Cluster) {
+        out.push_str(
+            "\nOn a Redis Cluster: a third gateway, configured like the Redis-mode one with \
+             `redis_url = \"redis+cluster://…\"` naming six local nodes (three primaries with a replica each, \
+             `redis-cli --cluster create`); each decision goes to the primary of the tenant's slot. \
+             The CPU column's second figure is the six nodes together.\n\n",
+        );
+        out.push_str(&mode_rows(
+            cells,
+            Mode::Cluster,
+            "gateway (Redis Cluster)",
+            Some("Redis Cluster"),
+        ));
+    }
     if let Some(c) = commands.filter(|c| c.requests > 0) {
         let _ = writeln!(
             out,

@@ -53,6 +53,16 @@ pub enum Redis {
     Skipped(String),
 }
 
+/// The Redis Cluster mode's six nodes (three primaries, a replica each) and
+/// the gateway whose quotas live on them, or why they are missing.
+pub enum Cluster {
+    Running {
+        gateway: Box<Gateway>,
+        nodes: Vec<Child>,
+    },
+    Skipped(String),
+}
+
 /// The route of the in-flight scenario: every answer takes this long.
 pub const SLOW_ROUTE: &str = "slow2s";
 pub const SLOW_MS: u64 = 2_000;
@@ -149,6 +159,7 @@ pub struct Stack {
     pub nginx: Nginx,
     pub bare: Bare,
     pub redis: Redis,
+    pub cluster: Cluster,
     pub gateway: Child,
     /// Configured like `gateway` but with `ledger.fsync = "batch"`.
     pub batch: Gateway,
@@ -208,10 +219,20 @@ impl Stack {
         } else {
             Redis::Skipped("--skip-redis was given".to_owned())
         };
+        let cluster = if systems.redis {
+            start_cluster(&path, &fakes).await.unwrap_or_else(|error| {
+                let reason = format!("the Redis Cluster mode did not start: {error:#}");
+                println!("{reason}");
+                Cluster::Skipped(reason)
+            })
+        } else {
+            Cluster::Skipped("--skip-redis was given".to_owned())
+        };
         Ok(Self {
             nginx,
             bare,
             redis,
+            cluster,
             gateway,
             batch,
             fakes,
@@ -236,6 +257,14 @@ impl Stack {
                     Ok((gateway.addr, gateway.key.as_str(), gateway.process.pid()))
                 }
                 Redis::Skipped(reason) => bail!("the Redis mode is not running: {reason}"),
+            },
+            Mode::Cluster => match &self.cluster {
+                Cluster::Running { gateway, .. } => {
+                    Ok((gateway.addr, gateway.key.as_str(), gateway.process.pid()))
+                }
+                Cluster::Skipped(reason) => {
+                    bail!("the Redis Cluster mode is not running: {reason}")
+                }
             },
             Mode::Batch => Ok((
                 self.batch.addr,
@@ -270,6 +299,10 @@ impl Stack {
             pids.push(gateway.process.pid());
             pids.push(server.pid());
         }
+        if let Cluster::Running { gateway, nodes } = &self.cluster {
+            pids.push(gateway.process.pid());
+            pids.extend(nodes.iter().map(Child::pid));
+        }
         pids
     }
 
@@ -298,6 +331,12 @@ impl Stack {
             gateway.process.check_running()?;
             server.check_running()?;
         }
+        if let Cluster::Running { gateway, nodes } = &mut self.cluster {
+            gateway.process.check_running()?;
+            for node in nodes {
+                node.check_running()?;
+            }
+        }
         Ok(())
     }
 
@@ -317,6 +356,10 @@ impl Stack {
         {
             children.push(&gateway.process);
             children.push(server);
+        }
+        if let Cluster::Running { gateway, nodes } = &self.cluster {
+            children.push(&gateway.process);
+            children.extend(nodes.iter());
         }
         children
             .iter()
@@ -453,14 +496,7 @@ async fn start_redis(dir: &Path, fakes: &[Fake]) -> Result<Redis> {
     wait_for_pong(&mut server, addr).await?;
     let url = format!("redis://{addr}/0");
     let gateway = start_gateway(&path, "the Redis-mode gateway", fakes, Some(&url), None).await?;
-    // The gateway starts on memory quotas when Redis is unreachable; this mode must not.
-    let template = crate::http::Template::get(gateway.addr, "/readyz");
-    let mut conn = crate::http::Conn::new(gateway.addr, &template);
-    let response = conn.exchange(0).await.context("GET /readyz")?;
-    let body = String::from_utf8_lossy(&conn.body(&response)).into_owned();
-    if !body.contains("\"quota_store\":\"redis\"") {
-        bail!("the Redis-mode gateway does not use Redis: /readyz says {body}");
-    }
+    require_redis_quotas(&gateway, "the Redis-mode gateway").await?;
     Ok(Redis::Running {
         gateway: Box::new(gateway),
         server,
@@ -471,6 +507,92 @@ async fn start_redis(dir: &Path, fakes: &[Fake]) -> Result<Redis> {
             .collect::<Vec<_>>()
             .join(" "),
     })
+}
+
+/// The gateway starts on memory quotas when Redis is unreachable; a Redis mode must not.
+async fn require_redis_quotas(gateway: &Gateway, name: &str) -> Result<()> {
+    let template = crate::http::Template::get(gateway.addr, "/readyz");
+    let mut conn = crate::http::Conn::new(gateway.addr, &template);
+    let response = conn.exchange(0).await.context("GET /readyz")?;
+    let body = String::from_utf8_lossy(&conn.body(&response)).into_owned();
+    if !body.contains("\"quota_store\":\"redis\"") {
+        bail!("{name} does not use Redis: /readyz says {body}");
+    }
+    Ok(())
+}
+
+/// Six `redis-server`s with `cluster-enabled yes` joined by `redis-cli --cluster create`
+/// (three primaries, a replica each), and a gateway on `redis+cluster://` naming them all.
+async fn start_cluster(dir: &Path, fakes: &[Fake]) -> Result<Cluster> {
+    let binary = match find_or_install("redis-server", "redis-server") {
+        Ok(binary) => binary,
+        Err(reason) => return Ok(Cluster::Skipped(reason)),
+    };
+    let path = dir.join("cluster");
+    let mut nodes = Vec::new();
+    let mut addrs = Vec::new();
+    for n in 0..6 {
+        let node_dir = path.join(format!("node{n}"));
+        std::fs::create_dir_all(&node_dir)
+            .with_context(|| format!("creating {}", node_dir.display()))?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        let mut command = Command::new(&binary);
+        command
+            .args(["--port", &addr.port().to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
+            .arg("--dir")
+            .arg(&node_dir);
+        let mut node = Child::spawn(
+            "redis-server (cluster)",
+            command,
+            &node_dir.join("redis.log"),
+        )?;
+        wait_for_pong(&mut node, addr).await?;
+        nodes.push(node);
+        addrs.push(addr.to_string());
+    }
+    let created = Command::new("redis-cli")
+        .arg("--cluster")
+        .arg("create")
+        .args(&addrs)
+        .args(["--cluster-replicas", "1", "--cluster-yes"])
+        .output()
+        .context("redis-cli --cluster create")?;
+    if !created.status.success() {
+        bail!(
+            "redis-cli --cluster create: {}",
+            String::from_utf8_lossy(&created.stdout)
+        );
+    }
+    wait_for_cluster(&addrs).await?;
+    let url = format!("redis+cluster://{}", addrs.join(","));
+    let gateway =
+        start_gateway(&path, "the Redis Cluster gateway", fakes, Some(&url), None).await?;
+    require_redis_quotas(&gateway, "the Redis Cluster gateway").await?;
+    Ok(Cluster::Running {
+        gateway: Box::new(gateway),
+        nodes,
+    })
+}
+
+/// Every node says `cluster_state:ok`.
+async fn wait_for_cluster(addrs: &[String]) -> Result<()> {
+    let deadline = crate::clock::now() + READY_LIMIT;
+    while crate::clock::now() < deadline {
+        let ok = addrs.iter().all(|addr| {
+            let port = addr.rsplit(':').next().unwrap_or_default();
+            Command::new("redis-cli")
+                .args(["-h", "127.0.0.1", "-p", port, "cluster", "info"])
+                .output()
+                .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains("cluster_state:ok"))
+        });
+        if ok {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!("the Redis Cluster did not reach cluster_state:ok within {READY_LIMIT:?}")
 }
 
 /// Redis speaks RESP, not HTTP: ready once `PING` is answered with `+PONG`.
