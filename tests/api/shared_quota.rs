@@ -17,6 +17,12 @@ use crate::support::{Reply, TestApp, TestSetup, chat_body, now_ms, spawn_app, sp
 /// hangs a request would blow through it.
 const NO_HANG: Duration = Duration::from_secs(3);
 
+/// The store timeout of the tests about what replicas admit together: they
+/// are about budgets and rates, not a slow store, and on a test machine
+/// running a Redis Cluster beside them a call can wait past the default
+/// 100 ms, which fails closed (503; the outage tests cover that).
+const BUSY_MACHINE_TIMEOUT: &str = "redis_timeout_ms = 1000";
+
 /// Waits until every replica's key cache has the key (they poll the database).
 async fn until_known(apps: &[TestApp], key: &str) {
     for app in apps {
@@ -81,7 +87,8 @@ pub async fn four_replicas_admit_exactly_30_of_120_at_30_rpm(redis_url: &str) {
         .route("fast", &["primary/ok"])
         .tier("free", &["fast"], 30, 100)
         .redis(redis_url, 4)
-        .clock(clock);
+        .clock(clock)
+        .storage(BUSY_MACHINE_TIMEOUT);
     let apps = replicas(&setup, 4).await;
     let (_tenant, key) = apps[0].tenant_with_key("free", json!({})).await;
     until_known(&apps, &key).await;
@@ -126,7 +133,8 @@ pub async fn two_hundred_requests_over_three_replicas_never_pass_the_budget(redi
         // usage-max: the upstream bills every output token it was allowed.
         .route("fast", &["primary/usage-max+delay-20ms"])
         .tier("free", &["fast"], 100_000, 100)
-        .redis(redis_url, 3);
+        .redis(redis_url, 3)
+        .storage(BUSY_MACHINE_TIMEOUT);
     let apps = replicas(&setup, 3).await;
     let (tenant, key) = apps[0]
         .tenant_with_key("free", json!({"monthly_budget": "0.8"}))
@@ -190,7 +198,8 @@ async fn two_hundred_concurrent_requests_with_retries_and_timeouts_never_pass_th
         .route("retry", &["primary/usage-max+flaky-40", "secondary/usage-max+delay-20ms"])
         .route("fast", &["primary/usage-max+delay-20ms"])
         .tier("free", &["timeout", "retry", "fast"], 100_000, 100)
-        .redis(&redis.url(), 3);
+        .redis(&redis.url(), 3)
+        .storage(BUSY_MACHINE_TIMEOUT);
     let apps = replicas(&setup, 3).await;
     let (tenant, key) = apps[0]
         .tenant_with_key("free", json!({"monthly_budget": "0.8"}))
