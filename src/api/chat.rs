@@ -192,7 +192,7 @@ fn respond(
                     }
                     let body = door.complete(&body, outcome.native);
                     if let Some(audit) = audit {
-                        audit.finish(200, outcome.cache, &body, false);
+                        audit.finish(200, outcome.cache, body.clone(), false);
                     }
                     Ok(response.body(body))
                 }
@@ -219,7 +219,7 @@ fn respond(
             if let Some(audit) = audit {
                 let status = actix_web::ResponseError::status_code(&error).as_u16();
                 let anthropic = matches!(door, Door::Messages { .. });
-                audit.finish(status, None, &error.wire_body(anthropic), false);
+                audit.finish(status, None, error.wire_body(anthropic).into(), false);
             }
             if let Some(value) = echoed_value {
                 error = error.with_header(HeaderName::from_static(headers::REQUEST_ID), value);

@@ -68,23 +68,22 @@ impl Capture {
         }
     }
 
-    /// The answer, as the caller got it (`cut`: only its start was kept), kept with the request.
-    pub fn finish(self, status: u16, cache: Option<&str>, response: &[u8], cut: bool) {
-        let limit = self.log.max_body_bytes();
-        let (request, cut_request) = kept(&self.request, limit);
-        let (response, cut_response) = kept(response, limit);
-        self.log.record(entity::audit_payload::ActiveModel {
-            id: sea_orm::ActiveValue::NotSet,
-            request_id: sea_orm::Set(self.request_id),
-            tenant_id: sea_orm::Set(self.tenant_id),
-            key_id: sea_orm::Set(self.key_id),
-            api: sea_orm::Set(self.api.as_str().to_owned()),
-            status: sea_orm::Set(i32::from(status)),
-            cache: sea_orm::Set(cache.map(str::to_owned)),
-            request_body: sea_orm::Set(request),
-            response_body: sea_orm::Set(response),
-            truncated: sea_orm::Set(cut || cut_request || cut_response),
-            created_at_ms: sea_orm::Set(i64::try_from(self.clock.now_ms()).unwrap_or(i64::MAX)),
+    /// The answer, as the caller got it (`cut`: only its start was kept),
+    /// handed to the writer with the request: redacting and cutting happen
+    /// there, off the request path.
+    pub fn finish(self, status: u16, cache: Option<&str>, response: Bytes, cut: bool) {
+        let now_ms = self.clock.now_ms();
+        self.log.record(Payload {
+            request_id: self.request_id,
+            tenant_id: self.tenant_id,
+            key_id: self.key_id,
+            api: self.api,
+            status,
+            cache: cache.map(str::to_owned),
+            request: self.request,
+            response,
+            cut,
+            created_at_ms: now_ms,
         });
     }
 
@@ -92,6 +91,41 @@ impl Capture {
     /// limit must still be seen whole to be redacted.
     pub fn collect_limit(&self) -> usize {
         self.log.max_body_bytes().saturating_add(256)
+    }
+}
+
+/// A call's bodies as handed over, not yet redacted.
+pub(crate) struct Payload {
+    request_id: String,
+    tenant_id: String,
+    key_id: String,
+    api: Api,
+    status: u16,
+    cache: Option<String>,
+    request: Bytes,
+    response: Bytes,
+    cut: bool,
+    created_at_ms: u64,
+}
+
+impl Payload {
+    /// The row kept: both bodies redacted, then cut to `limit` bytes.
+    fn into_row(self, limit: usize) -> entity::audit_payload::ActiveModel {
+        let (request, cut_request) = kept(&self.request, limit);
+        let (response, cut_response) = kept(&self.response, limit);
+        entity::audit_payload::ActiveModel {
+            id: sea_orm::ActiveValue::NotSet,
+            request_id: sea_orm::Set(self.request_id),
+            tenant_id: sea_orm::Set(self.tenant_id),
+            key_id: sea_orm::Set(self.key_id),
+            api: sea_orm::Set(self.api.as_str().to_owned()),
+            status: sea_orm::Set(i32::from(self.status)),
+            cache: sea_orm::Set(self.cache),
+            request_body: sea_orm::Set(request),
+            response_body: sea_orm::Set(response),
+            truncated: sea_orm::Set(self.cut || cut_request || cut_response),
+            created_at_ms: sea_orm::Set(i64::try_from(self.created_at_ms).unwrap_or(i64::MAX)),
+        }
     }
 }
 

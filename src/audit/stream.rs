@@ -57,7 +57,8 @@ impl Stream for Audited {
 impl Drop for Audited {
     fn drop(&mut self) {
         if let Some(capture) = self.capture.take() {
-            capture.finish(200, self.cache, &self.copy, self.cut);
+            let copy = Bytes::from(std::mem::take(&mut self.copy));
+            capture.finish(200, self.cache, copy, self.cut);
         }
     }
 }

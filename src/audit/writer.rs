@@ -1,5 +1,6 @@
-//! The audit writer: payloads are handed over without waiting and written
-//! in batches by one task, so no request waits for the database. A full
+//! The audit writer: payloads are handed over without waiting, then
+//! redacted and written in batches by one task, so no request waits for the
+//! database or spends its time on redaction. A full
 //! queue drops the payload, counted (`tollgate_audit_payloads_dropped_total`)
 //! and never logged with its text.
 
@@ -7,6 +8,8 @@ use sea_orm::{DatabaseConnection, EntityTrait};
 use tokio::sync::mpsc;
 
 use entity::audit_payload;
+
+use super::Payload;
 
 use crate::telemetry::metrics::{Metric, counter_add};
 
@@ -17,7 +20,7 @@ const QUEUE: usize = 10_000;
 const BATCH: usize = 200;
 
 pub struct AuditLog {
-    sender: mpsc::Sender<audit_payload::ActiveModel>,
+    sender: mpsc::Sender<Payload>,
     max_body_bytes: usize,
 }
 
@@ -25,7 +28,7 @@ impl AuditLog {
     /// Starts the writer on the current runtime.
     pub fn start(db: DatabaseConnection, max_body_bytes: usize) -> AuditLog {
         let (sender, receiver) = mpsc::channel(QUEUE);
-        actix_rt::spawn(write(db, receiver));
+        actix_rt::spawn(write(db, receiver, max_body_bytes));
         AuditLog {
             sender,
             max_body_bytes,
@@ -36,18 +39,19 @@ impl AuditLog {
         self.max_body_bytes
     }
 
-    pub(super) fn record(&self, payload: audit_payload::ActiveModel) {
+    pub(super) fn record(&self, payload: Payload) {
         if self.sender.try_send(payload).is_err() {
             counter_add(Metric::AuditPayloadsDroppedTotal, &[], 1);
         }
     }
 }
 
-async fn write(db: DatabaseConnection, mut receiver: mpsc::Receiver<audit_payload::ActiveModel>) {
+async fn write(db: DatabaseConnection, mut receiver: mpsc::Receiver<Payload>, limit: usize) {
     let mut batch = Vec::with_capacity(BATCH);
     while receiver.recv_many(&mut batch, BATCH).await > 0 {
         let rows = batch.len() as u64;
-        if let Err(error) = audit_payload::Entity::insert_many(batch.drain(..))
+        let models = batch.drain(..).map(|payload| payload.into_row(limit));
+        if let Err(error) = audit_payload::Entity::insert_many(models)
             .exec_without_returning(&db)
             .await
         {

@@ -139,7 +139,15 @@ pub(super) async fn sum_in_span(
     from_ms: u64,
     to_ms: u64,
 ) -> Result<(u64, Nanos), StorageError> {
-    let sum_row = counted(Some(tenant), Some(from_ms), Some(to_ms))
+    rows_and_charge(db, counted(Some(tenant), Some(from_ms), Some(to_ms))).await
+}
+
+/// The rows and charge of the aggregates `query` selects, summed.
+async fn rows_and_charge(
+    db: &DatabaseConnection,
+    query: Select<usage_daily::Entity>,
+) -> Result<(u64, Nanos), StorageError> {
+    let sum_row = query
         .select_only()
         .column_as(sum("rows"), "rows")
         .column_as(sum("charged_nanos"), "charged_nanos")
@@ -157,15 +165,7 @@ pub(super) async fn charged_in_period(
     tenant: &TenantId,
     period: &str,
 ) -> Result<Nanos, StorageError> {
-    let sum_row = counted(Some(tenant), None, None)
-        .filter(usage_daily::Column::Day.starts_with(format!("{period}-")))
-        .select_only()
-        .column_as(sum("rows"), "rows")
-        .column_as(sum("charged_nanos"), "charged_nanos")
-        .into_model::<RawSum>()
-        .one(db)
-        .await?;
-    Ok(Nanos::from_db(
-        sum_row.and_then(|s| s.charged_nanos).unwrap_or(0),
-    ))
+    let month = counted(Some(tenant), None, None)
+        .filter(usage_daily::Column::Day.starts_with(format!("{period}-")));
+    Ok(rows_and_charge(db, month).await?.1)
 }
