@@ -92,11 +92,13 @@ fn launch(
     if !listen.ip().is_loopback() {
         tracing::warn!(%listen, "fake upstream bound to a non-loopback address");
     }
+    let connections = Arc::clone(&stats);
     let app_state = web::Data::new(AppState { config, stats });
     let mut server = HttpServer::new(move || {
         let app_state = app_state.clone();
         App::new().configure(|cfg| routes(cfg, app_state))
     })
+    .on_connect(move |_, _| connections.connection_accepted())
     .shutdown_timeout(SHUTDOWN_TIMEOUT_SECS);
     if let Some(workers) = workers {
         server = server.workers(workers.max(1));

@@ -38,6 +38,7 @@ pub struct FakeStats {
     streams_started: AtomicU64,
     streams_cancelled: AtomicU64,
     streams_completed: AtomicU64,
+    connections: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -57,6 +58,15 @@ pub(super) struct Ordinals {
 }
 
 impl FakeStats {
+    /// TCP connections accepted: how often a client could not reuse a kept-alive one.
+    pub fn connections(&self) -> u64 {
+        self.connections.load(Ordering::SeqCst)
+    }
+
+    pub(super) fn connection_accepted(&self) {
+        self.connections.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// Streaming answers begun.
     pub fn streams_started(&self) -> u64 {
         self.streams_started.load(Ordering::SeqCst)

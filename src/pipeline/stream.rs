@@ -107,6 +107,28 @@ impl Passed {
     }
 }
 
+/// How long the end of a finished upstream body is waited for, after the caller's stream ended.
+const BODY_END_WAIT: Duration = Duration::from_millis(100);
+/// Bytes read after the stream's end marker before the connection is given up.
+const BODY_END_BYTES: usize = 64 * 1024;
+
+/// Reads what follows the upstream's end marker (normally only the chunked
+/// body's last chunk), so that its connection goes back to the pool: dropped
+/// half-read it is closed, and every stream would pay a new TCP and TLS
+/// handshake before its first token.
+async fn read_to_end(mut upstream: UpstreamBody) {
+    let rest = async {
+        let mut bytes = 0usize;
+        while let Some(Ok(chunk)) = upstream.next().await {
+            bytes = bytes.saturating_add(chunk.len());
+            if bytes > BODY_END_BYTES {
+                return;
+            }
+        }
+    };
+    let _ = actix_rt::time::timeout(BODY_END_WAIT, rest).await;
+}
+
 /// How the upstream side ended.
 enum End {
     Done,
@@ -209,8 +231,12 @@ impl Relay {
         if draining {
             self.gw.active_drains.fetch_sub(1, Ordering::SeqCst);
         }
-        // Dropping the upstream body closes that connection: it never returns to the pool half-read.
-        drop(upstream);
+        // Dropping the upstream body closes that connection: it never returns to
+        // the pool half-read. A stream that ended well is read to its end below.
+        let finished = match end {
+            End::Done => Some(upstream),
+            End::Broken(_) | End::Cut => None,
+        };
         let last = (!client_gone)
             .then(|| self.last_events(&end, &passed))
             .flatten();
@@ -219,6 +245,10 @@ impl Relay {
         self.settle(end, client_gone, usage, &passed.content).await;
         if let Some(last) = last {
             let _ = tx.send(Ok(last)).await;
+        }
+        drop(tx);
+        if let Some(upstream) = finished {
+            read_to_end(upstream).await;
         }
     }
 

@@ -401,3 +401,24 @@ async fn a_stream_that_ignores_its_limit_is_cut_at_the_hold() {
     )
     .await;
 }
+
+#[actix_web::test]
+async fn a_finished_stream_leaves_its_upstream_connection_open_for_the_next_call() {
+    let app = spawn_app(setup()).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    for n in 1..=3 {
+        let mut response = open(&app, &key, &stream_body("quick", false))
+            .await
+            .unwrap();
+        assert!(read_all(&mut response).await.ends_with("data: [DONE]\n\n"));
+        app.ledger_rows_eventually(&tenant, n).await;
+        // The relay reads the upstream body's end after the caller's stream ended.
+        actix_rt::time::sleep(Duration::from_millis(200)).await;
+    }
+    // One connection for the three calls: a stream dropped half-read closes its
+    // connection, and the next call would open a new one (a new TLS handshake
+    // before its first token, with a real provider).
+    assert_eq!(app.fake.stats.streams_completed(), 3);
+    assert_eq!(app.fake.stats.connections(), 1);
+}
