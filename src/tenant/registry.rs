@@ -1,11 +1,12 @@
 //! TenantRegistry: tenant id → running TenantActor. Actors start on demand,
-//! spread over a few arbiters by a hash of the tenant id, and stop when idle
-//! (removing themselves from the registry).
+//! on the worker thread that first asks for them (or, with
+//! `server.tenant_arbiters`, spread over arbiters of their own by a hash of
+//! the tenant id), and stop when idle (removing themselves from the registry).
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 
 use actix::{Actor, Addr, Arbiter, ArbiterHandle};
 use sea_orm::DatabaseConnection;
@@ -33,7 +34,10 @@ pub(super) struct RunningActor {
 
 pub struct RegistryInner {
     actors: Mutex<HashMap<TenantId, RunningActor>>,
+    /// Empty with `server.tenant_arbiters = 0`: actors run on their first caller's thread.
     arbiters: Vec<ArbiterHandle>,
+    /// For a first caller outside any arbiter, when `arbiters` is empty.
+    fallback: OnceLock<ArbiterHandle>,
     clock: SharedClock,
     ledger: LedgerHandle,
     db: DatabaseConnection,
@@ -91,13 +95,14 @@ impl TenantRegistry {
         labels: Arc<TenantLabels>,
         shared: Option<SharedStore>,
     ) -> TenantRegistry {
-        let arbiters = (0..config.server.tenant_arbiters.max(1))
+        let arbiters = (0..config.server.tenant_arbiters)
             .map(|_| Arbiter::new().handle())
             .collect();
         TenantRegistry {
             inner: Arc::new(RegistryInner {
                 actors: Mutex::new(HashMap::new()),
                 arbiters,
+                fallback: OnceLock::new(),
                 clock,
                 ledger,
                 db,
@@ -214,11 +219,7 @@ impl TenantRegistry {
     }
 
     fn spawn(&self, tenant: TenantId, limits: Limits) -> Addr<TenantActor> {
-        let mut hasher = DefaultHasher::new();
-        tenant.hash(&mut hasher);
-        let n = self.inner.arbiters.len().max(1);
-        let index = usize::try_from(hasher.finish() % n as u64).unwrap_or(0);
-        let arbiter = &self.inner.arbiters[index];
+        let arbiter = self.arbiter_for(&tenant);
         let inner = &self.inner;
         let config = self.config();
         let deps = TenantDeps {
@@ -235,8 +236,31 @@ impl TenantRegistry {
         let label = inner.labels.label(tenant.as_str());
         // The new actor publishes the gauges from now on.
         inner.resting_gauges().remove(&label);
-        TenantActor::start_in_arbiter(arbiter, move |_ctx| {
+        TenantActor::start_in_arbiter(&arbiter, move |_ctx| {
             TenantActor::new(tenant, label, limits, deps, registry)
+        })
+    }
+
+    /// Where a new tenant actor runs: with `server.tenant_arbiters = 0`, on the
+    /// thread that asks for it (the worker serving the tenant's first request),
+    /// so that the requests that worker serves reach it without waking another
+    /// thread; otherwise on one of the dedicated arbiters, by a hash of the id.
+    fn arbiter_for(&self, tenant: &TenantId) -> ArbiterHandle {
+        let arbiters = &self.inner.arbiters;
+        if arbiters.is_empty()
+            && let Some(current) = Arbiter::try_current()
+        {
+            return current;
+        }
+        let mut hasher = DefaultHasher::new();
+        tenant.hash(&mut hasher);
+        let n = arbiters.len().max(1);
+        let index = usize::try_from(hasher.finish() % n as u64).unwrap_or(0);
+        arbiters.get(index).cloned().unwrap_or_else(|| {
+            self.inner
+                .fallback
+                .get_or_init(|| Arbiter::new().handle())
+                .clone()
         })
     }
 

@@ -59,12 +59,25 @@ async fn budget_of_5_with_calls_costing_4_allows_one_then_402() {
 
 #[actix_web::test]
 async fn fifty_concurrent_requests_never_commit_more_than_the_budget() {
+    // The tenant's actor on the worker that first served it (the default), its
+    // requests arriving over both workers.
+    fifty_concurrent_requests_on_a_budget_of_one(TestSetup::new()).await;
+}
+
+#[actix_web::test]
+async fn fifty_concurrent_requests_never_commit_more_than_the_budget_with_tenant_arbiters() {
+    fifty_concurrent_requests_on_a_budget_of_one(TestSetup::new().server("tenant_arbiters = 2"))
+        .await;
+}
+
+async fn fifty_concurrent_requests_on_a_budget_of_one(setup: TestSetup) {
     // usage-max: the upstream bills every output token it was allowed.
-    let app = spawn_app(
-        TestSetup::new()
-            .route("fast", &["primary/usage-max+delay-20ms"])
-            .tier("free", &["fast"], 1000, 100),
-    )
+    let app = spawn_app(setup.route("fast", &["primary/usage-max+delay-20ms"]).tier(
+        "free",
+        &["fast"],
+        1000,
+        100,
+    ))
     .await;
     let (tenant, key) = app
         .tenant_with_key("free", json!({"monthly_budget": "1"}))

@@ -53,6 +53,7 @@ pub struct TestSetup {
     storage: Vec<String>,
     ledger: Vec<String>,
     billing: Vec<String>,
+    server: Vec<String>,
     request_timeout_ms: u64,
 }
 
@@ -80,6 +81,7 @@ impl TestSetup {
             storage: Vec::new(),
             ledger: Vec::new(),
             billing: Vec::new(),
+            server: Vec::new(),
             request_timeout_ms: 20_000,
         }
     }
@@ -170,6 +172,12 @@ impl TestSetup {
     /// `server.request_timeout_ms`: the deadline of a whole request.
     pub fn request_timeout_ms(mut self, ms: u64) -> Self {
         self.request_timeout_ms = ms;
+        self
+    }
+
+    /// One more `key = value` line of the `[server]` table.
+    pub fn server(mut self, line: &str) -> Self {
+        self.server.push(line.to_owned());
         self
     }
 
@@ -277,6 +285,9 @@ timeout_ms = 5000
         }
         for line in &self.ledger {
             text = text.replacen("[ledger]\n", &format!("[ledger]\n{line}\n"), 1);
+        }
+        for line in &self.server {
+            text = text.replacen("[server]\n", &format!("[server]\n{line}\n"), 1);
         }
         for provider in &self.extra_providers {
             text.push_str(
