@@ -34,6 +34,11 @@ const SEGMENT_SUFFIX: &str = ".seg";
 const LOCK_ATTEMPTS: u32 = 100;
 /// Zeros written ahead of the records at a time.
 const PREPARE_BYTES: u64 = 1024 * 1024;
+/// ... a page per write(2): the page cache then holds the segment in pages,
+/// not in the large folios one big write makes, and ext4 walks every block
+/// of the folio a record lands in on each later write: with 1 MiB writes the
+/// records' write(2)s took 5.0% of the gateway's CPU, with pages 2.8%.
+const PREPARE_WRITE_BYTES: usize = 4096;
 
 #[derive(Debug, Clone)]
 pub struct JournalOptions {
@@ -332,13 +337,14 @@ impl Inner {
     /// anyway; it only extends the file as an append would.
     fn prepare(&mut self, end: u64) {
         let target = end.next_multiple_of(PREPARE_BYTES);
-        let zeros = vec![0u8; usize::try_from(target - self.prepared_bytes).unwrap_or(0)];
-        match self.file.write_all_at(&zeros, self.prepared_bytes) {
-            Ok(()) => self.prepared_bytes = target,
-            Err(error) => {
+        let zeros = [0u8; PREPARE_WRITE_BYTES];
+        while self.prepared_bytes < target {
+            if let Err(error) = self.file.write_all_at(&zeros, self.prepared_bytes) {
                 tracing::warn!(error = %error, "Cannot zero-fill the journal segment ahead of its records.");
                 counter_add(Metric::JournalErrorsTotal, &[("op", "write")], 1);
+                return;
             }
+            self.prepared_bytes += PREPARE_WRITE_BYTES as u64;
         }
     }
 
