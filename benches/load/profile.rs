@@ -47,7 +47,7 @@ const COMPONENTS: &[(&str, &[&str])] = &[
             "tracing_subscriber::fmt",
             "tracing_core::event",
             "tracing_serde",
-            "tracing_appender",
+            "tollgate::telemetry::log_writer",
         ],
     ),
     (
