@@ -12,8 +12,10 @@ pub mod restart;
 mod scripts;
 mod store;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::ThreadId;
 use std::time::Duration;
 
 use redis::Script;
@@ -87,13 +89,17 @@ struct Scripts {
 #[derive(Clone)]
 pub struct SharedStore {
     backend: Arc<Backend>,
-    /// `storage.redis_pool_size` multiplexed connections taken from the pool,
-    /// used in turn: each pipelines the concurrent calls on it, and checking a
-    /// connection out of the pool per call cost a round trip (the pool's
-    /// UNWATCH + PING health check) on every decision. A connection is
-    /// dropped on any error, so its next call takes a fresh one from the pool.
-    /// On a cluster each is a cluster connection of its own.
-    connections: Arc<[Mutex<Option<Conn>>]>,
+    /// `storage.redis_pool_size` multiplexed connections per thread, taken
+    /// from the pool, used in turn: each pipelines the concurrent calls on it,
+    /// and checking a connection out of the pool per call cost a round trip
+    /// (the pool's UNWATCH + PING health check) on every decision. Each thread
+    /// has its own, made on it, so the connection's driver task runs where
+    /// its calls are made: shared by all, they ran on the thread that made
+    /// them, and every call woke that thread and was woken back by it. The
+    /// connections are dropped on any error, so the next call takes a fresh
+    /// one from the pool. On a cluster each is a cluster connection of its own.
+    connections: Arc<Mutex<HashMap<(ThreadId, usize), Conn>>>,
+    pool_size: usize,
     next_connection: Arc<AtomicUsize>,
     timeout: Duration,
     health: Arc<StoreHealth>,
@@ -114,7 +120,8 @@ impl SharedStore {
         let backend = Backend::open(url, pool_size, timeout)?;
         Ok(SharedStore {
             backend: Arc::new(backend),
-            connections: (0..pool_size.max(1)).map(|_| Mutex::new(None)).collect(),
+            connections: Arc::new(Mutex::new(HashMap::new())),
+            pool_size: pool_size.max(1),
             next_connection: Arc::new(AtomicUsize::new(0)),
             timeout,
             health: Arc::new(StoreHealth::default()),
@@ -295,25 +302,24 @@ impl SharedStore {
         }
     }
 
-    /// The next of the multiplexed connections, made when it has none.
+    /// The next of this thread's multiplexed connections, made when it has none.
     async fn connection(&self) -> Result<Conn, StoreFailure> {
-        let slot = self.next_connection.fetch_add(1, Ordering::Relaxed) % self.connections.len();
-        if let Some(conn) = self.lock_slot(slot).clone() {
-            return Ok(conn);
+        let slot = self.next_connection.fetch_add(1, Ordering::Relaxed) % self.pool_size;
+        let key = (std::thread::current().id(), slot);
+        if let Some(conn) = self.lock_connections().get(&key) {
+            return Ok(conn.clone());
         }
         let conn = self.backend.connect().await.map_err(StoreFailure)?;
-        *self.lock_slot(slot) = Some(conn.clone());
+        self.lock_connections().insert(key, conn.clone());
         Ok(conn)
     }
 
     fn drop_connections(&self) {
-        for slot in 0..self.connections.len() {
-            self.lock_slot(slot).take();
-        }
+        self.lock_connections().clear();
     }
 
-    fn lock_slot(&self, slot: usize) -> std::sync::MutexGuard<'_, Option<Conn>> {
-        self.connections[slot]
+    fn lock_connections(&self) -> std::sync::MutexGuard<'_, HashMap<(ThreadId, usize), Conn>> {
+        self.connections
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
