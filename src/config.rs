@@ -317,8 +317,9 @@ pub struct StorageConfig {
     /// Every Redis call gives up after this long, so a frozen Redis cannot hold requests.
     #[serde(default = "default_redis_timeout_ms")]
     pub redis_timeout_ms: u64,
-    /// Multiplexed connections to Redis, used in turn; each pipelines the
-    /// concurrent calls on it, so a few carry a whole replica's decisions.
+    /// Multiplexed connections to Redis for each thread that calls it, used
+    /// in turn; each pipelines the concurrent calls on it, so a few carry a
+    /// whole replica's decisions.
     #[serde(default = "default_redis_pool_size")]
     pub redis_pool_size: usize,
     /// How many replicas share the limits; a tenant served from the local
