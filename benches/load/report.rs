@@ -1320,52 +1320,60 @@ const GAPS: &str = "
 The by-component table is the map: durability (the journal's records and
 group fsync, the ledger's batch INSERTs) takes about a fifth of the
 gateway's CPU, the HTTP server and the upstream client with their socket I/O
-nearly a third, logs about a tenth; the governance decisions (keys, limits, the
-reservation and its settlement, pricing, token counts, metrics) and the
+nearly a third; the governance decisions (keys, limits, the reservation and
+its settlement, pricing, token counts, metrics, the access log) and the
 pipeline around them share most of the rest.
+
+What changed since the last full run, each found in a profile: a finished
+stream's upstream connection goes back to the pool (it was closed at
+`[DONE]`, so every stream paid a new connection before its first token);
+tenant actors run on the worker that first serves their tenant (four
+cross-thread wake-ups per call before, through the actor's arbiter); each
+thread calls Redis over connections of its own (their driver tasks ran on
+the main thread, woken twice per script); log lines are gathered and written
+every 50 ms (a futex wake per line before); the journal's segments are
+zero-filled a page at a time (large folios made ext4 walk a mebibyte of
+blocks on every record).
 
 - **CPU per request, hence throughput** (the closed-loop table's gateway ÷
   bare proxy; the target is 1 ×). The bare Rust proxy is the framework's own
-  floor: the same actix-web and awc with no governance reached about three
-  quarters of nginx's req/s, at 25 to 30 µs of CPU per request, in the runs
-  since it joined the harness, so nearly all of the gateway's CPU beyond that is
-  governance and durability (about 140 µs of the gateway's 170). What would close it, largest first: the durable journal's two records per call
-  as binary frames written by one batched `write(2)` per event-loop turn
-  instead of JSON and one `write(2)` each; ledger rows kept off the workers'
-  cores (SQLite's INSERT itself is most of what remains of the ledger since
-  its statement text is written once); access log lines formatted without
-  the JSON subscriber's per-field visitors (the log writer now sends what
-  queued up in one `write(2)`, and the logs row did not move: its cost is the
-  formatting and the hand-over to the writer thread, not the write); fewer allocations on the HTTP
-  paths (actix's header maps and awc's per-request client state are in the
-  server and client rows). Each of these is worth a few percent; together
-  they would not halve the CPU: on two cores shared with the load generator
-  and the upstream, half of nginx with a durable per-call ledger is out of
-  reach of this design, which writes every call to the journal before answering it.
+  floor: the same actix-web and awc with no governance, so nearly all of the
+  gateway's CPU beyond its figure is governance and durability. What would
+  close more of it, largest first: the journal's two records per call as
+  binary frames instead of JSON; ledger rows kept off the workers' cores
+  (SQLite's INSERT is most of the ledger row); the other worker's calls to a
+  tenant's actor, which still cross threads (half the calls on two
+  workers); fewer allocations on the HTTP paths (actix's header maps and
+  awc's per-request client state are in the server and client rows). Each
+  of these is worth a few percent; together they would not halve the CPU:
+  the bare proxy does nothing but move bytes, and this design writes every
+  call to the journal before answering it.
 - **Added p50 and p99 at 1,000 req/s.** No request waits for the disk by
   default (`ledger.fsync = \"interval\"`); the `batch` rows show what the
   per-call power-loss guarantee adds: one group fsync of the journal's disk
   on each attempt's reserve, and that disk's own tail. What is left in the
   default's p99 is scheduling: two cores shared by the load generator, the
   fake upstream and the gateway's threads, so a worker sometimes waits a
-  scheduler slice for a core (the *wake-ups of other threads* row: each call
-  wakes the tenant actor, the journal's writer, the ledger and the log
-  writer). Fewer cross-thread hand-offs per call (rows and log lines handed
-  over in batches) would shorten those waits; nothing on the request path
-  sleeps or polls.
+  scheduler slice for a core (the *wake-ups of other threads* row). Nothing
+  on the request path sleeps or polls.
 - **8 KB prompts.** A long text not counted before is held at its bytes (a
   strict bound for a byte-level BPE) and counted only when the bound would
   change a decision, so a distinct 8 KB prompt far from its limits costs no
   tiktoken count; what remains is reading and splicing 8 KB bodies twice
   (in from the caller, out to the upstream).
-- **Streaming at 1,000 req/s** is 20,000 relayed events a second on two shared
-  cores: overloaded. Per-event work is actix's body stream and the SSE scan
-  for the usage chunk; at 200 req/s the first token's added p99 is the same
-  scheduling wait as above.
+- **Streaming.** The upstream sends each event as its own TCP segment, 2 ms
+  apart, so nothing batches: every event costs the worker an `epoll_wait`
+  wake-up, a `recv(2)` from the upstream and a `send(2)` to the caller, most
+  of it kernel time (measured by hand at about 130 streams a second: about
+  35 µs of CPU per event, of which the relay's own parsing and hold
+  counting are a few). At 1,000 req/s that is 20,000 events a second on two
+  shared cores, beside the generator and the fake that make and read them,
+  so the first token's tail is the queue for a core.
 - **Redis mode.** Two scripts per request (rate and reservation in one, then
-  the settlement) and the `settling` journal record written before the
-  settlement; Redis spends about 100 µs of wall time per script on this busy
-  machine, which bounds its rate and adds to p99.
+  the settlement), both awaited: the settlement's reply carries the
+  remaining budget the response reports. Answering before it (with the
+  admission's figure) would take one round trip off the request path;
+  Redis spends about 100 µs of wall time per script on this busy machine.
 - **Memory** (both targets met). The allocator is built without transparent
   huge pages (they backed its arenas with 2 MiB pages: 187 MiB with 1,000 in
   flight instead of about 126 MiB, for about 6% less CPU per request). What
