@@ -86,6 +86,9 @@ struct Scripts {
     seed_window: Script,
 }
 
+/// One connection of a thread, made once by the first call that needs it.
+type ConnCell = Arc<tokio::sync::OnceCell<Conn>>;
+
 #[derive(Clone)]
 pub struct SharedStore {
     backend: Arc<Backend>,
@@ -98,7 +101,7 @@ pub struct SharedStore {
     /// them, and every call woke that thread and was woken back by it. The
     /// connections are dropped on any error, so the next call takes a fresh
     /// one from the pool. On a cluster each is a cluster connection of its own.
-    connections: Arc<Mutex<HashMap<(ThreadId, usize), Conn>>>,
+    connections: Arc<Mutex<HashMap<(ThreadId, usize), ConnCell>>>,
     pool_size: usize,
     next_connection: Arc<AtomicUsize>,
     timeout: Duration,
@@ -303,22 +306,23 @@ impl SharedStore {
     }
 
     /// The next of this thread's multiplexed connections, made when it has none.
+    /// Calls that find it not yet made wait for the one call making it: a
+    /// burst of first calls on a thread would otherwise each open one.
     async fn connection(&self) -> Result<Conn, StoreFailure> {
         let slot = self.next_connection.fetch_add(1, Ordering::Relaxed) % self.pool_size;
         let key = (std::thread::current().id(), slot);
-        if let Some(conn) = self.lock_connections().get(&key) {
-            return Ok(conn.clone());
-        }
-        let conn = self.backend.connect().await.map_err(StoreFailure)?;
-        self.lock_connections().insert(key, conn.clone());
-        Ok(conn)
+        let cell = self.lock_connections().entry(key).or_default().clone();
+        cell.get_or_try_init(|| self.backend.connect())
+            .await
+            .cloned()
+            .map_err(StoreFailure)
     }
 
     fn drop_connections(&self) {
         self.lock_connections().clear();
     }
 
-    fn lock_connections(&self) -> std::sync::MutexGuard<'_, HashMap<(ThreadId, usize), Conn>> {
+    fn lock_connections(&self) -> std::sync::MutexGuard<'_, HashMap<(ThreadId, usize), ConnCell>> {
         self.connections
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
