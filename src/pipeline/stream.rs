@@ -107,7 +107,7 @@ impl Passed {
     }
 }
 
-/// How long the end of a finished upstream body is waited for, after the caller's stream ended.
+/// How long the end of a finished upstream body is waited for.
 const BODY_END_WAIT: Duration = Duration::from_millis(100);
 /// Bytes read after the stream's end marker before the connection is given up.
 const BODY_END_BYTES: usize = 64 * 1024;
@@ -246,7 +246,8 @@ impl Relay {
         if let Some(last) = last {
             let _ = tx.send(Ok(last)).await;
         }
-        drop(tx);
+        // Before the caller's stream ends (the end normally came with `[DONE]`):
+        // once the caller has its answer, the connection is back in the pool.
         if let Some(upstream) = finished {
             read_to_end(upstream).await;
         }

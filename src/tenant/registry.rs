@@ -247,21 +247,16 @@ impl TenantRegistry {
     /// thread; otherwise on one of the dedicated arbiters, by a hash of the id.
     fn arbiter_for(&self, tenant: &TenantId) -> ArbiterHandle {
         let arbiters = &self.inner.arbiters;
-        if arbiters.is_empty()
-            && let Some(current) = Arbiter::try_current()
-        {
-            return current;
+        if arbiters.is_empty() {
+            return Arbiter::try_current().unwrap_or_else(|| {
+                let fallback = &self.inner.fallback;
+                fallback.get_or_init(|| Arbiter::new().handle()).clone()
+            });
         }
         let mut hasher = DefaultHasher::new();
         tenant.hash(&mut hasher);
-        let n = arbiters.len().max(1);
-        let index = usize::try_from(hasher.finish() % n as u64).unwrap_or(0);
-        arbiters.get(index).cloned().unwrap_or_else(|| {
-            self.inner
-                .fallback
-                .get_or_init(|| Arbiter::new().handle())
-                .clone()
-        })
+        let index = usize::try_from(hasher.finish() % arbiters.len() as u64).unwrap_or(0);
+        arbiters[index % arbiters.len()].clone()
     }
 
     /// Pushes changed limits to a running actor; a stopped one reads them on start.
