@@ -230,16 +230,21 @@ impl Application {
             let handle = server.handle();
             (handle, actix_rt::spawn(server))
         });
+        let grace = Duration::from_millis(self.gateway.config.server.shutdown_grace_ms);
         if self.handle_signals {
             let handle = self.server.handle();
+            let gateway = self.gateway.clone();
             actix_rt::spawn(reload_on_hangup(self.gateway.clone()));
             actix_rt::spawn(async move {
                 wait_for_signal().await;
                 tracing::info!("Stopping: no new connections; finishing in-flight requests.");
+                // Settlements detached from their responses run on the workers: they finish first.
+                finish_settlements(&gateway, grace).await;
                 handle.stop(true).await;
             });
         }
         let result = self.server.await.map_err(AppError::Server);
+        finish_settlements(&self.gateway, grace).await;
         if let Some((handle, running)) = admin {
             handle.stop(true).await;
             if let Ok(Err(error)) = running.await {
@@ -257,6 +262,18 @@ impl Application {
             }
         }
         result
+    }
+}
+
+/// Waits for the settlements that finish after their response; a stop that
+/// outruns one leaves its row to the journal's `settling` record.
+async fn finish_settlements(gateway: &Gateway, grace: Duration) {
+    let unfinished = gateway.ledger.finish_settlements(grace).await;
+    if unfinished > 0 {
+        tracing::warn!(
+            unfinished,
+            "Settlements still running at the stop; their rows are replayed from the journal on the next start."
+        );
     }
 }
 

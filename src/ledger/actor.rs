@@ -19,6 +19,7 @@ use sea_orm::DatabaseConnection;
 use super::batch::Batch;
 use super::event::UsageEvent;
 use super::repo;
+use super::settlements::Settlements;
 use crate::calendar::Calendar;
 use crate::clock::SharedClock;
 use crate::config::{LedgerConfig, OnBacklogFull};
@@ -378,7 +379,7 @@ pub struct LedgerHandle {
     backlog: Arc<AtomicUsize>,
     max_backlog: usize,
     on_full: OnBacklogFull,
-    journal: Option<Arc<Journal>>,
+    pub(super) journal: Option<Arc<Journal>>,
     /// Set while the backlog is full, so `continue` logs once per episode.
     full_logged: Arc<AtomicBool>,
     spilling: Arc<AtomicBool>,
@@ -386,6 +387,8 @@ pub struct LedgerHandle {
     max_batch_rows: usize,
     /// Quotas live in a shared store: a settle journals its row first.
     pub(super) shared_quotas: bool,
+    /// Settles that finish after their response (shared quotas only).
+    pub(super) settlements: Arc<Settlements>,
 }
 
 impl LedgerHandle {
@@ -448,6 +451,7 @@ impl LedgerHandle {
             inbox,
             max_batch_rows: max_batch_rows.max(1),
             shared_quotas: false,
+            settlements: Arc::new(Settlements::default()),
         }
     }
 
@@ -552,8 +556,11 @@ impl LedgerHandle {
     }
 
     /// At least `ledger.max_backlog_events` events wait for the database.
+    /// Whether the rows not yet in the database reach the bound; a settle
+    /// finishing after its answer is a row on its way, and counts.
     pub fn is_saturated(&self) -> bool {
-        self.backlog.load(Ordering::SeqCst) >= self.max_backlog
+        let on_the_way = self.settlements.in_flight();
+        self.backlog.load(Ordering::SeqCst) + on_the_way >= self.max_backlog
     }
 
     pub fn backlog(&self) -> usize {

@@ -14,6 +14,7 @@ pub mod repo;
 pub mod retention;
 mod rollup;
 pub mod settle;
+pub mod settlements;
 
 pub use actor::{Journaled, LedgerActor, LedgerHandle};
 pub use event::{Api, AttemptStatus, CacheSource, UsageEvent, UsageKind};

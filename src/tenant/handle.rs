@@ -178,8 +178,14 @@ impl ReservationGuard {
         &self.granted
     }
 
-    /// Commits the real cost; the rest of the reservation is released.
-    pub async fn settle(mut self, charged: Nanos, tokens: u64) -> Result<SettleReply, QuotaError> {
+    /// Commits the real cost; the rest of the reservation is released. The
+    /// settle is sent now, not when the reply is awaited, so the actor sees
+    /// it before any later decision of this caller's.
+    pub fn settle(
+        mut self,
+        charged: Nanos,
+        tokens: u64,
+    ) -> impl Future<Output = Result<SettleReply, QuotaError>> + 'static {
         self.closed = true;
         let msg = Settle {
             id: self.granted.id,
@@ -187,11 +193,8 @@ impl ReservationGuard {
             tokens,
         };
         // Once the settle is sent the actor applies it even if this future is dropped.
-        self.handle
-            .addr
-            .send(msg)
-            .await
-            .map_err(|_| QuotaError::Unavailable)?
+        let reply = self.handle.addr.send(msg);
+        async move { reply.await.map_err(|_| QuotaError::Unavailable)? }
     }
 
     /// Gives the whole reservation back (nothing was spent).

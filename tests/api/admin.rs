@@ -228,7 +228,7 @@ async fn the_daily_report_totals_the_day_ranks_spenders_and_projects_budgets() {
         );
     }
     assert_eq!(app.chat(&small_key, &chat_body("shaky")).await.status, 200);
-    app.gateway.ledger.flush().await.unwrap();
+    app.flush_ledger().await;
     let today = tollgate::period::Date::from_unix_ms(crate::support::now_ms());
 
     let reply = app

@@ -107,7 +107,7 @@ async fn embeddings_fail_over_and_bad_input_or_an_anthropic_target_is_400() {
 
     // Spend by door: the chat call and the embeddings calls apart.
     assert_eq!(app.chat(&key, &chat_body("fast")).await.status, 200);
-    app.gateway.ledger.flush().await.unwrap();
+    app.flush_ledger().await;
     let spend = app
         .admin(
             "GET",

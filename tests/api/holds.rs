@@ -164,7 +164,7 @@ impl Run<'_> {
             guard.release();
         }
         self.until_nothing_reserved().await;
-        self.app.gateway.ledger.flush().await.unwrap();
+        self.app.flush_ledger().await;
         self.clock.advance_ms(IDLE_MS);
         for _ in 0..100 {
             if !self

@@ -650,6 +650,7 @@ async fn on_backlog_full_continue_serves_on_and_keeps_rows_past_the_bound_in_the
         let reply = app.chat(&key, &chat_body("fast")).await;
         assert_eq!(reply.status, 200, "{}", reply.raw);
     }
+    app.settled().await;
     assert_eq!(app.gateway.ledger.backlog(), 5);
     let (status, body) = readyz(&app).await;
     assert_eq!(

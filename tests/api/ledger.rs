@@ -35,6 +35,7 @@ async fn requests_are_served_while_the_database_is_write_locked() {
         assert_eq!(reply.status, 200, "{}", reply.raw);
     }
     // Served, yet not written: the rows wait in the ledger, not in a handler.
+    app.settled().await;
     assert!(
         app.gateway.ledger.backlog() >= 5,
         "backlog {}",
@@ -66,7 +67,7 @@ async fn a_served_call_is_found_by_the_spend_command() {
         )
         .await;
     assert_eq!(reply.status, 200);
-    app.gateway.ledger.flush().await.unwrap();
+    app.flush_ledger().await;
 
     let config = app.config_path.clone();
     let args = [
@@ -107,7 +108,7 @@ async fn reprice_recomputes_costs_from_kept_token_counts_without_touching_the_le
     for _ in 0..3 {
         assert_eq!(app.chat(&key, &chat_body("fast")).await.status, 200);
     }
-    app.gateway.ledger.flush().await.unwrap();
+    app.flush_ledger().await;
     // The same model at twice the output price: 100 in at 2 + 10 out at 16, per 1M.
     let prices = app.dir.path().join("prices.toml");
     std::fs::write(

@@ -100,6 +100,7 @@ async fn budget_utilization_follows_committed_spend() {
         .await;
 
     assert_eq!(app.chat(&key, &chat_body("fast")).await.status, 200);
+    app.settled().await;
 
     let text = scrape(&app).await;
     // 4 committed of 8.

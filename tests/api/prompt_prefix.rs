@@ -338,7 +338,7 @@ async fn breakpoints_stop_where_the_ledger_shows_cache_writes_cost_more_than_rea
         (0..9).all(|i| marked(&app, i)),
         "on until a review says otherwise"
     );
-    app.gateway.ledger.flush().await.unwrap();
+    app.flush_ledger().await;
 
     let review = app.admin("POST", "/prompt-cache/review", None).await;
 

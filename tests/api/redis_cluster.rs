@@ -138,7 +138,7 @@ async fn a_killed_primary_is_replaced_and_no_budget_is_passed() {
     assert_ne!(replaced.port, primary.port, "a replica took the slots over");
 
     for app in &apps {
-        app.gateway.ledger.flush().await.unwrap();
+        app.flush_ledger().await;
     }
     let rows = apps[0].ledger_rows(&tenant).await;
     let charged: i64 = rows.iter().map(|r| r.charged_nanos).sum();

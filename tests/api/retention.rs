@@ -334,7 +334,7 @@ async fn requests_served_during_a_roll_up_all_reach_the_ledger() {
     let (done, ok) = futures_util::future::join(rolling, served).await;
     assert_eq!(ok, 30);
     assert_eq!(done["rows"], 200, "{done}");
-    app.gateway.ledger.flush().await.unwrap();
+    app.flush_ledger().await;
     let rows = tollgate::ledger::repo::tenant_rows(db, &TenantId::new(tenant.as_str()))
         .await
         .unwrap();

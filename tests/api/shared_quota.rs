@@ -161,7 +161,7 @@ pub async fn two_hundred_requests_over_three_replicas_never_pass_the_budget(redi
     let rows = apps[0].ledger_rows(&tenant).await;
     let mut charged = 0;
     for app in &apps[1..] {
-        app.gateway.ledger.flush().await.unwrap();
+        app.flush_ledger().await;
     }
     let rows = if rows.len() < ok {
         apps[0].ledger_rows(&tenant).await
@@ -224,7 +224,7 @@ async fn two_hundred_concurrent_requests_with_retries_and_timeouts_never_pass_th
     );
     assert!(statuses.contains(&200), "{statuses:?}");
     for app in &apps {
-        app.gateway.ledger.flush().await.unwrap();
+        app.flush_ledger().await;
     }
     let rows = apps[0].ledger_rows(&tenant).await;
     let charged: i64 = rows.iter().map(|r| r.charged_nanos).sum();
@@ -635,4 +635,106 @@ async fn the_gateway_keeps_as_many_redis_connections_as_its_pool_size_on_each_th
         (open..=9).contains(&after),
         "{open}, then {after} connections"
     );
+}
+
+/// Waits until the fake upstream has received `n` chat requests: the
+/// gateway admitted and reserved each of them before sending it.
+async fn until_upstream_received(app: &TestApp, n: u64) {
+    for _ in 0..400 {
+        if app.fake.stats.requests() >= n {
+            return;
+        }
+        actix_rt::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("the upstream never received request {n}");
+}
+
+#[actix_web::test]
+async fn an_answer_goes_out_before_its_settlement_reaches_redis() {
+    let redis = RedisServer::start().await;
+    // A store timeout far past the client's (5 s): a settle the answer waited
+    // for would hold it until the client gave up.
+    let setup = TestSetup::new()
+        .route("slow", &["primary/delay-1000ms"])
+        .tier("t", &["slow"], 1000, 100)
+        .redis(&redis.url(), 1)
+        .storage("redis_timeout_ms = 30000");
+    let app = spawn_app(setup).await;
+    let (tenant, key) = app
+        .tenant_with_key("t", json!({"monthly_budget": "10"}))
+        .await;
+    let body = chat_body("slow");
+    let first = app.chat(&key, &body).await;
+    assert_eq!(first.status, 200, "{}", first.raw);
+
+    // Redis stops answering once the second call is admitted: only its settle is left.
+    let freeze = async {
+        until_upstream_received(&app, 2).await;
+        redis.freeze();
+    };
+    let (second, ()) = tokio::join!(app.chat(&key, &body), freeze);
+    assert_eq!(second.status, 200, "{}", second.raw);
+
+    redis.thaw();
+    let mut budget = app.budget(&tenant).await;
+    for _ in 0..200 {
+        if budget["reserved"] == "0" {
+            break;
+        }
+        actix_rt::time::sleep(Duration::from_millis(10)).await;
+        budget = app.budget(&tenant).await;
+    }
+    assert_eq!(
+        budget["reserved"], "0",
+        "the settle reached Redis: {budget}"
+    );
+    let rows = app.ledger_rows_eventually(&tenant, 2).await;
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let charged: i64 = rows.iter().map(|r| r.charged_nanos).sum();
+    assert!(rows.iter().all(|r| r.charged_nanos > 0), "{rows:?}");
+    assert_eq!(committed(&budget), charged, "{budget}");
+    // The budget left the answer reported: its admission's figure and its own refund.
+    let remaining = Nanos::parse_decimal(second.header("x-tollgate-budget-remaining").unwrap())
+        .unwrap()
+        .to_db();
+    assert_eq!(remaining, 10_000_000_000 - charged, "{}", second.raw);
+}
+
+fn nanos_header(reply: &Reply, name: &str) -> i64 {
+    let value = reply
+        .header(name)
+        .unwrap_or_else(|| panic!("no {name}: {}", reply.raw));
+    Nanos::parse_decimal(value).unwrap().to_db()
+}
+
+#[actix_web::test]
+async fn back_to_back_calls_each_see_the_refund_of_the_one_before_in_redis() {
+    let redis = RedisServer::start().await;
+    // Several connections per thread, so a settle and the next decision
+    // could travel on different ones.
+    let setup = TestSetup::new()
+        .route("fast", &["primary/ok"])
+        .tier("t", &["fast"], 100_000, 100)
+        .redis(&redis.url(), 1)
+        .storage("redis_pool_size = 4");
+    let app = spawn_app(setup).await;
+    let (tenant, key) = app
+        .tenant_with_key("t", json!({"monthly_budget": "10"}))
+        .await;
+    let body = chat_body("fast");
+    let mut left = 10_000_000_000;
+    for call in 0..40 {
+        let reply = app.chat(&key, &body).await;
+        assert_eq!(reply.status, 200, "call {call}: {}", reply.raw);
+        left -= nanos_header(&reply, "x-tollgate-cost");
+        // Each admission saw every earlier settle: only its own hold was out.
+        assert_eq!(
+            nanos_header(&reply, "x-tollgate-budget-remaining"),
+            left,
+            "call {call}"
+        );
+    }
+    let rows = app.ledger_rows_eventually(&tenant, 40).await;
+    let charged: i64 = rows.iter().map(|r| r.charged_nanos).sum();
+    assert_eq!(charged, 10_000_000_000 - left);
 }

@@ -86,6 +86,29 @@ struct Scripts {
     seed_window: Script,
 }
 
+impl Scripts {
+    fn all(&self) -> [&Script; 16] {
+        [
+            &self.rate,
+            &self.reserve,
+            &self.rate_reserve,
+            &self.settle,
+            &self.expired,
+            &self.seed,
+            &self.raise,
+            &self.absorb,
+            &self.status,
+            &self.close_request,
+            &self.seed_end_user,
+            &self.end_user_status,
+            &self.seed_credit,
+            &self.credit,
+            &self.credit_status,
+            &self.seed_window,
+        ]
+    }
+}
+
 /// One connection of a thread, made once by the first call that needs it.
 type ConnCell = Arc<tokio::sync::OnceCell<Conn>>;
 
@@ -104,6 +127,11 @@ pub struct SharedStore {
     connections: Arc<Mutex<HashMap<(ThreadId, usize), ConnCell>>>,
     pool_size: usize,
     next_connection: Arc<AtomicUsize>,
+    /// A tenant's store takes one of the thread's connections for all its
+    /// calls: a multiplexed connection runs its commands in the order they
+    /// were sent, so a settle sent before the tenant's next decision is
+    /// applied before it, though nobody awaits the settle.
+    lane: Option<usize>,
     timeout: Duration,
     health: Arc<StoreHealth>,
     calendar: Calendar,
@@ -126,6 +154,7 @@ impl SharedStore {
             connections: Arc::new(Mutex::new(HashMap::new())),
             pool_size: pool_size.max(1),
             next_connection: Arc::new(AtomicUsize::new(0)),
+            lane: None,
             timeout,
             health: Arc::new(StoreHealth::default()),
             calendar,
@@ -155,8 +184,13 @@ impl SharedStore {
     }
 
     pub fn tenant(&self, tenant: &TenantId) -> SharedQuota {
+        let mut hasher = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(tenant.as_str(), &mut hasher);
+        let lane = std::hash::Hasher::finish(&hasher) % self.pool_size as u64;
+        let mut store = self.clone();
+        store.lane = usize::try_from(lane).ok();
         SharedQuota {
-            store: self.clone(),
+            store,
             keys: TenantKeys::new(tenant),
         }
     }
@@ -305,17 +339,36 @@ impl SharedStore {
         }
     }
 
-    /// The next of this thread's multiplexed connections, made when it has none.
-    /// Calls that find it not yet made wait for the one call making it: a
-    /// burst of first calls on a thread would otherwise each open one.
+    /// This store's lane of the thread's multiplexed connections, or the
+    /// next one in turn; made when the thread has none. Calls that find it
+    /// not yet made wait for the one call making it: a burst of first calls
+    /// on a thread would otherwise each open one.
     async fn connection(&self) -> Result<Conn, StoreFailure> {
-        let slot = self.next_connection.fetch_add(1, Ordering::Relaxed) % self.pool_size;
+        let slot = self.lane.unwrap_or_else(|| {
+            self.next_connection.fetch_add(1, Ordering::Relaxed) % self.pool_size
+        });
         let key = (std::thread::current().id(), slot);
         let cell = self.lock_connections().entry(key).or_default().clone();
-        cell.get_or_try_init(|| self.backend.connect())
+        cell.get_or_try_init(|| self.connect())
             .await
             .cloned()
             .map_err(StoreFailure)
+    }
+
+    /// A new connection, with every script loaded into its server. A script
+    /// the server lacks costs its first call two more round trips (NOSCRIPT,
+    /// then the load) while later calls on the connection pass it, and then
+    /// a tenant's settle could reach Redis after its next decision. A load
+    /// that fails leaves the script to be loaded by its first call, as before.
+    async fn connect(&self) -> Result<Conn, String> {
+        let mut conn = self.backend.connect().await?;
+        for script in self.scripts.all() {
+            if let Err(error) = script.load_async(&mut conn).await {
+                tracing::debug!(error = %error, "A script was not preloaded into Redis.");
+                break;
+            }
+        }
+        Ok(conn)
     }
 
     fn drop_connections(&self) {

@@ -653,9 +653,32 @@ impl TestApp {
         (id, key.body["key"].as_str().unwrap().to_owned())
     }
 
+    /// Waits until every call answered so far is settled: in Redis mode a
+    /// call's settle is committed, its row recorded and its gauges published
+    /// just after its answer.
+    pub async fn settled(&self) {
+        let running = self
+            .gateway
+            .ledger
+            .settled(std::time::Duration::from_secs(10))
+            .await;
+        assert_eq!(running, 0, "settlements still running after 10 s");
+    }
+
+    /// Writes every row of the calls answered so far to the database: in
+    /// Redis mode a call's row is recorded once its settle, sent before its
+    /// answer, is committed.
+    pub async fn flush_ledger(&self) {
+        self.gateway
+            .ledger
+            .flush_settled(std::time::Duration::from_secs(10))
+            .await
+            .unwrap();
+    }
+
     /// Every ledger row of a tenant, after the ledger wrote what it holds.
     pub async fn ledger_rows(&self, tenant: &str) -> Vec<entity::usage::Model> {
-        self.gateway.ledger.flush().await.unwrap();
+        self.flush_ledger().await;
         repo::tenant_rows(self.gateway.directory.db(), &TenantId::new(tenant))
             .await
             .unwrap()
