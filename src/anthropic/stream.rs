@@ -6,10 +6,13 @@
 //! input and output counts (the SDKs take both from it). A chat error chunk
 //! (a broken stream) becomes an `error` event.
 
+use std::io::Write as _;
+
 use serde_json::{Value, json};
 
 use super::response::{stop_reason, usage};
 use crate::openai::chunk::{self, ChatEvent};
+use crate::openai::responses::write_json_string;
 
 #[derive(Debug)]
 pub struct StreamMapper {
@@ -129,13 +132,12 @@ impl StreamMapper {
     }
 
     fn text_delta(&mut self, out: &mut Vec<u8>, text: &str) {
-        let index = self.open(out, Block::Text, &json!({"type": "text", "text": ""}));
-        emit(
-            out,
-            "content_block_delta",
-            &json!({"type": "content_block_delta", "index": index,
-                    "delta": {"type": "text_delta", "text": text}}),
-        );
+        let index = if let Some((index, Block::Text)) = self.open {
+            index
+        } else {
+            self.open(out, Block::Text, &json!({"type": "text", "text": ""}))
+        };
+        emit_text_delta(out, index, text);
     }
 
     fn call_delta(&mut self, out: &mut Vec<u8>, call: &Value) {
@@ -178,12 +180,45 @@ impl StreamMapper {
 }
 
 fn emit(out: &mut Vec<u8>, kind: &str, data: &Value) {
-    out.extend_from_slice(format!("event: {kind}\ndata: {data}\n\n").as_bytes());
+    let _ = write!(out, "event: {kind}\ndata: {data}\n\n");
+}
+
+/// A text chunk's event, byte for byte what `emit` writes for it, written
+/// without building a value: it is most of a stream's events.
+fn emit_text_delta(out: &mut Vec<u8>, index: u64, text: &str) {
+    let _ = write!(
+        out,
+        "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":{index},\"delta\":{{\"type\":\"text_delta\",\"text\":"
+    );
+    write_json_string(out, text);
+    out.extend_from_slice(b"}}\n\n");
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_text_deltas_event_is_written_as_its_value_would_be() {
+        for text in [
+            "plain",
+            "quote \" backslash \\ newline \n",
+            "\u{1} ctrl, é, 😀",
+        ] {
+            let (mut fast, mut slow) = (Vec::new(), Vec::new());
+            emit_text_delta(&mut fast, 2, text);
+            emit(
+                &mut slow,
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": 2,
+                "delta": {"type": "text_delta", "text": text}}),
+            );
+            assert_eq!(
+                String::from_utf8(fast).unwrap(),
+                String::from_utf8(slow).unwrap()
+            );
+        }
+    }
 
     fn events(chunks: &[&str]) -> Vec<(String, Value)> {
         let mut mapper = StreamMapper::new("msg_1".into(), 9);

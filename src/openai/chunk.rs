@@ -2,6 +2,7 @@
 //! Messages): `[DONE]`, an error chunk (a broken stream), or a chunk's
 //! first choice: its text, tool-call deltas and finish reason, and usage.
 
+use serde::Deserialize;
 use serde_json::Value;
 
 pub enum ChatEvent {
@@ -19,30 +20,65 @@ pub struct Delta {
     pub finish_reason: Option<String>,
 }
 
-/// The event in one SSE event's `data`; `None` if it is not JSON (skipped).
+/// A chunk as read: the containers typed, so a chunk costs no map per
+/// object (every event of a stream through the Responses and Messages
+/// doors is read here), the leaves as values, so an odd one is ignored as
+/// it was. Fields not named here are skipped unread.
+#[derive(Deserialize)]
+struct Chunk {
+    #[serde(default)]
+    error: Option<Value>,
+    #[serde(default)]
+    model: Value,
+    #[serde(default)]
+    choices: Option<Vec<Choice>>,
+    #[serde(default)]
+    usage: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    #[serde(default)]
+    delta: Option<ChoiceDelta>,
+    #[serde(default)]
+    finish_reason: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct ChoiceDelta {
+    #[serde(default)]
+    content: Option<Value>,
+    #[serde(default)]
+    tool_calls: Option<Value>,
+}
+
+/// The event in one SSE event's `data`; `None` if it is not a JSON chunk (skipped).
 pub fn read(data: &[u8]) -> Option<ChatEvent> {
     if data.trim_ascii() == b"[DONE]" {
         return Some(ChatEvent::Done);
     }
-    let chunk = serde_json::from_slice::<Value>(data).ok()?;
-    // Read by shared index only: `IndexMut` on a missing array slot panics.
-    if let Some(error) = chunk.get("error") {
-        return Some(ChatEvent::Error(error.clone()));
+    let chunk = serde_json::from_slice::<Chunk>(data).ok()?;
+    if let Some(error) = chunk.error {
+        return Some(ChatEvent::Error(error));
     }
-    let choice = &chunk["choices"][0];
-    let text = choice["delta"]["content"]
-        .as_str()
-        .filter(|t| !t.is_empty())
-        .map(str::to_owned);
-    let tool_calls = choice["delta"]["tool_calls"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let finish_reason = choice["finish_reason"].as_str().map(str::to_owned);
-    let usage = Some(chunk["usage"].clone()).filter(|u| !u.is_null());
+    let choice = chunk.choices.and_then(|choices| choices.into_iter().next());
+    let (delta, finish_reason) = choice.map_or((None, None), |c| (c.delta, c.finish_reason));
+    let (content, tool_calls) = delta.map_or((None, None), |d| (d.content, d.tool_calls));
+    let text = match content {
+        Some(Value::String(text)) if !text.is_empty() => Some(text),
+        _ => None,
+    };
+    let tool_calls = match tool_calls {
+        Some(Value::Array(calls)) => calls,
+        _ => Vec::new(),
+    };
+    let finish_reason = match finish_reason {
+        Some(Value::String(reason)) => Some(reason),
+        _ => None,
+    };
     Some(ChatEvent::Chunk(Delta {
-        model: chunk["model"].clone(),
-        usage,
+        model: chunk.model,
+        usage: chunk.usage.filter(|u| !u.is_null()),
         text,
         tool_calls,
         finish_reason,
@@ -78,5 +114,31 @@ mod tests {
             (delta.tool_calls.len(), delta.finish_reason.as_deref()),
             (1, Some("stop"))
         );
+    }
+
+    #[test]
+    fn odd_or_null_parts_of_a_chunk_are_read_as_absent() {
+        let Some(ChatEvent::Chunk(delta)) = read(
+            br#"{"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":null,"tool_calls":null},"finish_reason":null}],"usage":null}"#,
+        ) else {
+            panic!("a chunk of nulls")
+        };
+        assert_eq!(delta.model, "m");
+        assert!(delta.text.is_none() && delta.tool_calls.is_empty());
+        assert!(delta.finish_reason.is_none() && delta.usage.is_none());
+        let Some(ChatEvent::Chunk(delta)) =
+            read(br#"{"choices":[{"delta":{"content":7},"finish_reason":1}],"choices_extra":{}}"#)
+        else {
+            panic!("odd leaves")
+        };
+        assert!(delta.text.is_none() && delta.finish_reason.is_none());
+        assert!(matches!(
+            read(br#"{"choices":null}"#),
+            Some(ChatEvent::Chunk(_))
+        ));
+        assert!(matches!(
+            read(br#"{"choices":[{"delta":null}]}"#),
+            Some(ChatEvent::Chunk(_))
+        ));
     }
 }

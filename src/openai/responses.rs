@@ -4,7 +4,10 @@
 //! `response` object or the typed events the SDKs read. Pure functions and
 //! one stream mapper; no HTTP here.
 
+use std::io::Write as _;
+
 use bytes::Bytes;
+
 use serde_json::{Map, Value, json};
 
 use crate::error::ApiError;
@@ -353,6 +356,8 @@ pub fn incomplete_at_limit() -> Value {
 #[derive(Debug)]
 pub struct StreamMapper {
     identity: Identity,
+    /// The text message's item id, `msg_` and the response's.
+    message_id: String,
     echo: Echo,
     model: Value,
     sequence: u64,
@@ -380,6 +385,7 @@ enum Item {
 impl StreamMapper {
     pub fn new(identity: Identity, echo: Echo) -> StreamMapper {
         StreamMapper {
+            message_id: format!("msg_{}", identity.id),
             identity,
             echo,
             model: Value::Null,
@@ -442,7 +448,7 @@ impl StreamMapper {
     }
 
     fn text_delta(&mut self, out: &mut Vec<u8>, delta: &str) {
-        let id = format!("msg_{}", self.identity.id);
+        let id = self.message_id.clone();
         let index = if let Some(index) = self
             .items
             .iter()
@@ -463,12 +469,27 @@ impl StreamMapper {
         if let Some(Item::Text { text }) = self.items.get_mut(index) {
             text.push_str(delta);
         }
-        self.emit(
+        self.emit_text_delta(out, index, delta);
+    }
+
+    /// A text chunk's event, byte for byte what `emit` writes for it (the
+    /// same keys in the same order), written without building a value:
+    /// it is most of a stream's events.
+    fn emit_text_delta(&mut self, out: &mut Vec<u8>, index: usize, delta: &str) {
+        const KIND: &str = "response.output_text.delta";
+        let _ = write!(out, "event: {KIND}\ndata: {{\"item_id\":");
+        write_json_string(out, &self.message_id);
+        let _ = write!(
             out,
-            "response.output_text.delta",
-            json!({"item_id": id, "output_index": index,
-            "content_index": 0, "delta": delta, "logprobs": []}),
+            ",\"output_index\":{index},\"content_index\":0,\"delta\":"
         );
+        write_json_string(out, delta);
+        let _ = write!(
+            out,
+            ",\"logprobs\":[],\"type\":\"{KIND}\",\"sequence_number\":{}}}\n\n",
+            self.sequence
+        );
+        self.sequence += 1;
     }
 
     fn call_delta(&mut self, out: &mut Vec<u8>, call: &Value) {
@@ -530,7 +551,7 @@ impl StreamMapper {
         for (index, item) in items.iter().enumerate() {
             let done = match item {
                 Item::Text { text } => {
-                    let id = format!("msg_{}", self.identity.id);
+                    let id = self.message_id.clone();
                     self.emit(
                         out,
                         "response.output_text.done",
@@ -589,8 +610,14 @@ impl StreamMapper {
         event["type"] = Value::from(kind);
         event["sequence_number"] = Value::from(self.sequence);
         self.sequence += 1;
-        out.extend_from_slice(format!("event: {kind}\ndata: {event}\n\n").as_bytes());
+        let _ = write!(out, "event: {kind}\ndata: {event}\n\n");
     }
+}
+
+/// `text` as a JSON string, escaped as a value's `Display` escapes it.
+pub fn write_json_string(out: &mut Vec<u8>, text: &str) {
+    // Writing a string into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, text);
 }
 
 #[cfg(test)]
@@ -719,6 +746,32 @@ mod tests {
             1
         );
         assert_eq!(response["usage"]["total_tokens"], 13);
+    }
+
+    #[test]
+    fn a_text_deltas_event_is_written_as_its_value_would_be() {
+        let identity = || Identity {
+            id: "resp_\"1".into(),
+            created_at: 5,
+        };
+        let mut fast = StreamMapper::new(identity(), Echo::default());
+        let mut slow = StreamMapper::new(identity(), Echo::default());
+        for delta in [
+            "plain",
+            "quote \" backslash \\ newline \n tab \t",
+            "\u{1} ctrl, é, 😀",
+        ] {
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            fast.emit_text_delta(&mut a, 3, delta);
+            let id = slow.message_id.clone();
+            slow.emit(
+                &mut b,
+                "response.output_text.delta",
+                json!({"item_id": id, "output_index": 3,
+                "content_index": 0, "delta": delta, "logprobs": []}),
+            );
+            assert_eq!(String::from_utf8(a).unwrap(), String::from_utf8(b).unwrap());
+        }
     }
 
     #[test]
