@@ -5,6 +5,7 @@ use tollgate::fake_upstream::{self, FakeConfig};
 use tollgate::ids::TenantId;
 
 use crate::support::process::{GatewayProcess, cli, free_port};
+use crate::support::redis::RedisServer;
 use crate::support::{TestSetup, chat_body, write_config};
 
 #[actix_web::test]
@@ -261,4 +262,72 @@ async fn sighup_reloads_the_configuration_and_a_bad_file_is_logged_and_ignored()
     );
     gateway.terminate();
     assert_eq!(gateway.exit_status().await.code(), Some(0));
+}
+
+/// In Redis mode an answer goes out before its settle reaches Redis: a stop
+/// right after the answer must still commit it and write its row before
+/// the process exits (not leave it to the next start's replay).
+#[actix_web::test]
+async fn sigterm_waits_for_a_settle_still_on_its_way_to_redis() {
+    let redis = RedisServer::start().await;
+    let fake = fake_upstream::start(FakeConfig::default(), ([127, 0, 0, 1], 0).into(), 1).unwrap();
+    let addr = free_port();
+    let setup = TestSetup::new()
+        .route("slow", &["primary/usage-10-0-10+delay-1000ms"])
+        .tier("free", &["slow"], 1000, 100)
+        .redis(&redis.url(), 1)
+        .storage("redis_timeout_ms = 30000")
+        .listen(addr);
+    let env = setup.env_vars().clone();
+    let (_dir, config) = write_config(&setup, &fake.base_url());
+    cli(
+        &config,
+        &env,
+        &["tenant", "create", "--id", "settling", "--tier", "free"],
+    );
+    let issued: serde_json::Value =
+        serde_json::from_str(&cli(&config, &env, &["key", "issue", "settling"])).unwrap();
+    let key = issued["key"].as_str().unwrap().to_owned();
+    let mut gateway = GatewayProcess::serve(&config, &env, addr, Stdio::null()).await;
+
+    let client = awc::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .finish();
+    let request = client
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .insert_header(("authorization", format!("Bearer {key}")))
+        .send_json(&chat_body("slow"));
+    let answer = actix_rt::spawn(async move { request.await.unwrap().status().as_u16() });
+    // Redis stops answering once the call is admitted: its settle is all that is left.
+    for _ in 0..200 {
+        if fake.stats.requests() == 1 {
+            break;
+        }
+        actix_rt::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(fake.stats.requests(), 1);
+    redis.freeze();
+    assert_eq!(answer.await.unwrap(), 200);
+
+    gateway.terminate();
+    // The stop waits on the frozen store; it can end only once Redis answers.
+    actix_rt::time::sleep(Duration::from_millis(300)).await;
+    redis.thaw();
+    assert_eq!(gateway.exit_status().await.code(), Some(0));
+
+    let db_url = crate::support::configured_database_url(&config);
+    let db = tollgate::storage::connect(&db_url, 1).await.unwrap();
+    let rows = tollgate::ledger::repo::tenant_rows(&db, &TenantId::new("settling"))
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1, "the row was written before the exit");
+    assert_eq!(
+        (rows[0].status.as_str(), rows[0].charged_nanos),
+        ("ok", 100_000)
+    );
+    assert_eq!(
+        redis.month_spend("settling"),
+        (100_000, 0),
+        "Redis committed the cost and holds nothing"
+    );
 }

@@ -176,6 +176,29 @@ impl RedisServer {
         }
     }
 
+    /// `redis-cli` against this server; its output, trimmed.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let output = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "redis-cli {args:?}: {output:?}");
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    }
+
+    /// A tenant's committed and reserved spend this month, as Redis holds them.
+    pub fn month_spend(&self, tenant: &str) -> (i64, i64) {
+        let key = self.cli(&["--scan", "--pattern", &format!("tg:{{{tenant}}}:m:*")]);
+        assert!(
+            !key.is_empty() && !key.contains('\n'),
+            "month keys: {key:?}"
+        );
+        let fields = self.cli(&["HMGET", &key, "c", "r"]);
+        let mut values = fields.lines().map(|v| v.trim().parse::<i64>().unwrap_or(0));
+        (values.next().unwrap_or(0), values.next().unwrap_or(0))
+    }
+
     /// SIGKILL: the data is gone, as after a crash without persistence.
     pub fn kill(&mut self) {
         if let Some((mut child, stdin)) = self.watchdog.take() {
