@@ -54,6 +54,8 @@ impl LedgerHandle {
         let Some(ticket) = ticket else {
             return self.record_settled(event, &reply.await);
         };
+        // The row as the call charged it. Should the hold have expired meanwhile,
+        // the row written records nothing and its `orphaned` row the charge.
         let recorded = event.clone();
         let ledger = self.clone();
         actix_rt::spawn(async move {
