@@ -230,10 +230,10 @@ impl Application {
             let handle = server.handle();
             (handle, actix_rt::spawn(server))
         });
-        let grace = Duration::from_millis(self.gateway.config.server.shutdown_grace_ms);
         if self.handle_signals {
             let handle = self.server.handle();
             let gateway = self.gateway.clone();
+            let grace = Duration::from_millis(gateway.config.server.shutdown_grace_ms);
             actix_rt::spawn(reload_on_hangup(self.gateway.clone()));
             actix_rt::spawn(async move {
                 wait_for_signal().await;
@@ -244,7 +244,6 @@ impl Application {
             });
         }
         let result = self.server.await.map_err(AppError::Server);
-        finish_settlements(&self.gateway, grace).await;
         if let Some((handle, running)) = admin {
             handle.stop(true).await;
             if let Ok(Err(error)) = running.await {

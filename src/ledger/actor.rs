@@ -555,9 +555,8 @@ impl LedgerHandle {
         }
     }
 
-    /// At least `ledger.max_backlog_events` events wait for the database.
-    /// Whether the rows not yet in the database reach the bound; a settle
-    /// finishing after its answer is a row on its way, and counts.
+    /// At least `ledger.max_backlog_events` rows wait for the database; a
+    /// settle finishing after its answer is a row on its way, and counts.
     pub fn is_saturated(&self) -> bool {
         let on_the_way = self.settlements.in_flight();
         self.backlog.load(Ordering::SeqCst) + on_the_way >= self.max_backlog

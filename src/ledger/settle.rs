@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::actor::{LedgerError, LedgerHandle};
+use super::actor::LedgerHandle;
 use super::event::UsageEvent;
 use crate::money::Nanos;
 use crate::tenant::ReservationGuard;
@@ -90,12 +90,6 @@ impl LedgerHandle {
     /// its row handed to the ledger. Returns how many were still running.
     pub async fn settled(&self, limit: Duration) -> usize {
         self.settlements.quiet(limit).await
-    }
-
-    /// `settled`, then every row written to the database.
-    pub async fn flush_settled(&self, limit: Duration) -> Result<(), LedgerError> {
-        self.settled(limit).await;
-        self.flush().await
     }
 
     /// Settles inline from now on, and waits at most `limit` for the

@@ -4,9 +4,9 @@ use std::time::Duration;
 use tollgate::fake_upstream::{self, FakeConfig};
 use tollgate::ids::TenantId;
 
-use crate::support::process::{GatewayProcess, cli, free_port};
+use crate::support::process::{GatewayProcess, cli, free_port, tenant_with_key};
 use crate::support::redis::RedisServer;
-use crate::support::{TestSetup, chat_body, write_config};
+use crate::support::{TestSetup, chat_body, wait_until, write_config};
 
 #[actix_web::test]
 async fn logs_never_carry_keys_secrets_or_prompts_unless_a_tenant_opted_in() {
@@ -134,14 +134,7 @@ async fn sigterm_lets_in_flight_requests_finish_and_flushes_the_ledger() {
     let env = setup.env_vars().clone();
     let (_dir, config) = write_config(&setup, &fake.base_url());
 
-    cli(
-        &config,
-        &env,
-        &["tenant", "create", "--id", "lifecycle", "--tier", "free"],
-    );
-    let issued: serde_json::Value =
-        serde_json::from_str(&cli(&config, &env, &["key", "issue", "lifecycle"])).unwrap();
-    let key = issued["key"].as_str().unwrap().to_owned();
+    let key = tenant_with_key(&config, &env, "lifecycle", "free");
 
     let mut gateway = GatewayProcess::serve(&config, &env, addr, Stdio::null()).await;
     let client = awc::Client::builder()
@@ -280,14 +273,7 @@ async fn sigterm_waits_for_a_settle_still_on_its_way_to_redis() {
         .listen(addr);
     let env = setup.env_vars().clone();
     let (_dir, config) = write_config(&setup, &fake.base_url());
-    cli(
-        &config,
-        &env,
-        &["tenant", "create", "--id", "settling", "--tier", "free"],
-    );
-    let issued: serde_json::Value =
-        serde_json::from_str(&cli(&config, &env, &["key", "issue", "settling"])).unwrap();
-    let key = issued["key"].as_str().unwrap().to_owned();
+    let key = tenant_with_key(&config, &env, "settling", "free");
     let mut gateway = GatewayProcess::serve(&config, &env, addr, Stdio::null()).await;
 
     let client = awc::Client::builder()
@@ -299,13 +285,12 @@ async fn sigterm_waits_for_a_settle_still_on_its_way_to_redis() {
         .send_json(&chat_body("slow"));
     let answer = actix_rt::spawn(async move { request.await.unwrap().status().as_u16() });
     // Redis stops answering once the call is admitted: its settle is all that is left.
-    for _ in 0..200 {
-        if fake.stats.requests() == 1 {
-            break;
-        }
-        actix_rt::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(fake.stats.requests(), 1);
+    wait_until(
+        || fake.stats.requests() == 1,
+        Duration::from_secs(5),
+        "the upstream to receive the call",
+    )
+    .await;
     redis.freeze();
     assert_eq!(answer.await.unwrap(), 200);
 

@@ -11,7 +11,9 @@ use tollgate::clock::ManualClock;
 use tollgate::money::Nanos;
 
 use crate::support::redis::RedisServer;
-use crate::support::{Reply, TestApp, TestSetup, chat_body, now_ms, spawn_app, spawn_replica};
+use crate::support::{
+    Reply, TestApp, TestSetup, chat_body, now_ms, spawn_app, spawn_replica, wait_until,
+};
 
 /// Long enough for any request with a 100 ms store timeout; a Redis that
 /// hangs a request would blow through it.
@@ -637,18 +639,6 @@ async fn the_gateway_keeps_as_many_redis_connections_as_its_pool_size_on_each_th
     );
 }
 
-/// Waits until the fake upstream has received `n` chat requests: the
-/// gateway admitted and reserved each of them before sending it.
-async fn until_upstream_received(app: &TestApp, n: u64) {
-    for _ in 0..400 {
-        if app.fake.stats.requests() >= n {
-            return;
-        }
-        actix_rt::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("the upstream never received request {n}");
-}
-
 #[actix_web::test]
 async fn an_answer_goes_out_before_its_settlement_reaches_redis() {
     let redis = RedisServer::start().await;
@@ -669,26 +659,25 @@ async fn an_answer_goes_out_before_its_settlement_reaches_redis() {
 
     // Redis stops answering once the second call is admitted: only its settle is left.
     let freeze = async {
-        until_upstream_received(&app, 2).await;
+        wait_until(
+            || app.fake.stats.requests() == 2,
+            Duration::from_secs(5),
+            "the upstream to receive the second call",
+        )
+        .await;
         redis.freeze();
     };
     let (second, ()) = tokio::join!(app.chat(&key, &body), freeze);
     assert_eq!(second.status, 200, "{}", second.raw);
 
     redis.thaw();
-    let mut budget = app.budget(&tenant).await;
-    for _ in 0..200 {
-        if budget["reserved"] == "0" {
-            break;
-        }
-        actix_rt::time::sleep(Duration::from_millis(10)).await;
-        budget = app.budget(&tenant).await;
-    }
+    app.settled().await;
+    let budget = app.budget(&tenant).await;
     assert_eq!(
         budget["reserved"], "0",
         "the settle reached Redis: {budget}"
     );
-    let rows = app.ledger_rows_eventually(&tenant, 2).await;
+    let rows = app.ledger_rows(&tenant).await;
     assert_eq!(rows.len(), 2, "{rows:?}");
     let charged: i64 = rows.iter().map(|r| r.charged_nanos).sum();
     assert!(rows.iter().all(|r| r.charged_nanos > 0), "{rows:?}");

@@ -669,11 +669,8 @@ impl TestApp {
     /// Redis mode a call's row is recorded once its settle, sent before its
     /// answer, is committed.
     pub async fn flush_ledger(&self) {
-        self.gateway
-            .ledger
-            .flush_settled(std::time::Duration::from_secs(10))
-            .await
-            .unwrap();
+        self.settled().await;
+        self.gateway.ledger.flush().await.unwrap();
     }
 
     /// Every ledger row of a tenant, after the ledger wrote what it holds.
