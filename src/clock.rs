@@ -29,6 +29,15 @@ impl Clock for SystemClock {
     }
 }
 
+/// Wall-clock time with its fraction of a second, for log lines.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the system clock is the one reader of time"
+)]
+pub fn wall_time() -> jiff::Timestamp {
+    jiff::Timestamp::try_from(SystemTime::now()).unwrap_or(jiff::Timestamp::UNIX_EPOCH)
+}
+
 /// A clock that moves only when told to.
 #[derive(Debug, Default)]
 pub struct ManualClock {

@@ -22,7 +22,11 @@ pub fn init(json: bool) -> Option<LogGuard> {
         .with_env_filter(filter)
         .with_writer(writer);
     let _ = if json {
-        builder.json().flatten_event(true).try_init()
+        builder
+            .json()
+            .flatten_event(true)
+            .event_format(super::json_lines::JsonLines)
+            .try_init()
     } else {
         builder.try_init()
     };
