@@ -478,8 +478,12 @@ pub enum FsyncMode {
 fn default_flush_interval_ms() -> u64 {
     200
 }
+/// Rows per database transaction at most. Each commit rewrites the last
+/// pages of the usage table and each of its indexes, so larger transactions
+/// cost less per row: at 16,000 calls a second, 4,096 took the gateway's CPU
+/// per call from 85 to 79 µs against 256.
 fn default_max_batch_rows() -> usize {
-    256
+    4_096
 }
 fn default_max_backlog_events() -> usize {
     100_000

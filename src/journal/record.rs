@@ -1,6 +1,10 @@
 //! What the journal stores, as JSON inside a frame. The wire types are plain
 //! data kept apart from the in-memory ones, so a refactor of `UsageEvent`
-//! cannot silently change how existing journals read back.
+//! cannot silently change how existing journals read back. Records are read
+//! with owned strings and written with borrowed ones (`Written`): copying a
+//! row's dozen strings for every record cost more than encoding them.
+
+use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
@@ -10,103 +14,113 @@ use crate::money::Nanos;
 use crate::pricing::Usage;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum Record {
+#[serde(
+    tag = "type",
+    rename_all = "snake_case",
+    bound(deserialize = "S: Deserialize<'de>")
+)]
+pub enum Record<S = String> {
     /// An attempt about to be sent upstream. Without a later `settle` of the
     /// same event id it becomes its `orphan` row on replay.
     Reserve {
         deadline_ms: u64,
-        orphan: EventRecord,
+        orphan: EventRecord<S>,
     },
     /// An attempt's own row, journaled just before its charge is committed in
     /// the shared quota store. It supersedes the attempt's reserve: without a
     /// later `settle` replay writes this row, so the ledger charges what the
     /// store may have committed, not the reserved amount.
-    Settling { event: EventRecord },
+    Settling { event: EventRecord<S> },
     /// A ledger row, as handed to the ledger.
-    Settle { event: EventRecord },
+    Settle { event: EventRecord<S> },
     /// Every settle up to this sequence number is in the database.
     Checkpoint { upto: u64 },
 }
 
+/// A record as written: the event's strings borrowed.
+pub type Written<'a> = Record<Cow<'a, str>>;
+
 /// `UsageEvent` on disk.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct EventRecord {
-    pub event_id: String,
-    pub request_id: String,
-    pub client_request_id: Option<String>,
-    pub trace_id: Option<String>,
-    pub tenant: String,
-    pub key: String,
-    pub feature: String,
+#[serde(bound(deserialize = "S: Deserialize<'de>"))]
+pub struct EventRecord<S = String> {
+    pub event_id: S,
+    pub request_id: S,
+    pub client_request_id: Option<S>,
+    pub trace_id: Option<S>,
+    pub tenant: S,
+    pub key: S,
+    pub feature: S,
     /// Absent in records written before end users had budgets, and when none was named.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub end_user: Option<String>,
+    pub end_user: Option<S>,
     /// Absent in records written before doors other than chat existed.
     #[serde(default)]
     pub api: Api,
-    pub route: String,
-    pub provider: String,
-    pub model: String,
+    pub route: S,
+    pub provider: S,
+    pub model: S,
     pub attempt: u32,
-    pub status: String,
+    pub status: S,
     pub upstream_status: Option<u16>,
     pub prompt_tokens: u64,
     pub cached_tokens: u64,
     pub cache_write_tokens: u64,
     pub completion_tokens: u64,
-    pub usage_kind: String,
+    pub usage_kind: S,
     pub reserved_nanos: u64,
     pub charged_nanos: u64,
     /// Absent in records written before plans, and where it is the charge.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_nanos: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub plan: Option<String>,
-    pub price_version: String,
+    pub plan: Option<S>,
+    pub price_version: S,
     pub latency_ms: u64,
     pub ttft_ms: Option<u64>,
-    pub error: Option<String>,
+    pub error: Option<S>,
     /// Absent in records written before cache hits named their source row.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_source: Option<String>,
+    pub cache_source: Option<S>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_similarity: Option<u32>,
     pub created_at_ms: u64,
 }
 
-impl From<&UsageEvent> for EventRecord {
-    fn from(e: &UsageEvent) -> EventRecord {
+impl<'a> From<&'a UsageEvent> for EventRecord<Cow<'a, str>> {
+    fn from(e: &'a UsageEvent) -> Self {
+        let text = |s: &'a str| Cow::Borrowed(s);
+        let optional = |s: &'a Option<String>| s.as_deref().map(Cow::Borrowed);
         EventRecord {
-            event_id: e.event_id.to_string(),
-            request_id: e.request_id.to_string(),
-            client_request_id: e.client_request_id.clone(),
-            trace_id: e.trace_id.clone(),
-            tenant: e.tenant.to_string(),
-            key: e.key.to_string(),
-            feature: e.feature.clone(),
-            end_user: e.end_user.clone(),
+            event_id: Cow::Owned(e.event_id.to_string()),
+            request_id: text(e.request_id.as_str()),
+            client_request_id: optional(&e.client_request_id),
+            trace_id: optional(&e.trace_id),
+            tenant: text(e.tenant.as_str()),
+            key: text(e.key.as_str()),
+            feature: text(&e.feature),
+            end_user: optional(&e.end_user),
             api: e.api,
-            route: e.route.clone(),
-            provider: e.provider.clone(),
-            model: e.model.clone(),
+            route: text(&e.route),
+            provider: text(&e.provider),
+            model: text(&e.model),
             attempt: e.attempt,
-            status: e.status.as_str().to_owned(),
+            status: text(e.status.as_str()),
             upstream_status: e.upstream_status,
             prompt_tokens: e.usage.prompt_tokens,
             cached_tokens: e.usage.cached_tokens,
             cache_write_tokens: e.usage.cache_write_tokens,
             completion_tokens: e.usage.completion_tokens,
-            usage_kind: e.usage_kind.as_str().to_owned(),
+            usage_kind: text(e.usage_kind.as_str()),
             reserved_nanos: e.reserved.get(),
             charged_nanos: e.charged.get(),
             cost_nanos: e.cost.map(Nanos::get),
-            plan: e.plan.clone(),
-            price_version: e.price_version.clone(),
+            plan: optional(&e.plan),
+            price_version: text(&e.price_version),
             latency_ms: e.latency_ms,
             ttft_ms: e.ttft_ms,
-            error: e.error.clone(),
-            cache_source: e.cache.as_ref().map(|c| c.event_id.clone()),
+            error: optional(&e.error),
+            cache_source: e.cache.as_ref().map(|c| text(&c.event_id)),
             cache_similarity: e.cache.as_ref().and_then(|c| c.similarity),
             created_at_ms: e.created_at_ms,
         }
@@ -165,8 +179,11 @@ mod tests {
     fn every_status_survives_the_journal() {
         for status in AttemptStatus::ALL {
             let event = UsageEvent::sample(status);
-            let bytes = serde_json::to_vec(&EventRecord::from(&event)).unwrap();
+            let written: EventRecord<Cow<'_, str>> = EventRecord::from(&event);
+            let bytes = serde_json::to_vec(&written).unwrap();
             let back: EventRecord = serde_json::from_slice(&bytes).unwrap();
+            // Read back and written again, a record is the same bytes.
+            assert_eq!(serde_json::to_vec(&back).unwrap(), bytes);
             let back = back.to_event().unwrap_or_else(|| panic!("{status:?} lost"));
             assert_eq!(back.status, status);
             assert_eq!(back.event_id, event.event_id);

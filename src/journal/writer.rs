@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use super::cursor::Cursor;
 use super::frame;
-use super::record::{EventRecord, Record};
+use super::record::{EventRecord, Record, Written};
 use super::replay::{self, Recovered};
 use super::sync::{SyncTarget, Syncer};
 use crate::config::FsyncMode;
@@ -297,7 +297,7 @@ impl SyncTarget for Journal {
 
 impl Inner {
     /// The record's sequence number, or `None` if it did not reach the file.
-    fn append(&mut self, record: &Record) -> Option<u64> {
+    fn append(&mut self, record: &Written<'_>) -> Option<u64> {
         let payload = encode(record)?;
         self.append_payload(&payload)
     }
@@ -379,7 +379,7 @@ impl Inner {
     }
 }
 
-fn encode(record: &Record) -> Option<Vec<u8>> {
+fn encode(record: &Written<'_>) -> Option<Vec<u8>> {
     serde_json::to_vec(record)
         .inspect_err(|error| {
             tracing::error!(error = %error, "Journal record not encodable.");

@@ -20,11 +20,28 @@ fn columns() -> impl Iterator<Item = usage::Column> {
     usage::Column::iter().filter(|c| !matches!(c, usage::Column::Id))
 }
 
-/// `INSERT … ON CONFLICT (event_id) DO NOTHING RETURNING event_id` (with
-/// `period` beside `event_id` on PostgreSQL) for
-/// `events`. Written for SQLite and PostgreSQL, the only drivers built in.
-pub fn statement<E: Borrow<UsageEvent>>(backend: DbBackend, events: &[E]) -> Statement {
-    let sql = sql(matches!(backend, DbBackend::Postgres), events.len());
+/// Whether an insert names the rows it inserted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Returning {
+    /// Only how many (the statement's affected rows): all a new batch needs.
+    Count,
+    /// Each inserted row's event id, for a batch some of whose events are in already.
+    EventIds,
+}
+
+/// `INSERT … ON CONFLICT (event_id) DO NOTHING` (with `period` beside
+/// `event_id` on PostgreSQL) for `events`, with `RETURNING event_id` if
+/// asked. Written for SQLite and PostgreSQL, the only drivers built in.
+pub fn statement<E: Borrow<UsageEvent>>(
+    backend: DbBackend,
+    events: &[E],
+    returning: Returning,
+) -> Statement {
+    let sql = sql(
+        matches!(backend, DbBackend::Postgres),
+        events.len(),
+        returning,
+    );
     let mut values: Vec<Value> = Vec::with_capacity(events.len() * columns().count());
     for event in events {
         let mut model = event.borrow().to_active_model();
@@ -34,20 +51,21 @@ pub fn statement<E: Borrow<UsageEvent>>(backend: DbBackend, events: &[E]) -> Sta
     Statement::from_sql_and_values(backend, sql.as_ref(), values)
 }
 
-/// Statement texts by (PostgreSQL, rows): a handful, as batches come in few sizes.
-type Texts = BTreeMap<(bool, usize), Arc<str>>;
+/// Statement texts by (PostgreSQL, rows, returning): a handful, as batches
+/// come in few sizes.
+type Texts = BTreeMap<(bool, usize, Returning), Arc<str>>;
 
-fn sql(postgres: bool, rows: usize) -> Arc<str> {
+fn sql(postgres: bool, rows: usize, returning: Returning) -> Arc<str> {
     static TEXTS: Mutex<Texts> = Mutex::new(BTreeMap::new());
     TEXTS
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .entry((postgres, rows))
-        .or_insert_with(|| write_sql(postgres, rows).into())
+        .entry((postgres, rows, returning))
+        .or_insert_with(|| write_sql(postgres, rows, returning).into())
         .clone()
 }
 
-fn write_sql(postgres: bool, rows: usize) -> String {
+fn write_sql(postgres: bool, rows: usize, returning: Returning) -> String {
     let names: Vec<String> = columns().map(|c| c.as_str().to_owned()).collect();
     let mut sql = format!(
         "INSERT INTO \"{}\" (\"{}\") VALUES ",
@@ -77,10 +95,10 @@ fn write_sql(postgres: bool, rows: usize) -> String {
     } else {
         format!("\"{event_id}\"")
     };
-    let _ = write!(
-        sql,
-        " ON CONFLICT ({target}) DO NOTHING RETURNING \"{event_id}\""
-    );
+    let _ = write!(sql, " ON CONFLICT ({target}) DO NOTHING");
+    if returning == Returning::EventIds {
+        let _ = write!(sql, " RETURNING \"{event_id}\"");
+    }
     sql
 }
 
@@ -117,9 +135,13 @@ mod tests {
                             .do_nothing()
                             .to_owned(),
                         );
+                let counted = backend.build(insert.query());
+                let written = statement(backend, &events, Returning::Count);
+                assert_eq!(written.sql, counted.sql, "{backend:?}, {rows} rows");
+                assert_eq!(written.values, counted.values, "{backend:?}, {rows} rows");
                 insert.query().returning_col(usage::Column::EventId);
                 let built = backend.build(insert.query());
-                let written = statement(backend, &events);
+                let written = statement(backend, &events, Returning::EventIds);
                 assert_eq!(written.sql, built.sql, "{backend:?}, {rows} rows");
                 assert_eq!(written.values, built.values, "{backend:?}, {rows} rows");
             }

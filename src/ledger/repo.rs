@@ -13,7 +13,7 @@ use serde::Serialize;
 use entity::{usage, usage_total};
 
 use super::event::{AttemptStatus, UsageEvent, UsageKind};
-use super::insert;
+use super::insert::{self, Returning};
 use crate::calendar::{Calendar, LIFETIME, Period, Window, day_keys};
 use crate::ids::{KeyId, TenantId};
 use crate::money::Nanos;
@@ -39,30 +39,58 @@ pub async fn insert_batch<E: Borrow<UsageEvent>>(
     if events.is_empty() {
         return Ok(());
     }
+    // A batch is new but after a replay: the statements count what they
+    // insert, and only when a count falls short are the rows named (returning
+    // each inserted row's id took 3% of the gateway's CPU under load).
+    if insert_new_batch(db, events, calendar).await? {
+        return Ok(());
+    }
     let txn = db.begin().await?;
     let backend = txn.get_database_backend();
     // Only the rows this statement inserted come back: the others were there already.
     let mut inserted: HashSet<String> = HashSet::with_capacity(events.len());
-    let mut rest = events;
-    while !rest.is_empty() {
-        let (chunk, after) = rest.split_at(statement_rows(rest.len()));
-        rest = after;
-        for row in txn.query_all(insert::statement(backend, chunk)).await? {
+    for chunk in statement_chunks(events) {
+        let statement = insert::statement(backend, chunk, Returning::EventIds);
+        for row in txn.query_all(statement).await? {
             inserted.insert(row.try_get::<String>("", "event_id")?);
         }
     }
-    let all = events.iter().map(Borrow::borrow);
-    let rows = if inserted.len() == events.len() {
-        Totals::rows(all, calendar)
-    } else {
-        Totals::rows(
-            all.filter(|e| inserted.contains(&e.event_id.to_string())),
-            calendar,
-        )
-    };
+    let rows = Totals::rows(
+        events
+            .iter()
+            .map(Borrow::borrow)
+            .filter(|e| inserted.contains(&e.event_id.to_string())),
+        calendar,
+    );
     add_totals(&txn, rows).await?;
     txn.commit().await?;
     Ok(())
+}
+
+/// Inserts a batch none of whose events is in yet, with its totals; `false`
+/// (and nothing written) if some were.
+async fn insert_new_batch<E: Borrow<UsageEvent>>(
+    db: &DatabaseConnection,
+    events: &[E],
+    calendar: &Calendar,
+) -> Result<bool, StorageError> {
+    let txn = db.begin().await?;
+    let backend = txn.get_database_backend();
+    for chunk in statement_chunks(events) {
+        let statement = insert::statement(backend, chunk, Returning::Count);
+        let inserted = txn.execute(statement).await?.rows_affected();
+        if usize::try_from(inserted).ok() != Some(chunk.len()) {
+            txn.rollback().await?;
+            return Ok(false);
+        }
+    }
+    add_totals(
+        &txn,
+        Totals::rows(events.iter().map(Borrow::borrow), calendar),
+    )
+    .await?;
+    txn.commit().await?;
+    Ok(true)
 }
 
 /// What a batch adds to `usage_totals`.
@@ -92,7 +120,10 @@ impl Totals {
                     (calendar.day_key(event.created_at_ms), month)
                 });
         }
-        let mut sums: HashMap<(&str, &'static str, &str, &str), (i64, i64)> = HashMap::new();
+        // Events first summed per scope set (one entry each), then each set
+        // spread over its totals: nine map entries per event cost 1% of the
+        // gateway's CPU under load.
+        let mut by_scopes: HashMap<Scopes<'_>, (i64, i64)> = HashMap::new();
         for event in &events {
             let Some((day, month)) = periods.get(&(event.created_at_ms / QUARTER_HOUR_MS)) else {
                 continue;
@@ -104,22 +135,33 @@ impl Totals {
                     .saturating_add(event.usage.completion_tokens),
             )
             .unwrap_or(i64::MAX);
-            let charged = event.charged.to_db();
-            let tenant = event.tenant.as_str();
-            let end_user_rows = event.end_user.as_deref().into_iter().flat_map(|user| {
+            let scopes = (
+                event.tenant.as_str(),
+                event.key.as_str(),
+                event.feature.as_str(),
+                event.end_user.as_deref(),
+                day.as_str(),
+                month.as_str(),
+            );
+            let sum = by_scopes.entry(scopes).or_default();
+            sum.0 = sum.0.saturating_add(event.charged.to_db());
+            sum.1 = sum.1.saturating_add(tokens);
+        }
+        let mut sums: HashMap<(&str, &'static str, &str, &str), (i64, i64)> = HashMap::new();
+        for ((tenant, key, feature, end_user, day, month), (charged, tokens)) in by_scopes {
+            let end_user_rows = end_user.into_iter().flat_map(|user| {
                 [
-                    (TOTAL_END_USER_DAY, day.as_str(), user),
+                    (TOTAL_END_USER_DAY, day, user),
                     (TOTAL_END_USER_LIFETIME, LIFETIME, user),
                 ]
             });
-            let (key, feature) = (event.key.as_str(), event.feature.as_str());
             for (kind, period, scope) in [
-                (TOTAL_TENANT, month.as_str(), ""),
-                (TOTAL_KEY, month.as_str(), key),
-                (TOTAL_FEATURE, month.as_str(), feature),
-                (TOTAL_DAY, day.as_str(), ""),
-                (TOTAL_KEY_DAY, day.as_str(), key),
-                (TOTAL_FEATURE_DAY, day.as_str(), feature),
+                (TOTAL_TENANT, month, ""),
+                (TOTAL_KEY, month, key),
+                (TOTAL_FEATURE, month, feature),
+                (TOTAL_DAY, day, ""),
+                (TOTAL_KEY_DAY, day, key),
+                (TOTAL_FEATURE_DAY, day, feature),
                 (TOTAL_TENANT_LIFETIME, LIFETIME, ""),
                 (TOTAL_KEY_LIFETIME, LIFETIME, key),
                 (TOTAL_FEATURE_LIFETIME, LIFETIME, feature),
@@ -146,6 +188,9 @@ impl Totals {
             .collect()
     }
 }
+
+/// An event's tenant, key, feature, end user, day and month.
+type Scopes<'e> = (&'e str, &'e str, &'e str, Option<&'e str>, &'e str, &'e str);
 
 const QUARTER_HOUR_MS: u64 = 900_000;
 /// The tenant's, a key's and a feature's spend in one local month.
@@ -441,6 +486,19 @@ fn statement_rows(remaining: usize) -> usize {
         return 0;
     }
     1 << capped.ilog2()
+}
+
+/// `items` in the statements' shapes (`statement_rows`).
+fn statement_chunks<T>(items: &[T]) -> impl Iterator<Item = &[T]> {
+    let mut rest = items;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let (chunk, after) = rest.split_at(statement_rows(rest.len()));
+        rest = after;
+        Some(chunk)
+    })
 }
 
 #[derive(Debug, FromQueryResult)]
