@@ -1,20 +1,21 @@
 //! The load harness of issue 8: `cargo bench --bench load` (add `-- --quick` for a smoke run).
 //!
 //! It starts the fake upstreams, the gateway (this build's release binary, every governance
-//! feature on), a reference nginx, a bare Rust proxy (this binary again, `bare.rs`) and a
-//! `redis-server` with a second gateway as child processes on loopback, measures a
-//! direct-to-upstream baseline and the gateways under open-loop and closed-loop load (plain,
-//! streaming, Redis mode, and Redis mode with every request naming one of many end users,
-//! Redis's and the gateway's memory read around those cells), holds 1,000
-//! requests open in a fresh gateway to read its memory and file descriptors, prints the tables,
-//! writes `target/load/results.json` and regenerates `BENCHMARKS.md`. Every child is stopped by
-//! PID when the harness ends, fails or panics. Under `cargo test` (no `--bench` flag) only
+//! feature on), a reference nginx, a bare Rust proxy (this binary again, `bare.rs`), crabllm
+//! (`crabllm.rs`) and a `redis-server` with a second gateway as child processes on loopback,
+//! measures a direct-to-upstream baseline and the gateways under open-loop and closed-loop load
+//! (plain, streaming, Redis mode, and Redis mode with every request naming one of many end
+//! users, Redis's and the gateway's memory read around those cells), holds 1,000 requests open
+//! in a fresh gateway to read its memory and file descriptors, prints the tables, writes
+//! `target/load/results.json` and regenerates `BENCHMARKS.md`. Every child is stopped by PID
+//! when the harness ends, fails or panics. Under `cargo test` (no `--bench` flag) only
 //! self-checks run.
 #![expect(clippy::print_stdout, reason = "a benchmark harness reports on stdout")]
 
 mod bare;
 mod clock;
 mod config;
+mod crabllm;
 mod end_users;
 mod generator;
 mod http;
@@ -36,6 +37,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result, bail};
 
+use crate::crabllm::Crabllm;
 use crate::end_users::EndUserRun;
 use crate::http::{Conn, Template};
 use crate::machine::Machine;
@@ -51,7 +53,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const USAGE: &str = "usage: cargo bench --bench load [-- [--quick] [--runs N] [--seconds S] \
                      [--wait-quiet S] [--soak-seconds N] [--end-users N] [--nginx-workers N] \
-                     [--skip-nginx] [--skip-bare] [--skip-redis] [--no-renice] [--no-profile]]";
+                     [--skip-nginx] [--skip-bare] [--skip-crabllm] [--skip-redis] [--no-renice] [--no-profile] \
+                     [--in-flight-only]]";
 const DEFAULT_NGINX_WORKERS: u32 = 2;
 /// The soak of a full run; the 10-minute soak of the target is `--soak-seconds 600`.
 const DEFAULT_SOAK_S: u64 = 60;
@@ -70,6 +73,8 @@ struct Options {
     hold_seconds: u64,
     /// End users the end-user cells name.
     end_users: u64,
+    /// Only the 1,000-in-flight scenario and its soak: no cells, no profile, no BENCHMARKS.md.
+    in_flight_only: bool,
 }
 
 fn parse_options(args: &[String]) -> Result<Options> {
@@ -78,12 +83,14 @@ fn parse_options(args: &[String]) -> Result<Options> {
     let mut seconds = None;
     let mut nginx = Some(DEFAULT_NGINX_WORKERS);
     let mut bare = true;
+    let mut crabllm = true;
     let mut wait_quiet = None;
     let mut renice = true;
     let mut profile = true;
     let mut redis = true;
     let mut soak = None;
     let mut end_users = None;
+    let mut in_flight_only = false;
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -92,9 +99,11 @@ fn parse_options(args: &[String]) -> Result<Options> {
             "--quick" => quick = true,
             "--skip-nginx" => nginx = None,
             "--skip-bare" => bare = false,
+            "--skip-crabllm" => crabllm = false,
             "--no-renice" => renice = false,
             "--no-profile" => profile = false,
             "--skip-redis" => redis = false,
+            "--in-flight-only" => in_flight_only = true,
             "--soak-seconds" => {
                 soak = Some(
                     args.next()
@@ -141,26 +150,14 @@ fn parse_options(args: &[String]) -> Result<Options> {
             other => bail!("unknown argument {other:?}\n{USAGE}"),
         }
     }
-    let timing = if quick {
-        Timing {
-            quick,
-            runs: runs.unwrap_or(1),
-            warmup_ms: 250,
-            measure_ms: seconds.unwrap_or(1) * 1000,
-            wait_quiet_s: wait_quiet.unwrap_or(0),
-        }
-    } else {
-        Timing {
-            quick,
-            runs: runs.unwrap_or(3),
-            warmup_ms: 300,
-            measure_ms: seconds.map_or(2_500, |s| s * 1000),
-            wait_quiet_s: wait_quiet.unwrap_or(60),
-        }
-    };
     Ok(Options {
-        timing,
-        systems: Systems { nginx, bare, redis },
+        timing: timing(quick, runs, seconds, wait_quiet),
+        systems: Systems {
+            nginx,
+            bare,
+            crabllm,
+            redis,
+        },
         renice,
         profile,
         // --quick skips the soak unless one is asked for.
@@ -171,6 +168,7 @@ fn parse_options(args: &[String]) -> Result<Options> {
         } else {
             end_users::END_USERS
         }),
+        in_flight_only,
     })
 }
 
@@ -265,7 +263,9 @@ async fn run(options: Options, priority: String) -> Result<()> {
     let results = outcome?;
     drop(stack);
 
-    let name = if options.timing.quick {
+    let name = if options.in_flight_only {
+        "results-in-flight.json"
+    } else if options.timing.quick {
         "results-quick.json"
     } else {
         "results.json"
@@ -273,7 +273,9 @@ async fn run(options: Options, priority: String) -> Result<()> {
     let json_path = target_dir().join("load").join(name);
     report::write_json(&json_path, &results)?;
     println!("\nwrote {}", json_path.display());
-    if options.timing.quick {
+    if options.in_flight_only {
+        println!("(--in-flight-only: BENCHMARKS.md left as it is)");
+    } else if options.timing.quick {
         // A smoke run's figures are too thin to publish; its document is only a preview.
         let preview = target_dir().join("load").join("BENCHMARKS-quick.md");
         std::fs::write(&preview, report::markdown(&results))
@@ -308,6 +310,27 @@ async fn run(options: Options, priority: String) -> Result<()> {
     Ok(())
 }
 
+/// A smoke run's timing, or a full run's; what was given replaces the default.
+fn timing(quick: bool, runs: Option<u32>, seconds: Option<u64>, wait_quiet: Option<u64>) -> Timing {
+    if quick {
+        Timing {
+            quick,
+            runs: runs.unwrap_or(1),
+            warmup_ms: 250,
+            measure_ms: seconds.unwrap_or(1) * 1000,
+            wait_quiet_s: wait_quiet.unwrap_or(0),
+        }
+    } else {
+        Timing {
+            quick,
+            runs: runs.unwrap_or(3),
+            warmup_ms: 300,
+            measure_ms: seconds.map_or(2_500, |s| s * 1000),
+            wait_quiet_s: wait_quiet.unwrap_or(60),
+        }
+    }
+}
+
 async fn measure(
     stack: &mut Stack,
     scenarios: &[scenarios::Scenario],
@@ -316,7 +339,13 @@ async fn measure(
     started: std::time::Instant,
     priority: String,
 ) -> Result<Results> {
-    let (nginx, bare, redis, redis_running) = describe(stack, scenarios, &priority);
+    let References {
+        nginx,
+        bare,
+        crabllm,
+        redis,
+        redis_running,
+    } = describe(stack, scenarios, &priority);
     let mut runner = Runner::new(stack, scenarios, options.timing);
     let first_gateway_answer = runner.sanity_check().await?;
     println!("gateway answers with {first_gateway_answer}\n");
@@ -326,24 +355,20 @@ async fn measure(
         redis_commands,
         end_users,
         end_users_failed,
-    } = run_cells(&mut runner, options, redis_running).await?;
+    } = if options.in_flight_only {
+        Measured::none()
+    } else {
+        run_cells(&mut runner, options, redis_running).await?
+    };
     let waited_for_quiet_s = runner.waited.as_secs();
     let gateway_after = gateway_after(runner.stack).await;
-    let profile = if options.profile {
-        let target = runner.gateway_target("short")?;
-        println!("profiling the gateway (perf record, closed loop, short prompt)");
-        profile::gateway(runner.stack, &target)
-            .await
-            .map_err(|error| format!("{error:#}"))
-    } else {
-        Err("--no-profile was given".to_owned())
-    };
+    let profile = profile_gateway(&mut runner, options).await?;
     let (in_flight, in_flight_failed) = in_flight(&runner, options).await;
-    let targets = report::checks(&cells, &bare, in_flight.as_ref());
+    let targets = report::checks(&cells, &crabllm, &bare, in_flight.as_ref());
     let noisy_runs = cells
         .iter()
-        .flat_map(|cell| &cell.runs)
-        .filter(|run| run.noisy())
+        .flat_map(|c| &c.runs)
+        .filter(|r| r.noisy())
         .count();
 
     println!();
@@ -359,11 +384,7 @@ async fn measure(
         "{}",
         report::end_users_section(&cells, end_users.as_ref(), end_users_failed.as_deref())
     );
-    println!(
-        "{}",
-        report::in_flight_section(in_flight.as_ref(), in_flight_failed.as_deref())
-    );
-    println!("{}", report::targets_table(&targets));
+    print_in_flight_and_targets(in_flight.as_ref(), in_flight_failed.as_deref(), &targets);
     let (profile, profile_skipped) = match profile {
         Ok(profile) => (Some(profile), None),
         Err(reason) => (None, Some(reason)),
@@ -397,6 +418,7 @@ async fn measure(
         ),
         nginx,
         bare,
+        crabllm,
         redis,
         redis_commands,
         end_users,
@@ -424,6 +446,17 @@ struct Measured {
     end_users: Option<EndUserRun>,
     /// Why the end-user cells were skipped.
     end_users_failed: Option<String>,
+}
+
+impl Measured {
+    fn none() -> Self {
+        Self {
+            cells: Vec::new(),
+            redis_commands: None,
+            end_users: None,
+            end_users_failed: None,
+        }
+    }
 }
 
 /// Where the end-user cells stand.
@@ -481,12 +514,44 @@ async fn run_cells(runner: &mut Runner<'_>, options: Options, redis: bool) -> Re
     })
 }
 
+/// The gateway's CPU profile, or why there is none.
+async fn profile_gateway(
+    runner: &mut Runner<'_>,
+    options: Options,
+) -> Result<Result<profile::Profile, String>> {
+    if !options.profile {
+        return Ok(Err("--no-profile was given".to_owned()));
+    }
+    if options.in_flight_only {
+        return Ok(Err("--in-flight-only was given".to_owned()));
+    }
+    let target = runner.gateway_target("short")?;
+    println!("profiling the gateway (perf record, closed loop, short prompt)");
+    Ok(profile::gateway(runner.stack, &target)
+        .await
+        .map_err(|error| format!("{error:#}")))
+}
+
+fn print_in_flight_and_targets(
+    in_flight: Option<&inflight::InFlight>,
+    failed: Option<&str>,
+    targets: &[report::Check],
+) {
+    println!("{}", report::in_flight_section(in_flight, failed));
+    println!("{}", report::targets_table(targets));
+}
+
+/// What each reference and the Redis mode are, or why they were skipped.
+struct References {
+    nginx: String,
+    bare: String,
+    crabllm: String,
+    redis: String,
+    redis_running: bool,
+}
+
 /// Prints what is measured: the references, the Redis mode and the scenarios.
-fn describe(
-    stack: &Stack,
-    scenarios: &[scenarios::Scenario],
-    priority: &str,
-) -> (String, String, String, bool) {
+fn describe(stack: &Stack, scenarios: &[scenarios::Scenario], priority: &str) -> References {
     let nginx = match &stack.nginx {
         Nginx::Running { version, .. } => version.clone(),
         Nginx::Skipped(reason) => format!("nginx row skipped: {reason}"),
@@ -495,11 +560,17 @@ fn describe(
         Bare::Running { .. } => stack::BARE_DESCRIPTION.to_owned(),
         Bare::Skipped(reason) => format!("bare proxy row skipped: {reason}"),
     };
+    let crabllm = match &stack.crabllm {
+        Crabllm::Running { version, .. } => version.clone(),
+        Crabllm::Skipped(reason) => format!("crabllm row skipped: {reason}"),
+    };
     let (redis, redis_running) = match &stack.redis {
         Redis::Running { version, .. } => (version.clone(), true),
         Redis::Skipped(reason) => (format!("Redis mode skipped: {reason}"), false),
     };
-    println!("references: {nginx}; {bare}; Redis mode: {redis}; the harness runs with {priority}");
+    println!(
+        "references: {nginx}; {bare}; {crabllm}; Redis mode: {redis}; the harness runs with {priority}"
+    );
     for s in scenarios {
         println!(
             "scenario {:<8} {} ({} body bytes, {} prompt tokens)",
@@ -509,7 +580,13 @@ fn describe(
             s.prompt_tokens
         );
     }
-    (nginx, bare, redis, redis_running)
+    References {
+        nginx,
+        bare,
+        crabllm,
+        redis,
+        redis_running,
+    }
 }
 
 /// The in-flight scenario, or why it failed: a failure there leaves the other results standing.

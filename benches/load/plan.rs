@@ -10,6 +10,7 @@ use anyhow::{Context as _, Result, bail};
 use serde::Serialize;
 
 use crate::config::UPSTREAM_MODEL;
+use crate::crabllm::Crabllm;
 use crate::generator::{self, ClosedLoop, OpenLoop, Outcome, Target};
 use crate::http::{Conn, SLOT_MARK, Template};
 use crate::procs::{
@@ -52,6 +53,8 @@ pub enum Kind {
     Nginx,
     /// The bare Rust proxy (`bare.rs`).
     Bare,
+    /// crabllm (`crabllm.rs`).
+    Crabllm,
 }
 
 impl Kind {
@@ -61,6 +64,7 @@ impl Kind {
             Kind::Gateway => "gateway",
             Kind::Nginx => "nginx",
             Kind::Bare => "bare",
+            Kind::Crabllm => "crabllm",
         }
     }
 }
@@ -235,7 +239,13 @@ fn plain_cells(quick: bool) -> Vec<CellPlan> {
         kinds: kinds.to_vec(),
     };
     let both = [Kind::Direct, Kind::Gateway];
-    let all = [Kind::Direct, Kind::Gateway, Kind::Bare, Kind::Nginx];
+    let all = [
+        Kind::Direct,
+        Kind::Gateway,
+        Kind::Crabllm,
+        Kind::Bare,
+        Kind::Nginx,
+    ];
     let closed = Shape::Closed {
         conns: CLOSED_CONNS,
     };
@@ -271,6 +281,7 @@ pub struct Cpu {
     pub gateway: Option<u64>,
     pub nginx: Option<u64>,
     pub bare: Option<u64>,
+    pub crabllm: Option<u64>,
     /// Redis-mode gateway runs: the Redis server.
     pub redis: Option<u64>,
 }
@@ -509,7 +520,7 @@ impl<'a> Runner<'a> {
                     _ => gateway_target(addr, key, door, &body, None),
                 }
             }
-            Kind::Nginx | Kind::Bare => {
+            Kind::Nginx | Kind::Bare | Kind::Crabllm => {
                 let addr = self.reference_addr(kind)?;
                 if delay_ms != 0 {
                     bail!("{} proxies the 0 ms fake upstream only", kind.name());
@@ -517,12 +528,18 @@ impl<'a> Runner<'a> {
                 if mode != Mode::Plain {
                     bail!("{} proxies plain requests only", kind.name());
                 }
+                let auth = format!("Bearer {}", crate::crabllm::KEY);
+                let headers: &[(&str, &str)] = if kind == Kind::Crabllm {
+                    &[("Authorization", &auth)]
+                } else {
+                    &[]
+                };
                 Target {
                     addr,
                     template: Template::post(
                         addr,
                         CHAT_PATH,
-                        &[],
+                        headers,
                         &scenario.upstream_body(UPSTREAM_MODEL)?,
                     ),
                 }
@@ -543,14 +560,21 @@ impl<'a> Runner<'a> {
         match kind {
             Kind::Nginx => matches!(self.stack.nginx, Nginx::Skipped(_)),
             Kind::Bare => matches!(self.stack.bare, Bare::Skipped(_)),
+            Kind::Crabllm => matches!(self.stack.crabllm, Crabllm::Skipped(_)),
             Kind::Direct | Kind::Gateway => false,
         }
     }
 
     fn reference_addr(&self, kind: Kind) -> Result<SocketAddr> {
-        match (kind, &self.stack.nginx, &self.stack.bare) {
-            (Kind::Nginx, Nginx::Running { addr, .. }, _)
-            | (Kind::Bare, _, Bare::Running { addr, .. }) => Ok(*addr),
+        match (
+            kind,
+            &self.stack.nginx,
+            &self.stack.bare,
+            &self.stack.crabllm,
+        ) {
+            (Kind::Nginx, Nginx::Running { addr, .. }, _, _)
+            | (Kind::Bare, _, Bare::Running { addr, .. }, _)
+            | (Kind::Crabllm, _, _, Crabllm::Running { addr, .. }) => Ok(*addr),
             _ => bail!("{} is not running", kind.name()),
         }
     }
@@ -655,7 +679,7 @@ impl<'a> Runner<'a> {
         }
     }
 
-    fn cpu_snapshot(&self, plan: &CellPlan, kind: Kind) -> Result<[Option<u64>; 6]> {
+    fn cpu_snapshot(&self, plan: &CellPlan, kind: Kind) -> Result<[Option<u64>; 7]> {
         let upstream = self.stack.fake(plan.delay_ms)?.process.pid();
         let nginx = match (&self.stack.nginx, kind) {
             (Nginx::Running { process, .. }, Kind::Nginx) => cpu_ticks_with_children(process.pid()),
@@ -663,6 +687,10 @@ impl<'a> Runner<'a> {
         };
         let bare = match (&self.stack.bare, kind) {
             (Bare::Running { process, .. }, Kind::Bare) => cpu_ticks(process.pid()),
+            _ => None,
+        };
+        let crabllm = match (&self.stack.crabllm, kind) {
+            (Crabllm::Running { process, .. }, Kind::Crabllm) => cpu_ticks(process.pid()),
             _ => None,
         };
         let gateway = if kind == Kind::Gateway {
@@ -691,13 +719,14 @@ impl<'a> Runner<'a> {
             nginx,
             redis,
             bare,
+            crabllm,
         ])
     }
 
     fn per_request(
         &self,
-        before: &[Option<u64>; 6],
-        after: &[Option<u64>; 6],
+        before: &[Option<u64>; 7],
+        after: &[Option<u64>; 7],
         requests: u64,
     ) -> Cpu {
         let each = |i: usize| -> Option<u64> {
@@ -714,6 +743,7 @@ impl<'a> Runner<'a> {
             nginx: each(3),
             redis: each(4),
             bare: each(5),
+            crabllm: each(6),
         }
     }
 }
@@ -771,6 +801,7 @@ fn summarize(kind: Kind, runs: &[Run]) -> Option<Summary> {
             gateway: cpu(|c| c.gateway),
             nginx: cpu(|c| c.nginx),
             bare: cpu(|c| c.bare),
+            crabllm: cpu(|c| c.crabllm),
             redis: cpu(|c| c.redis),
         },
     })

@@ -20,7 +20,7 @@ pub fn run() -> Result<()> {
     end_user_wave()?;
     redis_replies()?;
     end_user_report()?;
-    bare_proxy_target()?;
+    reference_targets()?;
     Ok(())
 }
 
@@ -446,9 +446,9 @@ fn end_user_report() -> Result<()> {
     Ok(())
 }
 
-/// The bare-proxy target divides the gateway's closed-loop req/s by the bare proxy's in the
-/// same cell, and is only judged when both were measured.
-fn bare_proxy_target() -> Result<()> {
+/// The reference targets divide the gateway's closed-loop req/s by crabllm's (the issue's
+/// target) and by the bare proxy's in the same cell, each judged only when both were measured.
+fn reference_targets() -> Result<()> {
     use crate::plan::{Cell, Cpu, Kind, Mode, Shape, Summary};
     let summary = |target, rps| Summary {
         target,
@@ -460,35 +460,55 @@ fn bare_proxy_target() -> Result<()> {
         unfinished: 0,
         cpu_us_per_request: Cpu::default(),
     };
-    let cell = |bare_rps| Cell {
+    let cell = |crabllm_rps, bare_rps| Cell {
         mode: Mode::Plain,
         shape: Shape::Closed { conns: 64 },
         scenario: "short",
         delay_ms: 0,
-        summary: vec![summary(Kind::Gateway, 9_000), summary(Kind::Bare, bare_rps)],
+        summary: vec![
+            summary(Kind::Gateway, 9_000),
+            summary(Kind::Crabllm, crabllm_rps),
+            summary(Kind::Bare, bare_rps),
+        ],
         runs: Vec::new(),
     };
-    let target = |cells: &[Cell]| {
-        crate::report::checks(cells, "--skip-bare was given", None)
-            .into_iter()
-            .find(|check| check.target.contains("bare Rust proxy"))
+    let target = |cells: &[Cell], wanted: &str| {
+        crate::report::checks(
+            cells,
+            "--skip-crabllm was given",
+            "--skip-bare was given",
+            None,
+        )
+        .into_iter()
+        .find(|check| check.target.contains(wanted))
     };
-    let slower = target(&[cell(12_000)]);
+    let slower = target(&[cell(8_000, 12_000)], "bare actix-web");
     ensure!(
         slower.as_ref().is_some_and(|c| c.met == Some(false)
             && c.measured == "gateway 9,000 req/s = 0.75 × bare proxy 12,000 req/s"),
         "{:?}",
         slower.map(|c| c.measured)
     );
-    ensure!(target(&[cell(8_000)]).is_some_and(|c| c.met == Some(true)));
+    let faster = target(&[cell(8_000, 12_000)], "crabllm's");
     ensure!(
-        target(&[]).is_some_and(
+        faster.as_ref().is_some_and(|c| c.met == Some(true)
+            && c.measured == "gateway 9,000 req/s = 1.12 × crabllm 8,000 req/s"),
+        "{:?}",
+        faster.map(|c| c.measured)
+    );
+    ensure!(target(&[cell(10_000, 8_000)], "crabllm's").is_some_and(|c| c.met == Some(false)));
+    ensure!(target(&[cell(10_000, 8_000)], "bare actix-web").is_some_and(|c| c.met == Some(true)));
+    ensure!(target(&[], "crabllm's").is_some_and(
+        |c| c.met.is_none() && c.measured == "not measured (--skip-crabllm was given)"
+    ));
+    ensure!(
+        target(&[], "bare actix-web").is_some_and(
             |c| c.met.is_none() && c.measured == "not measured (--skip-bare was given)"
         )
     );
-    let table = crate::report::closed_table(&[cell(12_000)]);
+    let table = crate::report::closed_table(&[cell(8_000, 12_000)]);
     ensure!(
-        table.contains("| short | 0 ms | — | 9,000 | 12,000 | — | 0.75 | — | — |"),
+        table.contains("| short | 0 ms | — | 9,000 | 8,000 | 12,000 | — | 1.12 | 0.75 | — | — |"),
         "{table}"
     );
     Ok(())

@@ -1,6 +1,6 @@
 //! The system under test, started in a temporary directory: two fake upstreams (0 ms and
 //! 50 ms), the gateway (release build, every governance feature on) with a tenant and key made
-//! by its own CLI, the reference nginx, the bare Rust proxy, and a `redis-server` with a second gateway that keeps
+//! by its own CLI, the reference nginx, the bare Rust proxy, crabllm, and a `redis-server` with a second gateway that keeps
 //! its limits, quotas and budgets there. Further gateways (the in-flight scenario's fresh one)
 //! are started on demand with the same configuration in a directory of their own.
 
@@ -13,6 +13,7 @@ use anyhow::{Context as _, Result, bail};
 use serde_json::Value;
 
 use crate::config::{self, BUDGET, ModelRoute, TENANT, TIER, UPSTREAM_MODEL, Upstream};
+use crate::crabllm::Crabllm;
 use crate::plan::Mode;
 use crate::procs::{Child, free_port};
 
@@ -150,6 +151,8 @@ pub struct Systems {
     /// nginx's worker processes; `None` leaves nginx out.
     pub nginx: Option<u32>,
     pub bare: bool,
+    /// crabllm, the Rust gateway issue 15's throughput target names (`crabllm.rs`).
+    pub crabllm: bool,
     /// The Redis mode: its server and gateway.
     pub redis: bool,
 }
@@ -158,6 +161,7 @@ pub struct Stack {
     // Field order is drop order: the processes stop before their directory is removed.
     pub nginx: Nginx,
     pub bare: Bare,
+    pub crabllm: Crabllm,
     pub redis: Redis,
     pub cluster: Cluster,
     pub gateway: Child,
@@ -209,6 +213,11 @@ impl Stack {
         } else {
             Bare::Skipped("--skip-bare was given".to_owned())
         };
+        let crabllm = if systems.crabllm {
+            crate::crabllm::start(&path, fakes_addr(&fakes, 0)?).await
+        } else {
+            Crabllm::Skipped("--skip-crabllm was given".to_owned())
+        };
         let redis = if systems.redis {
             // A broken Redis mode is reported beside the other results rather than losing them.
             start_redis(&path, &fakes).await.unwrap_or_else(|error| {
@@ -231,6 +240,7 @@ impl Stack {
         Ok(Self {
             nginx,
             bare,
+            crabllm,
             redis,
             cluster,
             gateway,
@@ -292,6 +302,7 @@ impl Stack {
         if let Bare::Running { process, .. } = &self.bare {
             pids.push(process.pid());
         }
+        pids.extend(self.crabllm.process().map(Child::pid));
         if let Redis::Running {
             gateway, server, ..
         } = &self.redis
@@ -324,6 +335,9 @@ impl Stack {
         if let Bare::Running { process, .. } = &mut self.bare {
             process.check_running()?;
         }
+        if let Crabllm::Running { process, .. } = &mut self.crabllm {
+            process.check_running()?;
+        }
         if let Redis::Running {
             gateway, server, ..
         } = &mut self.redis
@@ -350,6 +364,7 @@ impl Stack {
         if let Bare::Running { process, .. } = &self.bare {
             children.push(process);
         }
+        children.extend(self.crabllm.process());
         if let Redis::Running {
             gateway, server, ..
         } = &self.redis
