@@ -1424,14 +1424,17 @@ records are encoded from the row's own strings instead of copies.
   then stayed within 1 MiB of that for the next 90 s; the same 1,000
   connections at 6,500 req/s (a 100 ms upstream: 1.18 million requests in
   three minutes, thirteen times the soak's rate) moved between 153 and 164
-  MiB with no trend. What grows is therefore not kept per request; the
-  likeliest is the filling of caches that have a bound (SQLite's page cache
-  and prepared statements on up to `storage.max_connections` connections,
-  the allocator's per-thread pages). In a ten-minute run by hand at 500
-  req/s the pool opened a sixth SQLite connection (a thread of its own)
-  after three minutes: +3 MiB at once, then about 3 MiB more over the next
-  two minutes, and flat for the last three. Opening the pool's connections
-  at start, or fewer of them, would show that bound from the first sample.
+  MiB with no trend. What grows is therefore not kept per request. In a
+  ten-minute run by hand at 500 req/s the pool opened a sixth SQLite
+  connection (a thread of its own) after three minutes: +3 MiB at once,
+  then about 3 MiB more over the next two minutes, and flat for the last
+  three. It is not only the pool: with `storage.max_connections = 2` the
+  same load sat about 10 MiB lower and still rose about 0.6 MiB a minute
+  over three minutes. Nor the allocator's lag in returning pages: with
+  `MIMALLOC_PURGE_DELAY=0` it sat about 12 MiB lower and rose about 1.7
+  MiB a minute over four. Live memory grows with time, not with requests,
+  for the first minutes of the soak; what holds it is not found yet, and a
+  heap profile under the soak is the next step.
   The allocator is built without transparent huge pages (they backed its
   arenas with 2 MiB pages: 187 MiB with 1,000 in flight instead of about
   126 MiB, for about 6% less CPU per request). At the peak, what remains is
