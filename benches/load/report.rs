@@ -1432,9 +1432,13 @@ records are encoded from the row's own strings instead of copies.
   same load sat about 10 MiB lower and still rose about 0.6 MiB a minute
   over three minutes. Nor the allocator's lag in returning pages: with
   `MIMALLOC_PURGE_DELAY=0` it sat about 12 MiB lower and rose about 1.7
-  MiB a minute over four. Live memory grows with time, not with requests,
-  for the first minutes of the soak; what holds it is not found yet, and a
-  heap profile under the soak is the next step.
+  MiB a minute over four. And not live data: a build on the system
+  allocator under heaptrack, the same load for four minutes, kept its live
+  heap at 102 MiB after 12 s and between 105 and 108 MiB from the 23rd
+  second to the end. What the soak's slope measures is therefore memory the
+  allocator holds beyond the live blocks (the churn of 1,000 connections'
+  buffers on each side leaves pages part-used); the allocator's options and
+  that churn are where to look next.
   The allocator is built without transparent huge pages (they backed its
   arenas with 2 MiB pages: 187 MiB with 1,000 in flight instead of about
   126 MiB, for about 6% less CPU per request). At the peak, what remains is
