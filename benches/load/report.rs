@@ -1436,9 +1436,9 @@ records are encoded from the row's own strings instead of copies.
   allocator under heaptrack, the same load for four minutes, kept its live
   heap at 102 MiB after 12 s and between 105 and 108 MiB from the 23rd
   second to the end. What the soak's slope measures is therefore memory the
-  allocator holds beyond the live blocks (the churn of 1,000 connections'
-  buffers on each side leaves pages part-used); the allocator's options and
-  that churn are where to look next.
+  allocator holds beyond the live blocks (likely pages left part-used by the
+  churn of 1,000 connections' buffers on each side); the allocator's options
+  and that churn are where to look next.
   The allocator is built without transparent huge pages (they backed its
   arenas with 2 MiB pages: 187 MiB with 1,000 in flight instead of about
   126 MiB, for about 6% less CPU per request). At the peak, what remains is
