@@ -150,8 +150,5 @@ fn pinned_version_installed(root: &Path) -> bool {
 
 /// `target/bench-tools`: beside the build, so `cargo clean` removes it too.
 fn tools_root() -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .map_or_else(|| PathBuf::from("target"), Path::to_owned)
-        .join("bench-tools")
+    crate::target_dir().join("bench-tools")
 }

@@ -1,10 +1,12 @@
 //! The JSON line of a log event, in the shape of `tracing-subscriber`'s JSON
 //! format (flattened fields; `target`; `span` and `spans` inside a span) but
-//! written straight into one string. That formatter serializes through a
-//! `fmt::Write` adapter that checks every token as UTF-8 again: the access log
-//! line alone took 4% of the gateway's CPU under load.
+//! written straight into one buffer, its strings escaped by serde_json as the
+//! doors' stream events are (`write_json_string`). That formatter serializes
+//! through a `fmt::Write` adapter that checks every token as UTF-8 again: the
+//! access log line alone took 4% of the gateway's CPU under load.
 
-use std::fmt::{self, Write as _};
+use std::fmt;
+use std::io::Write as _;
 
 use serde_json::{Map, Value};
 use tracing::field::{Field, Visit};
@@ -12,6 +14,8 @@ use tracing::{Event, Subscriber};
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields};
 use tracing_subscriber::registry::LookupSpan;
+
+use crate::openai::responses::write_json_string;
 
 /// Events that came from the `log` crate carry their real target (and their
 /// module, file and line) in fields of this prefix.
@@ -31,12 +35,14 @@ where
         event: &Event<'_>,
     ) -> fmt::Result {
         let meta = event.metadata();
-        let mut line = String::with_capacity(384);
-        line.push_str("{\"timestamp\":\"");
-        let _ = write!(line, "{:.6}", crate::clock::wall_time());
-        line.push_str("\",\"level\":\"");
-        line.push_str(meta.level().as_str());
-        line.push('"');
+        let mut line = Vec::with_capacity(384);
+        // Writing into a Vec cannot fail.
+        let _ = write!(
+            line,
+            "{{\"timestamp\":\"{:.6}\",\"level\":\"{}\"",
+            crate::clock::wall_time(),
+            meta.level().as_str()
+        );
         let mut fields = Fields {
             line: &mut line,
             log_target: None,
@@ -44,7 +50,7 @@ where
         event.record(&mut fields);
         let target = fields.log_target.take();
         push_key(&mut line, "target");
-        push_str(&mut line, target.as_deref().unwrap_or(meta.target()));
+        write_json_string(&mut line, target.as_deref().unwrap_or(meta.target()));
         let current = event
             .parent()
             .and_then(|id| ctx.span(id))
@@ -53,17 +59,18 @@ where
             push_key(&mut line, "span");
             push_span::<N>(&mut line, current.name(), &current.extensions());
             push_key(&mut line, "spans");
-            line.push('[');
+            line.push(b'[');
             for (i, span) in current.scope().from_root().enumerate() {
                 if i > 0 {
-                    line.push(',');
+                    line.push(b',');
                 }
                 push_span::<N>(&mut line, span.name(), &span.extensions());
             }
-            line.push(']');
+            line.push(b']');
         }
-        line.push_str("}\n");
-        writer.write_str(&line)
+        line.extend_from_slice(b"}\n");
+        // One check of the whole line: every piece was a `str` or ASCII.
+        writer.write_str(std::str::from_utf8(&line).map_err(|_| fmt::Error)?)
     }
 }
 
@@ -71,7 +78,7 @@ where
 /// as a JSON object when the span was made (`JsonFields`); this happens only
 /// for events inside a span, which the request path's do not take.
 fn push_span<N: 'static>(
-    line: &mut String,
+    line: &mut Vec<u8>,
     name: &str,
     extensions: &tracing_subscriber::registry::Extensions<'_>,
 ) {
@@ -80,45 +87,19 @@ fn push_span<N: 'static>(
         .and_then(|fields| serde_json::from_str::<Map<String, Value>>(fields).ok())
         .unwrap_or_default();
     object.insert("name".to_owned(), Value::String(name.to_owned()));
-    line.push_str(&Value::Object(object).to_string());
+    let _ = serde_json::to_writer(&mut *line, &Value::Object(object));
 }
 
 /// `,"key":`
-fn push_key(line: &mut String, key: &str) {
-    line.push(',');
-    push_str(line, key);
-    line.push(':');
-}
-
-/// A JSON string: quoted, with `"`, `\` and control characters escaped.
-fn push_str(line: &mut String, text: &str) {
-    line.push('"');
-    let mut start = 0;
-    for (i, byte) in text.bytes().enumerate() {
-        let escape = match byte {
-            b'"' => "\\\"",
-            b'\\' => "\\\\",
-            b'\n' => "\\n",
-            b'\r' => "\\r",
-            b'\t' => "\\t",
-            0..=0x1f => "",
-            _ => continue,
-        };
-        line.push_str(&text[start..i]);
-        if escape.is_empty() {
-            let _ = write!(line, "\\u{byte:04x}");
-        } else {
-            line.push_str(escape);
-        }
-        start = i + 1;
-    }
-    line.push_str(&text[start..]);
-    line.push('"');
+fn push_key(line: &mut Vec<u8>, key: &str) {
+    line.push(b',');
+    write_json_string(line, key);
+    line.push(b':');
 }
 
 /// Writes each field as `,"name":value`, in the order recorded.
 struct Fields<'a> {
-    line: &'a mut String,
+    line: &'a mut Vec<u8>,
     /// The `log.target` of an event from the `log` crate.
     log_target: Option<String>,
 }
@@ -140,7 +121,7 @@ impl Visit for Fields<'_> {
             self.log_target = Some(value.to_owned());
         }
         if self.key(field) {
-            push_str(self.line, value);
+            write_json_string(self.line, value);
         }
     }
 
@@ -158,7 +139,8 @@ impl Visit for Fields<'_> {
 
     fn record_bool(&mut self, field: &Field, value: bool) {
         if self.key(field) {
-            self.line.push_str(if value { "true" } else { "false" });
+            self.line
+                .extend_from_slice(if value { b"true" } else { b"false" });
         }
     }
 
@@ -167,14 +149,14 @@ impl Visit for Fields<'_> {
             if value.is_finite() {
                 let _ = write!(self.line, "{value}");
             } else {
-                self.line.push_str("null");
+                self.line.extend_from_slice(b"null");
             }
         }
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
         if self.key(field) {
-            push_str(self.line, &format!("{value:?}"));
+            write_json_string(self.line, &format!("{value:?}"));
         }
     }
 }
@@ -289,10 +271,13 @@ mod tests {
     }
 
     #[test]
-    fn control_characters_are_escaped() {
-        let mut line = String::new();
-        push_str(&mut line, "a\u{1}b\\c");
-        assert_eq!(line, "\"a\\u0001b\\\\c\"");
-        assert_eq!(serde_json::from_str::<String>(&line).unwrap(), "a\u{1}b\\c");
+    fn control_characters_and_backslashes_are_escaped() {
+        // A raw control character would make the line unreadable as JSON.
+        let lines = logged(|| tracing::info!(text = "a\u{1}b\\c\r", shown = %"d\u{1f}e", "x"));
+        let [line] = &lines[..] else {
+            panic!("{lines:?}")
+        };
+        assert_eq!(line["text"], "a\u{1}b\\c\r");
+        assert_eq!(line["shown"], "d\u{1f}e");
     }
 }
