@@ -117,11 +117,9 @@ impl Application {
     ) -> Result<Application, AppError> {
         let metrics = telemetry::metrics::install();
         let pepper = config.require_pepper()?.clone();
-        let db = storage::connect_and_migrate(
-            &config.storage.database_url,
-            config.storage.max_connections,
-        )
-        .await?;
+        let db =
+            storage::connect_and_migrate(&config.storage.database_url, config.storage.pool_size())
+                .await?;
         let clock = options.clock;
         crate::ledger::retention::prepare(&db, clock.now_ms()).await?;
         // An unknown key id is remembered as long as a change elsewhere takes to arrive.

@@ -305,8 +305,9 @@ impl Default for CacheConfig {
 pub struct StorageConfig {
     #[serde(default = "default_database_url")]
     pub database_url: String,
-    #[serde(default = "default_max_connections")]
-    pub max_connections: u32,
+    /// The database pool; unset: `pool_size()` picks one for the backend.
+    #[serde(default)]
+    pub max_connections: Option<u32>,
     /// How often each replica polls the database for revoked keys and changed tenants.
     #[serde(default = "default_sync_interval_ms")]
     pub sync_interval_ms: u64,
@@ -334,8 +335,22 @@ pub struct StorageConfig {
 fn default_database_url() -> String {
     "sqlite://tollgate.db?mode=rwc".to_owned()
 }
-fn default_max_connections() -> u32 {
-    8
+/// PostgreSQL serves many connections at once; SQLite takes one writer at a
+/// time, so past the ledger, the directory's sync and a reader or two, more
+/// connections only add threads and page caches.
+const POSTGRES_POOL: u32 = 8;
+const SQLITE_POOL: u32 = 4;
+
+impl StorageConfig {
+    /// Connections the gateway opens to its database.
+    pub fn pool_size(&self) -> u32 {
+        self.max_connections
+            .unwrap_or(if crate::storage::is_sqlite(&self.database_url) {
+                SQLITE_POOL
+            } else {
+                POSTGRES_POOL
+            })
+    }
 }
 fn default_sync_interval_ms() -> u64 {
     1000
@@ -357,7 +372,7 @@ impl Default for StorageConfig {
     fn default() -> Self {
         StorageConfig {
             database_url: default_database_url(),
-            max_connections: default_max_connections(),
+            max_connections: None,
             sync_interval_ms: default_sync_interval_ms(),
             redis_url: None,
             redis_timeout_ms: default_redis_timeout_ms(),
@@ -1449,6 +1464,9 @@ fn validate_storage(
     if raw.redis_timeout_ms == 0 {
         return Err(invalid("storage.redis_timeout_ms", "must be positive"));
     }
+    if raw.max_connections == Some(0) {
+        return Err(invalid("storage.max_connections", "must be at least 1"));
+    }
     Ok(StorageConfig {
         database_url,
         redis_url,
@@ -2186,6 +2204,27 @@ mod tests {
 
     fn pepper() -> HashMap<String, String> {
         env(&[(KEY_PEPPER_ENV, "pepper"), ("DEEPSEEK_API_KEY", "sk-1")])
+    }
+
+    #[test]
+    fn the_pool_is_sized_for_its_backend_unless_set() {
+        let pool = |storage: &str, extra: &[(&str, &str)]| {
+            let mut vars = pepper();
+            vars.extend(env(extra));
+            Config::from_toml(&format!("[storage]\n{storage}\n{BASE}"), &vars)
+                .map(|c| c.storage.pool_size())
+        };
+        assert_eq!(pool("", &[]).unwrap(), SQLITE_POOL);
+        let postgres = "database_url = \"postgres://db/tollgate\"";
+        assert_eq!(pool(postgres, &[]).unwrap(), POSTGRES_POOL);
+        assert_eq!(
+            pool("", &[(DATABASE_URL_ENV, "postgres://db/tollgate")]).unwrap(),
+            POSTGRES_POOL,
+            "the URL from the environment decides"
+        );
+        assert_eq!(pool("max_connections = 2", &[]).unwrap(), 2);
+        let zero = pool("max_connections = 0", &[]).unwrap_err().to_string();
+        assert!(zero.contains("storage.max_connections"), "{zero}");
     }
 
     #[test]

@@ -28,9 +28,13 @@ pub async fn connect(
     } else {
         max_connections.max(1)
     };
+    // A SQLite connection is a thread with its own page cache: all of them
+    // open at start, so the footprint is set before the first request rather
+    // than growing by a connection whenever a few queries happen to overlap.
+    let min = if is_sqlite(database_url) { pool } else { 1 };
     options
         .max_connections(pool)
-        .min_connections(1)
+        .min_connections(min)
         .connect_timeout(Duration::from_secs(5))
         .acquire_timeout(Duration::from_secs(5))
         .sqlx_logging(false);
@@ -48,6 +52,10 @@ pub async fn connect(
         .map_err(StorageError::Connect)
 }
 
+pub fn is_sqlite(database_url: &str) -> bool {
+    database_url.starts_with("sqlite:")
+}
+
 pub async fn migrate(db: &DatabaseConnection) -> Result<(), StorageError> {
     Migrator::up(db, None).await.map_err(StorageError::Migrate)
 }
@@ -63,4 +71,25 @@ pub async fn connect_and_migrate(
 
 pub async fn ping(db: &DatabaseConnection) -> bool {
     db.ping().await.is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[actix_rt::test]
+    async fn a_sqlite_file_opens_its_whole_pool_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}?mode=rwc", dir.path().join("t.db").display());
+        let db = connect(&url, 3).await.unwrap();
+        let pool = db.get_sqlite_connection_pool();
+        // The pool fills its minimum in the background after connecting.
+        for _ in 0..200 {
+            if pool.size() == 3 {
+                break;
+            }
+            actix_rt::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(pool.size(), 3);
+    }
 }
