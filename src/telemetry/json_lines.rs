@@ -192,12 +192,10 @@ mod tests {
 
     fn logged(emit: impl FnOnce()) -> Vec<Value> {
         let lines = Lines::default();
-        let subscriber = tracing_subscriber::fmt()
-            .json()
-            .flatten_event(true)
-            .event_format(JsonLines)
-            .with_writer(lines.clone())
-            .finish();
+        let subscriber = crate::telemetry::logging::json_subscriber(
+            lines.clone(),
+            tracing_subscriber::EnvFilter::new("info"),
+        );
         tracing::subscriber::with_default(subscriber, emit);
         let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
         text.lines()

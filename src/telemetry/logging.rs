@@ -1,8 +1,11 @@
 //! Structured logs: JSON lines by default, fields first, then the message.
 //! Keys, secrets and prompt text are never put in a log field.
 
+use tracing::Subscriber;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
+use tracing_subscriber::util::SubscriberInitExt;
 
 use super::log_writer::{self, LogGuard};
 
@@ -18,17 +21,28 @@ pub fn init(json: bool) -> Option<LogGuard> {
         Ok((writer, guard)) => (BoxMakeWriter::new(writer), Some(guard)),
         Err(_) => (BoxMakeWriter::new(std::io::stderr), None),
     };
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(writer);
-    let _ = if json {
-        builder
-            .json()
-            .flatten_event(true)
-            .event_format(super::json_lines::JsonLines)
-            .try_init()
+    if json {
+        let _ = json_subscriber(writer, filter).try_init();
     } else {
-        builder.try_init()
-    };
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(writer)
+            .try_init();
+    }
     guard
+}
+
+/// The gateway's JSON lines (`json_lines`), written to `writer`. Tests capture
+/// logs through it too, so what they read is what the gateway writes.
+pub fn json_subscriber<W>(writer: W, filter: EnvFilter) -> impl Subscriber + Send + Sync + 'static
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    tracing_subscriber::fmt()
+        .json()
+        .flatten_event(true)
+        .event_format(super::json_lines::JsonLines)
+        .with_env_filter(filter)
+        .with_writer(writer)
+        .finish()
 }

@@ -1,9 +1,12 @@
-//! Captures the log lines emitted on the test's own thread.
+//! Captures the log lines emitted on the test's own thread, written as the
+//! gateway writes them.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
+use tollgate::telemetry::logging::json_subscriber;
 use tracing::subscriber::DefaultGuard;
+use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
 
 #[derive(Clone, Default)]
@@ -35,11 +38,7 @@ impl<'a> MakeWriter<'a> for LogCapture {
 impl LogCapture {
     /// Routes this thread's logs into the capture until the guard drops.
     pub fn install(&self) -> DefaultGuard {
-        let subscriber = tracing_subscriber::fmt()
-            .json()
-            .with_writer(self.clone())
-            .with_max_level(tracing::Level::DEBUG)
-            .finish();
+        let subscriber = json_subscriber(self.clone(), EnvFilter::new("debug"));
         tracing::subscriber::set_default(subscriber)
     }
 
@@ -55,11 +54,7 @@ pub fn process_logs() -> &'static LogCapture {
     static LOGS: std::sync::OnceLock<LogCapture> = std::sync::OnceLock::new();
     LOGS.get_or_init(|| {
         let logs = LogCapture::default();
-        let subscriber = tracing_subscriber::fmt()
-            .json()
-            .with_writer(logs.clone())
-            .with_max_level(tracing::Level::DEBUG)
-            .finish();
+        let subscriber = json_subscriber(logs.clone(), EnvFilter::new("debug"));
         // No other test sets the process's subscriber.
         tracing::subscriber::set_global_default(subscriber).unwrap();
         logs
