@@ -31,9 +31,7 @@ impl RedisCluster {
         let mut nodes = Vec::new();
         for _ in 0..6 {
             nodes.push(
-                RedisServer::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
+                RedisServer::start_cluster_node(&[
                     "--cluster-config-file",
                     "nodes.conf",
                     "--cluster-node-timeout",

@@ -14,6 +14,13 @@ use std::time::Duration;
 /// Databases of the shared server: one per gateway, so tests never share keys.
 const DATABASES: u64 = 4096;
 
+/// A port found free can be taken (by any test's outgoing connection) before
+/// redis-server binds it; such a server exits at once, and a start tries
+/// again on fresh ports.
+const START_TRIES: usize = 4;
+const ANSWER_POLLS: usize = 400;
+const POLL: Duration = Duration::from_millis(25);
+
 /// `TOLLGATE_TEST_REDIS=1` runs every gateway of the suite on Redis quotas,
 /// each in its own database of one server started on first use.
 pub fn suite_on_redis() -> bool {
@@ -21,13 +28,18 @@ pub fn suite_on_redis() -> bool {
 }
 
 static SHARED: LazyLock<Mutex<RedisServer>> = LazyLock::new(|| {
-    let mut server = RedisServer::unstarted();
-    server.spawn();
-    for _ in 0..400 {
-        if server.ping() {
-            return Mutex::new(server);
+    for _ in 0..START_TRIES {
+        let mut server = RedisServer::unstarted(Vec::new(), false);
+        server.spawn();
+        for _ in 0..ANSWER_POLLS {
+            if server.ping() {
+                return Mutex::new(server);
+            }
+            if server.exited() {
+                break;
+            }
+            std::thread::sleep(POLL);
         }
-        std::thread::sleep(Duration::from_millis(25));
     }
     panic!("the suite's redis-server did not answer");
 });
@@ -61,19 +73,31 @@ pub struct RedisServer {
     dir: tempfile::TempDir,
     /// More `redis-server` arguments (a cluster node's).
     extra: Vec<String>,
+    /// A cluster node's bus port. Redis's default, the port + 10,000, is
+    /// past 65,535 for a fifth of the ephemeral range and may be in use.
+    bus_port: Option<u16>,
 }
 
 impl RedisServer {
     pub async fn start() -> RedisServer {
-        RedisServer::start_with(&[]).await
+        RedisServer::start_on_fresh_ports(&[], false).await
     }
 
-    /// A server with more arguments (`--cluster-enabled yes`, …).
-    pub async fn start_with(extra: &[&str]) -> RedisServer {
-        let mut server = RedisServer::unstarted();
-        server.extra = extra.iter().map(|a| (*a).to_owned()).collect();
-        server.launch().await;
-        server
+    /// A cluster node: `--cluster-enabled yes` on a bus port of its own,
+    /// with more arguments (`--cluster-node-timeout`, …).
+    pub async fn start_cluster_node(extra: &[&str]) -> RedisServer {
+        RedisServer::start_on_fresh_ports(extra, true).await
+    }
+
+    async fn start_on_fresh_ports(extra: &[&str], cluster: bool) -> RedisServer {
+        let extra: Vec<String> = extra.iter().map(|a| (*a).to_owned()).collect();
+        for _ in 0..START_TRIES {
+            let mut server = RedisServer::unstarted(extra.clone(), cluster);
+            if server.launch().await {
+                return server;
+            }
+        }
+        panic!("redis-server did not answer on {START_TRIES} pairs of fresh ports");
     }
 
     pub fn port(&self) -> u16 {
@@ -84,18 +108,14 @@ impl RedisServer {
         self.pid.is_some()
     }
 
-    fn unstarted() -> RedisServer {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+    fn unstarted(extra: Vec<String>, cluster: bool) -> RedisServer {
         RedisServer {
-            port,
+            port: free_port(),
             pid: None,
             watchdog: None,
             dir: tempfile::tempdir().unwrap(),
-            extra: Vec::new(),
+            extra,
+            bus_port: cluster.then(free_port),
         }
     }
 
@@ -103,15 +123,33 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 
-    async fn launch(&mut self) {
+    /// Starts redis-server and waits for its answer; false when it exited
+    /// (its port was taken) or stayed silent, with nothing left running.
+    async fn launch(&mut self) -> bool {
         self.spawn();
-        for _ in 0..200 {
+        for _ in 0..ANSWER_POLLS {
             if self.ping() {
-                return;
+                return true;
             }
-            actix_rt::time::sleep(Duration::from_millis(25)).await;
+            if self.exited() {
+                break;
+            }
+            actix_rt::time::sleep(POLL).await;
         }
-        panic!("redis-server did not answer on port {}", self.port);
+        self.kill();
+        false
+    }
+
+    /// The server's process is gone: with the watchdog not reaping it, an
+    /// exited redis-server stays a zombie, `Z` in its `stat`.
+    fn exited(&self) -> bool {
+        let Some(pid) = self.pid else { return true };
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Ok(stat) => stat
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+            Err(_) => true,
+        }
     }
 
     fn spawn(&mut self) {
@@ -125,6 +163,14 @@ impl RedisServer {
             .args(["--appendonly", "no"])
             .args(["--dir", &self.dir.path().display().to_string()])
             .args(["--databases", &DATABASES.to_string()])
+            .args(self.bus_port.iter().flat_map(|bus| {
+                [
+                    "--cluster-enabled".to_owned(),
+                    "yes".to_owned(),
+                    "--cluster-port".to_owned(),
+                    bus.to_string(),
+                ]
+            }))
             .args(&self.extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -211,7 +257,11 @@ impl RedisServer {
     /// A fresh, empty server on the same port.
     pub async fn restart(&mut self) {
         self.kill();
-        self.launch().await;
+        assert!(
+            self.launch().await,
+            "redis-server did not answer again on port {}",
+            self.port
+        );
     }
 
     fn signal(&self, signal: &str) {
@@ -228,6 +278,14 @@ impl RedisServer {
     pub fn thaw(&self) {
         self.signal("-CONT");
     }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 impl Drop for RedisServer {
