@@ -21,8 +21,10 @@ mod m20261203_000016_tenant_prompts;
 mod m20261203_000017_plans;
 mod m20261203_000018_usage_retention;
 mod m20261203_000019_audit_payloads;
+mod m20261205_000020_cache_usage_index;
 
 pub use m20261203_000018_usage_retention::partition_name;
+pub use m20261205_000020_cache_usage_index::{CACHE_USAGE_INDEX, CACHE_USAGE_ROWS};
 
 pub struct Migrator;
 
@@ -49,6 +51,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261203_000017_plans::Migration),
             Box::new(m20261203_000018_usage_retention::Migration),
             Box::new(m20261203_000019_audit_payloads::Migration),
+            Box::new(m20261205_000020_cache_usage_index::Migration),
         ]
     }
 }

@@ -169,11 +169,19 @@ pub async fn review(
     since_ms: u64,
     min_writes: u64,
 ) -> Result<Vec<Review>, DbErr> {
+    let rows = sums_since(since_ms).into_model::<Sums>().all(db).await?;
+    Ok(judge(&rows, prices, min_writes))
+}
+
+/// Per tenant, provider and model, the calls since `since_ms` that wrote to
+/// or read from a provider's cache. Its filter is the partial index's own
+/// expression, literals and all, so the review reads only those rows.
+fn sums_since(since_ms: u64) -> sea_orm::Select<entity::usage::Entity> {
     use entity::usage::{Column, Entity};
     // PostgreSQL sums a BIGINT as NUMERIC; the cast reads the same everywhere.
     let sum = |column: &str| Expr::cust(format!("CAST(SUM({column}) AS BIGINT)"));
     let since = i64::try_from(since_ms).unwrap_or(i64::MAX);
-    let rows = Entity::find()
+    Entity::find()
         .select_only()
         .column(Column::TenantId)
         .column(Column::Provider)
@@ -187,18 +195,10 @@ pub async fn review(
         .filter(Column::CreatedAtMs.gte(since))
         // A cache hit replays an earlier call's usage; it wrote and read nothing.
         .filter(Column::Status.ne("cache_hit"))
-        .filter(
-            Column::CacheWriteTokens
-                .gt(0)
-                .or(Column::CachedTokens.gt(0)),
-        )
+        .filter(Expr::cust(format!("({})", migration::CACHE_USAGE_ROWS)))
         .group_by(Column::TenantId)
         .group_by(Column::Provider)
         .group_by(Column::Model)
-        .into_model::<Sums>()
-        .all(db)
-        .await?;
-    Ok(judge(&rows, prices, min_writes))
 }
 
 fn judge(rows: &[Sums], prices: &PriceTable, min_writes: u64) -> Vec<Review> {
@@ -282,6 +282,34 @@ pub async fn review_now(gw: &Gateway) -> Result<Vec<Review>, DbErr> {
 mod tests {
     use super::*;
     use crate::config::Price;
+    use sea_orm::{ConnectionTrait, QueryTrait, Statement};
+
+    #[actix_rt::test]
+    async fn the_review_reads_only_the_rows_that_used_a_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}?mode=rwc", dir.path().join("t.db").display());
+        let db = crate::storage::connect_and_migrate(&url, 1).await.unwrap();
+        let backend = db.get_database_backend();
+        let query = sums_since(1).build(backend);
+        let plan = db
+            .query_all(Statement::from_sql_and_values(
+                backend,
+                format!("EXPLAIN QUERY PLAN {}", query.sql),
+                query.values.map(|v| v.0).unwrap_or_default(),
+            ))
+            .await
+            .unwrap();
+        let details: Vec<String> = plan
+            .iter()
+            .map(|row| row.try_get::<String>("", "detail").unwrap())
+            .collect();
+        assert!(
+            details
+                .iter()
+                .any(|d| d.contains(&format!("USING INDEX {}", migration::CACHE_USAGE_INDEX))),
+            "{details:?}"
+        );
+    }
 
     fn sums(tenant: &str, calls: i64, writes: i64, reads: i64) -> Sums {
         Sums {
