@@ -1358,10 +1358,15 @@ governance decisions (keys, limits, the reservation and its settlement,
 pricing, token counts, metrics, the access log) and the pipeline around
 them share the rest.
 
-What changed since the last full run: a SQLite file's pool is 4
-connections opened at start, instead of up to 8 opened whenever queries
-happened to overlap, which had added a connection part-way through the
-soak (see *Memory* below). In the two full runs before it, crabllm, the
+What changed since the last full run: the soak's memory. Each pooled
+SQLite connection used to keep every ledger INSERT shape it had run
+prepared, up to 256 rows (741 KiB each), and a 2 MiB page cache of pages
+the ledger wrote once; both filled over minutes of steady load. INSERTs
+now hold at most 32 rows and each connection's page cache is 512 KiB (see
+*Memory* below); the prompt-cache review, which every five minutes read
+every row of the last day, reads only the rows that used a cache, through
+a partial index. In the runs before, a SQLite file's pool came to open its
+4 connections at start rather than whenever queries overlapped. Before those, crabllm, the
 Rust gateway issue 15 names as its throughput reference, came to run
 beside the bare proxy in every closed-loop cell, and the gateway's CPU per
 request fell by about a fifth, each step measured by hand (this build's binaries alternated, closed loop
@@ -1430,25 +1435,28 @@ records are encoded from the row's own strings instead of copies.
   of pooled request heads; 24 MiB of the rest is the two tokenizers'
   tables, loaded once. Smaller futures and buffers would lower the peak and
   leave the allocator less to fragment.
-  The soak: the SQLite pool used to open a connection whenever queries
-  happened to overlap (in a ten-minute run, a sixth after about three
-  minutes: +3 to 4 MiB at once, a thread and a page cache). A SQLite
-  file's pool (4 connections unless `storage.max_connections` says) now
-  opens at start. What remains is a rise over the first minute, while the
-  allocator refills the pages it returned during the 3 s between the hold
-  and the soak, then a slope that shrinks: in the `--in-flight-only` run
-  that measured the change, 141.9 MiB at 60 s, 145.2 at 300 s and 146.1 at
-  600 s (slope +598 KiB/min: flat). In this full run, 140.7 MiB at 60 s,
-  146.4 at 300 s and 146.0 at 600 s: level over its last five minutes, yet
-  the line fitted from the fifth second grows 7.4 MiB, more than 5% of the
-  first sample (6.6 MiB), so the target is judged not met. What would
-  close it is a shorter climb to that level: fewer bytes held per request
-  in flight (above), and SQLite page caches that fill sooner or hold less. Two runs of that load under heaptrack (before the change),
-  stopped at the 30th and at the 240th second, held 102.7 and 106.5 MiB
-  live, about 3.5 MiB of the difference SQLite's own allocations (page
-  cache and prepared statements, bounded per connection); the rest of the
-  resident growth is most likely pages the allocator holds part-used. Tried by hand, five minutes each, without a change in
-  the slope: `MIMALLOC_PAGE_FULL_RETAIN=0`, `MIMALLOC_PAGE_RECLAIM_ON_FREE=1`,
+  The soak: under its steady load (about 500 calls a second) the process
+  grew for minutes in steps, and the steps were SQLite's, per pooled
+  connection. Two runs of that load under heaptrack, stopped at the 8th and
+  the 40th second, held 102.5 and 106.2 MiB live, and most of the
+  difference was prepared INSERT statements (+1.6 MiB) and page caches
+  (+0.8 MiB): a connection keeps each statement shape it has run, and a
+  256-row INSERT is 741 KiB prepared (64 rows: 186 KiB), while the page
+  cache (2 MiB by default) fills with the pages the ledger appends. With
+  INSERTs of at most 32 rows (six shapes, about 190 KiB a connection) and
+  512 KiB of page cache a connection, the `--in-flight-only` run that
+  measured the change went from 135.9 to 146.1 MiB (+598 KiB/min) to 124.8
+  at 5 s, 131.6 at 60 s, 134.0 at 300 s and 135.0 at 600 s (+417 KiB/min:
+  flat). CPU per request at 64 connections did not move (binaries
+  alternated: 77 to 88 µs either way). What still rises in the first
+  half-minute is most likely the allocator's part-used pages: the 1,000
+  calls start together and their 2 s cycles drift apart, and the rise
+  comes in steps when they do (sampled every second: +2.5 MiB as the calls
+  in flight dipped to 881 and refilled); under heaptrack the live heap
+  other than SQLite's rose about 1.3 MiB over that half-minute, resident
+  memory about 9 MiB. Tried by hand,
+  five minutes each, without a change in the slope:
+  `MIMALLOC_PAGE_FULL_RETAIN=0`, `MIMALLOC_PAGE_RECLAIM_ON_FREE=1`,
   mimalloc v2 instead of v3, upstream connections kept an hour instead of
   awc's 75 s; `MIMALLOC_PURGE_DELAY=0` sat about 12 MiB lower with the same
   slope.
