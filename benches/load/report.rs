@@ -1365,7 +1365,12 @@ the ledger wrote once; both filled over minutes of steady load. INSERTs
 now hold at most 32 rows and each connection's page cache is 512 KiB (see
 *Memory* below); the prompt-cache review, which every five minutes read
 every row of the last day, reads only the rows that used a cache, through
-a partial index. In the runs before, a SQLite file's pool came to open its
+a partial index. This run's closed loop (90 µs per call, 1.02 × crabllm)
+moved from the last run's (82 µs, 1.20 ×) with the machine: 26 of its runs
+shared it with other busy processes. The two builds alternated by hand,
+four rounds of 6 s at 64 connections on a fresh database each, gave this
+one 80 to 95 µs and the one without the smaller page cache 83 to 99 µs,
+this one lower in every round. In the runs before, a SQLite file's pool came to open its
 4 connections at start rather than whenever queries overlapped. Before those, crabllm, the
 Rust gateway issue 15 names as its throughput reference, came to run
 beside the bare proxy in every closed-loop cell, and the gateway's CPU per
@@ -1405,7 +1410,12 @@ records are encoded from the row's own strings instead of copies.
   default's p99 is scheduling: two cores shared by the load generator, the
   fake upstream and the gateway's threads, so a worker sometimes waits a
   scheduler slice for a core (the *wake-ups of other threads* row). Nothing
-  on the request path sleeps or polls.
+  on the request path sleeps or polls. Measured by hand at about 920 calls
+  a second (short prompt, 0 ms fake, per-thread counts from `/proc`): the
+  two workers were taken off their core by another process 0.34 and 0.42
+  times per call (`nonvoluntary_ctxt_switches`), beside 0.61 and 0.70
+  sleeps of their own, and no other thread of the gateway woke more than
+  0.05 times per call; a call's tail is where such a preemption lands.
 - **8 KB prompts.** A long text not counted before is held at its bytes (a
   strict bound for a byte-level BPE) and counted only when the bound would
   change a decision, so a distinct 8 KB prompt far from its limits costs no
@@ -1418,14 +1428,24 @@ records are encoded from the row's own strings instead of copies.
   35 µs of CPU per event, of which the relay's own parsing and hold
   counting are a few). At 1,000 req/s that is 20,000 events a second on two
   shared cores, beside the generator and the fake that make and read them,
-  so the first token's tail is the queue for a core.
+  so the first token's tail is the queue for a core. With the same relay
+  the 1,000 req/s cell's added p99 was +0.740, +1.701 and +2.174 ms in the
+  last three full runs: the target sits inside this machine's spread from
+  run to run.
 - **Redis mode.** One script on the request path (the rate check and the
   reservation together); the settle is sent before the answer and awaited
   by nobody, so the answer's budget figure is the admission's plus the
   call's refund. What is left in the p99 is the same scheduling tail as the
   in-memory gateway's at the same rate, plus the script's own round trip:
   Redis spends about 100 µs of wall time per script on this busy machine,
-  and its process shares the two cores with everything else.
+  and its process shares the two cores with everything else. In the last
+  four full runs the added p99 at 1,000 req/s was +1.150, +2.460, +2.538
+  and +2.292 ms (the in-memory gateway's, in the same runs, at most +2.087
+  and in this run below zero): a third process on every call's path, on
+  two cores. What would close it: a reservation script that does less
+  (each EVALSHA runs about 20 Redis commands, for the rate check, the
+  month, the windows, the credits and the end user, 54 to 67 µs inside
+  Redis), and in a deployment, Redis on cores of its own.
 - **Memory.** With 1,000 in flight the peak is within its target. Where it
   goes, from heaptrack on a system-allocator build under the soak's load
   (live blocks, by call site): per request in flight about 16 KiB for the
