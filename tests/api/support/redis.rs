@@ -73,8 +73,9 @@ pub struct RedisServer {
     dir: tempfile::TempDir,
     /// More `redis-server` arguments (a cluster node's).
     extra: Vec<String>,
-    /// A cluster node's bus port. Redis's default, the port + 10,000, is
-    /// past 65,535 for a fifth of the ephemeral range and may be in use.
+    /// A cluster node's bus port, found free like the port. Redis's default,
+    /// the port + 10,000, is a port nobody checked: any test's outgoing
+    /// connection may hold it, and the node then exits at start.
     bus_port: Option<u16>,
 }
 
