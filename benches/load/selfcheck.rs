@@ -21,6 +21,7 @@ pub fn run() -> Result<()> {
     redis_replies()?;
     end_user_report()?;
     reference_targets()?;
+    relay_cost_target()?;
     Ok(())
 }
 
@@ -511,5 +512,58 @@ fn reference_targets() -> Result<()> {
         table.contains("| short | 0 ms | — | 9,000 | 8,000 | 12,000 | — | 1.12 | 0.75 | — | — |"),
         "{table}"
     );
+    Ok(())
+}
+
+/// The relay's cost per chunk: the streamed call's CPU less the plain call's at the same rate,
+/// over the chunks; not judged without the plain cell.
+fn relay_cost_target() -> Result<()> {
+    use crate::plan::{Cell, Cpu, Door, Kind, Mode, Shape, Summary};
+    let cell = |mode, gateway_cpu| Cell {
+        mode,
+        shape: Shape::Open { rate: 1_000 },
+        scenario: "short",
+        delay_ms: 0,
+        summary: vec![Summary {
+            target: Kind::Gateway,
+            runs: 1,
+            latency_us: None,
+            first_event_us: None,
+            rps: None,
+            errors: 0,
+            unfinished: 0,
+            cpu_us_per_request: Cpu {
+                gateway: Some(gateway_cpu),
+                ..Cpu::default()
+            },
+        }],
+        runs: Vec::new(),
+    };
+    let stream = |cpu| {
+        cell(
+            Mode::Stream {
+                chunks: 20,
+                chunk_delay_ms: 2,
+                door: Door::Chat,
+            },
+            cpu,
+        )
+    };
+    let target = |cells: &[Cell]| {
+        crate::report::checks(cells, "", "", None)
+            .into_iter()
+            .find(|check| check.target.contains("relay's CPU per chunk"))
+    };
+    let met = target(&[cell(Mode::Plain, 257), stream(575)]);
+    ensure!(
+        met.as_ref().is_some_and(|c| c.met == Some(true)
+            && c.measured
+                == "15 µs (gateway CPU per call: streamed 575, plain 257; the difference ÷ 20)"),
+        "{met:?}"
+    );
+    let missed = target(&[cell(Mode::Plain, 257), stream(700)]);
+    ensure!(missed.is_some_and(|c| c.met == Some(false)));
+    let alone = target(&[stream(575)]);
+    ensure!(alone.is_some_and(|c| c.met.is_none()));
     Ok(())
 }
