@@ -1507,8 +1507,8 @@ records are encoded from the row's own strings instead of copies.
   512 KiB of page cache a connection, the `--in-flight-only` run that
   measured the change went from 135.9 to 146.1 MiB (+598 KiB/min) to 124.8
   at 5 s, 131.6 at 60 s, 134.0 at 300 s and 135.0 at 600 s (+417 KiB/min:
-  flat). CPU per request at 64 connections did not move (binaries
-  alternated: 77 to 88 µs either way). What still rises in the first
+  flat). CPU per request at 64 connections did not rise (binaries
+  alternated by hand; see *What changed* above). What still rises in the first
   half-minute is most likely the allocator's part-used pages: the 1,000
   calls start together and their 2 s cycles drift apart, and the rise
   comes in steps when they do (sampled every second: +2.5 MiB as the calls

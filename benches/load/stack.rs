@@ -551,11 +551,15 @@ async fn start_cluster(dir: &Path, fakes: &[Fake]) -> Result<Cluster> {
         std::fs::create_dir_all(&node_dir)
             .with_context(|| format!("creating {}", node_dir.display()))?;
         let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        // The bus port found free too: Redis's default (the port + 10,000) is
+        // a port nobody checked, and a node that cannot bind it exits.
+        let bus = free_port()?;
         let mut command = Command::new(&binary);
         command
             .args(["--port", &addr.port().to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
+            .args(["--cluster-port", &bus.to_string()])
             .arg("--dir")
             .arg(&node_dir);
         let mut node = Child::spawn(
