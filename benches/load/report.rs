@@ -1482,10 +1482,19 @@ records are encoded from the row's own strings instead of copies.
   four full runs the added p99 at 1,000 req/s was +1.150, +2.460, +2.538
   and +2.292 ms (the in-memory gateway's, in the same runs, at most +2.087
   and in this run below zero): a third process on every call's path, on
-  two cores. What would close it: a reservation script that does less
-  (each EVALSHA runs about 20 Redis commands, for the rate check, the
-  month, the windows, the credits and the end user, 54 to 67 µs inside
-  Redis), and in a deployment, Redis on cores of its own.
+  two cores. Measured by hand (paced calls, per-thread counts from `/proc`):
+  at about 880 calls a second the Redis-mode gateway took 366 µs of CPU per
+  call, against 184 µs in memory at about 920, 225 µs of it on the one
+  worker that runs the tenant's actor (every Redis call of the tenant goes
+  through it; preempted 0.62 times per call), and redis-server took 182 µs
+  more per call (preempted 0.39 times per call): about three times the
+  CPU per call on the same two cores, and the tail follows. What would
+  close it: a reservation script that does less (each EVALSHA runs about
+  20 Redis commands, for the rate check, the month, the windows, the
+  credits and the end user, 54 to 67 µs inside Redis), the tenant's Redis
+  calls made from the worker serving the call rather than from its actor's
+  (the script, not the actor, makes them atomic), and in a deployment,
+  Redis on cores of its own.
 - **Memory.** With 1,000 in flight the peak is within its target. Where it
   goes, from heaptrack on a system-allocator build under the soak's load
   (live blocks, by call site): per request in flight about 16 KiB for the
