@@ -18,6 +18,8 @@ use std::time::Duration;
 
 use sea_orm::{ConnectOptions, ConnectionTrait, Database};
 
+use super::process::free_port;
+
 /// The role `initdb` creates; loopback connections are trusted.
 const SUPERUSER: &str = "tollgate";
 const PORT_ATTEMPTS: usize = 5;
@@ -87,7 +89,7 @@ fn start() -> Server {
     let mut collisions = Vec::new();
     for _ in 0..PORT_ATTEMPTS {
         let dir = new_data_dir(&bin, owner);
-        let port = free_port();
+        let port = free_port().port();
         match launch(&bin, owner, &dir, port) {
             Ok(server) => return server,
             Err(log) => collisions.push(format!("port {port}:\n{log}")),
@@ -229,14 +231,6 @@ fn new_data_dir(bin: &Path, owner: Option<(u32, u32)>) -> PathBuf {
     dir
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Starts the server under its watchdog; `Err(log)` when it could not listen
 /// on `port` (someone took it), after which this attempt's dir is gone.
 fn launch(bin: &Path, owner: Option<(u32, u32)>, dir: &Path, port: u16) -> Result<Server, String> {
@@ -342,7 +336,7 @@ impl PrivateServer {
         let mut collisions = Vec::new();
         for _ in 0..PORT_ATTEMPTS {
             let dir = new_data_dir(&bin, owner);
-            let port = free_port();
+            let port = free_port().port();
             match launch_watchdog(&bin, owner, &dir, port, false) {
                 Ok(watchdog) => {
                     return PrivateServer {

@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
+use super::process::free_port;
+
 /// Databases of the shared server: one per gateway, so tests never share keys.
 const DATABASES: u64 = 4096;
 
@@ -111,12 +113,12 @@ impl RedisServer {
 
     fn unstarted(extra: Vec<String>, cluster: bool) -> RedisServer {
         RedisServer {
-            port: free_port(),
+            port: free_port().port(),
             pid: None,
             watchdog: None,
             dir: tempfile::tempdir().unwrap(),
             extra,
-            bus_port: cluster.then(free_port),
+            bus_port: cluster.then(|| free_port().port()),
         }
     }
 
@@ -279,14 +281,6 @@ impl RedisServer {
     pub fn thaw(&self) {
         self.signal("-CONT");
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 impl Drop for RedisServer {
