@@ -589,12 +589,12 @@ fn relay_cost_check(cells: &[Cell], stream: &Cell, rate: u64, chunks: u32) -> Ch
             && c.scenario == "short"
             && c.delay_ms == 0
     });
-    let cpu = |cell: Option<&Cell>| {
-        cell.and_then(|c| c.summary(Kind::Gateway))
+    let cpu = |cell: &Cell| {
+        cell.summary(Kind::Gateway)
             .and_then(|s| s.cpu_us_per_request.gateway)
             .and_then(|us| i64::try_from(us).ok())
     };
-    let Some((streamed, plain)) = cpu(Some(stream)).zip(cpu(plain)) else {
+    let Some((streamed, plain)) = cpu(stream).zip(plain.and_then(cpu)) else {
         return Check {
             target,
             measured: "not measured (no CPU figure for the streamed or the plain cell)".to_owned(),

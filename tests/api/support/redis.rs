@@ -33,14 +33,15 @@ static SHARED: LazyLock<Mutex<RedisServer>> = LazyLock::new(|| {
     for _ in 0..START_TRIES {
         let mut server = RedisServer::unstarted(Vec::new(), false);
         server.spawn();
-        for _ in 0..ANSWER_POLLS {
-            if server.ping() {
-                return Mutex::new(server);
+        let started = (0..ANSWER_POLLS).find_map(|_| {
+            let seen = server.started();
+            if seen.is_none() {
+                std::thread::sleep(POLL);
             }
-            if server.exited() {
-                break;
-            }
-            std::thread::sleep(POLL);
+            seen
+        });
+        if started == Some(true) {
+            return Mutex::new(server);
         }
     }
     panic!("the suite's redis-server did not answer");
@@ -131,16 +132,23 @@ impl RedisServer {
     async fn launch(&mut self) -> bool {
         self.spawn();
         for _ in 0..ANSWER_POLLS {
-            if self.ping() {
-                return true;
+            match self.started() {
+                Some(true) => return true,
+                Some(false) => break,
+                // On the runtime, so a gateway on this thread (a restart) runs on.
+                None => actix_rt::time::sleep(POLL).await,
             }
-            if self.exited() {
-                break;
-            }
-            actix_rt::time::sleep(POLL).await;
         }
         self.kill();
         false
+    }
+
+    /// One look at a starting server: it answered, it is gone, or not yet.
+    fn started(&self) -> Option<bool> {
+        if self.ping() {
+            return Some(true);
+        }
+        self.exited().then_some(false)
     }
 
     /// The server's process is gone: with the watchdog not reaping it, an
