@@ -831,6 +831,11 @@ struct RawRoute {
     semantic_cache: Option<crate::cache::semantic::RawSemanticRoute>,
     /// Placed first in every request of the route, before the tenant's prompt.
     platform_prompt: Option<String>,
+    /// Forward body fields and `anthropic-beta` values no door's table knows,
+    /// uncounted, instead of refusing them: the operator takes the risk
+    /// that one of them bills what the hold does not cover.
+    #[serde(default)]
+    forward_unknown_fields: bool,
 }
 
 /// `"provider/model"`, or a table giving it a rank and a weight.
@@ -918,6 +923,10 @@ struct RawPrice {
     output: String,
     /// The model's tiktoken encoding; default `tokenizer.encoding`.
     encoding: Option<String>,
+    /// The most input tokens the model bills for one image (its largest,
+    /// highest-detail one); default the worst known figure
+    /// (`tokenize::WORST_IMAGE_TOKENS`), since a smaller guess lets images outspend their hold.
+    image_tokens: Option<u64>,
     /// Higher rates for calls whose prompt passes a length.
     long_context: Option<RawLongContext>,
     /// `YYYY-MM-DD`: the entry applies from the start of that day in
@@ -1094,6 +1103,8 @@ pub struct Route {
     pub semantic_cache: Option<crate::cache::semantic::SemanticRoute>,
     /// Placed first in every request of the route (`prompts`), as a stable prefix.
     pub platform_prompt: Option<String>,
+    /// What the route does with fields no door's table knows.
+    pub unknown_fields: crate::fields::Unknown,
 }
 
 impl Route {
@@ -1519,6 +1530,7 @@ fn validate(raw: RawConfig, dir: &Path, env: &dyn EnvSource) -> Result<Config, C
     let default_counting = Counting {
         encoding: Encoding::parse(&raw.tokenizer.encoding).unwrap_or(Encoding::O200kBase),
         safety_percent: raw.tokenizer.safety_percent,
+        image_tokens: crate::tokenize::WORST_IMAGE_TOKENS,
     };
     let encodings = model_encodings(&merged.entries)?;
     let routes = validate_routes(
@@ -1815,28 +1827,49 @@ fn validate_price(price_entry: &PriceEntry) -> Result<((String, String), Price),
     Ok(((p.provider.clone(), p.model.clone()), price))
 }
 
-/// Models whose `[[prices]]` entry names an encoding.
-fn model_encodings(raw: &[PriceEntry]) -> Result<HashMap<(String, String), Encoding>, ConfigError> {
-    let mut encodings = HashMap::new();
+/// How a model's `[[prices]]` entry says its prompts count, where it does.
+#[derive(Debug, Clone, Copy, Default)]
+struct ModelCounting {
+    encoding: Option<Encoding>,
+    image_tokens: Option<u64>,
+}
+
+fn model_encodings(
+    raw: &[PriceEntry],
+) -> Result<HashMap<(String, String), ModelCounting>, ConfigError> {
+    let mut countings = HashMap::new();
     for PriceEntry { entry, price: p } in raw {
-        if let Some(name) = &p.encoding {
-            let encoding = Encoding::parse(name).ok_or_else(|| {
-                invalid(
-                    format!("{entry}.encoding"),
-                    format!("must be {}", Encoding::NAMES),
-                )
-            })?;
-            encodings.insert((p.provider.clone(), p.model.clone()), encoding);
+        let encoding = p
+            .encoding
+            .as_deref()
+            .map(|name| {
+                Encoding::parse(name).ok_or_else(|| {
+                    invalid(
+                        format!("{entry}.encoding"),
+                        format!("must be {}", Encoding::NAMES),
+                    )
+                })
+            })
+            .transpose()?;
+        if p.image_tokens == Some(0) {
+            return Err(invalid(format!("{entry}.image_tokens"), "must be positive"));
+        }
+        if encoding.is_some() || p.image_tokens.is_some() {
+            let counting = ModelCounting {
+                encoding,
+                image_tokens: p.image_tokens,
+            };
+            countings.insert((p.provider.clone(), p.model.clone()), counting);
         }
     }
-    Ok(encodings)
+    Ok(countings)
 }
 
 fn validate_routes(
     raw: &BTreeMap<String, RawRoute>,
     providers: &HashMap<ProviderName, Provider>,
     (prices, changes): (&PriceTable, &PriceChanges),
-    encodings: &HashMap<(String, String), Encoding>,
+    encodings: &HashMap<(String, String), ModelCounting>,
     default_counting: Counting,
 ) -> Result<HashMap<RouteName, Route>, ConfigError> {
     let mut routes = HashMap::new();
@@ -1878,15 +1911,8 @@ fn validate_routes(
                 return Err(invalid(entry, format!("no price for {provider}/{model}")));
             };
             ceilings.push(configured.max_tokens_ceiling);
-            let counting = Counting {
-                encoding: encodings
-                    .get(&(provider.to_owned(), model.to_owned()))
-                    .copied()
-                    .unwrap_or(default_counting.encoding),
-                safety_percent: configured
-                    .tokenizer_safety_percent
-                    .unwrap_or(default_counting.safety_percent),
-            };
+            let own = encodings.get(&(provider.to_owned(), model.to_owned()));
+            let counting = target_counting(own, configured, default_counting);
             targets.push(Target {
                 provider: ProviderName::new(provider),
                 model: model.to_owned(),
@@ -1937,10 +1963,38 @@ fn validate_routes(
                 complexity,
                 semantic_cache,
                 platform_prompt: platform_prompt(name, r)?,
+                unknown_fields: r.unknown_fields(),
             },
         );
     }
     Ok(routes)
+}
+
+/// How a target counts prompts: its model's price entry, then its
+/// provider's safety factor, then `[tokenizer]`.
+fn target_counting(
+    own: Option<&ModelCounting>,
+    provider: &Provider,
+    default: Counting,
+) -> Counting {
+    let own = own.copied().unwrap_or_default();
+    Counting {
+        encoding: own.encoding.unwrap_or(default.encoding),
+        safety_percent: provider
+            .tokenizer_safety_percent
+            .unwrap_or(default.safety_percent),
+        image_tokens: own.image_tokens.unwrap_or(default.image_tokens),
+    }
+}
+
+impl RawRoute {
+    fn unknown_fields(&self) -> crate::fields::Unknown {
+        if self.forward_unknown_fields {
+            crate::fields::Unknown::Forward
+        } else {
+            crate::fields::Unknown::Refuse
+        }
+    }
 }
 
 /// A route's platform prompt: not empty, and not on a complexity route (the

@@ -15,6 +15,7 @@ pub mod config;
 pub mod directory;
 pub mod error;
 pub mod fake_upstream;
+pub mod fields;
 pub mod ids;
 pub mod journal;
 pub mod ledger;

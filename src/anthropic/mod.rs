@@ -5,6 +5,7 @@
 //! caller's body as sent (`provider/adapters/passthrough.rs`). Pure functions
 //! and one stream mapper; no HTTP here.
 
+pub mod fields;
 pub mod models;
 pub mod request;
 pub mod response;

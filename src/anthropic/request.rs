@@ -7,7 +7,10 @@
 
 use serde_json::{Map, Value, json};
 
+use super::fields;
 use crate::error::ApiError;
+use crate::fields::{Screen, Table};
+use crate::tokenize::Untranslated;
 
 /// The first part of a Messages body that chat cannot express.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,12 +25,35 @@ pub struct Gap {
 pub struct Translation {
     pub chat: Vec<u8>,
     pub gap: Option<Gap>,
+    /// The caller's body written anew, when its server tools were taken out of the offer.
+    pub screened: Option<Vec<u8>>,
+    /// What the field table left for the route, and the server tools removed.
+    pub screen: Screen,
+    /// What the Messages body sends beyond the chat body, counted in the hold.
+    pub untranslated: Untranslated,
 }
 
-/// Translates a Messages body; its shape errors are the caller's 400.
-pub fn to_chat(bytes: &[u8]) -> Result<Translation, ApiError> {
-    let body = crate::openai::chat::object(bytes)?;
+/// Translates a Messages body read by its field `table`; its shape errors
+/// and refused fields are the caller's 400.
+pub fn to_chat(bytes: &[u8], table: &'static Table) -> Result<Translation, ApiError> {
+    let mut body = crate::openai::chat::object(bytes)?;
+    let removed_tools = fields::screen_tools(&mut body);
+    let screened =
+        (!removed_tools.is_empty()).then(|| Value::Object(body.clone()).to_string().into_bytes());
+    let screen = Screen {
+        unpriced: table.screen(&body)?,
+        removed_tools,
+    };
     let mut out = Translator::default();
+    out.untranslated.tokens = fields::defined_tools(&body) * fields::DEFINED_TOOL_TOKENS;
+    // A requested output format's schema is input the provider reads.
+    let formats = [
+        body.get("output_format"),
+        body.get("output_config").and_then(|c| c.get("format")),
+    ];
+    for format in formats.into_iter().flatten().filter(|f| !f.is_null()) {
+        out.untranslated.texts.push(format.to_string());
+    }
     let mut chat = Map::new();
     for field in ["model", "max_tokens", "temperature", "top_p"] {
         if let Some(value) = body.get(field).filter(|v| !v.is_null()) {
@@ -64,6 +90,9 @@ pub fn to_chat(bytes: &[u8]) -> Result<Translation, ApiError> {
     Ok(Translation {
         chat: Value::Object(chat).to_string().into_bytes(),
         gap: out.gap,
+        screened,
+        screen,
+        untranslated: out.untranslated,
     })
 }
 
@@ -71,6 +100,7 @@ pub fn to_chat(bytes: &[u8]) -> Result<Translation, ApiError> {
 struct Translator {
     messages: Vec<Value>,
     gap: Option<Gap>,
+    untranslated: Untranslated,
 }
 
 impl Translator {
@@ -185,8 +215,15 @@ impl Translator {
                     text.push_str(part["text"].as_str().unwrap_or_default());
                 }
                 Some("tool_use") => calls.push(tool_call(block, &path)?),
-                // The model's own reasoning from an earlier turn: chat has no place for it.
-                Some("thinking" | "redacted_thinking") => {}
+                // The model's own reasoning from an earlier turn: chat has no place
+                // for it, but Anthropic reads (and bills) it in a tool loop.
+                Some("thinking" | "redacted_thinking") => {
+                    for field in ["thinking", "data"] {
+                        if let Some(text) = block.get(field).and_then(Value::as_str) {
+                            self.untranslated.texts.push(text.to_owned());
+                        }
+                    }
+                }
                 Some(other) => {
                     self.gap(path, format!("`{other}` blocks have no chat counterpart"));
                     text.push_str(&block.to_string());
@@ -373,7 +410,7 @@ mod tests {
     use super::*;
 
     fn chat_of(request: &Value) -> (Value, Option<Gap>) {
-        let translation = to_chat(request.to_string().as_bytes()).unwrap();
+        let translation = to_chat(request.to_string().as_bytes(), &fields::MESSAGES).unwrap();
         (
             serde_json::from_slice(&translation.chat).unwrap(),
             translation.gap,
@@ -436,17 +473,43 @@ mod tests {
         assert!(chat.get("top_k").is_none());
     }
 
+    /// Earlier turns' thinking goes to Anthropic (which reads it in a tool
+    /// loop) though chat has no place for it; a provider-defined tool brings a
+    /// system prompt of its own; a format's schema is input: each is counted.
+    #[test]
+    fn what_only_anthropic_reads_is_counted_beside_the_chat_body() {
+        let request = json!({"model": "m", "max_tokens": 5,
+            "tools": [{"type": "bash_20250124", "name": "bash"}],
+            "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}},
+            "messages": [
+                {"role": "user", "content": "x"},
+                {"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "a long chain of thought", "signature": "s"},
+                    {"type": "redacted_thinking", "data": "EncryptedBlob"},
+                    {"type": "text", "text": "ok"}]}]});
+        let translation = to_chat(request.to_string().as_bytes(), &fields::MESSAGES).unwrap();
+        assert_eq!(
+            translation.untranslated.texts,
+            [
+                r#"{"type":"json_schema","schema":{"type":"object"}}"#,
+                "a long chain of thought",
+                "EncryptedBlob"
+            ]
+        );
+        assert_eq!(translation.untranslated.tokens, fields::DEFINED_TOOL_TOKENS);
+    }
+
     #[test]
     fn what_chat_cannot_carry_is_a_gap_and_bad_shapes_name_the_field() {
         let (_, gap) = chat_of(&json!({"model": "m", "max_tokens": 5, "messages": [
             {"role": "user", "content": [{"type": "document", "source": {"type": "text", "data": "x"}}]}]}));
         assert_eq!(gap.unwrap().param, "messages[0].content[0]");
         let (_, gap) = chat_of(&json!({"model": "m", "max_tokens": 5,
-            "tools": [{"type": "web_search_20250305", "name": "web_search"}],
+            "tools": [{"type": "bash_20250124", "name": "bash"}],
             "messages": [{"role": "user", "content": "x"}]}));
         assert_eq!(gap.unwrap().param, "tools[0]");
         let param = |request: Value| {
-            let error = to_chat(request.to_string().as_bytes()).unwrap_err();
+            let error = to_chat(request.to_string().as_bytes(), &fields::MESSAGES).unwrap_err();
             let envelope: Value = serde_json::from_slice(&error.envelope_json()).unwrap();
             envelope["error"]["param"].as_str().unwrap().to_owned()
         };
@@ -465,7 +528,7 @@ mod tests {
             param(json!({"model": "m", "system": 3, "messages": []})),
             "system"
         );
-        assert!(to_chat(b"{nope").is_err());
+        assert!(to_chat(b"{nope", &fields::MESSAGES).is_err());
         let (chat, _) = chat_of(&json!({"model": "m", "max_tokens": 5, "stream": false,
             "messages": [{"role": "user", "content": "x"}]}));
         assert!(chat.get("stream_options").is_none(), "{chat}");

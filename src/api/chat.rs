@@ -92,14 +92,15 @@ pub(super) async fn serve(
         }
         let (body, native) = match api {
             Api::Responses => {
-                let (chat, echo) = responses::to_chat(&body)?;
+                let translation = responses::to_chat(body)?;
                 let identity = Identity {
                     id: format!("resp_{request_id}"),
                     created_at: gw.clock.now_ms() / 1000,
                 };
-                door = Door::Responses(identity, echo);
-                // The caller's bytes ride along for a provider that speaks Responses.
-                (bytes::Bytes::from(chat), Some(body))
+                door = Door::Responses(identity, translation.echo);
+                // The caller's body rides along for a provider that speaks Responses.
+                let native = (translation.native, translation.screen);
+                (bytes::Bytes::from(translation.chat), Some(native))
             }
             Api::Messages => {
                 door = Door::Messages {
@@ -166,6 +167,10 @@ fn respond(
                 .insert_header((headers::MODEL, outcome.model.as_str()));
             if outcome.degraded {
                 response.insert_header((headers::DEGRADED, "true"));
+            }
+            let removed = meter.removed_tools.borrow();
+            if !removed.is_empty() {
+                response.insert_header((headers::REMOVED_TOOLS, removed.join(", ")));
             }
             if let Some(cache) = outcome.cache {
                 response.insert_header((headers::CACHE, cache));

@@ -19,6 +19,8 @@ pub const BUDGET_REMAINING: &str = "x-tollgate-budget-remaining";
 pub const MAX_TOKENS_CLAMPED: &str = "x-tollgate-max-tokens-clamped";
 pub const CACHE: &str = "x-tollgate-cache";
 pub const DEGRADED: &str = "x-tollgate-degraded";
+/// Provider-run tools taken out of the request's offer (they bill per use and no route prices them).
+pub const REMOVED_TOOLS: &str = "x-tollgate-removed-tools";
 pub const COMPLEXITY: &str = "x-tollgate-complexity";
 
 const MAX_LABEL_LEN: usize = 128;

@@ -8,17 +8,23 @@
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
+use crate::anthropic::fields as anthropic_fields;
 use crate::anthropic::request::{self as messages, Gap};
 use crate::error::ApiError;
+use crate::fields::{Screen, Table};
 use crate::ledger::Api;
+use crate::openai::fields;
+use crate::tokenize::{Prompt, Untranslated};
 
 /// A request's body in its door's own API, when that is not OpenAI chat.
 #[derive(Debug, Clone)]
 pub struct Native {
-    /// As the caller sent it.
+    /// As the caller sent it, less the provider-run tools its door took out of the offer.
     pub body: Bytes,
     /// What the chat translation could not carry: an OpenAI-kind upstream refuses it.
     pub gap: Option<Gap>,
+    /// What this body sends beyond its chat translation, counted in the hold.
+    pub untranslated: Untranslated,
 }
 
 #[derive(Debug, Clone)]
@@ -37,6 +43,8 @@ pub struct ChatRequest {
     choices: u32,
     stream: bool,
     native: Option<Native>,
+    /// What the door's field table left for the route to decide, and the tools it removed.
+    screen: Screen,
 }
 
 impl ChatRequest {
@@ -99,7 +107,15 @@ impl ChatRequest {
             choices,
             stream,
             native: None,
+            screen: Screen::default(),
         })
+    }
+
+    /// `POST /v1/chat/completions`: the caller's chat body, read by its field table.
+    pub fn parse_chat(bytes: &[u8]) -> Result<ChatRequest, ApiError> {
+        let mut request = ChatRequest::parse(bytes)?;
+        request.screen.unpriced = fields::CHAT.screen(&request.body)?;
+        Ok(request)
     }
 
     /// `POST /v1/embeddings`: `input` is a string, an array of strings, an
@@ -107,6 +123,7 @@ impl ChatRequest {
     /// generated, so there is no output limit and no stream.
     pub fn parse_embeddings(bytes: &[u8]) -> Result<ChatRequest, ApiError> {
         let body = object(bytes)?;
+        let unpriced = fields::EMBEDDINGS.screen(&body)?;
         let model = model(&body)?;
         validate_input(body.get("input"))?;
         if let Some(stream) = body.get("stream").filter(|v| !v.is_null())
@@ -128,6 +145,10 @@ impl ChatRequest {
             choices: 1,
             stream: false,
             native: None,
+            screen: Screen {
+                unpriced,
+                removed_tools: Vec::new(),
+            },
         })
     }
 
@@ -135,7 +156,7 @@ impl ChatRequest {
     /// `max_tokens` is required, as Anthropic requires it (it is the output
     /// limit the request reserves).
     pub fn parse_messages(bytes: &[u8]) -> Result<ChatRequest, ApiError> {
-        let request = ChatRequest::parse_count_tokens(bytes)?;
+        let request = ChatRequest::translated(bytes, &anthropic_fields::MESSAGES)?;
         if request.max_tokens.is_none() {
             return Err(ApiError::invalid_request(
                 "max_tokens",
@@ -147,24 +168,39 @@ impl ChatRequest {
 
     /// `POST /v1/messages/count_tokens`: a Messages body without an output limit.
     pub fn parse_count_tokens(bytes: &[u8]) -> Result<ChatRequest, ApiError> {
-        let translation = messages::to_chat(bytes)?;
+        ChatRequest::translated(bytes, &anthropic_fields::COUNT_TOKENS)
+    }
+
+    /// A Messages body read by `table`, as its chat translation.
+    fn translated(bytes: &[u8], table: &'static Table) -> Result<ChatRequest, ApiError> {
+        let translation = messages::to_chat(bytes, table)?;
         let mut request = ChatRequest::parse(&translation.chat)?.through(Api::Messages);
         request.native = Some(Native {
-            body: Bytes::copy_from_slice(bytes),
+            body: translation
+                .screened
+                .map_or_else(|| Bytes::copy_from_slice(bytes), Bytes::from),
             gap: translation.gap,
+            untranslated: translation.untranslated,
         });
+        request.screen = translation.screen;
         Ok(request)
     }
 
     /// `POST /v1/responses`: routed and estimated by `chat`, the door's
     /// translation of the caller's `native` body, which an upstream of the
     /// Responses API gets instead. What the door accepts chat can carry: no gap.
-    pub fn parse_responses(chat: &[u8], native: Bytes) -> Result<ChatRequest, ApiError> {
+    pub fn parse_responses(
+        chat: &[u8],
+        native: Bytes,
+        screen: Screen,
+    ) -> Result<ChatRequest, ApiError> {
         let mut request = ChatRequest::parse(chat)?.through(Api::Responses);
         request.native = Some(Native {
             body: native,
             gap: None,
+            untranslated: Untranslated::default(),
         });
+        request.screen = screen;
         Ok(request)
     }
 
@@ -187,6 +223,21 @@ impl ChatRequest {
 
     pub fn body(&self) -> &Map<String, Value> {
         &self.body
+    }
+
+    /// The input to estimate, shaped by the door: an embeddings body is
+    /// counted by its `input` whatever else it carries.
+    pub fn prompt(&self) -> Prompt<'_> {
+        match (self.api, &self.native) {
+            (Api::Embeddings, _) => Prompt::Embeddings(&self.body),
+            (_, Some(native)) => Prompt::Translated(&self.body, &native.untranslated),
+            (_, None) => Prompt::Chat(&self.body),
+        }
+    }
+
+    /// What the door's field table left for the route, and the tools it removed.
+    pub fn screen(&self) -> &Screen {
+        &self.screen
     }
 
     /// The chat body as the caller sent it (or as its door translated it).

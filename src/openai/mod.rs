@@ -3,6 +3,7 @@
 
 pub mod chat;
 pub mod chunk;
+pub mod fields;
 pub mod models;
 pub mod responses;
 pub mod splice;

@@ -10,7 +10,9 @@ use bytes::Bytes;
 
 use serde_json::{Map, Value, json};
 
+use super::fields;
 use crate::error::ApiError;
+use crate::fields::Screen;
 use crate::openai::chunk::{self, ChatEvent};
 
 /// What a `response` object repeats of its request.
@@ -31,11 +33,31 @@ const ECHOED: [&str; 8] = [
     "parallel_tool_calls",
 ];
 
-/// A Responses request as the chat completion body the pipeline serves, and
-/// what its answer echoes.
-pub fn to_chat(bytes: &[u8]) -> Result<(Vec<u8>, Echo), ApiError> {
-    let request = super::chat::object(bytes)?;
-    refuse_state(&request)?;
+/// A Responses request as the pipeline takes it: the chat completion body
+/// it serves, the caller's own body for a provider of the Responses API
+/// (less OpenAI's built-in tools, taken out of the offer), and what the field
+/// table left for the route.
+#[derive(Debug)]
+pub struct Translation {
+    pub chat: Vec<u8>,
+    pub native: Bytes,
+    pub screen: Screen,
+    pub echo: Echo,
+}
+
+/// Translates a Responses body read by its field table.
+pub fn to_chat(bytes: Bytes) -> Result<Translation, ApiError> {
+    let mut request = super::chat::object(&bytes)?;
+    let removed_tools = fields::screen_tools(&mut request);
+    let native = if removed_tools.is_empty() {
+        bytes
+    } else {
+        Bytes::from(Value::Object(request.clone()).to_string())
+    };
+    let screen = Screen {
+        unpriced: fields::RESPONSES.screen(&request)?,
+        removed_tools,
+    };
     let mut chat = Map::new();
     if let Some(model) = request.get("model") {
         chat.insert("model".to_owned(), model.clone());
@@ -49,6 +71,9 @@ pub fn to_chat(bytes: &[u8]) -> Result<(Vec<u8>, Echo), ApiError> {
     }
     if let Some(limit) = request.get("max_output_tokens").filter(|t| !t.is_null()) {
         chat.insert("max_tokens".to_owned(), limit.clone());
+    }
+    if let Some(format) = response_format(request.get("text")) {
+        chat.insert("response_format".to_owned(), format);
     }
     for field in ["temperature", "top_p", "user", "parallel_tool_calls"] {
         if let Some(value) = request.get(field).filter(|v| !v.is_null()) {
@@ -66,32 +91,31 @@ pub fn to_chat(bytes: &[u8]) -> Result<(Vec<u8>, Echo), ApiError> {
             .filter_map(|f| Some(((*f).to_owned(), request.get(*f)?.clone())))
             .collect(),
     };
-    Ok((Value::Object(chat).to_string().into_bytes(), echo))
+    Ok(Translation {
+        chat: Value::Object(chat).to_string().into_bytes(),
+        native,
+        screen,
+        echo,
+    })
 }
 
-/// The gateway keeps no conversation state, and bills a call when its answer
-/// arrives: nothing may refer to a stored conversation (its input was never
-/// estimated) or leave the answer for later (`background`: never billed).
-fn refuse_state(request: &Map<String, Value>) -> Result<(), ApiError> {
-    let stateless =
-        "the gateway's Responses API is stateless: send the whole conversation in `input`";
-    for field in ["store", "background"] {
-        if request.get(field) == Some(&Value::Bool(true)) {
-            return Err(ApiError::invalid_request(
-                field,
-                format!("`{field}: true` is not supported; {stateless}"),
-            ));
+/// `text.format` as chat's `response_format`: the same schema, so a
+/// translated route answers in it and the hold counts it.
+fn response_format(text: Option<&Value>) -> Option<Value> {
+    let format = text?.get("format")?;
+    match format.get("type")?.as_str()? {
+        "json_schema" => {
+            let mut schema = Map::new();
+            for field in ["name", "description", "schema", "strict"] {
+                if let Some(value) = format.get(field).filter(|v| !v.is_null()) {
+                    schema.insert(field.to_owned(), value.clone());
+                }
+            }
+            Some(json!({"type": "json_schema", "json_schema": schema}))
         }
+        "json_object" => Some(json!({"type": "json_object"})),
+        _ => None,
     }
-    for field in ["previous_response_id", "conversation"] {
-        if request.get(field).is_some_and(|v| !v.is_null()) {
-            return Err(ApiError::invalid_request(
-                field,
-                format!("`{field}` is not supported; {stateless}"),
-            ));
-        }
-    }
-    Ok(())
 }
 
 fn messages(request: &Map<String, Value>) -> Result<Vec<Value>, ApiError> {
@@ -625,8 +649,8 @@ mod tests {
     use super::*;
 
     fn chat_of(request: &Value) -> Value {
-        let (chat, _) = to_chat(request.to_string().as_bytes()).unwrap();
-        serde_json::from_slice(&chat).unwrap()
+        let translation = to_chat(Bytes::from(request.to_string())).unwrap();
+        serde_json::from_slice(&translation.chat).unwrap()
     }
 
     #[test]
@@ -673,7 +697,7 @@ mod tests {
     #[test]
     fn state_and_unknown_items_are_refused_naming_the_field() {
         let param = |request: Value| {
-            let error = to_chat(request.to_string().as_bytes()).unwrap_err();
+            let error = to_chat(Bytes::from(request.to_string())).unwrap_err();
             let envelope: Value = serde_json::from_slice(&error.envelope_json()).unwrap();
             envelope["error"]["param"].as_str().unwrap().to_owned()
         };
@@ -704,17 +728,51 @@ mod tests {
                 .as_object_mut()
                 .unwrap()
                 .extend(stateless.as_object().unwrap().clone());
-            assert!(to_chat(request.to_string().as_bytes()).is_ok(), "{request}");
+            assert!(
+                to_chat(Bytes::from(request.to_string())).is_ok(),
+                "{request}"
+            );
         }
         assert_eq!(
             param(json!({"model": "m", "input": [{"type": "web_search_call"}]})),
-            "input[0]"
-        );
-        assert_eq!(
-            param(json!({"model": "m", "input": "x", "tools": [{"type": "web_search"}]})),
-            "tools[0]"
+            "input[0].type"
         );
         assert_eq!(param(json!({"model": "m"})), "input");
+    }
+
+    /// OpenAI's built-in tools bill per use: an offer of one is taken out of
+    /// the request (what leaves, translated or passed through, lacks it) and named.
+    #[test]
+    fn built_in_tools_leave_the_offer_and_are_named() {
+        let request = json!({"model": "m", "input": "x", "tools": [
+            {"type": "web_search"}, {"type": "function", "name": "f", "parameters": {}},
+            {"type": "code_interpreter", "container": {"type": "auto"}}],
+            "tool_choice": {"type": "web_search"}});
+        let translation = to_chat(Bytes::from(request.to_string())).unwrap();
+        assert_eq!(
+            translation.screen.removed_tools,
+            ["web_search", "code_interpreter"]
+        );
+        let native: Value = serde_json::from_slice(&translation.native).unwrap();
+        assert_eq!(
+            native["tools"],
+            json!([{"type": "function", "name": "f", "parameters": {}}])
+        );
+        assert!(native.get("tool_choice").is_none(), "{native}");
+        let chat: Value = serde_json::from_slice(&translation.chat).unwrap();
+        assert_eq!(chat["tools"].as_array().map(Vec::len), Some(1));
+    }
+
+    #[test]
+    fn a_json_schema_text_format_becomes_the_chat_response_format() {
+        let chat = chat_of(&json!({"model": "m", "input": "x", "text": {"format": {
+            "type": "json_schema", "name": "answer", "strict": true,
+            "schema": {"type": "object", "properties": {"a": {"type": "string"}}}}}}));
+        assert_eq!(
+            chat["response_format"],
+            json!({"type": "json_schema", "json_schema": {"name": "answer", "strict": true,
+                "schema": {"type": "object", "properties": {"a": {"type": "string"}}}}})
+        );
     }
 
     #[test]

@@ -34,7 +34,9 @@ use crate::openai::chat::ChatRequest;
 use crate::provider::actor::{ProviderHandle, Verdict};
 use crate::provider::adapters::Adapter;
 use crate::provider::call::{self, CallError, CallHeaders, Opened};
-use crate::provider::classify::{Class, classify_error, classify_status, may_have_billed};
+use crate::provider::classify::{
+    Class, classify_error, classify_status, is_provider_refusal, may_have_billed,
+};
 use crate::provider::clients::UpstreamClients;
 use crate::provider::retry::Next;
 use crate::routing;
@@ -379,6 +381,12 @@ impl Dispatch<'_> {
         };
         let billed = matches!(&result, Err(error) if may_have_billed(error));
         let message = match result {
+            Ok(Opened::Complete(reply)) if is_provider_refusal(reply.status) => format!(
+                "{} answered {}: it refused the gateway's own key or account; check providers.{}.api_key_env",
+                target.provider,
+                reply.status.as_u16(),
+                target.provider
+            ),
             Ok(Opened::Complete(reply)) => {
                 format!("{} answered {}", target.provider, reply.status.as_u16())
             }

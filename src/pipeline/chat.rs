@@ -18,6 +18,7 @@ use crate::cache::{CacheKey, CachedResponse};
 use crate::clock::monotonic;
 use crate::config::{Config, Route, Tier};
 use crate::error::{ApiError, ErrorCode};
+use crate::fields::Screen;
 use crate::ledger::{Api, AttemptStatus, CacheSource, UsageKind};
 use crate::money::Nanos;
 use crate::openai::chat::ChatRequest;
@@ -71,7 +72,7 @@ pub async fn handle_chat(
     ctx: &RequestContext,
     meter: &RequestMeter,
     body: &[u8],
-    native: Option<Bytes>,
+    native: Option<(Bytes, Screen)>,
 ) -> Result<ChatOutcome, ApiError> {
     let request = parse(ctx.api, body, native)?;
     // What the caller sent: a passthrough answers it, so the cache must tell
@@ -82,6 +83,11 @@ pub async fn handle_chat(
     let live = gw.live();
     let route = resolve_route(&live.config, ctx, request.model(), request.body())?;
     *meter.route.borrow_mut() = Some(route.name.to_string());
+    check_fields(&request, route, ctx)?;
+    meter
+        .removed_tools
+        .borrow_mut()
+        .clone_from(&request.screen().removed_tools);
     let on_plan = charged_route(&live.config, ctx, route, gw.clock.now_ms())?;
     let route = on_plan.as_ref().unwrap_or(route);
     let tier = live.config.tiers.get(&ctx.tenant.tier).ok_or_else(|| {
@@ -201,13 +207,34 @@ fn charged_route(
 }
 
 /// The request in its door's format.
-fn parse(api: Api, body: &[u8], native: Option<Bytes>) -> Result<ChatRequest, ApiError> {
+fn parse(api: Api, body: &[u8], native: Option<(Bytes, Screen)>) -> Result<ChatRequest, ApiError> {
     match (api, native) {
         (Api::Embeddings, _) => ChatRequest::parse_embeddings(body),
-        (Api::Responses, Some(native)) => ChatRequest::parse_responses(body, native),
+        (Api::Responses, Some((native, screen))) => {
+            ChatRequest::parse_responses(body, native, screen)
+        }
         (Api::Messages, _) => ChatRequest::parse_messages(body),
-        (Api::Chat | Api::Responses, _) => ChatRequest::parse(body),
+        (Api::Chat | Api::Responses, _) => ChatRequest::parse_chat(body),
     }
+}
+
+/// What the door's field table left for the route: an unknown field (and,
+/// at the Messages door, an unknown `anthropic-beta`) passes only where the
+/// route forwards unknown fields.
+pub(super) fn check_fields(
+    request: &ChatRequest,
+    route: &Route,
+    ctx: &RequestContext,
+) -> Result<(), ApiError> {
+    request.screen().check(route.unknown_fields)?;
+    if request.api() == Api::Messages {
+        for (name, value) in &ctx.anthropic_headers {
+            if *name == "anthropic-beta" {
+                crate::anthropic::fields::check_betas(value, route.unknown_fields)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The prompts placed before a generating request's own, if the route or tenant has any.
@@ -347,7 +374,7 @@ impl Admission<'_> {
         let mut bound = self
             .gw
             .estimator
-            .bound_for(&self.route.countings, self.request.body());
+            .bound_for(&self.route.countings, self.request.prompt());
         bound.tokens += self.placed_tokens();
         let request = self.reserve_request(bound.tokens);
         let meta = self.meta(&request, request.max_tokens);
@@ -387,7 +414,7 @@ impl Admission<'_> {
             tokens: self
                 .gw
                 .estimator
-                .estimate_for(&self.route.countings, self.request.body())
+                .estimate_for(&self.route.countings, self.request.prompt())
                 + self.placed_tokens(),
             exact: true,
         };

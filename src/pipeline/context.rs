@@ -52,6 +52,8 @@ pub struct RequestMeter {
     /// The answer's tokens (prompt, completion), once a complete answer is charged.
     pub usage: Cell<Option<(u64, u64)>>,
     pub trace_id: RefCell<Option<String>>,
+    /// Provider-run tools the door took out of the request's offer (`X-Tollgate-Removed-Tools`).
+    pub removed_tools: RefCell<Vec<String>>,
 }
 
 impl RequestMeter {

@@ -31,6 +31,7 @@ pub async fn count_tokens(
     let live = gw.live();
     let route = resolve_route(&live.config, ctx, request.model(), request.body())?;
     *meter.route.borrow_mut() = Some(route.name.to_string());
+    super::chat::check_fields(&request, route, ctx)?;
     let tenant = gw
         .tenants
         .handle(&ctx.tenant)
@@ -38,6 +39,9 @@ pub async fn count_tokens(
     let rate = allowed_rate(&tenant).await?;
     let placed = Prefix::of(route, &ctx.tenant, true)
         .map_or(0, |prefix| prefix.tokens(&gw.estimator, &route.countings));
-    let input_tokens = gw.estimator.estimate_for(&route.countings, request.body()) + placed;
+    let input_tokens = gw
+        .estimator
+        .estimate_for(&route.countings, request.prompt())
+        + placed;
     Ok(Counted { input_tokens, rate })
 }

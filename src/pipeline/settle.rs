@@ -61,7 +61,7 @@ impl Served<'_> {
         let countings = &self.route.countings;
         self.gw
             .estimator
-            .estimate_for(countings, self.request.body())
+            .estimate_for(countings, self.request.prompt())
     }
 
     /// Charges a complete answer its real cost and caches it when the route

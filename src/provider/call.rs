@@ -30,8 +30,14 @@ pub enum CallError {
     ConnectTimeout(u64),
     #[error("no response within {0} ms")]
     FirstByteTimeout(u64),
+    /// No connection: nothing of the request was written.
     #[error("connection failed: {0}")]
     Connect(String),
+    /// The request left (some or all of it was written) and the exchange
+    /// broke before an answer could be read: a garbled response, a reset
+    /// stream, a write cut off. The provider may have billed it.
+    #[error("the exchange broke after the request was sent: {0}")]
+    Broken(String),
     #[error("reading the response failed: {0}")]
     Body(String),
     #[error("no first chunk within {0} ms")]
@@ -233,6 +239,13 @@ fn send_error(provider: &Provider, error: SendRequestError) -> CallError {
         SendRequestError::Connect(ConnectError::Timeout) => {
             CallError::ConnectTimeout(provider.connect_timeout_ms)
         }
-        other => CallError::Connect(other.to_string()),
+        SendRequestError::Connect(e) => CallError::Connect(e.to_string()),
+        SendRequestError::TunnelNotSupported => CallError::Local(format!(
+            "providers.{}: base_url `{}` needs a tunnel the client does not support; check base_url",
+            provider.name, provider.base_url
+        )),
+        // Send, Response, H2, Body, Custom: the connection was up and the
+        // request on its way, so nothing says the provider did not bill it.
+        other => CallError::Broken(other.to_string()),
     }
 }

@@ -22,6 +22,10 @@ pub fn classify_status(status: StatusCode) -> Class {
     } else if status == StatusCode::TOO_MANY_REQUESTS
         || status == StatusCode::REQUEST_TIMEOUT
         || status.is_server_error()
+        // The provider refused the gateway's own key or account, not the
+        // caller's request: a provider failure (the breaker counts it, the
+        // route fails over), never the tenant's 401.
+        || is_provider_refusal(status)
     {
         Class::Retryable
     } else if status.is_client_error() {
@@ -32,6 +36,11 @@ pub fn classify_status(status: StatusCode) -> Class {
     }
 }
 
+/// 401 and 403 from a provider speak of the gateway's key or account.
+pub fn is_provider_refusal(status: StatusCode) -> bool {
+    status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN
+}
+
 pub fn classify_error(error: &CallError) -> Class {
     match error {
         CallError::Local(_) => Class::Local,
@@ -39,21 +48,24 @@ pub fn classify_error(error: &CallError) -> Class {
         | CallError::ConnectTimeout(_)
         | CallError::FirstByteTimeout(_)
         | CallError::Connect(_)
+        | CallError::Broken(_)
         | CallError::Body(_)
         | CallError::FirstTokenTimeout(_)
         | CallError::Deadline(_) => Class::Retryable,
     }
 }
 
-/// Whether a failed call may still have been billed: its request reached the
-/// provider and no answer said otherwise (a timeout after sending, a reset or
-/// unreadable body mid-response). A refused connection or a 429/5xx answer is
-/// not billed; these are.
+/// Whether a failed call may still have been billed: any byte of its
+/// request was written and no answer said otherwise (a timeout after sending,
+/// a garbled answer, a reset stream, an unreadable body mid-response). Only a
+/// failure before anything was written (no connection) or a 429/5xx answer is
+/// known to be free.
 pub fn may_have_billed(error: &CallError) -> bool {
     match error {
         CallError::Local(_) | CallError::ConnectTimeout(_) | CallError::Connect(_) => false,
         CallError::Timeout(_)
         | CallError::FirstByteTimeout(_)
+        | CallError::Broken(_)
         | CallError::Body(_)
         | CallError::FirstTokenTimeout(_)
         | CallError::Deadline(_) => true,
@@ -67,14 +79,14 @@ mod tests {
     #[test]
     fn follows_the_design_table() {
         assert_eq!(classify_status(StatusCode::OK), Class::Success);
-        for s in [429, 500, 502, 503, 504, 408] {
+        for s in [429, 500, 502, 503, 504, 408, 401, 403] {
             assert_eq!(
                 classify_status(StatusCode::from_u16(s).unwrap()),
                 Class::Retryable,
                 "{s}"
             );
         }
-        for s in [400, 401, 403, 404, 413, 422] {
+        for s in [400, 404, 413, 422] {
             assert_eq!(
                 classify_status(StatusCode::from_u16(s).unwrap()),
                 Class::GiveBack,
@@ -93,6 +105,7 @@ mod tests {
         assert!(may_have_billed(&CallError::FirstByteTimeout(1)));
         assert!(may_have_billed(&CallError::Timeout(1)));
         assert!(may_have_billed(&CallError::Body("reset".into())));
+        assert!(may_have_billed(&CallError::Broken("garbled answer".into())));
         assert!(may_have_billed(&CallError::Deadline(1)));
     }
 }

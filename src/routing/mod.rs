@@ -128,6 +128,7 @@ mod tests {
             counting: crate::tokenize::Counting {
                 encoding: crate::tokenize::Encoding::O200kBase,
                 safety_percent: 100,
+                image_tokens: crate::tokenize::WORST_IMAGE_TOKENS,
             },
             rank,
             weight,

@@ -32,6 +32,8 @@ pub enum Metric {
     BudgetAlertsTotal,
     RejectionsTotal,
     StreamInterruptionsTotal,
+    TokenizerFailuresTotal,
+    FieldRefusalsTotal,
     CacheRequestsTotal,
     LedgerEventsFlushed,
     LedgerWriteErrors,
@@ -65,7 +67,7 @@ pub enum Metric {
 }
 
 impl Metric {
-    pub const ALL: [Metric; 49] = [
+    pub const ALL: [Metric; 51] = [
         Metric::RequestsTotal,
         Metric::RequestDurationSeconds,
         Metric::GatewayOverheadSeconds,
@@ -85,6 +87,8 @@ impl Metric {
         Metric::BudgetAlertsTotal,
         Metric::RejectionsTotal,
         Metric::StreamInterruptionsTotal,
+        Metric::TokenizerFailuresTotal,
+        Metric::FieldRefusalsTotal,
         Metric::CacheRequestsTotal,
         Metric::LedgerEventsFlushed,
         Metric::LedgerWriteErrors,
@@ -138,6 +142,8 @@ impl Metric {
             Metric::BudgetAlertsTotal => "tollgate_budget_alerts_total",
             Metric::RejectionsTotal => "tollgate_rejections_total",
             Metric::StreamInterruptionsTotal => "tollgate_stream_interruptions_total",
+            Metric::TokenizerFailuresTotal => "tollgate_tokenizer_failures_total",
+            Metric::FieldRefusalsTotal => "tollgate_field_refusals_total",
             Metric::CacheRequestsTotal => "tollgate_cache_requests_total",
             Metric::SemanticCacheRequestsTotal => "tollgate_semantic_cache_requests_total",
             Metric::SemanticCacheBypassesTotal => "tollgate_semantic_cache_bypasses_total",
@@ -221,6 +227,12 @@ impl Metric {
             Metric::RejectionsTotal => "Requests refused before the upstream, by kind.",
             Metric::StreamInterruptionsTotal => {
                 "Streams that did not end normally, by provider and reason (partial, client_cancelled, cut_at_hold)."
+            }
+            Metric::TokenizerFailuresTotal => {
+                "Texts the tokenizer failed on, counted by their bytes instead (expected to stay 0)."
+            }
+            Metric::FieldRefusalsTotal => {
+                "Requests refused for a body field, header or value the gateway cannot price, by door and field."
             }
             Metric::CacheRequestsTotal => "Response cache lookups by route and result (hit, miss).",
             Metric::SemanticCacheRequestsTotal => {

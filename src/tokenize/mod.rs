@@ -17,13 +17,19 @@ use tiktoken_rs::CoreBPE;
 
 use crate::config::TokenizerConfig;
 
+mod bounded;
+
 /// Chat format overhead: role and separators per message (OpenAI's cookbook counts 3 plus
 /// 1 for a name; 4 leaves room for providers whose template is wordier).
 const TOKENS_PER_MESSAGE: u64 = 4;
 /// The assistant reply is primed with a few tokens.
 const REPLY_PRIMING_TOKENS: u64 = 3;
-/// An image can cost up to this many input tokens (high detail, large tiles).
-const TOKENS_PER_IMAGE: u64 = 1_600;
+/// What an image is held at on a model without a figure of its own
+/// (`image_tokens` in its price entry): the most any known model bills for
+/// one image. A mini or nano vision model bills a high-detail 2048 px image
+/// at about 25,500 tokens, so a smaller figure would let a body of image URLs
+/// spend many times its hold.
+pub const WORST_IMAGE_TOKENS: u64 = 25_500;
 /// Texts shorter than this are cheaper to count than to hash and look up,
 /// or to bound. In a bound (`bound_for`), longer texts that were not counted
 /// before count as their bytes: a byte-level BPE never yields more tokens
@@ -107,12 +113,38 @@ impl Encoding {
 pub struct Counting {
     pub encoding: Encoding,
     pub safety_percent: u32,
+    /// What one image in the prompt is held at (the model's own bound).
+    pub image_tokens: u64,
+}
+
+/// A request's input, shaped by the door it came in by: the door decides
+/// how it is counted, never the keys its body happens to carry.
+#[derive(Debug, Clone, Copy)]
+pub enum Prompt<'a> {
+    /// A chat body as the caller sent it.
+    Chat(&'a Map<String, Value>),
+    /// The chat translation of another door's body, and what the provider
+    /// of that door's own API reads beyond it.
+    Translated(&'a Map<String, Value>, &'a Untranslated),
+    /// An embeddings body: its `input` alone.
+    Embeddings(&'a Map<String, Value>),
+}
+
+/// What a door's own body sends a provider of its API that the chat
+/// translation leaves out (earlier turns' thinking, the system prompts of
+/// provider-defined tools): counted in the hold, never sent to a chat upstream.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Untranslated {
+    pub texts: Vec<String>,
+    /// Tokens known only as a figure (a provider-defined tool's own prompt).
+    pub tokens: u64,
 }
 
 #[derive(Clone, Copy)]
 pub struct Estimator {
     encoding: Encoding,
     safety_percent: u32,
+    image_tokens: u64,
     /// Texts not counted before count as their bytes (`bound_for`).
     bound_new_texts: bool,
 }
@@ -131,6 +163,7 @@ impl Estimator {
             // config validation admits only known encodings
             encoding: Encoding::parse(&config.encoding).unwrap_or(Encoding::O200kBase),
             safety_percent: config.safety_percent,
+            image_tokens: WORST_IMAGE_TOKENS,
             bound_new_texts: false,
         }
     }
@@ -140,6 +173,7 @@ impl Estimator {
         Counting {
             encoding: self.encoding,
             safety_percent: self.safety_percent,
+            image_tokens: self.image_tokens,
         }
     }
 
@@ -149,6 +183,7 @@ impl Estimator {
         Estimator {
             encoding: counting.encoding,
             safety_percent: counting.safety_percent,
+            image_tokens: counting.image_tokens,
             bound_new_texts: self.bound_new_texts,
         }
     }
@@ -171,7 +206,7 @@ impl Estimator {
     pub fn count_text(&self, text: &str) -> u64 {
         let bpe = self.encoding.bpe();
         if text.len() < MEMO_MIN_BYTES {
-            return to_u64(bpe.count_ordinary(text));
+            return bounded::count(bpe, text);
         }
         let key = memo_key(self.encoding, text);
         if let Some(count) = MEMO.with(|memo| memo.borrow().get(&key).copied()) {
@@ -181,7 +216,7 @@ impl Estimator {
             BOUNDED.with(|bounded| bounded.set(true));
             return to_u64(text.len());
         }
-        let count = to_u64(bpe.count_ordinary(text));
+        let count = bounded::count(bpe, text);
         MEMO.with(|memo| {
             let mut memo = memo.borrow_mut();
             if memo.len() >= MEMO_MAX_ENTRIES {
@@ -195,13 +230,13 @@ impl Estimator {
     /// `estimate_for` with texts not counted before bounded by their
     /// bytes: free, never below the exact estimate, and `exact` when no text
     /// needed the bound.
-    pub fn bound_for(&self, countings: &[Counting], body: &Map<String, Value>) -> Estimate {
+    pub fn bound_for(&self, countings: &[Counting], prompt: Prompt<'_>) -> Estimate {
         BOUNDED.with(|bounded| bounded.set(false));
         let bounding = Estimator {
             bound_new_texts: true,
             ..*self
         };
-        let tokens = bounding.estimate_for(countings, body);
+        let tokens = bounding.estimate_for(countings, prompt);
         Estimate {
             tokens,
             exact: !BOUNDED.with(Cell::get),
@@ -210,22 +245,23 @@ impl Estimator {
 
     /// The largest estimate over several countings (a route's targets), each
     /// encoding counted once.
-    pub fn estimate_for(&self, countings: &[Counting], body: &Map<String, Value>) -> u64 {
+    pub fn estimate_for(&self, countings: &[Counting], prompt: Prompt<'_>) -> u64 {
         let mut worst = 0;
-        let mut counted: Vec<(Encoding, u64)> = Vec::with_capacity(countings.len());
+        let mut counted: Vec<((Encoding, u64), u64)> = Vec::with_capacity(countings.len());
         for counting in countings {
-            let known = counted.iter().find(|(e, _)| *e == counting.encoding);
+            let way = (counting.encoding, counting.image_tokens);
+            let known = counted.iter().find(|(w, _)| *w == way);
             let raw = if let Some((_, raw)) = known {
                 *raw
             } else {
-                let raw = self.with(*counting).raw_chat_input(body);
-                counted.push((counting.encoding, raw));
+                let raw = self.with(*counting).raw_input(prompt);
+                counted.push((way, raw));
                 raw
             };
             worst = worst.max(with_safety(raw, counting.safety_percent));
         }
         if countings.is_empty() {
-            return self.estimate_chat_input(body);
+            return with_safety(self.raw_input(prompt), self.safety_percent);
         }
         worst
     }
@@ -255,12 +291,20 @@ impl Estimator {
         with_safety(self.raw_chat_input(body), self.safety_percent)
     }
 
-    fn raw_chat_input(self, body: &Map<String, Value>) -> u64 {
-        if !body.contains_key("messages")
-            && let Some(input) = body.get("input")
-        {
-            return self.embeddings_input_tokens(input);
+    fn raw_input(self, prompt: Prompt<'_>) -> u64 {
+        match prompt {
+            Prompt::Chat(body) => self.raw_chat_input(body),
+            Prompt::Translated(body, beyond) => {
+                let texts: u64 = beyond.texts.iter().map(|t| self.count_text(t)).sum();
+                self.raw_chat_input(body) + texts + beyond.tokens
+            }
+            Prompt::Embeddings(body) => body
+                .get("input")
+                .map_or(0, |input| self.embeddings_input_tokens(input)),
         }
+    }
+
+    fn raw_chat_input(self, body: &Map<String, Value>) -> u64 {
         let mut tokens = REPLY_PRIMING_TOKENS;
         if let Some(Value::Array(messages)) = body.get("messages") {
             for message in messages {
@@ -324,7 +368,7 @@ impl Estimator {
         let kind = part.get("type").and_then(Value::as_str).unwrap_or("");
         match (kind, part.get("text")) {
             ("text", Some(Value::String(text))) => self.count_text(text),
-            ("image_url" | "image" | "input_image", _) => TOKENS_PER_IMAGE,
+            ("image_url" | "image" | "input_image", _) => self.image_tokens,
             _ => self.count_text(&part.to_string()),
         }
     }
@@ -373,9 +417,9 @@ mod tests {
         let e = estimator(100);
         let hello = e.count_text("Hello there");
         let texts = body(json!({"model": "e", "input": ["Hello there", "Hello there"]}));
-        assert_eq!(e.estimate_chat_input(&texts), 2 * hello);
+        assert_eq!(e.estimate_for(&[], Prompt::Embeddings(&texts)), 2 * hello);
         let ids = body(json!({"model": "e", "input": [[1, 2, 3], [4]]}));
-        assert_eq!(e.estimate_chat_input(&ids), 4);
+        assert_eq!(e.estimate_for(&[], Prompt::Embeddings(&ids)), 4);
     }
 
     #[test]
@@ -396,13 +440,13 @@ mod tests {
             {"role": "system", "content": "Be brief."},
             {"role": "user", "content": long}
         ]}));
-        let bound = e.bound_for(&[], &request);
+        let bound = e.bound_for(&[], Prompt::Chat(&request));
         assert!(!bound.exact);
         let exact = e.estimate_chat_input(&request);
         assert!(bound.tokens > exact, "{} ≤ {exact}", bound.tokens);
         // Once counted (and memoized), the bound is the exact count.
         assert_eq!(
-            e.bound_for(&[], &request),
+            e.bound_for(&[], Prompt::Chat(&request)),
             Estimate {
                 tokens: exact,
                 exact: true
@@ -412,13 +456,13 @@ mod tests {
         let turn = body(json!({"messages": [
             {"role": "user", "content": "Say hello to request number 000000042, briefly."}
         ]}));
-        let bound = e.bound_for(&[], &turn);
+        let bound = e.bound_for(&[], Prompt::Chat(&turn));
         assert!(!bound.exact);
         assert!(bound.tokens > e.estimate_chat_input(&turn));
         // Texts under 16 bytes are cheaper to count than to bound and look up.
         let short = body(json!({"messages": [{"role": "user", "content": "Hello there"}]}));
         assert_eq!(
-            e.bound_for(&[], &short),
+            e.bound_for(&[], Prompt::Chat(&short)),
             Estimate {
                 tokens: e.estimate_chat_input(&short),
                 exact: true
@@ -484,6 +528,7 @@ mod tests {
             .with(Counting {
                 encoding: Encoding::Cl100kBase,
                 safety_percent: 100,
+                image_tokens: WORST_IMAGE_TOKENS,
             })
             .estimate_chat_input(&request);
         assert_ne!(o200k, cl100k, "the encodings count this text differently");
@@ -491,18 +536,21 @@ mod tests {
             Counting {
                 encoding: Encoding::O200kBase,
                 safety_percent: 100,
+                image_tokens: WORST_IMAGE_TOKENS,
             },
             Counting {
                 encoding: Encoding::Cl100kBase,
                 safety_percent: 100,
+                image_tokens: WORST_IMAGE_TOKENS,
             },
             Counting {
                 encoding: Encoding::O200kBase,
                 safety_percent: 150,
+                image_tokens: WORST_IMAGE_TOKENS,
             },
         ];
         assert_eq!(
-            e.estimate_for(&countings, &request),
+            e.estimate_for(&countings, Prompt::Chat(&request)),
             o200k.max(cl100k).max((o200k * 150).div_ceil(100))
         );
     }
@@ -516,7 +564,43 @@ mod tests {
             {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
         ]}], "tools": [{"type": "function", "function": {"name": "get_weather"}}]}));
         assert!(
-            e.estimate_chat_input(&with_image) > e.estimate_chat_input(&plain) + TOKENS_PER_IMAGE
+            e.estimate_chat_input(&with_image) > e.estimate_chat_input(&plain) + WORST_IMAGE_TOKENS
         );
+    }
+
+    /// A model with its own image figure is held at it; one without, at the
+    /// worst known (a mini model's high-detail image, about 25,500 tokens).
+    #[test]
+    fn images_are_held_at_the_models_own_bound_or_the_worst_known() {
+        let e = estimator(100);
+        let images = body(json!({"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "high"}},
+            {"type": "image_url", "image_url": {"url": "https://example.com/b.png"}}
+        ]}]}));
+        let unknown = e.estimate_for(&[], Prompt::Chat(&images));
+        assert!(unknown >= 2 * 25_500, "{unknown}");
+        let own = Counting {
+            image_tokens: 1_105,
+            ..e.default_counting()
+        };
+        let small = e.estimate_for(&[own], Prompt::Chat(&images));
+        assert!((2 * 1_105..2 * 1_105 + 20).contains(&small), "{small}");
+        // A route is held at its worst target's figure.
+        let both = e.estimate_for(&[own, e.default_counting()], Prompt::Chat(&images));
+        assert_eq!(both, unknown);
+    }
+
+    /// The door decides how a body is counted: an embeddings body is its
+    /// `input`, whatever chat fields it also carries, and a chat body never
+    /// becomes an embeddings count by leaving `messages` out.
+    #[test]
+    fn the_door_not_the_body_picks_the_count() {
+        let e = estimator(100);
+        let long = "words of a long input that costs many tokens ".repeat(100);
+        let embeddings = body(json!({"model": "e", "input": long, "messages": null}));
+        let counted = e.estimate_for(&[], Prompt::Embeddings(&embeddings));
+        assert!(counted >= e.count_text(&long), "{counted}");
+        let chat = body(json!({"model": "m", "input": long}));
+        assert_eq!(e.estimate_for(&[], Prompt::Chat(&chat)), 3);
     }
 }

@@ -252,3 +252,133 @@ async fn the_request_deadline_bounds_an_attempt_the_provider_would_wait_longer_f
     assert_eq!(rows[0].charged_nanos, rows[0].reserved_nanos);
     assert_eq!(app.budget(&tenant).await["reserved"], "0");
 }
+
+/// An upstream on a raw socket that reads each whole request (headers and
+/// `Content-Length` bytes of body) and answers garbage, then hangs up.
+/// Returns its address and the number of requests it read.
+fn garbling_upstream() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicU64>,
+) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let read = std::sync::Arc::new(AtomicU64::new(0));
+    let counter = read.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(16) {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut length = 0usize;
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+                if line == "\r\n" {
+                    break;
+                }
+                if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = value.trim().parse().unwrap_or(0);
+                }
+                line.clear();
+            }
+            let mut body = vec![0; length];
+            if reader.read_exact(&mut body).is_ok() {
+                counter.fetch_add(1, Ordering::SeqCst);
+                let _ = stream.write_all(b"NOT HTTP AT ALL\r\n\r\n");
+            }
+        }
+    });
+    (addr, read)
+}
+
+/// The provider read the whole request and answered garbage: it may have
+/// billed the call, so the attempt is charged its hold (`unknown`), and the
+/// next one needs a hold of its own.
+#[actix_web::test]
+async fn a_garbled_answer_after_the_whole_request_left_is_charged_its_hold() {
+    let (addr, read) = garbling_upstream();
+    let app = spawn_app(
+        TestSetup::new()
+            .provider(&format!(
+                "[providers.garbling]\nkind = \"openai\"\nbase_url = \"http://{addr}\"\nmax_attempts = 1"
+            ))
+            .route("fast", &["garbling/m", "secondary/usage-10-0-5"])
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    // One hold of about 0.8 fits in 1.2; a second does not.
+    let (tenant, key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "1.2"}))
+        .await;
+    let mut body = chat_body("fast");
+    body["max_tokens"] = json!(100_000);
+
+    let reply = app.chat(&key, &body).await;
+
+    assert_eq!(reply.status, 502, "{}", reply.raw);
+    assert_eq!(read.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(app.fake.stats.requests_for_model("usage-10-0-5"), 0);
+    let rows = app.ledger_rows(&tenant).await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        (rows[0].status.as_str(), rows[0].usage_kind.as_str()),
+        ("upstream_error", "unknown")
+    );
+    assert!(rows[0].reserved_nanos > 800_000_000, "{:?}", rows[0]);
+    assert_eq!(rows[0].charged_nanos, rows[0].reserved_nanos);
+    let budget = app.budget(&tenant).await;
+    assert_eq!(committed_nanos(&budget), rows[0].reserved_nanos);
+    assert_eq!(budget["reserved"], "0");
+}
+
+/// About a megabyte of one character in a message: the tokenizer's regex
+/// overflows its stack on such a run (a panic inside the crate), and its
+/// merge step costs the square of the run. Streamed without the provider's
+/// usage (the relay counts the prompt itself), refused for the budget (the
+/// exact count near a limit) and counted by count_tokens: each answers, the
+/// gateway keeps serving, and the tokenizer was never handed the run.
+#[actix_web::test]
+async fn a_megabyte_of_spaces_neither_crashes_nor_stalls_the_counting() {
+    let app = spawn_app(
+        TestSetup::new()
+            .body_limit(4 * 1024 * 1024)
+            .route("fast", &["primary/no-usage"])
+            .tier("free", &["fast"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let spaces = " ".repeat(1 << 20);
+    let mut body = chat_body("fast");
+    body["messages"] = json!([{"role": "user", "content": format!("hi{spaces}there")}]);
+    body["stream"] = json!(true);
+
+    let streamed = app.chat(&key, &body).await;
+    assert_eq!(streamed.status, 200, "{}", streamed.raw);
+    assert!(streamed.raw.contains("[DONE]"), "{}", streamed.raw);
+
+    let (_poor, poor_key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "0.000001"}))
+        .await;
+    body["stream"] = json!(false);
+    let refused = app.chat(&poor_key, &body).await;
+    assert_eq!(refused.status, 402, "{}", refused.raw);
+
+    let count = json!({"model": "fast", "messages": [{"role": "user", "content": spaces}]});
+    let counted = app
+        .post_json("/v1/messages/count_tokens", &key, &count)
+        .await;
+    assert_eq!(counted.status, 200, "{}", counted.raw);
+    // Held at no less than its bytes: a run of one character is its bytes at most.
+    assert!(counted.body["input_tokens"].as_u64().unwrap() >= 1 << 20);
+
+    assert_eq!(app.chat(&key, &chat_body("fast")).await.status, 200);
+    let rows = app.ledger_rows_eventually(&tenant, 2).await;
+    assert!(rows.iter().all(|r| r.charged_nanos > 0), "{rows:?}");
+    let metrics = app.get("/metrics", "").await.raw;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "tollgate_tokenizer_failures_total 0"),
+        "the tokenizer failed on a piece it was handed"
+    );
+}

@@ -63,7 +63,8 @@ async fn deepseek_cache_hit_tokens_are_priced_as_cached_input() {
 
 #[actix_web::test]
 async fn the_body_passes_through_with_only_model_and_max_tokens_set() {
-    let app = spawn_app(setup()).await;
+    // A field no table knows leaves only where the route forwards unknown fields.
+    let app = spawn_app(setup().route_line("fast", "forward_unknown_fields = true")).await;
     let (_tenant, key) = app.tenant_with_key("free", json!({})).await;
     let body = json!({
         "model": "fast",
@@ -92,6 +93,56 @@ async fn the_body_passes_through_with_only_model_and_max_tokens_set() {
     }
     let upstream_body = app.fake.stats.captured().len();
     assert_eq!(upstream_body, 1);
+}
+
+#[actix_web::test]
+async fn a_field_no_table_knows_is_refused_naming_it_and_the_route_setting() {
+    let app = spawn_app(setup()).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let mut body = chat_body("fast");
+    body["x_vendor_flag"] = json!({"keep": true});
+
+    let reply = app.chat(&key, &body).await;
+
+    assert_eq!(reply.status, 400, "{}", reply.raw);
+    assert_eq!(reply.body["error"]["param"], "x_vendor_flag");
+    assert!(
+        reply
+            .error_message()
+            .contains("forward_unknown_fields = true"),
+        "{}",
+        reply.raw
+    );
+    assert_eq!(app.fake.stats.requests(), 0);
+    assert!(app.ledger_rows(&tenant).await.is_empty());
+    let metrics = app.get("/metrics", "").await.raw;
+    assert!(
+        metrics.contains(r#"tollgate_field_refusals_total{door="chat",field="unknown"}"#),
+        "{metrics}"
+    );
+}
+
+/// Tiers and retention the caller picks are billed above the route's prices:
+/// refused, naming the field; a cheaper tier passes at the standard price.
+#[actix_web::test]
+async fn premium_tiers_are_refused_and_flex_passes() {
+    let app = spawn_app(setup()).await;
+    let (_tenant, key) = app.tenant_with_key("free", json!({})).await;
+    for (field, value) in [
+        ("service_tier", "priority"),
+        ("service_tier", "scale"),
+        ("prompt_cache_retention", "24h"),
+    ] {
+        let mut body = chat_body("fast");
+        body[field] = json!(value);
+        let reply = app.chat(&key, &body).await;
+        assert_eq!(reply.status, 400, "{field}={value}: {}", reply.raw);
+        assert_eq!(reply.body["error"]["param"], field);
+    }
+    assert_eq!(app.fake.stats.requests(), 0);
+    let mut body = chat_body("fast");
+    body["service_tier"] = json!("flex");
+    assert_eq!(app.chat(&key, &body).await.status, 200);
 }
 
 #[actix_web::test]

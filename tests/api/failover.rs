@@ -60,6 +60,46 @@ async fn primary_400_is_returned_and_the_fallback_never_called() {
     assert_eq!(app.budget(&tenant).await["reserved"], "0");
 }
 
+/// A provider that refuses the gateway's own key (401, 403) has failed, not
+/// the caller: the route fails over, the breaker counts it, and where no
+/// target is left the caller gets 502 naming the provider's key setting,
+/// never a 401 that reads as its own key failing.
+#[actix_web::test]
+async fn a_provider_refusing_the_gateways_key_fails_over_and_is_never_the_callers_401() {
+    let app = spawn_app(
+        TestSetup::new()
+            .route("fast", &["primary/status-401", "secondary/usage-10-0-5"])
+            .route("alone", &["primary/status-403"])
+            .tier("free", &["fast", "alone"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    let reply = app.chat(&key, &chat_body("fast")).await;
+
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(reply.header("x-tollgate-provider"), Some("secondary"));
+    let rows = app.ledger_rows(&tenant).await;
+    assert!(
+        rows.iter().any(|r| r.provider == "primary"
+            && r.status == "upstream_error"
+            && r.charged_nanos == 0),
+        "{rows:?}"
+    );
+
+    let alone = app.chat(&key, &chat_body("alone")).await;
+
+    assert_eq!(alone.status, 502, "{}", alone.raw);
+    assert_eq!(alone.error_code(), "upstream_failed");
+    assert!(
+        alone
+            .error_message()
+            .contains("providers.primary.api_key_env"),
+        "{}",
+        alone.raw
+    );
+}
+
 #[actix_web::test]
 async fn all_targets_failing_gives_502_with_the_last_error() {
     let app = spawn_app(

@@ -53,7 +53,7 @@ fn cached_request(model: &str) -> Value {
             {"type": "text", "text": "Reference: long climate tables.", "cache_control": {"type": "ephemeral"}}
         ],
         "messages": [{"role": "user", "content": [
-            {"type": "text", "text": "Weather in Paris?", "cache_control": {"type": "ephemeral", "ttl": "1h"}}
+            {"type": "text", "text": "Weather in Paris?", "cache_control": {"type": "ephemeral", "ttl": "5m"}}
         ]}]
     })
 }
@@ -642,4 +642,87 @@ async fn a_failover_from_anthropic_to_openai_still_answers_a_message_and_refusal
         refused.raw
     );
     assert_eq!(app.fake.stats.requests_for_model("never-after-claude"), 0);
+}
+
+/// Server tools bill per use and add input the hold never sees: an offer of
+/// one leaves the request before it reaches Anthropic (a `tool_choice` that
+/// forces it with it), and the answer names what was removed.
+#[actix_web::test]
+async fn server_tools_are_taken_out_of_the_offer_and_named_in_a_header() {
+    let app = spawn_app(setup()).await;
+    let (_tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let mut sent = cached_request("claude");
+    sent["tools"] = json!([
+        {"name": "lookup", "input_schema": {"type": "object"}},
+        {"type": "web_search_20250305", "name": "web_search", "max_uses": 50},
+        {"type": "web_fetch_20250910", "name": "web_fetch"}
+    ]);
+    sent["tool_choice"] = json!({"type": "tool", "name": "web_search"});
+
+    let reply = messages(&app, &key, &sent).await;
+
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(
+        reply.header("x-tollgate-removed-tools"),
+        Some("web_search_20250305, web_fetch_20250910")
+    );
+    let captured = app.anthropic.state.captured();
+    let upstream = &captured[0].body;
+    assert_eq!(
+        upstream["tools"],
+        json!([{"name": "lookup", "input_schema": {"type": "object"}}])
+    );
+    assert!(upstream.get("tool_choice").is_none(), "{upstream}");
+}
+
+/// What the hold cannot see or price is refused in Anthropic's envelope,
+/// the message naming where it is, before anything is held or sent.
+#[actix_web::test]
+async fn unpriced_fields_and_betas_are_refused_in_anthropic_s_envelope() {
+    let app = spawn_app(setup()).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let hour = {
+        let mut body = cached_request("claude");
+        body["system"][1]["cache_control"]["ttl"] = json!("1h");
+        body
+    };
+    let url_document = {
+        let mut body = cached_request("claude");
+        body["messages"][0]["content"] = json!([{"type": "document",
+            "source": {"type": "url", "url": "https://example.com/huge.pdf"}}]);
+        body
+    };
+    let mcp = {
+        let mut body = cached_request("claude");
+        body["mcp_servers"] =
+            json!([{"type": "url", "name": "x", "url": "https://example.com/mcp"}]);
+        body
+    };
+    for (body, named) in [
+        (hour, "system[1].cache_control.ttl"),
+        (url_document, "messages[0].content[0].source.type"),
+        (mcp, "mcp_servers"),
+    ] {
+        let reply = messages(&app, &key, &body).await;
+        assert_eq!(reply.status, 400, "{}", reply.raw);
+        assert_eq!(reply.body["type"], "error", "{}", reply.raw);
+        assert_eq!(reply.body["error"]["type"], "invalid_request_error");
+        let message = reply.body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(named), "{message}");
+    }
+    let beta = post(
+        &app,
+        "/v1/messages",
+        &key,
+        &[
+            ("anthropic-version", VERSION),
+            ("anthropic-beta", "context-1m-2025-08-07"),
+        ],
+        cached_request("claude").to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(beta.status, 400, "{}", beta.raw);
+    assert!(beta.raw.contains("anthropic-beta"), "{}", beta.raw);
+    assert!(app.anthropic.state.captured().is_empty());
+    assert!(app.ledger_rows(&tenant).await.is_empty());
 }

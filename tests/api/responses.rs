@@ -451,7 +451,10 @@ fn without_rewritten(body: &Value) -> Value {
 
 #[actix_web::test]
 async fn a_responses_provider_gets_the_caller_s_body_and_answers_with_its_own_response() {
-    let app = spawn_app(passthrough_setup()).await;
+    // A field no table knows leaves only where the route forwards unknown fields.
+    let app =
+        spawn_app(passthrough_setup().route_line("rp_whole", "forward_unknown_fields = true"))
+            .await;
     let (tenant, key) = app.tenant_with_key("free", json!({})).await;
     // What chat cannot carry: `reasoning`, `text`, `include` and a field the gateway does not know.
     let sent = json!({

@@ -24,7 +24,7 @@ use crate::pricing::Usage;
 use crate::prompts::{Prefix, place};
 
 /// The upstream body: the caller's, with the target's model, the held output
-/// limit and, if the provider takes the tenant, `user` (the caller's own
+/// limit, `store: false` and, if the provider takes the tenant, `user` (the caller's own
 /// `user` is replaced, as at OpenAI's chat API), and the gateway's prompts
 /// opening `instructions`.
 pub fn build_body(
@@ -40,6 +40,9 @@ pub fn build_body(
     let mut set = vec![
         ("model", model_json.as_str()),
         ("max_output_tokens", max_tokens_json.as_str()),
+        // The provider stores a response unless told not to; the gateway
+        // keeps no state there, and the caller's data stays unstored.
+        ("store", "false"),
     ];
     if let Some(user) = &user_json {
         set.push(("user", user.as_str()));
@@ -432,12 +435,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_model_max_output_tokens_and_user_change_in_the_caller_s_bytes() {
+    fn only_model_max_output_tokens_store_and_user_change_in_the_caller_s_bytes() {
         let native = br#"{"model":"fast","input":"hi","max_output_tokens":9000,"reasoning":{"effort":"high"},"x_new":[1]}"#;
         let body = build_body(native, "gpt-5", 100, None, None);
         assert_eq!(
             std::str::from_utf8(&body).unwrap(),
-            r#"{"model":"gpt-5","input":"hi","max_output_tokens":100,"reasoning":{"effort":"high"},"x_new":[1]}"#
+            r#"{"model":"gpt-5","input":"hi","max_output_tokens":100,"reasoning":{"effort":"high"},"x_new":[1],"store":false}"#
         );
         let body = build_body(
             br#"{"model":"fast","input":"hi","user":"me"}"#,
@@ -449,7 +452,7 @@ mod tests {
         let body: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(
             body,
-            json!({"model": "gpt-5", "input": "hi", "user": "t-1", "max_output_tokens": 7})
+            json!({"model": "gpt-5", "input": "hi", "user": "t-1", "max_output_tokens": 7, "store": false})
         );
         let escaped = br#"{"mod\u0065l":"fast","input":"hi"}"#;
         let body: Value =
