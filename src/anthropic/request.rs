@@ -31,6 +31,8 @@ pub struct Translation {
     pub screen: Screen,
     /// What the Messages body sends beyond the chat body, counted in the hold.
     pub untranslated: Untranslated,
+    /// It asks for thinking.
+    pub asks_reasoning: bool,
 }
 
 /// Translates a Messages body read by its field `table`; its shape errors
@@ -93,6 +95,7 @@ pub fn to_chat(bytes: &[u8], table: &'static Table) -> Result<Translation, ApiEr
         screened,
         screen,
         untranslated: out.untranslated,
+        asks_reasoning: crate::openai::chat::asks_reasoning(&body),
     })
 }
 

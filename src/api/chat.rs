@@ -19,6 +19,7 @@ use crate::clock::{elapsed, monotonic, whole_ms};
 use crate::error::ApiError;
 use crate::ids::RequestId;
 use crate::ledger::Api;
+use crate::openai::chat::ResponsesBody;
 use crate::openai::responses::{self, Echo, Identity, StreamMapper};
 use crate::pipeline::chat::OutcomeBody;
 use crate::pipeline::sse::SseSplitter;
@@ -99,7 +100,11 @@ pub(super) async fn serve(
                 };
                 door = Door::Responses(identity, translation.echo);
                 // The caller's body rides along for a provider that speaks Responses.
-                let native = (translation.native, translation.screen);
+                let native = ResponsesBody {
+                    native: translation.native,
+                    screen: translation.screen,
+                    asks_reasoning: translation.asks_reasoning,
+                };
                 (bytes::Bytes::from(translation.chat), Some(native))
             }
             Api::Messages => {

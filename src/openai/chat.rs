@@ -25,6 +25,34 @@ pub struct Native {
     pub gap: Option<Gap>,
     /// What this body sends beyond its chat translation, counted in the hold.
     pub untranslated: Untranslated,
+    /// It asked the model to reason (`thinking`, `reasoning`).
+    pub asks_reasoning: bool,
+}
+
+/// What the Responses door hands the pipeline beside its chat translation:
+/// the caller's body (less the built-in tools it removed) and what its field
+/// table found.
+#[derive(Debug)]
+pub struct ResponsesBody {
+    pub native: Bytes,
+    pub screen: Screen,
+    pub asks_reasoning: bool,
+}
+
+/// Whether a body of any door asks the model to reason: chat's
+/// `reasoning_effort`, Responses' `reasoning`, Messages' `thinking`.
+pub fn asks_reasoning(body: &Map<String, Value>) -> bool {
+    let thinking = body
+        .get("thinking")
+        .and_then(|t| t.get("type"))
+        .and_then(Value::as_str)
+        .is_some_and(|kind| kind != "disabled");
+    let effort = body
+        .get("reasoning_effort")
+        .and_then(Value::as_str)
+        .is_some_and(|effort| effort != "none");
+    let reasoning = body.get("reasoning").is_some_and(|r| !r.is_null());
+    effort || thinking || reasoning
 }
 
 #[derive(Debug, Clone)]
@@ -181,6 +209,7 @@ impl ChatRequest {
                 .map_or_else(|| Bytes::copy_from_slice(bytes), Bytes::from),
             gap: translation.gap,
             untranslated: translation.untranslated,
+            asks_reasoning: translation.asks_reasoning,
         });
         request.screen = translation.screen;
         Ok(request)
@@ -189,18 +218,15 @@ impl ChatRequest {
     /// `POST /v1/responses`: routed and estimated by `chat`, the door's
     /// translation of the caller's `native` body, which an upstream of the
     /// Responses API gets instead. What the door accepts chat can carry: no gap.
-    pub fn parse_responses(
-        chat: &[u8],
-        native: Bytes,
-        screen: Screen,
-    ) -> Result<ChatRequest, ApiError> {
+    pub fn parse_responses(chat: &[u8], door: ResponsesBody) -> Result<ChatRequest, ApiError> {
         let mut request = ChatRequest::parse(chat)?.through(Api::Responses);
         request.native = Some(Native {
-            body: native,
+            body: door.native,
             gap: None,
             untranslated: Untranslated::default(),
+            asks_reasoning: door.asks_reasoning,
         });
-        request.screen = screen;
+        request.screen = door.screen;
         Ok(request)
     }
 
@@ -233,6 +259,16 @@ impl ChatRequest {
             (_, Some(native)) => Prompt::Translated(&self.body, &native.untranslated),
             (_, None) => Prompt::Chat(&self.body),
         }
+    }
+
+    /// Whether the request asked the model to reason (chat's
+    /// `reasoning_effort`, Responses' `reasoning`, Messages' `thinking`):
+    /// reasoning is billed output that a stream never shows.
+    pub fn asks_reasoning(&self) -> bool {
+        if let Some(native) = &self.native {
+            return native.asks_reasoning;
+        }
+        asks_reasoning(&self.body)
     }
 
     /// What the door's field table left for the route, and the tools it removed.

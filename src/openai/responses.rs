@@ -43,6 +43,8 @@ pub struct Translation {
     pub native: Bytes,
     pub screen: Screen,
     pub echo: Echo,
+    /// It asks for `reasoning`.
+    pub asks_reasoning: bool,
 }
 
 /// Translates a Responses body read by its field table.
@@ -96,6 +98,7 @@ pub fn to_chat(bytes: Bytes) -> Result<Translation, ApiError> {
         native,
         screen,
         echo,
+        asks_reasoning: super::chat::asks_reasoning(&request),
     })
 }
 

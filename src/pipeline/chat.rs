@@ -18,10 +18,9 @@ use crate::cache::{CacheKey, CachedResponse};
 use crate::clock::monotonic;
 use crate::config::{Config, Route, Tier};
 use crate::error::{ApiError, ErrorCode};
-use crate::fields::Screen;
 use crate::ledger::{Api, AttemptStatus, CacheSource, UsageKind};
 use crate::money::Nanos;
-use crate::openai::chat::ChatRequest;
+use crate::openai::chat::{ChatRequest, ResponsesBody};
 use crate::prompts::Prefix;
 use crate::provider::clients::UpstreamClients;
 use crate::routing::Complexity;
@@ -72,7 +71,7 @@ pub async fn handle_chat(
     ctx: &RequestContext,
     meter: &RequestMeter,
     body: &[u8],
-    native: Option<(Bytes, Screen)>,
+    native: Option<ResponsesBody>,
 ) -> Result<ChatOutcome, ApiError> {
     let request = parse(ctx.api, body, native)?;
     // What the caller sent: a passthrough answers it, so the cache must tell
@@ -207,12 +206,10 @@ fn charged_route(
 }
 
 /// The request in its door's format.
-fn parse(api: Api, body: &[u8], native: Option<(Bytes, Screen)>) -> Result<ChatRequest, ApiError> {
+fn parse(api: Api, body: &[u8], native: Option<ResponsesBody>) -> Result<ChatRequest, ApiError> {
     match (api, native) {
         (Api::Embeddings, _) => ChatRequest::parse_embeddings(body),
-        (Api::Responses, Some((native, screen))) => {
-            ChatRequest::parse_responses(body, native, screen)
-        }
+        (Api::Responses, Some(native)) => ChatRequest::parse_responses(body, native),
         (Api::Messages, _) => ChatRequest::parse_messages(body),
         (Api::Chat | Api::Responses, _) => ChatRequest::parse_chat(body),
     }

@@ -167,6 +167,7 @@ impl Served<'_> {
             held_output_tokens,
             choices: self.request.choices(),
             include_usage: self.request.include_usage(),
+            asks_reasoning: self.request.asks_reasoning(),
             deadline: self.deadline,
             translator: Adapter::for_request(provider, self.request)
                 .translator(&target.model, self.request.include_usage()),

@@ -52,6 +52,8 @@ pub struct Relay {
     pub choices: u32,
     /// The caller asked for the usage chunk.
     pub include_usage: bool,
+    /// The request asked the model to reason: output billed but never streamed.
+    pub asks_reasoning: bool,
     /// The request's deadline: a stream still running then is ended.
     pub deadline: std::time::Instant,
     /// Upstream events → the caller's OpenAI chunks (usage chunk only if asked for).
@@ -365,10 +367,16 @@ impl Relay {
                 Some(reason.clone()),
             ),
         };
-        // The provider's own usage counts only if it covers the whole stream. A
-        // stream cut at its hold may have been generated up to the limit it was sent.
+        // The provider's own usage counts only if it covers the whole stream.
+        // Without it, what the relay saw is not what was billed: a stream that
+        // broke off or was cancelled may have gone on generating, and reasoning
+        // is billed but never streamed. Those are charged their hold
+        // (`unknown`, for reconciliation), as any attempt without a report is.
+        let held =
+            matches!(end, End::Broken(_)) || (self.asks_reasoning && !matches!(end, End::Cut));
         let completion_tokens = match end {
             End::Cut => self.held_output_tokens,
+            _ if held => self.held_output_tokens,
             _ => self.gw.estimator.count_completion(content),
         };
         let (usage, usage_kind) = match (reported, &end) {
@@ -379,9 +387,17 @@ impl Relay {
                     completion_tokens,
                     ..Usage::default()
                 },
-                UsageKind::Estimated,
+                if held {
+                    UsageKind::Unknown
+                } else {
+                    UsageKind::Estimated
+                },
             ),
         };
+        if usage_kind == UsageKind::Unknown {
+            let labels = [("provider", self.target.provider.as_str())];
+            counter_add(Metric::UnknownOutcomesTotal, &labels, 1);
+        }
         if matches!(end, End::Cut) {
             let labels = [
                 ("provider", self.target.provider.as_str()),
@@ -390,7 +406,14 @@ impl Relay {
             counter_add(Metric::StreamInterruptionsTotal, &labels, 1);
         }
         self.permit.finish(verdict);
-        let cost = pricing::charge(&self.target.charge, &usage);
+        let cost = if usage_kind == UsageKind::Unknown {
+            self.reservation
+                .granted()
+                .amount
+                .max(pricing::charge(&self.target.charge, &usage))
+        } else {
+            pricing::charge(&self.target.charge, &usage)
+        };
         let mut row = AttemptRow::new(
             self.target.provider.as_str(),
             &self.target.model,
