@@ -348,6 +348,44 @@ impl Relay {
         true
     }
 
+    /// What the attempt is charged for. The provider's own usage counts only
+    /// if it covers the whole stream. Without it, what the relay saw is not
+    /// what was billed: a stream that broke off or was cancelled may have
+    /// gone on generating, and reasoning is billed but never streamed. Those
+    /// are charged their hold (`unknown`, for reconciliation), as any attempt
+    /// without a report is; a stream cut at its hold, its held output.
+    fn billed_usage(
+        &self,
+        end: &End,
+        reported: Option<Usage>,
+        content: &str,
+    ) -> (Usage, UsageKind) {
+        if let (Some(usage), End::Done) = (reported, end) {
+            return (usage, UsageKind::Reported);
+        }
+        let held = match end {
+            End::Broken(_) => true,
+            End::Done => self.asks_reasoning,
+            End::Cut => false,
+        };
+        let completion_tokens = match end {
+            End::Cut => self.held_output_tokens,
+            _ if held => self.held_output_tokens,
+            _ => self.gw.estimator.count_completion(content),
+        };
+        let usage = Usage {
+            prompt_tokens: self.input_tokens,
+            completion_tokens,
+            ..Usage::default()
+        };
+        let kind = if held {
+            UsageKind::Unknown
+        } else {
+            UsageKind::Estimated
+        };
+        (usage, kind)
+    }
+
     async fn settle(self, end: End, client_gone: bool, reported: Option<Usage>, content: &str) {
         let (status, verdict, error) = match (&end, client_gone) {
             (_, true) => (
@@ -367,33 +405,7 @@ impl Relay {
                 Some(reason.clone()),
             ),
         };
-        // The provider's own usage counts only if it covers the whole stream.
-        // Without it, what the relay saw is not what was billed: a stream that
-        // broke off or was cancelled may have gone on generating, and reasoning
-        // is billed but never streamed. Those are charged their hold
-        // (`unknown`, for reconciliation), as any attempt without a report is.
-        let held =
-            matches!(end, End::Broken(_)) || (self.asks_reasoning && !matches!(end, End::Cut));
-        let completion_tokens = match end {
-            End::Cut => self.held_output_tokens,
-            _ if held => self.held_output_tokens,
-            _ => self.gw.estimator.count_completion(content),
-        };
-        let (usage, usage_kind) = match (reported, &end) {
-            (Some(usage), End::Done) => (usage, UsageKind::Reported),
-            _ => (
-                Usage {
-                    prompt_tokens: self.input_tokens,
-                    completion_tokens,
-                    ..Usage::default()
-                },
-                if held {
-                    UsageKind::Unknown
-                } else {
-                    UsageKind::Estimated
-                },
-            ),
-        };
+        let (usage, usage_kind) = self.billed_usage(&end, reported, content);
         if usage_kind == UsageKind::Unknown {
             let labels = [("provider", self.target.provider.as_str())];
             counter_add(Metric::UnknownOutcomesTotal, &labels, 1);
