@@ -812,13 +812,13 @@ impl Handler<GetEndUser> for TenantActor {
                 let asked = async move {
                     let window = quota.end_user_window(&hold, now);
                     let (committed, reserved) = match quota.end_user_status(&hold, now).await {
-                        Ok(Some(totals)) => totals,
-                        // Not in Redis this period: nothing is held, the ledger has the rest.
-                        Ok(None) => match source
+                        Ok((Some(committed), reserved)) => (committed, reserved),
+                        // Not started in Redis this period: the ledger has its spend.
+                        Ok((None, reserved)) => match source
                             .end_user(hold.id.clone(), window.clone(), quota.local_day(now))
                             .await
                         {
-                            Ok(seed) => (seed.committed, Nanos::ZERO),
+                            Ok(seed) => (seed.committed, reserved),
                             Err(_) => return Err(QuotaError::LedgerUnreadable),
                         },
                         Err(_) => return Err(QuotaError::StoreDown),

@@ -4,6 +4,11 @@
 //! through a reservation, in any scope (tenant, key, feature), all or nothing
 //! (a real cost above its reservation is still committed: the ledger is the
 //! truth).
+//!
+//! The same rule runs in Redis as Lua (`shared/scripts.rs`, `RESERVE` and
+//! `close`): a change to one is a change to the other, and
+//! `tests/api/differential.rs` feeds both the same random sequences and
+//! compares every answer and balance.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;

@@ -20,6 +20,7 @@ mod chat;
 mod credits;
 mod dashboards;
 mod dated_prices;
+mod differential;
 mod embeddings;
 mod end_users;
 mod errors;

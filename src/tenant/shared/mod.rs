@@ -683,6 +683,8 @@ impl SharedQuota {
         let end_user = request.end_user.as_ref().map(|hold| {
             let window = self.store.calendar.window(hold.limits.period, now_ms);
             keys.push(self.keys.end_user(&hold.id, &window.key));
+            let previous = self.previous_window(hold, &window);
+            keys.push(self.keys.end_user(&hold.id, &previous.key));
             let field = format!(
                 "{}:{}:{}:{}",
                 keys::hex_id(&hold.id),
@@ -763,6 +765,14 @@ impl SharedQuota {
         self.store.calendar.day_key(now_ms)
     }
 
+    /// The window before `window` of an end user's period (a lifetime's is itself).
+    fn previous_window(&self, hold: &EndUserHold, window: &Window) -> Window {
+        match window.start_ms.checked_sub(1) {
+            Some(before) => self.store.calendar.window(hold.limits.period, before),
+            None => window.clone(),
+        }
+    }
+
     /// The window an end user's limits put `now_ms` in.
     pub fn end_user_window(&self, hold: &EndUserHold, now_ms: u64) -> Window {
         self.store.calendar.window(hold.limits.period, now_ms)
@@ -789,22 +799,25 @@ impl SharedQuota {
         Ok(())
     }
 
-    /// An end user's committed and reserved in their current window (`None`: not seeded).
+    /// An end user's committed in their current window (`None`: not seeded,
+    /// the ledger has it) and what their calls hold, in this window or the one before.
     pub async fn end_user_status(
         &self,
         hold: &EndUserHold,
         now_ms: u64,
-    ) -> Result<Option<(Nanos, Nanos)>, StoreFailure> {
+    ) -> Result<(Option<Nanos>, Nanos), StoreFailure> {
         let window = self.store.calendar.window(hold.limits.period, now_ms);
         let key = self.keys.end_user(&hold.id, &window.key);
+        let previous = self.previous_window(hold, &window);
+        let before = self.keys.end_user(&hold.id, &previous.key);
         let reply = self
             .store
-            .run(&self.store.scripts.end_user_status, &[key], &[])
+            .run(&self.store.scripts.end_user_status, &[key, before], &[])
             .await?;
         if field(&reply, 0)? == "seed" {
-            return Ok(None);
+            return Ok((None, nanos(&reply, 1)?));
         }
-        Ok(Some((nanos(&reply, 1)?, nanos(&reply, 2)?)))
+        Ok((Some(nanos(&reply, 1)?), nanos(&reply, 2)?))
     }
 
     /// Reads a `RESERVE` reply.

@@ -1,5 +1,7 @@
 //! The Lua scripts behind every shared quota decision. Each runs atomically
 //! in Redis, so replicas never decide on the same remaining budget twice.
+//! They are the budget rule of `tenant/book.rs` (the in-memory store) written
+//! again for Redis; `tests/api/differential.rs` pairs the two, answer for answer.
 //! All keys of one tenant carry its `{tenant}` hash tag (one Cluster slot).
 //!
 //! Money and token counts are integers; Lua reads them as doubles, exact
@@ -86,8 +88,11 @@ end
 pub const RATE: &str = concat!(prelude!(), rate_fn!(), "return rate(KEYS, ARGV)\n");
 
 /// A reservation. KEYS: month, buckets, held, expiry, credit, previous month,
-/// the day, week and lifetime window hashes, and the end user's hash for the
-/// current window when the request has one.
+/// the day, week and lifetime window hashes, and when the request has an end
+/// user, their hashes for the current window and the one before it: calls
+/// held across the end of an end user's period are still in the previous
+/// window's `r`, and count, as the book carries them (`tenant/book.rs`,
+/// paired by `tests/api/differential.rs`).
 /// ARGV: now, day, month, expires_at, amount, over_ok (1: alert mode),
 /// tenant budget, key, key budget, feature, feature budget (-1: none),
 /// tokens, tpm, daily, monthly (-1: none), meta, ttl ms, reservation id
@@ -147,10 +152,13 @@ local function spent(per, field, month)
   if per == 'month' then return month end
   return n(redis.call('HGET', W[per], field))
 end
+-- Likewise an end user's calls held across the end of their window.
+local evp = 0
+if eu and KEYS[11] and KEYS[11] ~= eu then evp = n(redis.call('HGET', KEYS[11], 'r')) end
 consider('tenant', tonumber(ARGV[7]), spent(periods[1], 'c', n(v[1])), n(v[2]) + n(pv[1]))
 consider('key', tonumber(ARGV[9]), spent(periods[2], kc, n(v[3])), n(v[4]) + n(pv[2]))
 consider('feature', tonumber(ARGV[11]), spent(periods[3], fc, n(v[5])), n(v[6]) + n(pv[3]))
-if eu then consider('end_user', tonumber(ARGV[20]), n(ev[1]), n(ev[2])) end
+if eu then consider('end_user', tonumber(ARGV[20]), n(ev[1]), n(ev[2]) + evp) end
 local cr, tcred, kcred = KEYS[5], ARGV[26] == '1', ARGV[27] == '1'
 local counted = redis.call('HEXISTS', cr, 'seeded') == 1
 if (tcred or kcred) and not counted then return {'seed_credit'} end
@@ -270,6 +278,9 @@ local function close_end_user(eu, a, est, charged, used, E)
     redis.call('HINCRBY', held, 'td:' .. day, s(-tonumber(est)))
   end
   local now = E.prefix .. hex .. ':' .. E[per]
+  -- A window not started yet starts from the ledger, which has this call's
+  -- row (the seed flushes first): adding it here too would count it twice.
+  if redis.call('HEXISTS', now, 'seeded') == 0 then return end
   redis.call('HINCRBY', now, 'c', charged)
   redis.call('HINCRBY', now, 'td:' .. E.today, used)
   -- Tokens held and not used go back to the bucket; the next reserve caps it at full.
@@ -532,11 +543,16 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {'seeded'}
 ";
 
-/// KEYS: the end user's hash. Returns {'seed'} | {'ok', committed, reserved}.
+/// KEYS: the end user's hash, and the one of their previous window (whose
+/// calls still held count as reserved). Returns {'seed', reserved} (the
+/// window is not started: its spend is the ledger's) | {'ok', committed, reserved}.
 pub const END_USER_STATUS: &str = r"
 local v = redis.call('HMGET', KEYS[1], 'seeded', 'c', 'r')
-if not v[1] then return {'seed'} end
-return {'ok', v[2] or '0', v[3] or '0'}
+local r = tonumber(v[3] or '0')
+if KEYS[2] ~= KEYS[1] then r = r + tonumber(redis.call('HGET', KEYS[2], 'r') or '0') end
+r = string.format('%.0f', r)
+if not v[1] then return {'seed', r} end
+return {'ok', v[2] or '0', r}
 ";
 
 /// Starts the credit hash from the ledger, once: the tenant's and keys'
