@@ -278,9 +278,8 @@ local function close_end_user(eu, a, est, charged, used, E)
     redis.call('HINCRBY', held, 'td:' .. day, s(-tonumber(est)))
   end
   local now = E.prefix .. hex .. ':' .. E[per]
-  -- A window not started yet starts from the ledger, which has this call's
-  -- row (the seed flushes first): adding it here too would count it twice.
-  if redis.call('HEXISTS', now, 'seeded') == 0 then return end
+  -- Into a window not started yet too: its seed takes the larger of this and
+  -- the ledger's sum (`SEED_END_USER`).
   redis.call('HINCRBY', now, 'c', charged)
   redis.call('HINCRBY', now, 'td:' .. E.today, used)
   -- Tokens held and not used go back to the bucket; the next reserve caps it at full.
@@ -533,11 +532,18 @@ return {'none'}
 );
 
 /// Starts an end user's window from the ledger, once (as `SEED` does a month).
+/// Settles may have landed in the window before it started; the ledger has
+/// their rows too once they are written (the seeding replica flushes its own
+/// first), so the window starts from the larger of the two sums: never below
+/// either, and not the double of a call counted in both.
 /// KEYS: the end user's hash. ARGV: committed, ttl ms, the local day, tokens that day.
 pub const SEED_END_USER: &str = r"
 if redis.call('HSETNX', KEYS[1], 'seeded', '1') == 1 then
-  redis.call('HINCRBY', KEYS[1], 'c', ARGV[1])
-  redis.call('HINCRBY', KEYS[1], 'td:' .. ARGV[3], ARGV[4])
+  local before = tonumber(redis.call('HGET', KEYS[1], 'c') or '0')
+  if tonumber(ARGV[1]) > before then redis.call('HSET', KEYS[1], 'c', ARGV[1]) end
+  local day = 'td:' .. ARGV[3]
+  local used = tonumber(redis.call('HGET', KEYS[1], day) or '0')
+  if tonumber(ARGV[4]) > used then redis.call('HSET', KEYS[1], day, ARGV[4]) end
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {'seeded'}
