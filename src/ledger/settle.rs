@@ -9,8 +9,9 @@ use std::time::Duration;
 use super::actor::LedgerHandle;
 use super::event::UsageEvent;
 use crate::money::Nanos;
+use crate::telemetry::metrics::{Metric, counter_add};
 use crate::tenant::ReservationGuard;
-use crate::tenant::book::Granted;
+use crate::tenant::book::{Granted, Settled};
 use crate::tenant::handle::QuotaError;
 use crate::tenant::handle::committed;
 use crate::tenant::messages::SettleReply;
@@ -73,6 +74,13 @@ impl LedgerHandle {
     ) -> (Option<Nanos>, UsageEvent) {
         let remaining = match reply {
             Ok(reply) if committed(reply) => reply.remaining,
+            // The store lost the hold (it restarted empty): never a discount.
+            // The row keeps its charge, and the store is seeded from the ledger.
+            Ok(reply) if reply.settled == Settled::Lost => {
+                counter_add(Metric::QuotaHoldsLostTotal, &[], 1);
+                tracing::warn!(tenant = %event.tenant, request_id = %event.request_id, charged = %event.charged, "The quota store had no record of a settled hold; the row keeps its charge.");
+                reply.remaining
+            }
             Ok(reply) => {
                 event.charged = Nanos::ZERO;
                 event.error = Some(SETTLED_AFTER_EXPIRY.to_owned());

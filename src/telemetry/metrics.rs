@@ -34,6 +34,7 @@ pub enum Metric {
     StreamInterruptionsTotal,
     TokenizerFailuresTotal,
     FieldRefusalsTotal,
+    QuotaHoldsLostTotal,
     CacheRequestsTotal,
     LedgerEventsFlushed,
     LedgerWriteErrors,
@@ -67,7 +68,7 @@ pub enum Metric {
 }
 
 impl Metric {
-    pub const ALL: [Metric; 51] = [
+    pub const ALL: [Metric; 52] = [
         Metric::RequestsTotal,
         Metric::RequestDurationSeconds,
         Metric::GatewayOverheadSeconds,
@@ -89,6 +90,7 @@ impl Metric {
         Metric::StreamInterruptionsTotal,
         Metric::TokenizerFailuresTotal,
         Metric::FieldRefusalsTotal,
+        Metric::QuotaHoldsLostTotal,
         Metric::CacheRequestsTotal,
         Metric::LedgerEventsFlushed,
         Metric::LedgerWriteErrors,
@@ -144,6 +146,7 @@ impl Metric {
             Metric::StreamInterruptionsTotal => "tollgate_stream_interruptions_total",
             Metric::TokenizerFailuresTotal => "tollgate_tokenizer_failures_total",
             Metric::FieldRefusalsTotal => "tollgate_field_refusals_total",
+            Metric::QuotaHoldsLostTotal => "tollgate_quota_holds_lost_total",
             Metric::CacheRequestsTotal => "tollgate_cache_requests_total",
             Metric::SemanticCacheRequestsTotal => "tollgate_semantic_cache_requests_total",
             Metric::SemanticCacheBypassesTotal => "tollgate_semantic_cache_bypasses_total",
@@ -230,6 +233,9 @@ impl Metric {
             }
             Metric::TokenizerFailuresTotal => {
                 "Texts the tokenizer failed on, counted by their bytes instead (expected to stay 0)."
+            }
+            Metric::QuotaHoldsLostTotal => {
+                "Settles of holds the shared quota store had no record of (it restarted empty); their rows keep their charge."
             }
             Metric::FieldRefusalsTotal => {
                 "Requests refused for a body field, header or value the gateway cannot price, by door and field."

@@ -77,6 +77,7 @@ pub fn zero_configured(config: &Config) {
     // At 0 with traces off too: the panel then says so rather than nothing.
     counter_add(Metric::TraceSpansExportedTotal, &[], 0);
     counter_add(Metric::TokenizerFailuresTotal, &[], 0);
+    counter_add(Metric::QuotaHoldsLostTotal, &[], 0);
     counter_add(Metric::AuditPayloadsDroppedTotal, &[], 0);
     for reason in ["queue_full", "export_failed"] {
         counter_add(Metric::TraceSpansDroppedTotal, &[("reason", reason)], 0);

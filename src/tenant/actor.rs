@@ -510,7 +510,7 @@ impl TenantActor {
         if on_book {
             self.publish(now);
             self.check_alerts(now);
-        } else if !matches!(closed.settled, Settled::AlreadyClosed) {
+        } else if matches!(closed.settled, Settled::Committed { .. }) {
             self.shared_totals = Some((closed.committed, closed.reserved));
             self.publish(now);
             let period = self.budget_window(now).key;

@@ -284,6 +284,10 @@ pub enum Settled {
     /// The ticket was already settled or expired (then committed at its reserved
     /// amount); this settle changed nothing.
     AlreadyClosed,
+    /// The store has no record of the hold, open or closed: it lost its state
+    /// (a Redis restarted empty). Nothing was committed there; the call's row
+    /// keeps its charge (the ledger is the truth), from which the store is seeded.
+    Lost,
 }
 
 #[derive(Debug, Clone)]

@@ -959,9 +959,14 @@ impl SharedQuota {
             .store
             .run(&self.store.scripts.settle, &keys, &args)
             .await?;
-        if field(&reply, 0)? == "closed" {
+        let unclosed = match field(&reply, 0)? {
+            "closed" => Some(Settled::AlreadyClosed),
+            "lost" => Some(Settled::Lost),
+            _ => None,
+        };
+        if let Some(settled) = unclosed {
             return Ok(Closed {
-                settled: Settled::AlreadyClosed,
+                settled,
                 committed: Nanos::ZERO,
                 reserved: Nanos::ZERO,
                 fired: Vec::new(),

@@ -17,6 +17,10 @@
 //! its end user `hex id:window:period:local day` (empty without one); a `C`
 //! before it marks one counted in the credit hash's `r`.
 //!
+//! A closed hold leaves a key `<held>:x:<id>` for five minutes (a settle
+//! arrives well within that, a retried one too), so a settle can tell a hold
+//! closed before (`closed`) from one the store never had (`lost`).
+//!
 //! The credit hash (`…:c`, no expiry) holds prepaid balances: `seeded`, the
 //! tenant's top-ups `b`, its lifetime spend `c` and what calls in flight hold
 //! `r`, the same per key (`k:<key>:b|c|r`), and `t:<ledger row>` for each
@@ -48,6 +52,11 @@ local function parse(rec)
   local a, est, mo, day, key, feat, eu = string.match(rest, '^(%d+)|(%d+)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|')
   return a, est, mo, day, key, feat, eu, c == 'C'
 end
+-- A closed hold leaves a mark for a while, in the tenant's slot: a settle
+-- that finds neither the hold nor its mark knows the store lost its state
+-- (a restart), not that the hold was closed before.
+local function closed_mark(held, id) return held .. ':x:' .. id end
+local function mark_closed(held, id) redis.call('SET', closed_mark(held, id), '1', 'PX', 300000) end
 local function add_top_up(cr, row, key, amount)
   if redis.call('HSETNX', cr, 't:' .. row, '1') == 0 then return end
   local f = 'b'
@@ -342,15 +351,21 @@ end
 /// lifetime's: see `euctx`), the period of the tenant's budget, then pairs of
 /// (alert percent, committed amount that reaches it), once per occurrence of
 /// that period.
-/// Returns {'closed'} | {'ok', reserved amount, committed, reserved, fired percents...}.
+/// Returns {'closed'} (closed before: settled, or committed as an orphan) |
+/// {'lost'} (neither held nor closed here: the store lost its state) |
+/// {'ok', reserved amount, committed, reserved, fired percents...}.
 pub const SETTLE: &str = concat!(
     prelude!(),
     close!(),
     r"
 local rec = redis.call('HGET', KEYS[3], ARGV[1])
-if not rec then return {'closed'} end
+if not rec then
+  if redis.call('EXISTS', closed_mark(KEYS[3], ARGV[1])) == 1 then return {'closed'} end
+  return {'lost'}
+end
 redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
+mark_closed(KEYS[3], ARGV[1])
 local a = close(rec, ARGV[2], ARGV[3], KEYS[1], KEYS[6], ARGV[4], ARGV[5], KEYS[2], tonumber(ARGV[6]), euctx(ARGV, 7), KEYS[5], {KEYS[7], KEYS[8], KEYS[9]})
 local th = ({day = KEYS[7], week = KEYS[8], lifetime = KEYS[9]})[ARGV[16]] or KEYS[1]
 local committed = n(redis.call('HGET', th, 'c'))
@@ -519,6 +534,7 @@ for i = 1, #all, 2 do
   if string.find(rec, needle, 1, true) then
     redis.call('HDEL', KEYS[3], id)
     redis.call('ZREM', KEYS[4], id)
+    mark_closed(KEYS[3], id)
     local a, est = parse(rec)
     local charged, used = ARGV[2], ARGV[3]
     if charged == '-1' then charged = a end
