@@ -480,7 +480,10 @@ impl Admission<'_> {
 
 /// What the request holds against its end user: the tier's template, with
 /// the admin's override for this end user applied (a block refuses it).
-fn end_user_hold(ctx: &RequestContext, tier: &Tier) -> Result<Option<EndUserHold>, ApiError> {
+pub(super) fn end_user_hold(
+    ctx: &RequestContext,
+    tier: &Tier,
+) -> Result<Option<EndUserHold>, ApiError> {
     let Some(id) = &ctx.end_user else {
         return Ok(None);
     };

@@ -1,7 +1,8 @@
 //! count_tokens: a Messages body's input tokens as the gateway's estimator
 //! counts them for the route (the count reservations are made with). Nothing
 //! goes upstream, nothing is held or charged and no ledger row is written,
-//! but it is a call like any other: key, route and tier checks, and the
+//! but it is a call like any other: key, route and tier checks, the door's
+//! field table, the end user (a tier that requires one, a blocked one) and the
 //! requests-per-minute limit. The prompts the gateway would place first
 //! count too: they are part of what the model reads and what is reserved.
 
@@ -32,6 +33,16 @@ pub async fn count_tokens(
     let route = resolve_route(&live.config, ctx, request.model(), request.body())?;
     *meter.route.borrow_mut() = Some(route.name.to_string());
     super::chat::check_fields(&request, route, ctx)?;
+    let tier = live.config.tiers.get(&ctx.tenant.tier).ok_or_else(|| {
+        ApiError::internal(format!("tiers.{} is not configured", ctx.tenant.tier))
+    })?;
+    if let Some(id) = super::end_user::identify(ctx, &request, tier)? {
+        let identified = RequestContext {
+            end_user: Some(id),
+            ..ctx.clone()
+        };
+        super::chat::end_user_hold(&identified, tier)?;
+    }
     let tenant = gw
         .tenants
         .handle(&ctx.tenant)

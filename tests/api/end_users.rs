@@ -170,6 +170,17 @@ async fn a_tier_that_requires_an_end_user_refuses_a_request_without_one_on_every
     assert_eq!(refused.status, 400, "{}", refused.raw);
     assert_eq!(refused.body["type"], "error", "{}", refused.raw);
     assert_eq!(refused.body["error"]["type"], "invalid_request_error");
+    // count_tokens is a call like any other: the same end user is required.
+    let count = json!({"model": route, "messages": [{"role": "user", "content": "hi"}]});
+    let uncounted = app
+        .post_json("/v1/messages/count_tokens", &key, &count)
+        .await;
+    assert_eq!(uncounted.status, 400, "{}", uncounted.raw);
+    assert!(
+        uncounted.raw.contains("X-Tollgate-End-User"),
+        "{}",
+        uncounted.raw
+    );
 }
 
 #[actix_web::test]
@@ -444,6 +455,20 @@ async fn an_admin_override_changes_one_end_users_limits_or_blocks_them() {
         (403, "end_user_blocked"),
         "{}",
         refused.raw
+    );
+    let count = app
+        .client
+        .post(format!("{}/v1/messages/count_tokens", app.base_url))
+        .insert_header(("authorization", format!("Bearer {key}")))
+        .insert_header(("x-tollgate-end-user", "ivan"))
+        .send_json(&json!({"model": route, "messages": [{"role": "user", "content": "hi"}]}))
+        .await
+        .unwrap();
+    let count = crate::support::reply(count).await;
+    assert_eq!(
+        count.status, 403,
+        "a blocked end user counts nothing either: {}",
+        count.raw
     );
     assert_eq!(as_user(&app, &key, route, "jill").await.status, 200);
     let rows = app.ledger_rows_eventually(&tenant, 5).await;
