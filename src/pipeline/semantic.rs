@@ -84,10 +84,22 @@ impl Consult<'_> {
         };
         let question = match question(self.ctx, self.request, self.settings) {
             Ok(mut question) => {
-                if let Some(placed) = &self.placed {
+                // An identified end user's answers are theirs unless the route shares them.
+                let end_user = self
+                    .ctx
+                    .end_user
+                    .as_deref()
+                    .filter(|_| !self.settings.share_across_end_users);
+                if self.placed.is_some() || end_user.is_some() {
                     let mut hasher = Sha256::new();
                     hasher.update(question.context);
-                    hasher.update(placed);
+                    if let Some(placed) = &self.placed {
+                        hasher.update(placed);
+                    }
+                    if let Some(id) = end_user {
+                        hasher.update(b"end user\0");
+                        hasher.update(id.as_bytes());
+                    }
                     question.context = hasher.finalize().into();
                 }
                 question

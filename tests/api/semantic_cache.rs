@@ -129,6 +129,69 @@ async fn a_close_question_is_answered_from_the_cache_and_only_its_embedding_is_c
     );
 }
 
+/// One end user cannot plant an answer for another: an identified end user's
+/// answers are theirs, unless the route shares them across end users.
+#[actix_web::test]
+async fn an_end_users_answers_are_theirs_unless_the_route_shares_them() {
+    const R: &str = "sem-users";
+    const SHARED: &str = "sem-users-shared";
+    let app = spawn_app(
+        TestSetup::new()
+            .route(R, &["primary/usage-100-20-30"])
+            .route_line(
+                R,
+                r#"semantic_cache = { threshold = 0.92, ttl_ms = 60000, embedding_route = "embed" }"#,
+            )
+            .route("embed", &["primary/usage-50-0-0"])
+            .route(SHARED, &["primary/usage-100-20-30"])
+            .route_line(
+                SHARED,
+                r#"semantic_cache = { threshold = 0.92, ttl_ms = 60000, embedding_route = "embed", share_across_end_users = true }"#,
+            )
+            .tier("free", &[R, SHARED, "embed"], 1000, 100),
+    )
+    .await;
+    let (_tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let as_user = |route: &'static str, user: &'static str, text: &'static str| {
+        let app = &app;
+        let key = key.clone();
+        async move {
+            app.chat_with(&key, &ask(route, text), &[("x-tollgate-end-user", user)])
+                .await
+        }
+    };
+
+    let planted = as_user(R, "mallory", FRANCE).await;
+    let victim = as_user(R, "alice", PARAPHRASE).await;
+    let again = as_user(R, "mallory", PARAPHRASE).await;
+
+    assert_eq!(
+        planted.header("x-tollgate-cache"),
+        Some("miss"),
+        "{}",
+        planted.raw
+    );
+    assert_eq!(
+        victim.header("x-tollgate-cache"),
+        Some("miss"),
+        "not mallory's answer"
+    );
+    assert_eq!(
+        again.header("x-tollgate-cache"),
+        Some("semantic"),
+        "mallory's own"
+    );
+
+    let first = as_user(SHARED, "mallory", FRANCE).await;
+    let shared = as_user(SHARED, "alice", PARAPHRASE).await;
+    assert_eq!(first.header("x-tollgate-cache"), Some("miss"));
+    assert_eq!(
+        shared.header("x-tollgate-cache"),
+        Some("semantic"),
+        "the route shares"
+    );
+}
+
 #[actix_web::test]
 async fn questions_about_live_data_tools_and_sampled_answers_are_never_looked_up() {
     const R: &str = "sem-bypass";

@@ -98,6 +98,11 @@ pub struct RawSemanticRoute {
     /// asks about live data: never answered from the cache.
     #[serde(default)]
     pub bypass_when: Vec<String>,
+    /// One end user's answers serve the tenant's other end users too. Off by
+    /// default: an end user could otherwise plant an answer that others get
+    /// for a question merely close to theirs.
+    #[serde(default)]
+    pub share_across_end_users: bool,
 }
 
 /// `0.92` or `"0.92"`.
@@ -118,6 +123,8 @@ pub struct SemanticRoute {
     pub any_temperature: bool,
     /// Lowercased.
     pub bypass_when: Vec<String>,
+    /// Answers are shared by the tenant's end users (else each end user's are theirs).
+    pub share_across_end_users: bool,
 }
 
 impl RawSemanticRoute {
@@ -167,6 +174,7 @@ impl RawSemanticRoute {
             ttl_ms: self.ttl_ms,
             embedding_route: self.embedding_route.clone(),
             any_temperature: self.any_temperature,
+            share_across_end_users: self.share_across_end_users,
             bypass_when: self.bypass_when.iter().map(|w| w.to_lowercase()).collect(),
         })
     }
@@ -203,6 +211,7 @@ mod tests {
             embedding_route: embedding_route.to_owned(),
             any_temperature: false,
             bypass_when: vec!["Today".into()],
+            share_across_end_users: false,
         }
     }
 
