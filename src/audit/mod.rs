@@ -64,7 +64,7 @@ impl Capture {
             tenant_id: auth.tenant.id.to_string(),
             key_id: auth.key.id.to_string(),
             api,
-            request,
+            request: worth_keeping(request, log.max_body_bytes()),
         }
     }
 
@@ -109,6 +109,11 @@ pub(crate) struct Payload {
 }
 
 impl Payload {
+    /// The bytes it holds while queued.
+    fn size(&self) -> usize {
+        self.request.len().saturating_add(self.response.len())
+    }
+
     /// The row kept: both bodies redacted, then cut to `limit` bytes.
     fn into_row(self, limit: usize) -> entity::audit_payload::ActiveModel {
         let (request, cut_request) = kept(&self.request, limit);
@@ -129,6 +134,17 @@ impl Payload {
     }
 }
 
+/// As much of a body as its row can keep, and a margin so that a key cut at
+/// the limit is still seen whole to be redacted: a copy, so the rest of a
+/// large body is not held while the payload waits for the writer.
+fn worth_keeping(body: Bytes, limit: usize) -> Bytes {
+    let keep = limit.saturating_add(256);
+    if body.len() <= keep {
+        return body;
+    }
+    Bytes::copy_from_slice(&body[..keep])
+}
+
 /// `body` redacted, then cut to `limit` bytes (at a character boundary); and whether it was cut.
 fn kept(body: &[u8], limit: usize) -> (String, bool) {
     let mut text = redact::redact_body(body);
@@ -146,6 +162,15 @@ fn kept(body: &[u8], limit: usize) -> (String, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_large_request_is_held_only_as_far_as_its_row_keeps_it() {
+        let body = Bytes::from(vec![b'x'; 4 * 1024 * 1024]);
+        let kept_part = worth_keeping(body, 1024);
+        assert_eq!(kept_part.len(), 1024 + 256);
+        let small = Bytes::from_static(b"{}");
+        assert_eq!(worth_keeping(small.clone(), 1024), small);
+    }
 
     #[test]
     fn a_body_past_the_limit_is_cut_at_a_character_and_marked() {
