@@ -408,10 +408,7 @@ impl Admission<'_> {
             guard.release();
         }
         let exact = Estimate {
-            tokens: self
-                .gw
-                .estimator
-                .estimate_for(&self.route.countings, self.request.prompt())
+            tokens: super::count::exact(self.gw, &self.route.countings, self.request).await
                 + self.placed_tokens(),
             exact: true,
         };

@@ -15,6 +15,7 @@ use crate::openai::chat::ChatRequest;
 use crate::prompts::Prefix;
 use crate::state::Gateway;
 use crate::tenant::RateDecision;
+use crate::tokenize::{Counting, OwnedPrompt};
 
 /// The count, and the rate decision the call was let through by.
 pub struct Counted {
@@ -50,9 +51,30 @@ pub async fn count_tokens(
     let rate = allowed_rate(&tenant).await?;
     let placed = Prefix::of(route, &ctx.tenant, true)
         .map_or(0, |prefix| prefix.tokens(&gw.estimator, &route.countings));
-    let input_tokens = gw
-        .estimator
-        .estimate_for(&route.countings, request.prompt())
-        + placed;
+    let input_tokens = exact(gw, &route.countings, &request).await + placed;
     Ok(Counted { input_tokens, rate })
+}
+
+/// Bodies at least this large are counted exactly off the request's worker.
+const OFF_WORKER_BYTES: usize = 64 * 1024;
+
+/// A request's input counted exactly (the estimate holds are made with).
+/// Counting a body of a few megabytes takes long enough to stall every other
+/// request on its worker, so a large one is counted on the blocking pool; if
+/// that fails, it is held at its bytes, a bound never below the count.
+pub(super) async fn exact(gw: &Gateway, countings: &[Counting], request: &ChatRequest) -> u64 {
+    let size = request
+        .native()
+        .map_or(request.raw().len(), |native| native.body.len());
+    if size < OFF_WORKER_BYTES {
+        return gw.estimator.estimate_for(countings, request.prompt());
+    }
+    let estimator = gw.estimator;
+    let owned = (countings.to_vec(), OwnedPrompt::of(request.prompt()));
+    let counted = actix_web::web::block(move || {
+        let (countings, prompt) = owned;
+        estimator.estimate_for(&countings, prompt.as_prompt())
+    })
+    .await;
+    counted.unwrap_or_else(|_| gw.estimator.bound_for(countings, request.prompt()).tokens)
 }

@@ -130,6 +130,34 @@ pub enum Prompt<'a> {
     Embeddings(&'a Map<String, Value>),
 }
 
+/// A `Prompt` that owns its parts, to be counted on another thread.
+#[derive(Debug, Clone)]
+pub enum OwnedPrompt {
+    Chat(Map<String, Value>),
+    Translated(Map<String, Value>, Untranslated),
+    Embeddings(Map<String, Value>),
+}
+
+impl OwnedPrompt {
+    pub fn of(prompt: Prompt<'_>) -> OwnedPrompt {
+        match prompt {
+            Prompt::Chat(body) => OwnedPrompt::Chat(body.clone()),
+            Prompt::Translated(body, beyond) => {
+                OwnedPrompt::Translated(body.clone(), beyond.clone())
+            }
+            Prompt::Embeddings(body) => OwnedPrompt::Embeddings(body.clone()),
+        }
+    }
+
+    pub fn as_prompt(&self) -> Prompt<'_> {
+        match self {
+            OwnedPrompt::Chat(body) => Prompt::Chat(body),
+            OwnedPrompt::Translated(body, beyond) => Prompt::Translated(body, beyond),
+            OwnedPrompt::Embeddings(body) => Prompt::Embeddings(body),
+        }
+    }
+}
+
 /// What a door's own body sends a provider of its API that the chat
 /// translation leaves out (earlier turns' thinking, the system prompts of
 /// provider-defined tools): counted in the hold, never sent to a chat upstream.
