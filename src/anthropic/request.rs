@@ -284,6 +284,10 @@ impl Translator {
                         texts.push(text.to_owned());
                         continue;
                     }
+                    // Billed as an image, whatever its text here (a URL is short).
+                    if block_type(part) == Some("image") {
+                        self.untranslated.images += 1;
+                    }
                     self.gap(
                         format!("{path}.content[{k}]"),
                         "chat tool results carry text only",
@@ -500,6 +504,17 @@ mod tests {
             ]
         );
         assert_eq!(translation.untranslated.tokens, fields::DEFINED_TOOL_TOKENS);
+    }
+
+    /// An image a tool returns is billed as an image, however short its URL.
+    #[test]
+    fn an_image_in_a_tool_result_is_counted_as_an_image() {
+        let request = json!({"model": "m", "max_tokens": 5, "messages": [
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "shot", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
+                {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]}]}]});
+        let translation = to_chat(request.to_string().as_bytes(), &fields::MESSAGES).unwrap();
+        assert_eq!(translation.untranslated.images, 1);
     }
 
     #[test]

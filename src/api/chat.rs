@@ -104,6 +104,7 @@ pub(super) async fn serve(
                     native: translation.native,
                     screen: translation.screen,
                     asks_reasoning: translation.asks_reasoning,
+                    untranslated: translation.untranslated,
                 };
                 (bytes::Bytes::from(translation.chat), Some(native))
             }

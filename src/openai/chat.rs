@@ -37,6 +37,7 @@ pub struct ResponsesBody {
     pub native: Bytes,
     pub screen: Screen,
     pub asks_reasoning: bool,
+    pub untranslated: Untranslated,
 }
 
 /// Whether a body of any door asks the model to reason: chat's
@@ -223,7 +224,7 @@ impl ChatRequest {
         request.native = Some(Native {
             body: door.native,
             gap: None,
-            untranslated: Untranslated::default(),
+            untranslated: door.untranslated,
             asks_reasoning: door.asks_reasoning,
         });
         request.screen = door.screen;

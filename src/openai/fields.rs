@@ -322,7 +322,10 @@ fn responses_input(value: &Value) -> Result<(), Refused> {
             }
         }
         each(&item["content"], responses_part)
-            .map_err(|r| Refused::new(format!(".content{}", r.at), r.why))
+            .map_err(|r| Refused::new(format!(".content{}", r.at), r.why))?;
+        // A tool's output may carry parts too (images, files).
+        each(&item["output"], responses_part)
+            .map_err(|r| Refused::new(format!(".output{}", r.at), r.why))
     })
 }
 
@@ -413,6 +416,12 @@ mod tests {
         );
         let reference = json!({"model": "m", "input": [{"type": "item_reference", "id": "msg_1"}]});
         assert_eq!(refused(&RESPONSES, reference), Some("input[0].type".into()));
+        let output = json!({"model": "m", "input": [{"type": "function_call_output", "call_id": "c",
+            "output": [{"type": "input_file", "file_id": "file-1"}]}]});
+        assert_eq!(
+            refused(&RESPONSES, output),
+            Some("input[0].output[0].file_id".into())
+        );
         let prompt = json!({"model": "m", "prompt": {"id": "pmpt_1", "variables": {}}});
         assert_eq!(refused(&RESPONSES, prompt), Some("prompt".into()));
         let search = json!({"model": "m", "messages": [], "web_search_options": {}});

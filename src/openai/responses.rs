@@ -14,6 +14,7 @@ use super::fields;
 use crate::error::ApiError;
 use crate::fields::Screen;
 use crate::openai::chunk::{self, ChatEvent};
+use crate::tokenize::Untranslated;
 
 /// What a `response` object repeats of its request.
 #[derive(Debug, Clone, Default)]
@@ -45,6 +46,8 @@ pub struct Translation {
     pub echo: Echo,
     /// It asks for `reasoning`.
     pub asks_reasoning: bool,
+    /// What the chat body carries only as text: images in tools' outputs.
+    pub untranslated: Untranslated,
 }
 
 /// Translates a Responses body read by its field table.
@@ -99,7 +102,26 @@ pub fn to_chat(bytes: Bytes) -> Result<Translation, ApiError> {
         screen,
         echo,
         asks_reasoning: super::chat::asks_reasoning(&request),
+        untranslated: Untranslated {
+            images: images_in_outputs(request.get("input")),
+            ..Untranslated::default()
+        },
     })
+}
+
+/// Images in tools' outputs: the chat translation carries them as the
+/// output's JSON text (a URL is short), the provider bills them as images.
+fn images_in_outputs(input: Option<&Value>) -> u64 {
+    let Some(Value::Array(items)) = input else {
+        return 0;
+    };
+    let images = items
+        .iter()
+        .filter_map(|item| item.get("output").and_then(Value::as_array))
+        .flatten()
+        .filter(|part| part.get("type").and_then(Value::as_str) == Some("input_image"))
+        .count();
+    u64::try_from(images).unwrap_or(u64::MAX)
 }
 
 /// `text.format` as chat's `response_format`: the same schema, so a
@@ -764,6 +786,17 @@ mod tests {
         assert!(native.get("tool_choice").is_none(), "{native}");
         let chat: Value = serde_json::from_slice(&translation.chat).unwrap();
         assert_eq!(chat["tools"].as_array().map(Vec::len), Some(1));
+    }
+
+    /// An image a function returns is billed as an image, however short its URL.
+    #[test]
+    fn an_image_in_a_function_output_is_counted_as_an_image() {
+        let request = json!({"model": "m", "input": [
+            {"type": "function_call", "call_id": "c", "name": "shot", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c", "output": [
+                {"type": "input_image", "image_url": "https://example.com/a.png"}]}]});
+        let translation = to_chat(Bytes::from(request.to_string())).unwrap();
+        assert_eq!(translation.untranslated.images, 1);
     }
 
     #[test]

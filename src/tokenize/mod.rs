@@ -166,6 +166,9 @@ pub struct Untranslated {
     pub texts: Vec<String>,
     /// Tokens known only as a figure (a provider-defined tool's own prompt).
     pub tokens: u64,
+    /// Images the chat body carries only as text (in a tool's result), each
+    /// held at the model's image figure.
+    pub images: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -324,7 +327,8 @@ impl Estimator {
             Prompt::Chat(body) => self.raw_chat_input(body),
             Prompt::Translated(body, beyond) => {
                 let texts: u64 = beyond.texts.iter().map(|t| self.count_text(t)).sum();
-                self.raw_chat_input(body) + texts + beyond.tokens
+                let images = beyond.images.saturating_mul(self.image_tokens);
+                self.raw_chat_input(body) + texts + beyond.tokens + images
             }
             Prompt::Embeddings(body) => body
                 .get("input")
