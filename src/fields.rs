@@ -195,6 +195,21 @@ impl Screen {
     }
 }
 
+/// The `param` a table's check refuses `body` with, if it does (tests).
+#[cfg(test)]
+pub fn refused_param(table: &'static Table, body: Value, unknown: Unknown) -> Option<String> {
+    let Value::Object(body) = body else {
+        return Some("(not an object)".to_owned());
+    };
+    table.check(&body, unknown).err().map(|e| {
+        let envelope: Value = serde_json::from_slice(&e.envelope_json()).unwrap_or_default();
+        envelope["error"]["param"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    })
+}
+
 /// Each element of an array field, checked by `rule` (`[i]` prefixed to
 /// what it refuses); anything but an array passes to the door's own parser.
 pub fn each(value: &Value, rule: impl Fn(&Value) -> Result<(), Refused>) -> Result<(), Refused> {
@@ -237,16 +252,7 @@ mod tests {
     };
 
     fn param(body: Value, unknown: Unknown) -> Option<String> {
-        let Value::Object(body) = body else {
-            unreachable!()
-        };
-        TABLE.check(&body, unknown).err().map(|e| {
-            let envelope: Value = serde_json::from_slice(&e.envelope_json()).unwrap_or_default();
-            envelope["error"]["param"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned()
-        })
+        refused_param(&TABLE, body, unknown)
     }
 
     #[test]

@@ -310,7 +310,7 @@ pub fn check_betas(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fields::Unknown;
+    use crate::fields::{Unknown, refused_param};
     use serde_json::json;
 
     fn object(value: Value) -> Map<String, Value> {
@@ -321,17 +321,7 @@ mod tests {
     }
 
     fn refused(body: Value) -> Option<String> {
-        MESSAGES
-            .check(&object(body), Unknown::Refuse)
-            .err()
-            .map(|e| {
-                let envelope: Value =
-                    serde_json::from_slice(&e.envelope_json()).unwrap_or_default();
-                envelope["error"]["param"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned()
-            })
+        refused_param(&MESSAGES, body, Unknown::Refuse)
     }
 
     #[test]

@@ -358,20 +358,11 @@ fn responses_part(part: &Value) -> Result<(), Refused> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fields::Unknown;
+    use crate::fields::{Unknown, refused_param};
     use serde_json::json;
 
     fn refused(table: &'static Table, body: Value) -> Option<String> {
-        let Value::Object(body) = body else {
-            unreachable!()
-        };
-        table.check(&body, Unknown::Refuse).err().map(|e| {
-            let envelope: Value = serde_json::from_slice(&e.envelope_json()).unwrap_or_default();
-            envelope["error"]["param"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned()
-        })
+        refused_param(table, body, Unknown::Refuse)
     }
 
     #[test]
