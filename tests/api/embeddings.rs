@@ -150,3 +150,27 @@ async fn the_official_openai_python_sdk_creates_embeddings_and_gets_the_402() {
     assert_eq!(seen["cost"], "0.0001");
     assert_eq!(seen["poor"], json!([402, "budget_exceeded"]));
 }
+
+/// The door decides how a body is counted, never its keys: an embeddings
+/// body with chat fields (`"messages": null` once made it a 3-token chat,
+/// charged 37 times its hold) is refused, naming the field, and nothing is sent.
+#[actix_web::test]
+async fn an_embeddings_body_with_chat_fields_is_refused_and_nothing_leaves() {
+    let app = spawn_app(setup()).await;
+    let (tenant, key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "0.001"}))
+        .await;
+    let long = "words that cost many tokens to embed ".repeat(2_000);
+
+    let reply = embed(
+        &app,
+        &key,
+        &json!({"model": "embed", "input": long, "messages": null}),
+    )
+    .await;
+
+    assert_eq!(reply.status, 400, "{}", reply.raw);
+    assert_eq!(reply.body["error"]["param"], "messages");
+    assert_eq!(app.fake.stats.requests(), 0);
+    assert!(app.ledger_rows(&tenant).await.is_empty());
+}
