@@ -4,7 +4,8 @@
 //! `sequence_number`). It speaks the chat fake's scenario language where it
 //! applies (`status-NNN`, `delay-Nms`, `flaky-N`, `usage-P-C-O`, `usage-max`,
 //! `no-usage`, `tool`, and for streams `chunks-N`, `chunk-delay-Nms`,
-//! `ttft-Nms`, `cut-after-N`, `hang-after-N`, `malformed-after-N`), plus
+//! `ttft-Nms`, `cut-after-N`, `hang-after-N`, `malformed-after-N`, and
+//! `failed-after-N`: `response.failed` with the usage billed so far), plus
 //! `usage-IN-CW-CR-OUT` (input tokens, of them cache writes and cache reads,
 //! and output), `reasoning-N` (of the output, reasoning tokens) and `words-N`
 //! (a reply of N words, streamed as N deltas, whatever `max_output_tokens`
@@ -320,6 +321,17 @@ impl Streaming {
                 Some(Some(Ok(Bytes::from_static(
                     b"event: response.output_text.delta\ndata: {\"type\": oops\n\n",
                 ))))
+            }
+            Some(Fault::Failed(n)) if i == n => {
+                self.step = Step::End;
+                self.watch.finished = true;
+                let mut response = self
+                    .answer
+                    .response("failed", &[], self.answer.usage.as_ref());
+                response["error"] = json!({"code": "server_error", "message": "the model failed"});
+                let mut out = String::new();
+                self.event(&mut out, "response.failed", json!({"response": response}));
+                Some(Some(Ok(Bytes::from(out))))
             }
             _ => None,
         }

@@ -29,6 +29,9 @@ pub(super) enum Fault {
     Cut(u32),
     Hang(u32),
     Malformed(u32),
+    /// A Responses stream ends with `response.failed`, its usage reported
+    /// (a chat stream has no such event and ignores it).
+    Failed(u32),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +73,11 @@ impl StreamPlan {
                 .and_then(|n| n.parse().ok())
             {
                 plan.fault = Some(Fault::Malformed(n));
+            } else if let Some(n) = segment
+                .strip_prefix("failed-after-")
+                .and_then(|n| n.parse().ok())
+            {
+                plan.fault = Some(Fault::Failed(n));
             }
         }
         plan

@@ -135,8 +135,30 @@ async fn read_to_end(mut upstream: UpstreamBody) {
 enum End {
     Done,
     Broken(String),
+    /// The provider ended the stream as failed, with the usage it billed.
+    Failed(String),
     /// The relay ended the stream at its hold; the upstream call is cancelled.
     Cut,
+}
+
+/// A translated event as what the relay does next: pass these events on
+/// (and end after them when `true`), or end now (keeping a failure's usage).
+fn next_step(
+    translated: Translated,
+    usage: &mut Option<Usage>,
+) -> Result<(Vec<Relayed>, bool), End> {
+    match translated {
+        Translated::Events(relayed) => Ok((relayed, false)),
+        Translated::Done(relayed) => Ok((relayed, true)),
+        Translated::Broken(reason) => Err(End::Broken(reason)),
+        Translated::Failed {
+            reason,
+            usage: billed,
+        } => {
+            *usage = Some(billed);
+            Err(End::Failed(reason))
+        }
+    }
 }
 
 impl Relay {
@@ -165,10 +187,10 @@ impl Relay {
 
         let end = 'relay: loop {
             while let Some(event) = splitter.next_event() {
-                let (relayed, done) = match self.translator.on_event(&event) {
-                    Translated::Events(relayed) => (relayed, false),
-                    Translated::Done(relayed) => (relayed, true),
-                    Translated::Broken(reason) => break 'relay End::Broken(reason),
+                let (relayed, done) = match next_step(self.translator.on_event(&event), &mut usage)
+                {
+                    Ok(step) => step,
+                    Err(end) => break 'relay end,
                 };
                 for item in relayed {
                     if !passed.fits(&self, &item) {
@@ -237,7 +259,7 @@ impl Relay {
         // the pool half-read. A stream that ended well is read to its end below.
         let finished = match end {
             End::Done => Some(upstream),
-            End::Broken(_) | End::Cut => None,
+            End::Broken(_) | End::Failed(_) | End::Cut => None,
         };
         let last = (!client_gone)
             .then(|| self.last_events(&end, &passed))
@@ -263,7 +285,7 @@ impl Relay {
             Some(match end {
                 End::Done => Bytes::from_static(b"data: [DONE]\n\n"),
                 End::Cut => self.cut_ending(passed.last_chunk.as_deref()),
-                End::Broken(reason) => {
+                End::Broken(reason) | End::Failed(reason) => {
                     let error = serde_json::json!({"error": {
                         "message": format!("the upstream stream broke: {reason}"),
                         "type": "server_error",
@@ -284,7 +306,7 @@ impl Relay {
                 input_tokens: self.input_tokens,
                 output_tokens: self.held_output_tokens,
             },
-            End::Broken(reason) => Ending::Broken(reason),
+            End::Broken(reason) | End::Failed(reason) => Ending::Broken(reason),
         };
         self.translator.own_ending(&ending)
     }
@@ -360,11 +382,11 @@ impl Relay {
         reported: Option<Usage>,
         content: &str,
     ) -> (Usage, UsageKind) {
-        if let (Some(usage), End::Done) = (reported, end) {
+        if let (Some(usage), End::Done | End::Failed(_)) = (reported, end) {
             return (usage, UsageKind::Reported);
         }
         let held = match end {
-            End::Broken(_) => true,
+            End::Broken(_) | End::Failed(_) => true,
             End::Done => self.asks_reasoning,
             End::Cut => false,
         };
@@ -393,13 +415,13 @@ impl Relay {
                 Verdict::Abandoned,
                 match &end {
                     End::Done => None,
-                    End::Broken(reason) => Some(reason.clone()),
+                    End::Broken(reason) | End::Failed(reason) => Some(reason.clone()),
                     End::Cut => Some(self.cut_note()),
                 },
             ),
             (End::Done, false) => (self.success_status, Verdict::Healthy, None),
             (End::Cut, false) => (self.success_status, Verdict::Healthy, Some(self.cut_note())),
-            (End::Broken(reason), false) => (
+            (End::Broken(reason) | End::Failed(reason), false) => (
                 AttemptStatus::Partial,
                 Verdict::Failed,
                 Some(reason.clone()),

@@ -390,6 +390,10 @@ fn passthrough_setup() -> TestSetup {
             &["responder/usage-100-0-0-40+chunks-400+chunk-delay-10ms"],
         )
         .route("rp_broken", &["responder/chunks-8+cut-after-3"])
+        .route(
+            "rp_failed",
+            &["responder/usage-100-0-0-60+reasoning-50+chunks-8+failed-after-2"],
+        )
         .route("rp_poor", &["responder/usage-10-0-0-10"])
         .tier(
             "free",
@@ -399,6 +403,7 @@ fn passthrough_setup() -> TestSetup {
                 "rp_stream",
                 "rp_runaway",
                 "rp_broken",
+                "rp_failed",
                 "rp_poor",
             ],
             1000,
@@ -740,6 +745,39 @@ async fn a_responses_stream_the_upstream_breaks_through_the_passthrough_ends_wit
         ("responses", "partial")
     );
     assert!(rows[0].charged_nanos > 0, "{:?}", rows[0]);
+    assert_eq!(app.budget(&tenant).await["reserved"], "0");
+}
+
+/// A reasoning stream the provider ends with `response.failed`: its usage
+/// (reasoning it never streamed included) is what was billed, so it is the
+/// charge, not the text the relay saw nor the whole hold.
+#[actix_web::test]
+async fn a_failed_responses_stream_is_charged_the_usage_its_failure_reports() {
+    let app = spawn_app(passthrough_setup()).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    let reply = app
+        .post_json(
+            "/v1/responses",
+            &key,
+            &json!({"model": "rp_failed", "input": "think", "stream": true,
+                    "reasoning": {"effort": "high"}, "max_output_tokens": 1000}),
+        )
+        .await;
+
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    let events = typed_events(&reply.raw);
+    assert_eq!(events.last().unwrap().0, "error", "{}", reply.raw);
+    let rows = app.ledger_rows_eventually(&tenant, 1).await;
+    let row = &rows[0];
+    assert_eq!(
+        (row.status.as_str(), row.usage_kind.as_str()),
+        ("partial", "reported")
+    );
+    assert_eq!((row.prompt_tokens, row.completion_tokens), (100, 60));
+    // 100 in at 2 per 1M and 60 out at 8 per 1M.
+    assert_eq!(row.charged_nanos, 680_000);
+    assert!(row.charged_nanos < row.reserved_nanos, "{row:?}");
     assert_eq!(app.budget(&tenant).await["reserved"], "0");
 }
 

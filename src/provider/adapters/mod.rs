@@ -214,6 +214,11 @@ pub enum Translated {
     /// The stream finished; these events precede `[DONE]`.
     Done(Vec<Relayed>),
     Broken(String),
+    /// The provider ended the stream as failed and said what it billed.
+    Failed {
+        reason: String,
+        usage: Usage,
+    },
 }
 
 /// Turns upstream stream events into OpenAI chunks (unchanged for OpenAI-compatible upstreams).

@@ -199,12 +199,22 @@ impl EventRelay {
                 "upstream error event: {}",
                 parsed["message"].as_str().unwrap_or(&data)
             )),
-            "response.failed" => Translated::Broken(format!(
-                "upstream response.failed: {}",
-                parsed["response"]["error"]["message"]
-                    .as_str()
-                    .unwrap_or("no error given")
-            )),
+            "response.failed" => {
+                let reason = format!(
+                    "upstream response.failed: {}",
+                    parsed["response"]["error"]["message"]
+                        .as_str()
+                        .unwrap_or("no error given")
+                );
+                // A failed response still says what it billed: that is the charge.
+                match serde_json::from_value::<RawUsage>(parsed["response"]["usage"].clone()) {
+                    Ok(usage) => Translated::Failed {
+                        reason,
+                        usage: usage.to_usage(),
+                    },
+                    Err(_) => Translated::Broken(reason),
+                }
+            }
             "response.completed" | "response.incomplete" => {
                 let usage = serde_json::from_value::<RawUsage>(parsed["response"]["usage"].clone())
                     .ok()
@@ -510,7 +520,9 @@ mod tests {
     fn relayed(translated: Translated) -> Relayed {
         match translated {
             Translated::Events(mut relayed) | Translated::Done(mut relayed) => relayed.remove(0),
-            Translated::Broken(reason) => panic!("broken: {reason}"),
+            Translated::Broken(reason) | Translated::Failed { reason, .. } => {
+                panic!("broken: {reason}")
+            }
         }
     }
 
@@ -644,6 +656,16 @@ mod tests {
             panic!()
         };
         assert!(reason.contains("overloaded"), "{reason}");
+        // A failure that reports its usage is what was billed.
+        let Translated::Failed { reason, usage } = relay.on_event(&event(
+            "response.failed",
+            &json!({"response": {"error": {"message": "overloaded"},
+                "usage": {"input_tokens": 30, "output_tokens": 20, "total_tokens": 50}}}),
+        )) else {
+            panic!()
+        };
+        assert!(reason.contains("overloaded"), "{reason}");
+        assert_eq!((usage.prompt_tokens, usage.completion_tokens), (30, 20));
     }
 
     #[test]
