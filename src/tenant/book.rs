@@ -285,8 +285,9 @@ pub enum Settled {
     /// amount); this settle changed nothing.
     AlreadyClosed,
     /// The store has no record of the hold, open or closed: it lost its state
-    /// (a Redis restarted empty). Nothing was committed there; the call's row
-    /// keeps its charge (the ledger is the truth), from which the store is seeded.
+    /// (a Redis restarted empty). The charge was committed to the tenant's
+    /// own counters (the hold's key, feature and end user went with it), and
+    /// the call's row keeps it: the ledger is the truth.
     Lost,
 }
 

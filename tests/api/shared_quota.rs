@@ -731,22 +731,24 @@ async fn back_to_back_calls_each_see_the_refund_of_the_one_before_in_redis() {
 /// Redis restarted empty while a call is in flight: its settle finds neither
 /// the hold nor a mark that it was closed, so the store lost it. That is never
 /// a discount: the row keeps what its usage costs (the ledger is the truth),
-/// and the loss is counted.
+/// the loss is counted, and Redis counts the charge even when another call
+/// started Redis again from the ledger before the row was written.
 #[actix_web::test]
 async fn a_call_in_flight_when_redis_restarts_empty_keeps_its_charge() {
     let mut redis = RedisServer::start().await;
     let app = spawn_app(
         TestSetup::new()
             .route("slow", &["primary/usage-10-0-5+delay-1500ms"])
-            .tier("free", &["slow"], 1000, 100)
+            .route("quick", &["primary/usage-10-0-5"])
+            .tier("free", &["slow", "quick"], 1000, 100)
             .redis(&redis.url(), 1),
     )
     .await;
     let (tenant, key) = app
         .tenant_with_key("free", json!({"monthly_budget": "1"}))
         .await;
-    let body = chat_body("slow");
-    let call = app.chat(&key, &body);
+    let slow = chat_body("slow");
+    let call = app.chat(&key, &slow);
     let restart = async {
         wait_until(
             || app.fake.stats.requests() == 1,
@@ -755,30 +757,40 @@ async fn a_call_in_flight_when_redis_restarts_empty_keeps_its_charge() {
         )
         .await;
         redis.restart().await;
+        // Starts the tenant's month again from the ledger, which has no row
+        // of the call in flight yet. Until the replica has seen Redis back, a
+        // call is refused 503 (fail closed), costing nothing.
+        for _ in 0..100 {
+            let quick = app.chat(&key, &chat_body("quick")).await;
+            if quick.status != 503 {
+                return quick;
+            }
+            actix_rt::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("Redis never came back for the replica");
     };
 
-    let (reply, ()) = futures_util::future::join(call, restart).await;
+    let (reply, quick) = futures_util::future::join(call, restart).await;
 
     assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(quick.status, 200, "{}", quick.raw);
     app.settled().await;
     let rows = app.ledger_rows(&tenant).await;
-    assert_eq!(rows.len(), 1, "{rows:?}");
-    // 10 prompt at 2 per 1M + 5 completion at 8 per 1M.
-    assert_eq!(rows[0].charged_nanos, 60_000, "{rows:?}");
-    assert_eq!(rows[0].error, None, "{rows:?}");
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    // 10 prompt at 2 per 1M + 5 completion at 8 per 1M, each.
+    assert!(
+        rows.iter()
+            .all(|r| r.charged_nanos == 60_000 && r.error.is_none()),
+        "{rows:?}"
+    );
     let metrics = app.get("/metrics", "").await.raw;
     assert!(
         crate::support::metric_value(&metrics, "tollgate_quota_holds_lost_total") >= 1,
         "{metrics}"
     );
-    // The next call starts Redis again from the ledger, which has the row.
-    assert_eq!(app.chat(&key, &body).await.status, 200);
+    // What Redis decides on is what the ledger has: both calls.
+    assert_eq!(committed(&app.budget(&tenant).await), 120_000);
+    assert_eq!(app.chat(&key, &chat_body("quick")).await.status, 200);
     app.settled().await;
-    let charged: i64 = app
-        .ledger_rows(&tenant)
-        .await
-        .iter()
-        .map(|r| r.charged_nanos)
-        .sum();
-    assert_eq!(committed(&app.budget(&tenant).await), charged);
+    assert_eq!(committed(&app.budget(&tenant).await), 180_000);
 }

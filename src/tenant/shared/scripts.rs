@@ -56,6 +56,11 @@ end
 -- that finds neither the hold nor its mark knows the store lost its state
 -- (a restart), not that the hold was closed before.
 local function closed_mark(held, id) return held .. ':x:' .. id end
+-- Sets a counter to `v` where that raises it: a start from the ledger never
+-- counts twice what a settle already added.
+local function raise(h, f, v)
+  if tonumber(v) > n(redis.call('HGET', h, f)) then redis.call('HSET', h, f, v) end
+end
 local function mark_closed(held, id) redis.call('SET', closed_mark(held, id), '1', 'PX', 300000) end
 local function add_top_up(cr, row, key, amount)
   if redis.call('HSETNX', cr, 't:' .. row, '1') == 0 then return end
@@ -361,6 +366,16 @@ pub const SETTLE: &str = concat!(
 local rec = redis.call('HGET', KEYS[3], ARGV[1])
 if not rec then
   if redis.call('EXISTS', closed_mark(KEYS[3], ARGV[1])) == 1 then return {'closed'} end
+  -- Redis lost the hold (a restart): the call happened, so its charge counts
+  -- where it can without the hold's record, the tenant's month and windows;
+  -- the mark keeps a retried settle from counting it twice.
+  redis.call('HINCRBY', KEYS[1], 'c', ARGV[2])
+  redis.call('HINCRBY', KEYS[1], 'tm', ARGV[3])
+  redis.call('HINCRBY', KEYS[1], 'td:' .. ARGV[5], ARGV[3])
+  for _, w in ipairs({KEYS[7], KEYS[8], KEYS[9]}) do
+    if redis.call('HEXISTS', w, 'seeded') == 1 then redis.call('HINCRBY', w, 'c', ARGV[2]) end
+  end
+  mark_closed(KEYS[3], ARGV[1])
   return {'lost'}
 end
 redis.call('HDEL', KEYS[3], ARGV[1])
@@ -401,9 +416,11 @@ return out
 ";
 
 /// Starts a tenant's month from the ledger, once: a concurrent seed from
-/// another replica wins and this one changes nothing. Adds to what is there
-/// (a settle of last month's reservation may have arrived first): counting
-/// twice errs on the side of the cap.
+/// another replica wins and this one changes nothing. Settles may have
+/// arrived first (of last month's reservations, or of holds a restarted Redis
+/// lost); the ledger has their rows once written (the seeding replica flushes
+/// its own first), so each counter starts from the larger of the two sums:
+/// never below either, and a call counted in both is not counted twice.
 /// KEYS: month. ARGV: ttl, committed, tokens this month, day, tokens today,
 /// key count, (key, committed)..., feature count, (feature, committed)...,
 /// alert percents already reached...
@@ -412,14 +429,14 @@ pub const SEED: &str = concat!(
     r"
 local m = KEYS[1]
 if redis.call('HSETNX', m, 'seeded', '1') == 0 then return {'already'} end
-redis.call('HINCRBY', m, 'c', ARGV[2])
-redis.call('HINCRBY', m, 'tm', ARGV[3])
-redis.call('HINCRBY', m, 'td:' .. ARGV[4], ARGV[5])
+raise(m, 'c', ARGV[2])
+raise(m, 'tm', ARGV[3])
+raise(m, 'td:' .. ARGV[4], ARGV[5])
 local i = 6
 for _, prefix in ipairs({'k:', 'f:'}) do
   local count = tonumber(ARGV[i])
   for j = 1, count do
-    redis.call('HINCRBY', m, prefix .. ARGV[i + 2 * j - 1] .. ':c', ARGV[i + 2 * j])
+    raise(m, prefix .. ARGV[i + 2 * j - 1] .. ':c', ARGV[i + 2 * j])
   end
   i = i + 2 * count + 1
 end
