@@ -21,7 +21,7 @@ use crate::state::{ConfigSource, Gateway, Live};
 use crate::storage::{self, StorageError};
 use crate::telemetry;
 use crate::telemetry::metrics::{Metric, TenantLabels, counter_add};
-use crate::tenant::shared::restart;
+use crate::tenant::shared::{RestartPolicy, restart};
 use crate::tenant::{SharedStore, TenantRegistry};
 use crate::tokenize::Estimator;
 use sea_orm::DatabaseConnection;
@@ -352,7 +352,16 @@ async fn open_quota_store(
         config.calendar.clone(),
     )
     .map_err(AppError::QuotaStore)?;
-    store.start_prober();
+    store.start_prober(RestartPolicy {
+        replica: replica_id.to_owned(),
+        hold_lifetime: Duration::from_millis(
+            config
+                .server
+                .request_timeout_ms
+                .saturating_add(crate::pipeline::attempt::RESERVATION_MARGIN_MS),
+        ),
+        notice: SharedStore::PROBE_INTERVAL * 2,
+    });
     // The replay before this has put every row this replica journaled in the database.
     let resolved = restart::resolve_own(&store, db, replica_id, clock.now_ms()).await;
     if resolved > 0 {

@@ -24,6 +24,8 @@ pub async fn readyz(gw: web::Data<Gateway>) -> HttpResponse {
     // `local` policy can still be served.
     let quota_store = match &gw.quota_store {
         None => "memory",
+        // Back empty: waiting for the holds it lost to settle (`tenant/shared/epoch.rs`).
+        Some(store) if store.health().is_up() && store.paused() => "redis_restarted",
         Some(store) if store.health().is_up() => "redis",
         Some(_) => "redis_unreachable",
     };

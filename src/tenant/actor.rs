@@ -192,6 +192,10 @@ impl TenantActor {
             return Path::Book;
         };
         match (self.mode, quota.health().is_up()) {
+            // A Redis back empty decides nothing until the holds it lost have
+            // settled (`shared/epoch.rs`); no replica's share is safer meanwhile.
+            (Mode::Shared, true) if quota.paused() => Path::Closed,
+            (Mode::Local, true) if quota.paused() => Path::Book,
             (Mode::Shared, true) => Path::Redis { rejoin: false },
             (Mode::Local, true) => Path::Redis { rejoin: true },
             (Mode::Local, false) => Path::Book,

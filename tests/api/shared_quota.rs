@@ -731,8 +731,9 @@ async fn back_to_back_calls_each_see_the_refund_of_the_one_before_in_redis() {
 /// Redis restarted empty while a call is in flight: its settle finds neither
 /// the hold nor a mark that it was closed, so the store lost it. That is never
 /// a discount: the row keeps what its usage costs (the ledger is the truth),
-/// the loss is counted, and Redis counts the charge even when another call
-/// started Redis again from the ledger before the row was written.
+/// the loss is counted and Redis counts the charge; and until that call has
+/// settled nothing is decided on Redis, so nothing is admitted on the budget
+/// it still holds.
 #[actix_web::test]
 async fn a_call_in_flight_when_redis_restarts_empty_keeps_its_charge() {
     let mut redis = RedisServer::start().await;
@@ -757,17 +758,14 @@ async fn a_call_in_flight_when_redis_restarts_empty_keeps_its_charge() {
         )
         .await;
         redis.restart().await;
-        // Starts the tenant's month again from the ledger, which has no row
-        // of the call in flight yet. Until the replica has seen Redis back, a
-        // call is refused 503 (fail closed), costing nothing.
-        for _ in 0..100 {
-            let quick = app.chat(&key, &chat_body("quick")).await;
-            if quick.status != 503 {
-                return quick;
-            }
-            actix_rt::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("Redis never came back for the replica");
+        // The replica notices the restart within a probe and decides nothing
+        // on Redis until the call in flight has settled: refused 503, free.
+        until_store(&app, "redis_restarted").await;
+        let paused = app.chat(&key, &chat_body("quick")).await;
+        assert_eq!(paused.status, 503, "{}", paused.raw);
+        assert_eq!(paused.error_code(), "quota_unavailable");
+        until_store(&app, "redis").await;
+        app.chat(&key, &chat_body("quick")).await
     };
 
     let (reply, quick) = futures_util::future::join(call, restart).await;
@@ -793,4 +791,79 @@ async fn a_call_in_flight_when_redis_restarts_empty_keeps_its_charge() {
     assert_eq!(app.chat(&key, &chat_body("quick")).await.status, 200);
     app.settled().await;
     assert_eq!(committed(&app.budget(&tenant).await), 180_000);
+}
+
+/// Redis restarted empty under load on three replicas. Six calls hold the
+/// budget (0.05, about 0.008 each) when Redis comes back empty; six more
+/// follow. Before, the new Redis was started from a ledger that lacked the
+/// six in flight and admitted a budget again. Now every replica decides
+/// nothing on Redis until the holds it lost have settled, then starts from a
+/// ledger that has them: the second six are refused, no row carrying usage is
+/// charged 0, and the ledger stays within the budget.
+#[actix_web::test]
+async fn redis_restarted_empty_under_load_on_three_replicas_keeps_the_ledger_within_the_budget() {
+    let mut redis = RedisServer::start().await;
+    let setup = TestSetup::new()
+        .route("slow", &["primary/usage-max+delay-1500ms"])
+        .tier("free", &["slow"], 1000, 1000)
+        .redis(&redis.url(), 3)
+        .storage(BUSY_MACHINE_TIMEOUT);
+    let apps = replicas(&setup, 3).await;
+    let (tenant, key) = apps[0]
+        .tenant_with_key("free", json!({"monthly_budget": "0.05"}))
+        .await;
+    until_known(&apps, &key).await;
+    let body = chat_body("slow");
+    let upstream = || -> u64 { apps.iter().map(|a| a.fake.stats.requests()).sum() };
+
+    let first = join_all((0..6).map(|i| apps[i % 3].chat(&key, &body)));
+    let restart = async {
+        wait_until(
+            || upstream() == 6,
+            Duration::from_secs(5),
+            "six calls upstream",
+        )
+        .await;
+        redis.restart().await;
+        for app in &apps {
+            until_store(app, "redis_restarted").await;
+        }
+        // Refused while the lost holds settle (free), then by the budget.
+        let mut second = Vec::new();
+        for i in 0..6 {
+            let mut reply = chat_within(&apps[i % 3], &key, &body).await;
+            for _ in 0..200 {
+                if reply.status != 503 {
+                    break;
+                }
+                actix_rt::time::sleep(Duration::from_millis(20)).await;
+                reply = chat_within(&apps[i % 3], &key, &body).await;
+            }
+            second.push(reply);
+        }
+        second
+    };
+    let (first, second) = futures_util::future::join(first, restart).await;
+
+    let raw = |replies: &[Reply]| replies.iter().map(|r| r.raw.clone()).collect::<Vec<_>>();
+    assert!(first.iter().all(|r| r.status == 200), "{:?}", raw(&first));
+    let statuses: Vec<u16> = second.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [402; 6], "{:?}", raw(&second));
+    for app in &apps {
+        app.settled().await;
+        app.flush_ledger().await;
+    }
+    let rows = apps[0].ledger_rows(&tenant).await;
+    assert_eq!(rows.len(), 6, "{rows:?}");
+    assert!(
+        rows.iter()
+            .all(|r| r.completion_tokens > 0 && r.charged_nanos > 0),
+        "{rows:?}"
+    );
+    let charged: i64 = rows.iter().map(|r| r.charged_nanos).sum();
+    assert!(
+        charged <= 50_000_000,
+        "the ledger passed the budget: {charged}"
+    );
+    assert_eq!(upstream(), 6, "nothing more left");
 }

@@ -5,6 +5,7 @@
 //! store down (`health.rs`) and the actor falls back to its tenant's policy.
 
 mod connection;
+pub mod epoch;
 pub mod expiry;
 mod health;
 mod keys;
@@ -21,6 +22,8 @@ use std::time::Duration;
 use redis::Script;
 
 use connection::{Backend, Conn};
+pub use epoch::RestartPolicy;
+use epoch::{Epochs, Next};
 
 pub use health::StoreHealth;
 use keys::TenantKeys;
@@ -60,9 +63,6 @@ fn end_user_ttl_ms(window: &Window, now_ms: u64) -> u64 {
         .saturating_add(END_USER_MARGIN_MS)
 }
 
-/// How often a store marked down is probed.
-const PROBE_INTERVAL: Duration = Duration::from_millis(200);
-
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("shared quota store: {0}")]
 pub struct StoreFailure(String);
@@ -84,10 +84,12 @@ struct Scripts {
     credit: Script,
     credit_status: Script,
     seed_window: Script,
+    epoch: Script,
+    settled: Script,
 }
 
 impl Scripts {
-    fn all(&self) -> [&Script; 16] {
+    fn all(&self) -> [&Script; 18] {
         [
             &self.rate,
             &self.reserve,
@@ -105,6 +107,8 @@ impl Scripts {
             &self.credit,
             &self.credit_status,
             &self.seed_window,
+            &self.epoch,
+            &self.settled,
         ]
     }
 }
@@ -134,11 +138,16 @@ pub struct SharedStore {
     lane: Option<usize>,
     timeout: Duration,
     health: Arc<StoreHealth>,
+    /// Redis's epoch as this replica saw it, and the holds it placed there.
+    epochs: Arc<Epochs>,
     calendar: Calendar,
     scripts: Arc<Scripts>,
 }
 
 impl SharedStore {
+    /// How often the store is probed (and its epoch looked at; one marked down, pinged).
+    pub const PROBE_INTERVAL: Duration = Duration::from_millis(200);
+
     /// Builds the pool; nothing connects until the first call.
     /// `calendar`: where end users' budget periods begin.
     pub fn new(
@@ -157,6 +166,7 @@ impl SharedStore {
             lane: None,
             timeout,
             health: Arc::new(StoreHealth::default()),
+            epochs: Arc::new(Epochs::default()),
             calendar,
             scripts: Arc::new(Scripts {
                 rate: Script::new(scripts::RATE),
@@ -175,6 +185,8 @@ impl SharedStore {
                 credit: Script::new(scripts::CREDIT),
                 credit_status: Script::new(scripts::CREDIT_STATUS),
                 seed_window: Script::new(scripts::SEED_WINDOW),
+                epoch: Script::new(epoch::EPOCH),
+                settled: Script::new(epoch::SETTLED),
             }),
         })
     }
@@ -195,18 +207,73 @@ impl SharedStore {
         }
     }
 
-    /// Probes a store marked down until it answers; runs for the life of the System.
-    pub fn start_prober(&self) {
+    /// Probes a store marked down until it answers, and on every tick looks
+    /// at Redis's epoch (`epoch.rs`); runs for the life of the System.
+    pub fn start_prober(&self, policy: RestartPolicy) {
         let store = self.clone();
         actix_rt::spawn(async move {
-            let mut interval = tokio::time::interval(PROBE_INTERVAL);
+            let mut interval = tokio::time::interval(Self::PROBE_INTERVAL);
             loop {
                 interval.tick().await;
-                if !store.health.is_up() && store.ping().await.is_ok() {
+                if !store.health.is_up() {
+                    if store.ping().await.is_err() {
+                        continue;
+                    }
+                    // Before tenants rejoin: a Redis back empty pauses them first.
+                    store.look_at_epoch(&policy.replica).await;
                     store.health.mark_up();
+                    continue;
                 }
+                store.look_at_epoch(&policy.replica).await;
+                store.progress(&policy).await;
             }
         });
+    }
+
+    /// Whether decisions wait for the holds a restarted Redis lost.
+    pub fn paused(&self) -> bool {
+        self.epochs.paused()
+    }
+
+    async fn look_at_epoch(&self, replica: &str) {
+        let candidate = uuid::Uuid::new_v4().simple().to_string();
+        let keys = [epoch::EPOCH_KEY.to_owned(), epoch::ALIVE_KEY.to_owned()];
+        let args = [candidate, replica.to_owned()];
+        let Ok(reply) = self.run(&self.scripts.epoch, &keys, &args).await else {
+            return;
+        };
+        if let Some(current) = reply.first()
+            && self.epochs.observe(current)
+        {
+            tracing::error!(
+                "The shared quota store restarted empty; no decision is made on it until the holds it lost have settled."
+            );
+        }
+    }
+
+    async fn progress(&self, policy: &RestartPolicy) {
+        let epoch = match self.epochs.next(policy, None) {
+            Next::Nothing => return,
+            Next::Resume => return self.resume(),
+            Next::Say { epoch } => epoch,
+        };
+        let ttl = policy.hold_lifetime.as_millis().to_string();
+        let args = [policy.replica.clone(), ttl];
+        let keys = [epoch::settled_key(&epoch), epoch::ALIVE_KEY.to_owned()];
+        let Ok(reply) = self.run(&self.scripts.settled, &keys, &args).await else {
+            return;
+        };
+        let all_said = reply.first().map(|all| all == "1");
+        if self.epochs.next(policy, all_said) == Next::Resume {
+            self.resume();
+        }
+    }
+
+    fn resume(&self) {
+        self.epochs.resume();
+        tracing::info!(
+            "The holds the shared quota store lost have settled; decisions resume on it."
+        );
     }
 
     /// One PING within the timeout (used by the prober and `/readyz`).
@@ -467,6 +534,11 @@ impl SharedQuota {
         &self.store.health
     }
 
+    /// Whether decisions wait for the holds a restarted Redis lost.
+    pub fn paused(&self) -> bool {
+        self.store.paused()
+    }
+
     /// This month's hash, last month's, and this month's key, in the billing time zone.
     fn month_keys(&self, now_ms: u64) -> (String, String, String) {
         let calendar = &self.store.calendar;
@@ -557,6 +629,7 @@ impl SharedQuota {
         let reserved = self
             .after_first(first, id, request, limits, meta, now_ms)
             .await?;
+        self.track(&reserved);
         Ok((rate, Some(reserved)))
     }
 
@@ -576,8 +649,18 @@ impl SharedQuota {
         let first = self
             .attempt(id, request, limits, request.max_tokens, full, meta, now_ms)
             .await?;
-        self.after_first(first, id, request, limits, meta, now_ms)
-            .await
+        let reserved = self
+            .after_first(first, id, request, limits, meta, now_ms)
+            .await?;
+        self.track(&reserved);
+        Ok(reserved)
+    }
+
+    /// A hold Redis took is this replica's until it closes (see `epoch.rs`).
+    fn track(&self, reserved: &Reserved) {
+        if let Reserved::Granted(granted) = reserved {
+            self.store.epochs.opened(granted.id.0);
+        }
     }
 
     /// What follows a first attempt at the full worst case: in `clamp` mode a
@@ -959,6 +1042,7 @@ impl SharedQuota {
             .store
             .run(&self.store.scripts.settle, &keys, &args)
             .await?;
+        self.store.epochs.closed(id.0);
         let unclosed = match field(&reply, 0)? {
             "closed" => Some(Settled::AlreadyClosed),
             "lost" => Some(Settled::Lost),
