@@ -216,16 +216,16 @@ impl SharedStore {
             loop {
                 interval.tick().await;
                 if !store.health.is_up() {
-                    if store.ping().await.is_err() {
-                        continue;
+                    // Before tenants rejoin: a Redis back empty pauses them
+                    // first, so it is up only once its epoch has been read.
+                    if store.ping().await.is_ok() && store.look_at_epoch(&policy.replica).await {
+                        store.health.mark_up();
                     }
-                    // Before tenants rejoin: a Redis back empty pauses them first.
-                    store.look_at_epoch(&policy.replica).await;
-                    store.health.mark_up();
                     continue;
                 }
-                store.look_at_epoch(&policy.replica).await;
-                store.progress(&policy).await;
+                if store.look_at_epoch(&policy.replica).await {
+                    store.progress(&policy).await;
+                }
             }
         });
     }
@@ -235,20 +235,23 @@ impl SharedStore {
         self.epochs.paused()
     }
 
-    async fn look_at_epoch(&self, replica: &str) {
+    /// Reads the epoch (pausing decisions if it is a new one); whether it could.
+    async fn look_at_epoch(&self, replica: &str) -> bool {
         let candidate = uuid::Uuid::new_v4().simple().to_string();
         let keys = [epoch::EPOCH_KEY.to_owned(), epoch::ALIVE_KEY.to_owned()];
         let args = [candidate, replica.to_owned()];
-        let Ok(reply) = self.run(&self.scripts.epoch, &keys, &args).await else {
-            return;
+        let Ok(reply) = self.run_probing(&self.scripts.epoch, &keys, &args).await else {
+            return false;
         };
-        if let Some(current) = reply.first()
-            && self.epochs.observe(current)
-        {
+        let Some(current) = reply.first() else {
+            return false;
+        };
+        if self.epochs.observe(current) {
             tracing::error!(
                 "The shared quota store restarted empty; no decision is made on it until the holds it lost have settled."
             );
         }
+        true
     }
 
     async fn progress(&self, policy: &RestartPolicy) {
@@ -321,6 +324,38 @@ impl SharedStore {
         }
         self.bounded(async |conn| invocation.invoke_async::<Vec<String>>(conn).await)
             .await
+    }
+
+    /// `run` for the prober: tried while the store is marked down too (it
+    /// reads the epoch before marking the store up), and a failure leaves the
+    /// marking to the calls that wait for answers.
+    async fn run_probing(
+        &self,
+        script: &Script,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<Vec<String>, StoreFailure> {
+        let mut invocation = script.prepare_invoke();
+        for key in keys {
+            invocation.key(key);
+        }
+        for arg in args {
+            invocation.arg(arg);
+        }
+        let call = async {
+            let mut conn = self.connection().await?;
+            invocation
+                .invoke_async::<Vec<String>>(&mut conn)
+                .await
+                .map_err(|e| StoreFailure(e.to_string()))
+        };
+        let result = tokio::time::timeout(self.timeout, call)
+            .await
+            .unwrap_or_else(|_| Err(StoreFailure("no answer".to_owned())));
+        if result.is_err() {
+            self.drop_connections();
+        }
+        result
     }
 
     /// A plain value (breaker states shared between replicas).
