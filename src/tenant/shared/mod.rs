@@ -315,13 +315,7 @@ impl SharedStore {
         keys: &[String],
         args: &[String],
     ) -> Result<Vec<String>, StoreFailure> {
-        let mut invocation = script.prepare_invoke();
-        for key in keys {
-            invocation.key(key);
-        }
-        for arg in args {
-            invocation.arg(arg);
-        }
+        let invocation = invocation(script, keys, args);
         self.bounded(async |conn| invocation.invoke_async::<Vec<String>>(conn).await)
             .await
     }
@@ -335,13 +329,7 @@ impl SharedStore {
         keys: &[String],
         args: &[String],
     ) -> Result<Vec<String>, StoreFailure> {
-        let mut invocation = script.prepare_invoke();
-        for key in keys {
-            invocation.key(key);
-        }
-        for arg in args {
-            invocation.arg(arg);
-        }
+        let invocation = invocation(script, keys, args);
         let call = async {
             let mut conn = self.connection().await?;
             invocation
@@ -514,6 +502,22 @@ impl SharedStore {
         }
         result
     }
+}
+
+/// One script call's keys and arguments, ready to send.
+fn invocation<'a>(
+    script: &'a Script,
+    keys: &[String],
+    args: &[String],
+) -> redis::ScriptInvocation<'a> {
+    let mut invocation = script.prepare_invoke();
+    for key in keys {
+        invocation.key(key);
+    }
+    for arg in args {
+        invocation.arg(arg);
+    }
+    invocation
 }
 
 /// What a shared reservation attempt ended in.
