@@ -15,16 +15,14 @@ use serde_json::json;
 use tollgate::calendar::Period;
 use tollgate::clock::{Clock, ManualClock};
 use tollgate::config::EndUserLimits;
-use tollgate::ids::{EventId, KeyId, RequestId, TenantId};
-use tollgate::ledger::{AttemptStatus, UsageEvent, UsageKind};
+use tollgate::ids::{KeyId, TenantId};
 use tollgate::money::{Nanos, PricePerMTok};
-use tollgate::pricing::Usage;
 use tollgate::tenant::end_users::EndUserHold;
 use tollgate::tenant::{QuotaError, ReservationGuard, ReserveRequest, TenantHandle};
 
 use crate::support::cluster::RedisCluster;
 use crate::support::redis::RedisServer;
-use crate::support::{TestApp, TestSetup, spawn_app};
+use crate::support::{TestApp, TestSetup, settled_row, spawn_app};
 use crate::tenant_actor::meta;
 
 /// Sequences per run, and steps per sequence.
@@ -323,35 +321,15 @@ async fn settle(subject: &Subject, seed: u64, held: Held, percent: u64) -> Strin
     let amount = held.guard.granted().amount;
     let charged = Nanos::from_db(amount.to_db() * i64::try_from(percent).unwrap() / 100);
     let tokens = u64::from(held.guard.granted().max_tokens) * percent / 100;
-    let event = UsageEvent {
-        event_id: EventId::generate(),
-        request_id: RequestId::new(format!("diff-{seed}-{}", EventId::generate())),
-        client_request_id: None,
-        trace_id: None,
-        tenant: TenantId::new(format!("diff-{seed}").as_str()),
-        key: KeyId::new(held.key.as_str()),
-        feature: "feature_0".to_owned(),
-        end_user: held.end_user,
-        api: tollgate::ledger::Api::Chat,
-        route: "fast".to_owned(),
-        provider: "primary".to_owned(),
-        model: "m".to_owned(),
-        attempt: 1,
-        status: AttemptStatus::Ok,
-        upstream_status: Some(200),
-        usage: Usage::default(),
-        usage_kind: UsageKind::Reported,
-        reserved: amount,
+    let mut event = settled_row(
+        &format!("diff-{seed}"),
+        &held.key,
+        amount,
         charged,
-        cost: None,
-        plan: None,
-        price_version: "v".to_owned(),
-        latency_ms: 1,
-        ttft_ms: None,
-        error: None,
-        cache: None,
-        created_at_ms: subject.clock.now_ms(),
-    };
+        subject.clock.now_ms(),
+    );
+    "feature_0".clone_into(&mut event.feature);
+    event.end_user = held.end_user;
     let (_remaining, recorded) = subject
         .app
         .gateway

@@ -12,15 +12,14 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 use tollgate::clock::{Clock, ManualClock};
-use tollgate::ids::{EventId, KeyId, RequestId, TenantId};
-use tollgate::ledger::{AttemptStatus, UsageEvent, UsageKind};
+use tollgate::ids::{KeyId, RequestId, TenantId};
+use tollgate::ledger::UsageKind;
 use tollgate::money::{Nanos, PricePerMTok};
-use tollgate::pricing::Usage;
 use tollgate::tenant::{
     BudgetStatus, ReservationGuard, ReservationMeta, ReserveRequest, TenantHandle,
 };
 
-use crate::support::{TestApp, TestSetup, now_ms, spawn_app};
+use crate::support::{TestApp, TestSetup, now_ms, settled_row, spawn_app};
 
 const SEQUENCES: u64 = 6;
 const STEPS: usize = 40;
@@ -98,35 +97,15 @@ impl Run<'_> {
                 .overrun
                 .saturating_add(Nanos::new(cost.get() - amount.get()));
         }
-        let event = UsageEvent {
-            event_id: EventId::generate(),
-            request_id: RequestId::new(format!("{}-settle-{index}", self.tenant)),
-            client_request_id: None,
-            trace_id: None,
-            tenant: self.tenant.clone(),
-            key: self.key.clone(),
-            feature: "default".to_owned(),
-            end_user: None,
-            api: tollgate::ledger::Api::Chat,
-            route: "fast".to_owned(),
-            provider: "primary".to_owned(),
-            model: "m".to_owned(),
-            attempt: 1,
-            status: AttemptStatus::Ok,
-            upstream_status: Some(200),
-            usage: Usage::default(),
-            usage_kind: kind,
-            reserved: amount,
-            charged: cost,
-            cost: None,
-            plan: None,
-            price_version: "v".to_owned(),
-            latency_ms: 1,
-            ttft_ms: None,
-            error: None,
-            cache: None,
-            created_at_ms: self.clock.now_ms(),
-        };
+        let mut event = settled_row(
+            self.tenant.as_str(),
+            self.key.as_str(),
+            amount,
+            cost,
+            self.clock.now_ms(),
+        );
+        event.request_id = RequestId::new(format!("{}-settle-{index}", self.tenant));
+        event.usage_kind = kind;
         let _ = self.app.gateway.ledger.settle(event, guard, 0).await;
     }
 

@@ -24,8 +24,8 @@ use tollgate::app::{Application, BuildOptions};
 use tollgate::clock::{Clock, ManualClock, SharedClock, SystemClock};
 use tollgate::config::Config;
 use tollgate::fake_upstream::{self, FakeConfig, RunningFake};
-use tollgate::ids::TenantId;
-use tollgate::ledger::repo;
+use tollgate::ids::{EventId, KeyId, RequestId, TenantId};
+use tollgate::ledger::{AttemptStatus, UsageEvent, UsageKind, repo};
 use tollgate::state::{ConfigSource, Gateway};
 
 pub use logs::{LogCapture, process_logs};
@@ -755,4 +755,44 @@ pub async fn run_sdk(program: &'static str, script: &'static str, args: Vec<Stri
         String::from_utf8_lossy(&output.stderr)
     );
     serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// The row of an answered call charged `charged` on a hold of `reserved`,
+/// for tests that settle holds through the ledger themselves, as a call does.
+pub fn settled_row(
+    tenant: &str,
+    key: &str,
+    reserved: tollgate::money::Nanos,
+    charged: tollgate::money::Nanos,
+    created_at_ms: u64,
+) -> UsageEvent {
+    UsageEvent {
+        event_id: EventId::generate(),
+        request_id: RequestId::new(format!("{tenant}-{}", EventId::generate())),
+        client_request_id: None,
+        trace_id: None,
+        tenant: TenantId::new(tenant),
+        key: KeyId::new(key),
+        feature: "default".to_owned(),
+        end_user: None,
+        api: tollgate::ledger::Api::Chat,
+        route: "fast".to_owned(),
+        provider: "primary".to_owned(),
+        model: "m".to_owned(),
+        attempt: 1,
+        status: AttemptStatus::Ok,
+        upstream_status: Some(200),
+        usage: tollgate::pricing::Usage::default(),
+        usage_kind: UsageKind::Reported,
+        reserved,
+        charged,
+        cost: None,
+        plan: None,
+        price_version: "v".to_owned(),
+        latency_ms: 1,
+        ttft_ms: None,
+        error: None,
+        cache: None,
+        created_at_ms,
+    }
 }
