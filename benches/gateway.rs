@@ -72,6 +72,7 @@ fn reserve(c: &mut Criterion) {
         feature: "bench".to_owned(),
         end_user: None,
         key_credits: false,
+        fees: Nanos::ZERO,
         key_period: tollgate::calendar::Period::Month,
     };
     c.bench_function("quota_book/rate+reserve+settle", |b| {

@@ -19,6 +19,7 @@ use crate::money::{MoneyError, Nanos, PricePerMTok};
 
 mod catalog;
 mod plans;
+pub mod server_tools;
 
 pub use catalog::Catalog;
 use catalog::PriceEntry;
@@ -836,6 +837,9 @@ struct RawRoute {
     /// that one of them bills what the hold does not cover.
     #[serde(default)]
     forward_unknown_fields: bool,
+    /// Provider-run tools the route lets leave, each bounded and priced.
+    #[serde(default)]
+    server_tools: server_tools::RawServerTools,
 }
 
 /// `"provider/model"`, or a table giving it a rank and a weight.
@@ -929,6 +933,10 @@ struct RawPrice {
     image_tokens: Option<u64>,
     /// Higher rates for calls whose prompt passes a length.
     long_context: Option<RawLongContext>,
+    /// The fee per search of the provider's web search tool, in the
+    /// currency (`"0.01"`); a route lets the tool leave only where every
+    /// target has one (`routes.<name>.server_tools`).
+    web_search: Option<String>,
     /// `YYYY-MM-DD`: the entry applies from the start of that day in
     /// `billing.timezone`; the model's entry without a date applies before.
     effective_from: Option<String>,
@@ -979,6 +987,8 @@ pub struct Price {
     /// Rates for every token of a call whose prompt has more than
     /// `above_tokens` tokens (how long-context models are priced).
     pub long_context: Option<LongContext>,
+    /// The fee per search of the provider's web search tool, where it is priced.
+    pub web_search: Option<Nanos>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1001,6 +1011,7 @@ impl Price {
                 cache_write: long.cache_write,
                 output: long.output,
                 long_context: None,
+                web_search: self.web_search,
             },
             _ => Price {
                 long_context: None,
@@ -1105,6 +1116,8 @@ pub struct Route {
     pub platform_prompt: Option<String>,
     /// What the route does with fields no door's table knows.
     pub unknown_fields: crate::fields::Unknown,
+    /// Provider-run tools the route lets leave (none by default).
+    pub server_tools: server_tools::ServerTools,
 }
 
 impl Route {
@@ -1117,8 +1130,13 @@ impl Route {
         let mut dated = self.clone();
         for target in &mut dated.targets {
             if let Some((_, price)) = target.changes.iter().rev().find(|(from, _)| *from <= at_ms) {
-                target.price = *price;
-                target.charge = *price;
+                // A dated entry without a search fee keeps the one before it.
+                let web_search = price.web_search.or(target.price.web_search);
+                target.price = Price {
+                    web_search,
+                    ..*price
+                };
+                target.charge = target.price;
             }
         }
         Some(dated)
@@ -1453,6 +1471,12 @@ pub fn load_billing(
 
 fn parse_price(entry: &str, field: &str, text: &str) -> Result<PricePerMTok, ConfigError> {
     PricePerMTok::parse_decimal(text)
+        .map_err(|e: MoneyError| invalid(format!("{entry}.{field}"), e.to_string()))
+}
+
+/// A fee per use, in the currency.
+fn parse_fee(entry: &str, field: &str, text: &str) -> Result<Nanos, ConfigError> {
+    Nanos::parse_decimal(text)
         .map_err(|e: MoneyError| invalid(format!("{entry}.{field}"), e.to_string()))
 }
 
@@ -1823,6 +1847,11 @@ fn validate_price(price_entry: &PriceEntry) -> Result<((String, String), Price),
         cache_write: or_input("cache_write", &p.cache_write, input)?,
         output: parse_price(entry, "output", &p.output)?,
         long_context,
+        web_search: p
+            .web_search
+            .as_deref()
+            .map(|text| parse_fee(entry, "web_search", text))
+            .transpose()?,
     };
     Ok(((p.provider.clone(), p.model.clone()), price))
 }
@@ -1936,6 +1965,7 @@ fn validate_routes(
             }
         }
         let complexity = complexity_routes(name, r, raw)?;
+        let server_tools = r.server_tools.validate(name, &targets)?;
         let semantic_cache = r
             .semantic_cache
             .as_ref()
@@ -1964,6 +1994,7 @@ fn validate_routes(
                 semantic_cache,
                 platform_prompt: platform_prompt(name, r)?,
                 unknown_fields: r.unknown_fields(),
+                server_tools,
             },
         );
     }
@@ -2208,6 +2239,10 @@ fn price_version(prices: &[PriceEntry], plans: &BTreeMap<String, Plan>) -> Strin
                 hasher.update([1]);
             }
         }
+        if let Some(fee) = &p.web_search {
+            hasher.update(fee.as_bytes());
+            hasher.update([4]);
+        }
     }
     let digest = hasher.finalize();
     digest.iter().take(6).fold(String::new(), |mut out, b| {
@@ -2444,6 +2479,39 @@ mod tests {
         let text = BASE.replace("\"8.0\"", "\"8,0\"");
         let error = Config::from_toml(&text, &pepper()).unwrap_err().to_string();
         assert!(error.starts_with("prices[0].output:"), "{error}");
+    }
+
+    #[test]
+    fn a_route_lets_search_leave_only_where_every_target_has_its_fee() {
+        let tools = "[routes.fast.server_tools]\nweb_search = { max_uses = 4, input_tokens_per_use = 5000 }\n[tiers.free]";
+        let with_tools = BASE.replace("[tiers.free]", tools);
+        let error = Config::from_toml(&with_tools, &pepper()).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "routes.fast.server_tools.web_search: target `deepseek/deepseek-flash` has no `web_search` fee in its [[prices]] entry; give it one, or the route cannot hold what a search costs"
+        );
+        let priced = with_tools
+            .replace(
+                "output = \"8.0\"",
+                "output = \"8.0\"\nweb_search = \"0.01\"",
+            )
+            .replace("output = \"6\"", "output = \"6\"\nweb_search = \"0.025\"");
+        let config = Config::from_toml(&priced, &pepper()).unwrap();
+        let route = &config.routes[&RouteName::new("fast")];
+        let search = route.server_tools.web_search.unwrap();
+        assert_eq!((search.max_uses, search.input_tokens_per_use), (4, 5000));
+        assert_eq!(route.server_tools.web_fetch, None);
+        let fees: Vec<_> = route.targets.iter().map(|t| t.price.web_search).collect();
+        assert_eq!(
+            fees,
+            [Some(Nanos::new(10_000_000)), Some(Nanos::new(25_000_000))]
+        );
+        let zero = priced.replace("max_uses = 4", "max_uses = 0");
+        let error = Config::from_toml(&zero, &pepper()).unwrap_err().to_string();
+        assert!(
+            error.starts_with("routes.fast.server_tools.web_search.max_uses:"),
+            "{error}"
+        );
     }
 
     #[test]

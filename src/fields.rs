@@ -10,6 +10,7 @@
 
 use serde_json::{Map, Value};
 
+use crate::config::server_tools::{Allowance, ServerTool};
 use crate::error::ApiError;
 use crate::telemetry::metrics::{Metric, counter_add};
 
@@ -183,6 +184,42 @@ impl Unpriced {
 pub struct Screen {
     pub unpriced: Option<Unpriced>,
     pub removed_tools: Vec<String>,
+    /// The provider-run tools the route let leave, at the bounds set on them.
+    pub admitted: Vec<Admitted>,
+}
+
+/// A door's sorting of the provider-run tools a body offers.
+#[derive(Debug, Default)]
+pub struct ToolScreen {
+    /// Taken out of the offer: their types, in order.
+    pub removed: Vec<String>,
+    pub admitted: Vec<Admitted>,
+}
+
+/// A provider-run tool that leaves, at the most uses the gateway set on it:
+/// the hold covers each use's fee and its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admitted {
+    pub tool: ServerTool,
+    pub uses: u32,
+    pub input_tokens_per_use: u64,
+}
+
+impl Admitted {
+    /// At `allowance`, a caller's own lower limit kept (`asked`: what it sent).
+    pub fn at(tool: ServerTool, allowance: Allowance, asked: Option<&Value>) -> Admitted {
+        let uses = bounded(asked, u64::from(allowance.max_uses));
+        Admitted {
+            tool,
+            uses: u32::try_from(uses).unwrap_or(allowance.max_uses),
+            input_tokens_per_use: allowance.input_tokens_per_use,
+        }
+    }
+
+    /// The input its uses may add.
+    pub fn input_tokens(&self) -> u64 {
+        u64::from(self.uses).saturating_mul(self.input_tokens_per_use)
+    }
 }
 
 impl Screen {
@@ -193,6 +230,14 @@ impl Screen {
             _ => Ok(()),
         }
     }
+}
+
+/// A caller's own positive limit where it is below `most`; else `most`.
+pub fn bounded(asked: Option<&Value>, most: u64) -> u64 {
+    asked
+        .and_then(Value::as_u64)
+        .filter(|&n| n > 0)
+        .map_or(most, |n| n.min(most))
 }
 
 /// The `param` a table's check refuses `body` with, if it does (tests).

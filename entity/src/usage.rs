@@ -53,6 +53,8 @@ pub struct Model {
     pub cost_nanos: Option<i64>,
     /// The plan the tenant was charged under (`None`: at cost).
     pub plan: Option<String>,
+    /// Searches a provider-run search tool made, each charged its fee.
+    pub web_searches: i64,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

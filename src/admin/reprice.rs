@@ -178,5 +178,6 @@ fn usage_of(row: &entity::usage::Model) -> Usage {
         cached_tokens: count(row.cached_tokens),
         cache_write_tokens: count(row.cache_write_tokens),
         completion_tokens: count(row.completion_tokens),
+        web_searches: count(row.web_searches),
     }
 }

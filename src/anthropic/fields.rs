@@ -5,7 +5,8 @@
 
 use serde_json::{Map, Value};
 
-use crate::fields::{Class, Refused, Table, each, one_of};
+use crate::config::server_tools::{ServerTool, ServerTools};
+use crate::fields::{Admitted, Class, Refused, Table, ToolScreen, bounded, each, one_of};
 
 /// `POST /v1/messages`.
 pub static MESSAGES: Table = Table {
@@ -56,8 +57,8 @@ pub static COUNT_TOKENS: Table = Table {
 };
 
 /// Anthropic's tools that the provider runs and bills per use (and whose
-/// results are input the hold never sees). No route prices them yet, so an
-/// offer of one is removed before the request leaves.
+/// results are input the hold never sees). An offer of one is removed
+/// before the request leaves, unless the route prices it (`server_tools`).
 const SERVER_TOOL_PREFIXES: [&str; 6] = [
     "web_search_",
     "web_fetch_",
@@ -119,24 +120,29 @@ pub static BETAS: Table = Table {
 const SERVER_TOOLS: &str =
     "server tools bill per use, which no price entry covers; send the request without this beta";
 
-/// The server tools a body offers, removed from `tools` (and a
-/// `tool_choice` that names one dropped with them); their types, in order.
-pub fn screen_tools(body: &mut Map<String, Value>) -> Vec<String> {
+/// The server tools a body offers that the route does not let leave
+/// (`allowed`), removed from `tools` (and a `tool_choice` that names one
+/// dropped with them); the rest leave at the bounds set on them.
+pub fn screen_tools(body: &mut Map<String, Value>, allowed: &ServerTools) -> ToolScreen {
+    let mut screen = ToolScreen::default();
     let Some(Value::Array(tools)) = body.get_mut("tools") else {
-        return Vec::new();
+        return screen;
     };
-    let mut removed = Vec::new();
     let mut names = Vec::new();
-    tools.retain(|tool| {
-        let kind = tool["type"].as_str().unwrap_or_default();
-        if SERVER_TOOL_PREFIXES.iter().any(|p| kind.starts_with(p)) {
-            removed.push(kind.to_owned());
-            names.extend(tool["name"].as_str().map(str::to_owned));
-            return false;
+    tools.retain_mut(|tool| {
+        let kind = tool["type"].as_str().unwrap_or_default().to_owned();
+        if !SERVER_TOOL_PREFIXES.iter().any(|p| kind.starts_with(p)) {
+            return true;
         }
-        true
+        if let Some(admitted) = admit(tool, &kind, allowed) {
+            screen.admitted.push(admitted);
+            return true;
+        }
+        names.extend(tool["name"].as_str().map(str::to_owned));
+        screen.removed.push(kind);
+        false
     });
-    if tools.is_empty() && !removed.is_empty() {
+    if tools.is_empty() && !screen.removed.is_empty() {
         body.remove("tools");
     }
     let forced = body
@@ -146,7 +152,31 @@ pub fn screen_tools(body: &mut Map<String, Value>) -> Vec<String> {
     if forced.is_some_and(|name| names.iter().any(|n| n == name)) {
         body.remove("tool_choice");
     }
-    removed
+    screen
+}
+
+/// A server tool the route prices, bounded: Anthropic's own `max_uses`
+/// (and a fetch's `max_content_tokens`) set to what the hold covers.
+fn admit(tool: &mut Value, kind: &str, allowed: &ServerTools) -> Option<Admitted> {
+    let server_tool = if kind.starts_with("web_search_") {
+        ServerTool::WebSearch
+    } else if kind.starts_with("web_fetch_") {
+        ServerTool::WebFetch
+    } else {
+        return None;
+    };
+    let allowance = allowed.allowance(server_tool)?;
+    let tool = tool.as_object_mut()?;
+    let admitted = Admitted::at(server_tool, allowance, tool.get("max_uses"));
+    tool.insert("max_uses".to_owned(), admitted.uses.into());
+    if server_tool == ServerTool::WebFetch {
+        let content = bounded(
+            tool.get("max_content_tokens"),
+            allowance.input_tokens_per_use,
+        );
+        tool.insert("max_content_tokens".to_owned(), content.into());
+    }
+    Some(admitted)
 }
 
 /// How many Anthropic-defined client tools a body offers.
@@ -325,6 +355,51 @@ mod tests {
     }
 
     #[test]
+    fn a_priced_search_stays_at_the_route_s_bound_and_a_fetch_at_its_allowance() {
+        use crate::config::server_tools::Allowance;
+        let allowed = ServerTools {
+            web_search: Some(Allowance {
+                max_uses: 3,
+                input_tokens_per_use: 2_000,
+            }),
+            web_fetch: Some(Allowance {
+                max_uses: 2,
+                input_tokens_per_use: 9_000,
+            }),
+        };
+        let mut body = object(json!({"tools": [
+            {"type": "web_search_20250305", "name": "web_search", "max_uses": 50},
+            {"type": "web_fetch_20250910", "name": "web_fetch", "max_uses": 1,
+             "max_content_tokens": 100_000},
+            {"type": "code_execution_20250825", "name": "code_execution"}
+        ], "tool_choice": {"type": "tool", "name": "web_search"}}));
+        let screen = screen_tools(&mut body, &allowed);
+        assert_eq!(screen.removed, ["code_execution_20250825"]);
+        let bounds: Vec<_> = screen
+            .admitted
+            .iter()
+            .map(|a| (a.tool, a.uses, a.input_tokens()))
+            .collect();
+        assert_eq!(
+            bounds,
+            [
+                (ServerTool::WebSearch, 3, 6_000),
+                (ServerTool::WebFetch, 1, 9_000)
+            ]
+        );
+        assert_eq!(body["tools"][0]["max_uses"], 3);
+        assert_eq!(body["tools"][1]["max_uses"], 1);
+        assert_eq!(body["tools"][1]["max_content_tokens"], 9_000);
+        assert_eq!(body["tool_choice"]["name"], "web_search");
+        // Without a bound of its own, a search gets the route's.
+        let mut unbounded =
+            object(json!({"tools": [{"type": "web_search_20260209", "name": "web_search"}]}));
+        let screen = screen_tools(&mut unbounded, &allowed);
+        assert_eq!(screen.admitted[0].uses, 3);
+        assert_eq!(unbounded["tools"][0]["max_uses"], 3);
+    }
+
+    #[test]
     fn server_tools_are_taken_out_of_the_offer_and_client_tools_stay() {
         let mut body = object(json!({"model": "m", "tools": [
             {"name": "lookup", "input_schema": {"type": "object"}},
@@ -332,14 +407,15 @@ mod tests {
             {"type": "bash_20250124", "name": "bash"},
             {"type": "web_fetch_20250910", "name": "web_fetch"}
         ], "tool_choice": {"type": "tool", "name": "web_search"}}));
-        let removed = screen_tools(&mut body);
+        let removed = screen_tools(&mut body, &ServerTools::default()).removed;
         assert_eq!(removed, ["web_search_20250305", "web_fetch_20250910"]);
         assert_eq!(body["tools"].as_array().map(Vec::len), Some(2));
         assert!(body.get("tool_choice").is_none());
         assert_eq!(defined_tools(&body), 1);
         let mut only_search =
             object(json!({"tools": [{"type": "web_search_20250305", "name": "s"}]}));
-        assert_eq!(screen_tools(&mut only_search).len(), 1);
+        let removed = screen_tools(&mut only_search, &ServerTools::default()).removed;
+        assert_eq!(removed.len(), 1);
         assert!(only_search.get("tools").is_none());
     }
 

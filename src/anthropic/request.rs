@@ -8,6 +8,7 @@
 use serde_json::{Map, Value, json};
 
 use super::fields;
+use crate::config::server_tools::ServerTools;
 use crate::error::ApiError;
 use crate::fields::{Screen, Table};
 use crate::tokenize::Untranslated;
@@ -39,12 +40,13 @@ pub struct Translation {
 /// and refused fields are the caller's 400.
 pub fn to_chat(bytes: &[u8], table: &'static Table) -> Result<Translation, ApiError> {
     let mut body = crate::openai::chat::object(bytes)?;
-    let removed_tools = fields::screen_tools(&mut body);
+    let offered = fields::screen_tools(&mut body, &ServerTools::default());
     let screened =
-        (!removed_tools.is_empty()).then(|| Value::Object(body.clone()).to_string().into_bytes());
+        (!offered.removed.is_empty()).then(|| Value::Object(body.clone()).to_string().into_bytes());
     let screen = Screen {
         unpriced: table.screen(&body)?,
-        removed_tools,
+        removed_tools: offered.removed,
+        admitted: Vec::new(),
     };
     let mut out = Translator::default();
     out.untranslated.tokens = fields::defined_tools(&body) * fields::DEFINED_TOOL_TOKENS;

@@ -102,6 +102,7 @@ pub(super) async fn serve(
                 // The caller's body rides along for a provider that speaks Responses.
                 let native = ResponsesBody {
                     native: translation.native,
+                    original: translation.original,
                     screen: translation.screen,
                     asks_reasoning: translation.asks_reasoning,
                     untranslated: translation.untranslated,

@@ -63,8 +63,12 @@ impl Plan {
     /// prices at `cost` then.
     pub fn price_for(&self, provider: &str, model: &str, cost: &Price, at_ms: u64) -> Price {
         let key = (provider.to_owned(), model.to_owned());
-        price_at(&self.prices, &self.changes, &key, at_ms)
-            .unwrap_or_else(|| marked_up(cost, self.markup_ppm))
+        let marked = marked_up(cost, self.markup_ppm);
+        // A negotiated entry without a search fee charges the marked-up one.
+        price_at(&self.prices, &self.changes, &key, at_ms).map_or(marked, |own| Price {
+            web_search: own.web_search.or(marked.web_search),
+            ..own
+        })
     }
 
     /// The route as this plan charges it at `at_ms`: each target's `charge`
@@ -97,6 +101,10 @@ fn marked_up(price: &Price, ppm: u64) -> Price {
             cached_input: up(long.cached_input),
             cache_write: up(long.cache_write),
             output: up(long.output),
+        }),
+        web_search: price.web_search.map(|fee| {
+            let raised = (u128::from(fee.get()) * (PPM + u128::from(ppm))).div_ceil(PPM);
+            Nanos::new(u64::try_from(raised).unwrap_or(u64::MAX))
         }),
     }
 }
@@ -260,6 +268,7 @@ mod tests {
             cache_write: p(input),
             output: p(output),
             long_context: None,
+            web_search: None,
         }
     }
 

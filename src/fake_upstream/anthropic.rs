@@ -3,8 +3,9 @@
 //! headers or fields, roles that do not alternate, stray OpenAI fields, tool results without a
 //! matching tool use, malformed `cache_control`) with Anthropic's error envelope, so a mapping
 //! bug fails a test instead of production. Scenarios ride in the `model` string as in the
-//! OpenAI fake: `status-NNN`, `delay-NNNms`, `usage-IN-CW-CR-OUT`, `tool`, and `words-N` (a
-//! reply of N words whatever `max_tokens` says: a runaway upstream). Without `usage-…`, cache
+//! OpenAI fake: `status-NNN`, `delay-NNNms`, `usage-IN-CW-CR-OUT`, `tool`, `words-N` (a
+//! reply of N words whatever `max_tokens` says: a runaway upstream), and `searches-N` (N web
+//! searches where a search tool is offered, up to its `max_uses`). Without `usage-…`, cache
 //! breakpoints write and read a small prompt cache of its own (`prompt_cache.rs`).
 
 use std::collections::HashSet;
@@ -710,6 +711,10 @@ fn validate_tools(tools: Option<&Value>) -> Check {
     for (i, tool) in tools.iter().enumerate() {
         let path = format!("tools.{i}");
         let tool = object(tool, &path)?;
+        if let Some(kind) = server_tool(tool) {
+            validate_server_tool(tool, kind, &path)?;
+            continue;
+        }
         only_keys(
             tool,
             &path,
@@ -753,6 +758,51 @@ fn validate_tools(tools: Option<&Value>) -> Check {
             None => return fail(&format!("{path}.input_schema"), "Field required"),
         }
         validate_cache_control(tool, &path)?;
+    }
+    Ok(())
+}
+
+/// The type of a web search or fetch tool, which the provider runs itself.
+fn server_tool(tool: &Map<String, Value>) -> Option<&str> {
+    tool.get("type")
+        .and_then(Value::as_str)
+        .filter(|kind| kind.starts_with("web_search_") || kind.starts_with("web_fetch_"))
+}
+
+fn validate_server_tool(tool: &Map<String, Value>, kind: &str, path: &str) -> Check {
+    only_keys(
+        tool,
+        path,
+        &[
+            "type",
+            "name",
+            "max_uses",
+            "allowed_domains",
+            "blocked_domains",
+            "user_location",
+            "max_content_tokens",
+            "citations",
+            "cache_control",
+        ],
+    )?;
+    for limit in ["max_uses", "max_content_tokens"] {
+        if tool
+            .get(limit)
+            .is_some_and(|n| n.as_u64().is_none_or(|n| n == 0))
+        {
+            return fail(&format!("{path}.{limit}"), "Input should be greater than 0");
+        }
+    }
+    let expected = if kind.starts_with("web_search_") {
+        "web_search"
+    } else {
+        "web_fetch"
+    };
+    if tool.get("name").and_then(Value::as_str) != Some(expected) {
+        return fail(
+            &format!("{path}.name"),
+            &format!("Input should be '{expected}'"),
+        );
     }
     Ok(())
 }
@@ -840,6 +890,8 @@ struct Scenario {
     tool: bool,
     /// A reply of this many words, ignoring `max_tokens`.
     words: Option<u64>,
+    /// Web searches to run where a search tool is offered, up to its `max_uses`.
+    searches: u64,
 }
 
 impl Scenario {
@@ -861,6 +913,8 @@ impl Scenario {
                 }
             } else if let Some(rest) = segment.strip_prefix("words-") {
                 scenario.words = number(rest).map(|n| n.min(100_000));
+            } else if let Some(rest) = segment.strip_prefix("searches-") {
+                scenario.searches = number(rest).map_or(0, |n| n.min(1_000));
             } else if let Some(rest) = segment.strip_prefix("usage-") {
                 let counts: Option<Vec<u64>> = rest.split('-').map(number).collect();
                 if let Some(Ok(counts)) = counts.map(<[u64; 4]>::try_from) {
@@ -891,6 +945,26 @@ struct Reply {
     tool_use: Option<(String, String, Value)>,
     stop_reason: &'static str,
     usage: [u64; 4],
+    /// Web searches run, as `usage.server_tool_use` reports them.
+    searches: u64,
+}
+
+/// The input each search adds when the scenario does not fix the usage.
+const SEARCH_INPUT_TOKENS: u64 = 1_000;
+
+/// The searches a reply runs: the scenario's, up to the search tool's own `max_uses`.
+fn searches(request: &Value, scenario: &Scenario) -> u64 {
+    let tools = request.get("tools").and_then(Value::as_array);
+    let search = tools.into_iter().flatten().find(|tool| {
+        tool["type"]
+            .as_str()
+            .is_some_and(|kind| kind.starts_with("web_search_"))
+    });
+    search.map_or(0, |tool| {
+        tool["max_uses"]
+            .as_u64()
+            .map_or(scenario.searches, |most| scenario.searches.min(most))
+    })
 }
 
 impl Reply {
@@ -918,9 +992,11 @@ impl Reply {
             (None, None) => REPLY_TEXT.to_owned(),
         };
         let default_output = DEFAULT_OUTPUT_TOKENS.min(max_tokens);
+        let searches = searches(request, scenario);
         let usage = scenario.usage.unwrap_or_else(|| {
             let [input, creation, read] = cache.split(request, estimate_input_tokens(request));
-            [input, creation, read, default_output]
+            let results = searches * SEARCH_INPUT_TOKENS;
+            [input + results, creation, read, default_output]
         });
         let stop_reason = if tool_use.is_some() {
             "tool_use"
@@ -936,17 +1012,31 @@ impl Reply {
             tool_use,
             stop_reason,
             usage,
+            searches,
         }
     }
 
     fn usage_json(&self) -> Value {
         let [input, cache_creation, cache_read, output] = self.usage;
-        json!({
+        let mut usage = json!({
             "input_tokens": input,
             "cache_creation_input_tokens": cache_creation,
             "cache_read_input_tokens": cache_read,
             "output_tokens": output,
-        })
+        });
+        if self.searches > 0 {
+            usage["server_tool_use"] = json!({ "web_search_requests": self.searches });
+        }
+        usage
+    }
+
+    /// `message_delta`'s usage: the output so far, and the searches run.
+    fn delta_usage(&self) -> Value {
+        let mut usage = json!({ "output_tokens": self.usage[3] });
+        if self.searches > 0 {
+            usage["server_tool_use"] = json!({ "web_search_requests": self.searches });
+        }
+        usage
     }
 
     fn message(&self) -> Value {
@@ -1037,7 +1127,7 @@ impl Reply {
             "message_delta",
             &json!({ "type": "message_delta",
                      "delta": { "stop_reason": self.stop_reason, "stop_sequence": null },
-                     "usage": { "output_tokens": self.usage[3] } }),
+                     "usage": self.delta_usage() }),
         );
         event(&mut out, "message_stop", &json!({ "type": "message_stop" }));
         out
@@ -1487,13 +1577,14 @@ mod tests {
     fn parses_scenarios() {
         assert_eq!(Scenario::parse("claude-sonnet-4-5"), Scenario::default());
         assert_eq!(
-            Scenario::parse("claude+status-529+delay-20ms+usage-1-2-3-4+tool+words-7"),
+            Scenario::parse("claude+status-529+delay-20ms+usage-1-2-3-4+tool+words-7+searches-3"),
             Scenario {
                 status: Some(529),
                 delay_ms: 20,
                 usage: Some([1, 2, 3, 4]),
                 tool: true,
                 words: Some(7),
+                searches: 3,
             }
         );
         for ignored in [

@@ -34,6 +34,8 @@ struct Extras {
     usage: Option<[u64; 4]>,
     reasoning: u64,
     words: Option<u64>,
+    /// `searches-N`: web searches run where a search tool is offered, up to `max_tool_calls`.
+    searches: u64,
 }
 
 impl Extras {
@@ -49,6 +51,8 @@ impl Extras {
                 extras.reasoning = n;
             } else if let Some(n) = segment.strip_prefix("words-").and_then(number) {
                 extras.words = Some(n.min(MAX_WORDS));
+            } else if let Some(n) = segment.strip_prefix("searches-").and_then(number) {
+                extras.searches = n.min(1_000);
             }
         }
         extras
@@ -73,8 +77,30 @@ pub(super) struct Answer {
     words: Vec<String>,
     /// The request's first function tool, called in `tool` scenarios.
     tool: Option<String>,
+    /// Web searches run before the answer, each an output item.
+    searches: u64,
     usage: Option<Value>,
     plan: StreamPlan,
+}
+
+/// The searches an answer runs: the scenario's where a search tool is
+/// offered, up to the request's `max_tool_calls`.
+fn searches(request: &Value, extras: &Extras) -> u64 {
+    let offered = request["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|tool| {
+            tool["type"]
+                .as_str()
+                .is_some_and(|kind| kind.starts_with("web_search"))
+        });
+    if !offered {
+        return 0;
+    }
+    request["max_tool_calls"]
+        .as_u64()
+        .map_or(extras.searches, |most| extras.searches.min(most))
 }
 
 impl Answer {
@@ -108,9 +134,21 @@ impl Answer {
             request: request.clone(),
             words,
             tool,
+            searches: searches(request, &extras),
             usage: usage(scenario, &extras, request),
             plan,
         }
+    }
+
+    /// The answer's search calls, as output items.
+    fn search_calls(&self) -> Vec<Value> {
+        (0..self.searches)
+            .map(|i| {
+                json!({"type": "web_search_call", "id": format!("ws_{}_{i}", self.id),
+                       "status": "completed",
+                       "action": {"type": "search", "query": "fake"}})
+            })
+            .collect()
     }
 
     fn text(&self) -> String {
@@ -161,7 +199,8 @@ impl Answer {
 
     /// The complete `response` object.
     pub fn complete(&self) -> HttpResponse {
-        let mut output = vec![self.message(&self.text(), "completed")];
+        let mut output = self.search_calls();
+        output.push(self.message(&self.text(), "completed"));
         if let Some(name) = &self.tool {
             output.push(self.call(name, Self::arguments(), "completed"));
         }
@@ -377,7 +416,8 @@ impl Streaming {
             "response.output_item.done",
             json!({"output_index": 0, "item": message}),
         );
-        let mut output = vec![message];
+        let mut output = self.answer.search_calls();
+        output.push(message);
         if let Some(name) = self.answer.tool.clone() {
             output.push(self.call(out, &name));
         }
@@ -428,11 +468,12 @@ mod tests {
     #[test]
     fn parses_the_responses_segments_and_leaves_the_rest_to_the_chat_scenario() {
         assert_eq!(
-            Extras::parse("gpt+usage-100-10-20-30+reasoning-5+words-400"),
+            Extras::parse("gpt+usage-100-10-20-30+reasoning-5+words-400+searches-2"),
             Extras {
                 usage: Some([100, 10, 20, 30]),
                 reasoning: 5,
                 words: Some(400),
+                searches: 2,
             }
         );
         for ignored in [

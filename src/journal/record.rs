@@ -67,6 +67,9 @@ pub struct EventRecord<S = String> {
     pub cached_tokens: u64,
     pub cache_write_tokens: u64,
     pub completion_tokens: u64,
+    /// Absent in records written before searches were priced: none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub web_searches: u64,
     pub usage_kind: S,
     pub reserved_nanos: u64,
     pub charged_nanos: u64,
@@ -111,6 +114,7 @@ impl<'a> From<&'a UsageEvent> for EventRecord<Cow<'a, str>> {
             cached_tokens: e.usage.cached_tokens,
             cache_write_tokens: e.usage.cache_write_tokens,
             completion_tokens: e.usage.completion_tokens,
+            web_searches: e.usage.web_searches,
             usage_kind: text(e.usage_kind.as_str()),
             reserved_nanos: e.reserved.get(),
             charged_nanos: e.charged.get(),
@@ -125,6 +129,11 @@ impl<'a> From<&'a UsageEvent> for EventRecord<Cow<'a, str>> {
             created_at_ms: e.created_at_ms,
         }
     }
+}
+
+#[expect(clippy::trivially_copy_pass_by_ref, reason = "serde's signature")]
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl EventRecord {
@@ -152,6 +161,7 @@ impl EventRecord {
                 cached_tokens: self.cached_tokens,
                 cache_write_tokens: self.cache_write_tokens,
                 completion_tokens: self.completion_tokens,
+                web_searches: self.web_searches,
             },
             usage_kind: UsageKind::parse(&self.usage_kind)?,
             reserved: Nanos::new(self.reserved_nanos),

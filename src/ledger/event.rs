@@ -203,6 +203,7 @@ impl UsageEvent {
             cached_tokens: Set(int(self.usage.cached_tokens)),
             cache_write_tokens: Set(int(self.usage.cache_write_tokens)),
             completion_tokens: Set(int(self.usage.completion_tokens)),
+            web_searches: Set(int(self.usage.web_searches)),
             usage_kind: Set(self.usage_kind.as_str().to_owned()),
             reserved_nanos: Set(self.reserved.to_db()),
             charged_nanos: Set(self.charged.to_db()),

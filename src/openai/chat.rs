@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 
 use crate::anthropic::fields as anthropic_fields;
 use crate::anthropic::request::{self as messages, Gap};
+use crate::config::server_tools::ServerTools;
 use crate::error::ApiError;
 use crate::fields::{Screen, Table};
 use crate::ledger::Api;
@@ -21,6 +22,8 @@ use crate::tokenize::{Prompt, Untranslated};
 pub struct Native {
     /// As the caller sent it, less the provider-run tools its door took out of the offer.
     pub body: Bytes,
+    /// The caller's own bytes, when tools were taken out of `body`.
+    pub original: Option<Bytes>,
     /// What the chat translation could not carry: an OpenAI-kind upstream refuses it.
     pub gap: Option<Gap>,
     /// What this body sends beyond its chat translation, counted in the hold.
@@ -35,6 +38,7 @@ pub struct Native {
 #[derive(Debug)]
 pub struct ResponsesBody {
     pub native: Bytes,
+    pub original: Option<Bytes>,
     pub screen: Screen,
     pub asks_reasoning: bool,
     pub untranslated: Untranslated,
@@ -177,6 +181,7 @@ impl ChatRequest {
             screen: Screen {
                 unpriced,
                 removed_tools: Vec::new(),
+                admitted: Vec::new(),
             },
         })
     }
@@ -204,10 +209,15 @@ impl ChatRequest {
     fn translated(bytes: &[u8], table: &'static Table) -> Result<ChatRequest, ApiError> {
         let translation = messages::to_chat(bytes, table)?;
         let mut request = ChatRequest::parse(&translation.chat)?.through(Api::Messages);
+        let original = translation
+            .screened
+            .is_some()
+            .then(|| Bytes::copy_from_slice(bytes));
         request.native = Some(Native {
             body: translation
                 .screened
                 .map_or_else(|| Bytes::copy_from_slice(bytes), Bytes::from),
+            original,
             gap: translation.gap,
             untranslated: translation.untranslated,
             asks_reasoning: translation.asks_reasoning,
@@ -223,12 +233,42 @@ impl ChatRequest {
         let mut request = ChatRequest::parse(chat)?.through(Api::Responses);
         request.native = Some(Native {
             body: door.native,
+            original: door.original,
             gap: None,
             untranslated: door.untranslated,
             asks_reasoning: door.asks_reasoning,
         });
         request.screen = door.screen;
         Ok(request)
+    }
+
+    /// Lets the provider-run tools the route prices (`allowed`) back into
+    /// the caller's body, at the bounds the hold covers, where its door had
+    /// taken them out of the offer. Only for a route whose every target
+    /// answers in the door's own API: a translation could not carry them.
+    pub fn admit_server_tools(&mut self, allowed: &ServerTools) -> Result<(), ApiError> {
+        let Some(native) = &mut self.native else {
+            return Ok(());
+        };
+        let Some(original) = native.original.as_ref().filter(|_| !allowed.is_empty()) else {
+            return Ok(());
+        };
+        let mut body = object(original)?;
+        let tools = match self.api {
+            Api::Messages => anthropic_fields::screen_tools(&mut body, allowed),
+            Api::Responses => fields::screen_tools(&mut body, allowed),
+            Api::Chat | Api::Embeddings => return Ok(()),
+        };
+        native.body = Bytes::from(Value::Object(body).to_string());
+        self.screen.removed_tools = tools.removed;
+        self.screen.admitted = tools.admitted;
+        Ok(())
+    }
+
+    /// Whether the provider may bill what a stream never shows: reasoning,
+    /// or the uses of a provider-run tool.
+    pub fn bills_unseen(&self) -> bool {
+        self.asks_reasoning() || !self.screen.admitted.is_empty()
     }
 
     /// The same request, arrived through another door.

@@ -4,7 +4,8 @@
 
 use serde_json::{Map, Value};
 
-use crate::fields::{Class, Refused, Table, each, one_of};
+use crate::config::server_tools::{ServerTool, ServerTools};
+use crate::fields::{Admitted, Class, Refused, Table, ToolScreen, each, one_of};
 
 const STATELESS: &str =
     "the gateway's Responses API is stateless: send the whole conversation in `input`";
@@ -127,8 +128,9 @@ pub static EMBEDDINGS: Table = Table {
     ],
 };
 
-/// OpenAI's tools that the provider runs and bills per use. No route prices
-/// them yet, so an offer of one is removed before the request leaves.
+/// OpenAI's tools that the provider runs and bills per use. An offer of
+/// one is removed before the request leaves, unless the route prices it
+/// (`server_tools`: web search).
 pub const BUILT_IN_TOOLS: [&str; 13] = [
     "web_search",
     "web_search_preview",
@@ -145,34 +147,45 @@ pub const BUILT_IN_TOOLS: [&str; 13] = [
     "programmatic_tool_calling",
 ];
 
-/// The built-in tools a body offers, removed from `tools` (and a
-/// `tool_choice` that forces one dropped with them); their types, in order.
-pub fn screen_tools(body: &mut Map<String, Value>) -> Vec<String> {
+/// The built-in tools a body offers that the route does not let leave
+/// (`allowed`), removed from `tools` (and a `tool_choice` that forces one
+/// dropped with them). Searches the route prices leave, bounded by
+/// `max_tool_calls` (which bounds every built-in tool's calls together).
+pub fn screen_tools(body: &mut Map<String, Value>, allowed: &ServerTools) -> ToolScreen {
+    let mut screen = ToolScreen::default();
     let Some(Value::Array(tools)) = body.get_mut("tools") else {
-        return Vec::new();
+        return screen;
     };
-    let mut removed = Vec::new();
+    let mut searches = false;
     tools.retain(|tool| {
         let kind = tool["type"].as_str().unwrap_or_default();
-        if BUILT_IN_TOOLS.contains(&kind) {
-            removed.push(kind.to_owned());
-            return false;
+        if !BUILT_IN_TOOLS.contains(&kind) {
+            return true;
         }
-        true
+        if kind.starts_with("web_search") && allowed.web_search.is_some() {
+            searches = true;
+            return true;
+        }
+        screen.removed.push(kind.to_owned());
+        false
     });
-    if tools.is_empty() && !removed.is_empty() {
+    if tools.is_empty() && !screen.removed.is_empty() {
         body.remove("tools");
     }
     let forced = body
         .get("tool_choice")
         .and_then(|c| c.get("type"))
         .and_then(Value::as_str);
-    if forced.is_some_and(|kind| removed.iter().any(|r| r == kind)) {
+    if forced.is_some_and(|kind| screen.removed.iter().any(|r| r == kind)) {
         body.remove("tool_choice");
     }
-    removed
+    if let (true, Some(allowance)) = (searches, allowed.web_search) {
+        let admitted = Admitted::at(ServerTool::WebSearch, allowance, body.get("max_tool_calls"));
+        body.insert("max_tool_calls".to_owned(), admitted.uses.into());
+        screen.admitted.push(admitted);
+    }
+    screen
 }
-
 fn service_tier(value: &Value) -> Result<(), Refused> {
     one_of(
         value,
@@ -363,6 +376,43 @@ mod tests {
 
     fn refused(table: &'static Table, body: Value) -> Option<String> {
         refused_param(table, body, Unknown::Refuse)
+    }
+
+    #[test]
+    fn a_priced_search_leaves_bounded_by_max_tool_calls_and_the_rest_are_removed() {
+        use crate::config::server_tools::Allowance;
+        let allowed = ServerTools {
+            web_search: Some(Allowance {
+                max_uses: 2,
+                input_tokens_per_use: 8_000,
+            }),
+            web_fetch: None,
+        };
+        let body = |calls: Value| {
+            let Value::Object(body) = json!({"tools": [{"type": "web_search"},
+                {"type": "file_search", "vector_store_ids": ["vs_1"]}], "max_tool_calls": calls})
+            else {
+                unreachable!()
+            };
+            body
+        };
+        let mut many = body(json!(10));
+        let screen = screen_tools(&mut many, &allowed);
+        assert_eq!(screen.removed, ["file_search"]);
+        assert_eq!(screen.admitted[0].uses, 2);
+        assert_eq!(many["max_tool_calls"], 2);
+        assert_eq!(many["tools"], json!([{"type": "web_search"}]));
+        let mut one = body(json!(1));
+        assert_eq!(
+            screen_tools(&mut one, &allowed).admitted[0].input_tokens(),
+            8_000
+        );
+        assert_eq!(one["max_tool_calls"], 1);
+        let mut unpriced = body(Value::Null);
+        let screen = screen_tools(&mut unpriced, &ServerTools::default());
+        assert_eq!(screen.removed, ["web_search", "file_search"]);
+        assert!(screen.admitted.is_empty() && unpriced.get("tools").is_none());
+        assert_eq!(unpriced["max_tool_calls"], Value::Null);
     }
 
     #[test]

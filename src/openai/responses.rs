@@ -11,6 +11,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
 use super::fields;
+use crate::config::server_tools::ServerTools;
 use crate::error::ApiError;
 use crate::fields::Screen;
 use crate::openai::chunk::{self, ChatEvent};
@@ -42,6 +43,9 @@ const ECHOED: [&str; 8] = [
 pub struct Translation {
     pub chat: Vec<u8>,
     pub native: Bytes,
+    /// The caller's own bytes, when tools were taken out of `native`: a
+    /// route that prices one of them lets it back in (`ChatRequest::admit_server_tools`).
+    pub original: Option<Bytes>,
     pub screen: Screen,
     pub echo: Echo,
     /// It asks for `reasoning`.
@@ -53,15 +57,17 @@ pub struct Translation {
 /// Translates a Responses body read by its field table.
 pub fn to_chat(bytes: Bytes) -> Result<Translation, ApiError> {
     let mut request = super::chat::object(&bytes)?;
-    let removed_tools = fields::screen_tools(&mut request);
-    let native = if removed_tools.is_empty() {
-        bytes
+    let tools = fields::screen_tools(&mut request, &ServerTools::default());
+    let (native, original) = if tools.removed.is_empty() {
+        (bytes, None)
     } else {
-        Bytes::from(Value::Object(request.clone()).to_string())
+        let screened = Bytes::from(Value::Object(request.clone()).to_string());
+        (screened, Some(bytes))
     };
     let screen = Screen {
         unpriced: fields::RESPONSES.screen(&request)?,
-        removed_tools,
+        removed_tools: tools.removed,
+        admitted: Vec::new(),
     };
     let mut chat = Map::new();
     if let Some(model) = request.get("model") {
@@ -99,6 +105,7 @@ pub fn to_chat(bytes: Bytes) -> Result<Translation, ApiError> {
     Ok(Translation {
         chat: Value::Object(chat).to_string().into_bytes(),
         native,
+        original,
         screen,
         echo,
         asks_reasoning: super::chat::asks_reasoning(&request),

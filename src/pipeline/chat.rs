@@ -16,12 +16,13 @@ use super::semantic::{self, Consulted};
 use super::stream::ClientBody;
 use crate::cache::{CacheKey, CachedResponse};
 use crate::clock::monotonic;
-use crate::config::{Config, Route, Tier};
+use crate::config::{Config, Price, Route, Tier};
 use crate::error::{ApiError, ErrorCode};
 use crate::ledger::{Api, AttemptStatus, CacheSource, UsageKind};
 use crate::money::Nanos;
 use crate::openai::chat::{ChatRequest, ResponsesBody};
 use crate::prompts::Prefix;
+use crate::provider::adapters::Adapter;
 use crate::provider::clients::UpstreamClients;
 use crate::routing::Complexity;
 use crate::state::Gateway;
@@ -73,20 +74,16 @@ pub async fn handle_chat(
     body: &[u8],
     native: Option<ResponsesBody>,
 ) -> Result<ChatOutcome, ApiError> {
-    let request = parse(ctx.api, body, native)?;
-    // What the caller sent: a passthrough answers it, so the cache must tell
-    // apart bodies whose chat translations are the same.
-    let body = request.native().map_or(body, |native| &native.body[..]);
-    log_prompt(gw, ctx, body);
+    let mut request = parse(ctx.api, body, native)?;
+    log_prompt(gw, ctx, request.native().map_or(body, |n| &n.body[..]));
     // One snapshot for the whole request: a reload cannot change its route or prices half-way.
     let live = gw.live();
     let route = resolve_route(&live.config, ctx, request.model(), request.body())?;
     *meter.route.borrow_mut() = Some(route.name.to_string());
-    check_fields(&request, route, ctx)?;
-    meter
-        .removed_tools
-        .borrow_mut()
-        .clone_from(&request.screen().removed_tools);
+    fit_to_route(&mut request, route, &live.config, ctx, meter)?;
+    // What the caller sent: a passthrough answers it, so the cache must tell
+    // apart bodies whose chat translations are the same.
+    let body = request.native().map_or(body, |native| &native.body[..]);
     let on_plan = charged_route(&live.config, ctx, route, gw.clock.now_ms())?;
     let route = on_plan.as_ref().unwrap_or(route);
     let tier = live.config.tiers.get(&ctx.tenant.tier).ok_or_else(|| {
@@ -234,6 +231,37 @@ pub(super) fn check_fields(
     Ok(())
 }
 
+/// What the route decides of the body: an unknown field passes or not, and
+/// the provider-run tools it prices go back into the offer, at their bounds.
+fn fit_to_route(
+    request: &mut ChatRequest,
+    route: &Route,
+    config: &Config,
+    ctx: &RequestContext,
+    meter: &RequestMeter,
+) -> Result<(), ApiError> {
+    check_fields(request, route, ctx)?;
+    if answered_natively(config, route, request) {
+        request.admit_server_tools(&route.server_tools)?;
+    }
+    meter
+        .removed_tools
+        .borrow_mut()
+        .clone_from(&request.screen().removed_tools);
+    Ok(())
+}
+
+/// Whether every target of the route answers the request in its door's own
+/// API: only then can a provider-run tool the route prices leave.
+fn answered_natively(config: &Config, route: &Route, request: &ChatRequest) -> bool {
+    route.targets.iter().all(|target| {
+        config
+            .providers
+            .get(&target.provider)
+            .is_some_and(|provider| Adapter::for_request(provider, request).answers_natively())
+    })
+}
+
 /// The prompts placed before a generating request's own, if the route or tenant has any.
 fn placed<'a>(
     gw: &Gateway,
@@ -372,7 +400,7 @@ impl Admission<'_> {
             .gw
             .estimator
             .bound_for(&self.route.countings, self.request.prompt());
-        bound.tokens += self.placed_tokens();
+        bound.tokens += self.added_tokens();
         let request = self.reserve_request(bound.tokens);
         let meta = self.meta(&request, request.max_tokens);
         let (rate, reservation) = if let Some(rate) = limited {
@@ -409,7 +437,7 @@ impl Admission<'_> {
         }
         let exact = Estimate {
             tokens: super::count::exact(self.gw, &self.route.countings, self.request).await
-                + self.placed_tokens(),
+                + self.added_tokens(),
             exact: true,
         };
         let request = self.reserve_request(exact.tokens);
@@ -423,10 +451,14 @@ impl Admission<'_> {
         Ok((rate, hold, exact))
     }
 
-    fn placed_tokens(&self) -> u64 {
-        self.prefix.map_or(0, |prefix| {
+    /// Input beyond the caller's prompt: the prompts the gateway places,
+    /// and what each use of a provider-run tool may add.
+    fn added_tokens(&self) -> u64 {
+        let placed = self.prefix.map_or(0, |prefix| {
             prefix.tokens(&self.gw.estimator, &self.route.countings)
-        })
+        });
+        let tools = self.request.screen().admitted.iter();
+        tools.fold(placed, |sum, tool| sum.saturating_add(tool.input_tokens()))
     }
 
     fn reserve_request(&self, input_tokens: u64) -> ReserveRequest {
@@ -442,6 +474,7 @@ impl Admission<'_> {
             key: self.ctx.key.id.clone(),
             key_budget: self.ctx.key.monthly_budget,
             key_credits: self.ctx.key.on_credits,
+            fees: worst_fees(self.route.targets.iter().map(|t| &t.charge), self.request),
             key_period: self.ctx.key.budget_period,
             feature: self.ctx.feature.clone(),
             end_user: self.end_user.clone(),
@@ -456,6 +489,7 @@ impl Admission<'_> {
         let at_cost = ReserveRequest {
             input_price,
             output_price,
+            fees: worst_fees(self.route.targets.iter().map(|t| &t.price), self.request),
             ..request.clone()
         };
         let cost = crate::tenant::book::worst_case(&at_cost, max_tokens);
@@ -473,6 +507,15 @@ impl Admission<'_> {
             cost_nanos: Some(cost.get()),
         }
     }
+}
+
+/// The most the request's provider-run tools may bill in fees at any of `prices`.
+fn worst_fees<'a>(prices: impl Iterator<Item = &'a Price>, request: &ChatRequest) -> Nanos {
+    let admitted = &request.screen().admitted;
+    prices
+        .map(|price| crate::pricing::tool_fees(price, admitted))
+        .max()
+        .unwrap_or(Nanos::ZERO)
 }
 
 /// What the request holds against its end user: the tier's template, with

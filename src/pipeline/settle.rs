@@ -23,6 +23,7 @@ use crate::provider::adapters::Adapter;
 use crate::provider::adapters::openai::{self, ResponseUsage};
 use crate::provider::call::{UpstreamBody, UpstreamReply};
 use crate::state::Gateway;
+use crate::telemetry::metrics::{Metric, counter_add};
 use crate::tenant::ReservationGuard;
 use crate::tokenize::Estimate;
 
@@ -79,6 +80,17 @@ impl Served<'_> {
             .unwrap_or_else(|| openai::parse_usage(&reply.body));
         let (usage, usage_kind) = match reported {
             ResponseUsage::Reported(usage) => (usage, UsageKind::Reported),
+            // Reasoning and a tool's uses are billed but not in the text:
+            // without the provider's word, what may have been billed is the hold.
+            ResponseUsage::Missing { .. } if self.request.bills_unseen() => (
+                Usage {
+                    prompt_tokens: self.prompt_estimate(),
+                    completion_tokens: u64::from(reservation.granted().max_tokens)
+                        .saturating_mul(u64::from(self.request.choices())),
+                    ..Usage::default()
+                },
+                UsageKind::Unknown,
+            ),
             ResponseUsage::Missing { completion_text } => (
                 Usage {
                     prompt_tokens: self.prompt_estimate(),
@@ -88,7 +100,12 @@ impl Served<'_> {
                 UsageKind::Estimated,
             ),
         };
-        let cost = pricing::charge(&target.charge, &usage);
+        let mut cost = pricing::charge(&target.charge, &usage);
+        if usage_kind == UsageKind::Unknown {
+            cost = cost.max(reservation.granted().amount);
+            let labels = [("provider", target.provider.as_str())];
+            counter_add(Metric::UnknownOutcomesTotal, &labels, 1);
+        }
         row.cost = Some(pricing::charge(&target.price, &usage));
         row.usage = usage;
         row.usage_kind = usage_kind;
@@ -167,7 +184,7 @@ impl Served<'_> {
             held_output_tokens,
             choices: self.request.choices(),
             include_usage: self.request.include_usage(),
-            asks_reasoning: self.request.asks_reasoning(),
+            bills_unseen: self.request.bills_unseen(),
             deadline: self.deadline,
             translator: Adapter::for_request(provider, self.request)
                 .translator(&target.model, self.request.include_usage()),

@@ -52,8 +52,9 @@ pub struct Relay {
     pub choices: u32,
     /// The caller asked for the usage chunk.
     pub include_usage: bool,
-    /// The request asked the model to reason: output billed but never streamed.
-    pub asks_reasoning: bool,
+    /// The provider may bill what the stream never shows: reasoning, a
+    /// provider-run tool's uses.
+    pub bills_unseen: bool,
     /// The request's deadline: a stream still running then is ended.
     pub deadline: std::time::Instant,
     /// Upstream events → the caller's OpenAI chunks (usage chunk only if asked for).
@@ -387,7 +388,7 @@ impl Relay {
         }
         let held = match end {
             End::Broken(_) | End::Failed(_) => true,
-            End::Done => self.asks_reasoning,
+            End::Done => self.bills_unseen,
             End::Cut => false,
         };
         let completion_tokens = match end {

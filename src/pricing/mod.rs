@@ -2,6 +2,8 @@
 //! cost (charged after it), both in integer nano-units.
 
 use crate::config::Price;
+use crate::config::server_tools::ServerTool;
+use crate::fields::Admitted;
 use crate::money::{CostAccumulator, Nanos};
 
 /// Token counts of one upstream call, as the upstream reported them.
@@ -14,10 +16,12 @@ pub struct Usage {
     /// Prompt tokens written to the provider's cache.
     pub cache_write_tokens: u64,
     pub completion_tokens: u64,
+    /// Web searches a provider-run search tool made, each billed a fee.
+    pub web_searches: u64,
 }
 
 /// The real cost of a call at one target's prices (at the tier its prompt
-/// length reaches), rounded up once.
+/// length reaches, with its searches' fees), rounded up once.
 pub fn charge(price: &Price, usage: &Usage) -> Nanos {
     let price = price.for_prompt(usage.prompt_tokens);
     let cached = usage.cached_tokens.min(usage.prompt_tokens);
@@ -29,6 +33,26 @@ pub fn charge(price: &Price, usage: &Usage) -> Nanos {
         .add(cache_write, price.cache_write)
         .add(usage.completion_tokens, price.output);
     cost.total()
+        .saturating_add(fees(price.web_search, usage.web_searches))
+}
+
+/// The most the admitted provider-run tools may bill in fees at `price`.
+pub fn tool_fees(price: &Price, admitted: &[Admitted]) -> Nanos {
+    admitted.iter().fold(Nanos::ZERO, |sum, tool| {
+        let fee = match tool.tool {
+            ServerTool::WebSearch => price.web_search,
+            // A fetch bills only the page it reads, as input.
+            ServerTool::WebFetch => None,
+        };
+        sum.saturating_add(fees(fee, u64::from(tool.uses)))
+    })
+}
+
+/// `uses` of a tool at `fee` each (none where the price lists no fee).
+pub fn fees(fee: Option<Nanos>, uses: u64) -> Nanos {
+    fee.map_or(Nanos::ZERO, |fee| {
+        Nanos::new(fee.get().saturating_mul(uses))
+    })
 }
 
 #[cfg(test)]
@@ -44,7 +68,28 @@ mod tests {
             cache_write: p(input),
             output: p(output),
             long_context: None,
+            web_search: None,
         }
+    }
+
+    #[test]
+    fn each_search_is_charged_its_fee_beside_the_tokens() {
+        let searching = Price {
+            web_search: Some(Nanos::new(10_000_000)),
+            ..price("3", "0.3", "15")
+        };
+        let usage = Usage {
+            prompt_tokens: 1_000,
+            completion_tokens: 100,
+            web_searches: 4,
+            ..Usage::default()
+        };
+        assert_eq!(charge(&searching, &usage).to_string(), "0.0445");
+        // A price without a fee charges none: only a route that prices search lets it leave.
+        assert_eq!(
+            charge(&price("3", "0.3", "15"), &usage).to_string(),
+            "0.0045"
+        );
     }
 
     #[test]
@@ -65,6 +110,7 @@ mod tests {
             cached_tokens: 0,
             cache_write_tokens: 0,
             completion_tokens: 1000,
+            web_searches: 0,
         };
         // 200000 × 3 + 1000 × 15 per 1M: at the threshold, the base rates.
         assert_eq!(charge(&tiered, &usage(200_000)).to_string(), "0.615");
@@ -79,6 +125,7 @@ mod tests {
             cached_tokens: 2000,
             cache_write_tokens: 0,
             completion_tokens: 400,
+            web_searches: 0,
         };
         assert_eq!(
             charge(&price("2", "0.04", "8"), &usage).to_string(),
@@ -93,6 +140,7 @@ mod tests {
             cached_tokens: 50,
             cache_write_tokens: 50,
             completion_tokens: 0,
+            web_searches: 0,
         };
         assert_eq!(charge(&price("1", "1", "1"), &usage), Nanos::new(10_000));
     }

@@ -330,6 +330,7 @@ mod tests {
             cache_write: p("3.75"),
             output: p("15"),
             long_context: None,
+            web_search: None,
         };
         PriceTable::from([(("anthropic".to_owned(), "claude".to_owned()), price)])
     }

@@ -118,6 +118,7 @@ mod tests {
             cache_write: PricePerMTok::default(),
             output: PricePerMTok::default(),
             long_context: None,
+            web_search: None,
         };
         Target {
             provider: ProviderName::new(provider),

@@ -165,6 +165,9 @@ pub struct ReserveRequest {
     pub end_user: Option<EndUserHold>,
     /// The key spends its own prepaid balance.
     pub key_credits: bool,
+    /// Fees the call may bill beside its tokens (each use of a provider-run
+    /// tool), held once whatever its `choices`.
+    pub fees: Nanos,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -825,7 +828,7 @@ pub fn worst_case(request: &ReserveRequest, max_tokens: u32) -> Nanos {
     let mut cost = CostAccumulator::default();
     cost.add(request.input_tokens, request.input_price)
         .add(request.output_tokens(max_tokens), request.output_price);
-    cost.total()
+    cost.total().saturating_add(request.fees)
 }
 
 impl ReserveRequest {
@@ -850,7 +853,10 @@ pub fn clamped_max_tokens(request: &ReserveRequest, remaining: Nanos, floor: u32
 
 /// The most output tokens whose worst case still fits `remaining`.
 fn affordable_tokens(request: &ReserveRequest, remaining: Nanos) -> u64 {
-    let scaled_remaining = u128::from(remaining.get()) * 1_000_000;
+    let Some(remaining) = remaining.get().checked_sub(request.fees.get()) else {
+        return 0;
+    };
+    let scaled_remaining = u128::from(remaining) * 1_000_000;
     let input =
         u128::from(request.input_tokens) * u128::from(request.input_price.nanos_per_mtok().get());
     let Some(left) = scaled_remaining.checked_sub(input) else {
@@ -909,8 +915,37 @@ mod tests {
             feature: "chat".to_owned(),
             end_user: None,
             key_credits: false,
+            fees: Nanos::ZERO,
             key_period: Period::Month,
         }
+    }
+
+    #[test]
+    fn fees_are_held_once_and_clamping_leaves_room_for_them() {
+        let searching = ReserveRequest {
+            choices: 2,
+            fees: Nanos::new(30_000_000),
+            ..request(100)
+        };
+        let tokens = worst_case(
+            &ReserveRequest {
+                fees: Nanos::ZERO,
+                ..searching.clone()
+            },
+            100,
+        );
+        assert_eq!(
+            worst_case(&searching, 100),
+            tokens.saturating_add(Nanos::new(30_000_000))
+        );
+        // Too little for the fees refuses; room for them and some output clamps.
+        assert_eq!(
+            clamped_max_tokens(&searching, Nanos::new(29_999_999), 1),
+            None
+        );
+        let clamped =
+            clamped_max_tokens(&searching, tokens.saturating_add(Nanos::new(30_000_000)), 1);
+        assert_eq!(clamped, Some(100));
     }
 
     #[test]

@@ -187,6 +187,7 @@ fn request(op: &Op, now_ms: u64) -> ReserveRequest {
             },
         }),
         key_credits: false,
+        fees: Nanos::ZERO,
     }
 }
 

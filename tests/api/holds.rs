@@ -59,6 +59,7 @@ impl Run<'_> {
             feature: "default".to_owned(),
             end_user: None,
             key_credits: false,
+            fees: Nanos::ZERO,
             key_period: tollgate::calendar::Period::Month,
         }
     }

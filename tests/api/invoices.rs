@@ -41,6 +41,7 @@ fn row(
             cached_tokens: 0,
             cache_write_tokens: 0,
             completion_tokens: 5,
+            web_searches: 0,
         },
         usage_kind: UsageKind::Reported,
         reserved: Nanos::from_db(charged),

@@ -726,3 +726,90 @@ async fn unpriced_fields_and_betas_are_refused_in_anthropic_s_envelope() {
     assert!(app.anthropic.state.captured().is_empty());
     assert!(app.ledger_rows(&tenant).await.is_empty());
 }
+
+/// A route that prices web search: a fee of 0.01 a search, and each use
+/// held at 2,000 input tokens, three uses at the most.
+fn search_setup() -> TestSetup {
+    const SEARCHING: &str = "claude/searches-7";
+    setup()
+        .route("claude-search", &[SEARCHING])
+        .price(SEARCHING, "3", "0.3", "15")
+        .price_extra(SEARCHING, "web_search = \"0.01\"")
+        .route_line(
+            "claude-search",
+            "server_tools = { web_search = { max_uses = 3, input_tokens_per_use = 2000 } }",
+        )
+        .tier("searcher", &["claude-search"], 1000, 100)
+}
+
+fn search_request() -> Value {
+    json!({
+        "model": "claude-search",
+        "max_tokens": 100,
+        "messages": [{"role": "user", "content": "What happened in Paris today?"}],
+        "tools": [
+            {"type": "web_search_20250305", "name": "web_search", "max_uses": 50},
+            {"type": "web_fetch_20250910", "name": "web_fetch"}
+        ]
+    })
+}
+
+/// Where the route prices web search, the tool leaves bounded by the
+/// route's `max_uses` (the caller's 50 lowered to 3), every search is
+/// charged its fee beside the tokens, and a tool the route does not price
+/// (fetch) is still taken out of the offer.
+#[actix_web::test]
+async fn a_search_the_route_prices_leaves_bounded_and_each_use_is_charged_its_fee() {
+    let app = spawn_app(search_setup()).await;
+    let (tenant, key) = app.tenant_with_key("searcher", json!({})).await;
+
+    let reply = messages(&app, &key, &search_request()).await;
+
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(
+        reply.header("x-tollgate-removed-tools"),
+        Some("web_fetch_20250910")
+    );
+    let captured = app.anthropic.state.captured();
+    let tools = &captured[0].body["tools"];
+    assert_eq!(
+        tools,
+        &json!([{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}])
+    );
+    assert_eq!(
+        reply.body["usage"]["server_tool_use"]["web_search_requests"],
+        3
+    );
+    let rows = app.ledger_rows(&tenant).await;
+    assert_eq!(rows.len(), 1);
+    let row = &rows[0];
+    assert_eq!((row.web_searches, row.usage_kind.as_str()), (3, "reported"));
+    // 3,000 and 15,000 nano-units a token, and three searches at 0.01.
+    let tokens = row.prompt_tokens * 3_000 + row.completion_tokens * 15_000;
+    assert_eq!(row.charged_nanos, tokens + 30_000_000, "{row:?}");
+    assert_eq!(row.cost_nanos, Some(row.charged_nanos));
+}
+
+/// The hold covers every allowed use's fee and input before anything is
+/// sent: a budget that fits the call with either alone refuses it with
+/// both, and the same call without the search offer passes.
+#[actix_web::test]
+async fn the_hold_covers_each_search_s_fee_and_input_before_anything_is_sent() {
+    let app = spawn_app(search_setup()).await;
+    // Held: 100 output tokens (0.0015) and the prompt (under 0.0003), six
+    // thousand tokens of search results (0.018) and three fees (0.03).
+    let (tenant, key) = app
+        .tenant_with_key("searcher", json!({"monthly_budget": "0.045"}))
+        .await;
+
+    let refused = messages(&app, &key, &search_request()).await;
+
+    assert_eq!(refused.status, 402, "{}", refused.raw);
+    assert_eq!(app.anthropic.state.requests(), 0);
+    let mut plain = search_request();
+    plain.as_object_mut().unwrap().remove("tools");
+    let served = messages(&app, &key, &plain).await;
+    assert_eq!(served.status, 200, "{}", served.raw);
+    let rows = app.ledger_rows(&tenant).await;
+    assert_eq!(rows.iter().map(|r| r.web_searches).sum::<i64>(), 0);
+}

@@ -529,7 +529,7 @@ async fn a_responses_provider_gets_the_caller_s_body_and_answers_with_its_own_re
 }
 
 #[actix_web::test]
-async fn a_response_without_usage_is_charged_an_estimate_not_zero() {
+async fn a_response_without_usage_is_charged_an_estimate_or_where_it_reasoned_its_hold() {
     let app = spawn_app(passthrough_setup()).await;
     let (tenant, key) = app.tenant_with_key("free", json!({})).await;
 
@@ -553,6 +553,24 @@ async fn a_response_without_usage_is_charged_an_estimate_not_zero() {
     let counted = app.gateway.estimator.count_completion(text);
     assert_eq!(row.completion_tokens, i64::try_from(counted).unwrap());
     assert!(row.charged_nanos > 0, "{row:?}");
+
+    // Asked to reason, the model may have billed reasoning the answer does
+    // not show: without the provider's usage, the charge is the hold.
+    let reasoned = app
+        .post_json(
+            "/v1/responses",
+            &key,
+            &json!({"model": "rp_no_usage", "input": "Hello there", "max_output_tokens": 2000,
+                    "reasoning": {"effort": "high"}}),
+        )
+        .await;
+    assert_eq!(reasoned.status, 200, "{}", reasoned.raw);
+    let rows = app.ledger_rows(&tenant).await;
+    let row = &rows[1];
+    assert_eq!(row.usage_kind, "unknown", "{row:?}");
+    assert_eq!(row.charged_nanos, row.reserved_nanos, "{row:?}");
+    // The output held: the caller's 2,000, lowered to the provider's ceiling.
+    assert_eq!(row.completion_tokens, 256, "{row:?}");
 }
 
 /// `raw` with what differs between two answers to one request (the fake's
@@ -805,4 +823,73 @@ async fn a_budget_too_small_for_a_responses_provider_is_a_402_and_no_upstream_ca
     );
     assert_eq!(refused.header("x-should-retry"), Some("false"));
     assert_eq!(app.fake.stats.requests(), 0);
+}
+
+/// OpenAI's web search leaves a Responses passthrough only where the route
+/// prices it, bounded by `max_tool_calls` (which the gateway sets, as it
+/// sets the output limit); each search call in the output is charged its
+/// fee, on a stream as on a complete answer. Other built-in tools are still
+/// taken out of the offer, and a route that does not price search removes it.
+#[actix_web::test]
+async fn a_priced_web_search_leaves_bounded_by_max_tool_calls_and_each_call_is_charged() {
+    const SEARCHING: &str = "responder/usage-500-0-0-20+searches-9+chunks-3";
+    let app = spawn_app(
+        passthrough_setup()
+            .route("rp_search", &[SEARCHING])
+            .price(SEARCHING, "2", "0.5", "8")
+            .price_extra(SEARCHING, "web_search = \"0.025\"")
+            .route_line(
+                "rp_search",
+                "server_tools = { web_search = { max_uses = 2, input_tokens_per_use = 8000 } }",
+            )
+            .tier("searcher", &["rp_search", "rp_poor"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("searcher", json!({})).await;
+    let body = |model: &str, stream: bool| {
+        json!({"model": model, "input": "news?", "stream": stream, "max_tool_calls": 6,
+               "tools": [{"type": "web_search"}, {"type": "code_interpreter", "container": {"type": "auto"}}]})
+    };
+
+    for stream in [false, true] {
+        let reply = app
+            .post_json("/v1/responses", &key, &body("rp_search", stream))
+            .await;
+        assert_eq!(reply.status, 200, "{}", reply.raw);
+        assert_eq!(
+            reply.header("x-tollgate-removed-tools"),
+            Some("code_interpreter")
+        );
+    }
+    let unpriced = app
+        .post_json("/v1/responses", &key, &body("rp_poor", false))
+        .await;
+    assert_eq!(unpriced.status, 200, "{}", unpriced.raw);
+    assert_eq!(
+        unpriced.header("x-tollgate-removed-tools"),
+        Some("web_search, code_interpreter")
+    );
+
+    let captured = app.fake.stats.captured();
+    for sent in &captured[..2] {
+        assert_eq!(sent.body["tools"], json!([{"type": "web_search"}]));
+        assert_eq!(sent.body["max_tool_calls"], 2);
+    }
+    assert!(
+        captured[2].body.get("tools").is_none(),
+        "{}",
+        captured[2].body
+    );
+    let rows = app.ledger_rows_eventually(&tenant, 3).await;
+    let searched: Vec<_> = rows.iter().filter(|r| r.route == "rp_search").collect();
+    assert_eq!(searched.len(), 2);
+    for row in searched {
+        assert_eq!((row.web_searches, row.usage_kind.as_str()), (2, "reported"));
+        // 500 in at 2 and 20 out at 8 (per 1M), two searches at 0.025.
+        assert_eq!(
+            row.charged_nanos,
+            1_000_000 + 160_000 + 50_000_000,
+            "{row:?}"
+        );
+    }
 }

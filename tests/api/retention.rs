@@ -63,6 +63,7 @@ fn event(row: &Row) -> UsageEvent {
             cached_tokens: 20,
             cache_write_tokens: 3,
             completion_tokens: 7,
+            web_searches: 0,
         },
         usage_kind: UsageKind::Reported,
         reserved: Nanos::from_db(row.charged + 11),

@@ -527,6 +527,7 @@ async fn the_expiry_sweep_asks_the_ledger_before_committing_an_orphan() {
             feature: "default".to_owned(),
             end_user: None,
             key_credits: false,
+            fees: Nanos::ZERO,
             key_period: tollgate::calendar::Period::Month,
         };
         let meta = ReservationMeta {

@@ -284,6 +284,7 @@ async fn backfilled_totals(url: &str) {
         cache_similarity: sea_orm::ActiveValue::NotSet,
         cost_nanos: sea_orm::ActiveValue::NotSet,
         plan: sea_orm::ActiveValue::NotSet,
+        web_searches: sea_orm::ActiveValue::NotSet,
         ..event.to_active_model()
     };
     entity::usage::Entity::insert_many(events.iter().map(then))
@@ -429,6 +430,7 @@ fn event(tenant: &str, attempt: u32, status: AttemptStatus, charged: i64) -> Usa
             cached_tokens: 1_000,
             cache_write_tokens: 12,
             completion_tokens: 77,
+            web_searches: 0,
         },
         usage_kind: UsageKind::Estimated,
         reserved: Nanos::from_db(9_000_000_000_000),

@@ -90,6 +90,7 @@ pub(crate) fn request(output_tokens: u32, expires_at_ms: u64) -> ReserveRequest 
         feature: String::new(),
         end_user: None,
         key_credits: false,
+        fees: Nanos::ZERO,
         key_period: tollgate::calendar::Period::Month,
     }
 }

@@ -282,6 +282,7 @@ fn decode(row: &QueryResult) -> Option<(Quantized, Answer)> {
             cached_tokens: get_int("cached_tokens")?,
             cache_write_tokens: get_int("cache_write_tokens")?,
             completion_tokens: get_int("completion_tokens")?,
+            web_searches: 0,
         },
         native: row.try_get("", "native").ok()?,
         source: row.try_get("", "source").ok()?,

@@ -731,6 +731,8 @@ struct AnthropicUsage {
     cache_creation: u64,
     cache_read: u64,
     output: u64,
+    /// `server_tool_use.web_search_requests`: each bills a fee.
+    web_searches: u64,
 }
 
 impl AnthropicUsage {
@@ -747,6 +749,13 @@ impl AnthropicUsage {
                 *slot = count;
             }
         }
+        let searches = usage
+            .get("server_tool_use")
+            .and_then(|tools| tools.get("web_search_requests"))
+            .and_then(Value::as_u64);
+        if let Some(count) = searches {
+            self.web_searches = count;
+        }
     }
 
     fn to_usage(self) -> Usage {
@@ -758,6 +767,7 @@ impl AnthropicUsage {
             cached_tokens: self.cache_read,
             cache_write_tokens: self.cache_creation,
             completion_tokens: self.output,
+            web_searches: self.web_searches,
         }
     }
 }
@@ -1397,6 +1407,7 @@ mod tests {
                 cached_tokens: 4096,
                 cache_write_tokens: 2048,
                 completion_tokens: 57,
+                web_searches: 0,
             }
         );
         let (live, _) = map_response(RESPONSE.as_bytes(), "claude-route").unwrap();
@@ -1414,6 +1425,7 @@ mod tests {
             cache_write: per_mtok("3.75"),
             output: per_mtok("15"),
             long_context: None,
+            web_search: None,
         };
         // 120 × 3 + 4096 × 0.30 + 2048 × 3.75 + 57 × 15, per million tokens.
         assert_eq!(
@@ -1505,6 +1517,7 @@ mod tests {
                 cached_tokens: 2048,
                 cache_write_tokens: 1024,
                 completion_tokens: 89,
+                web_searches: 0,
             })
         );
     }

@@ -130,6 +130,7 @@ impl RawUsage {
             cached_tokens: cached,
             cache_write_tokens: 0,
             completion_tokens: self.completion_tokens,
+            web_searches: 0,
         }
     }
 }

@@ -90,6 +90,7 @@ impl RawUsage {
             cached_tokens: details.and_then(|d| d.cached_tokens).unwrap_or(0),
             cache_write_tokens: details.and_then(|d| d.cache_write_tokens).unwrap_or(0),
             completion_tokens: self.output_tokens,
+            web_searches: 0,
         }
     }
 }
@@ -100,11 +101,36 @@ pub fn read_usage(body: &[u8]) -> Result<ResponseUsage, String> {
     let response: ResponseBody = serde_json::from_slice(body)
         .map_err(|e| format!("the upstream's answer is not a response object: {e}"))?;
     Ok(match response.usage {
-        Some(usage) => ResponseUsage::Reported(usage.to_usage()),
+        Some(usage) => ResponseUsage::Reported(Usage {
+            web_searches: web_searches(&response.output),
+            ..usage.to_usage()
+        }),
         None => ResponseUsage::Missing {
             completion_text: generated_output(&response.output),
         },
     })
+}
+
+/// A `response` object's usage, with the searches its output made.
+fn usage_of(response: &Value) -> Option<Usage> {
+    let usage = serde_json::from_value::<RawUsage>(response["usage"].clone()).ok()?;
+    let output = response["output"].as_array().map_or(&[][..], Vec::as_slice);
+    Some(Usage {
+        web_searches: web_searches(output),
+        ..usage.to_usage()
+    })
+}
+
+/// The web searches among a response's output items: each bills a fee.
+/// Every `web_search_call` counts, whatever its action (a search, opening
+/// a page, finding in it): one counted that was not billed overcharges a
+/// fee, one missed would spend past the hold.
+fn web_searches(output: &[Value]) -> u64 {
+    let calls = output
+        .iter()
+        .filter(|item| item["type"] == "web_search_call")
+        .count();
+    u64::try_from(calls).unwrap_or(u64::MAX)
 }
 
 /// Every generated text of a response's output items: message text and
@@ -207,18 +233,13 @@ impl EventRelay {
                         .unwrap_or("no error given")
                 );
                 // A failed response still says what it billed: that is the charge.
-                match serde_json::from_value::<RawUsage>(parsed["response"]["usage"].clone()) {
-                    Ok(usage) => Translated::Failed {
-                        reason,
-                        usage: usage.to_usage(),
-                    },
-                    Err(_) => Translated::Broken(reason),
+                match usage_of(&parsed["response"]) {
+                    Some(usage) => Translated::Failed { reason, usage },
+                    None => Translated::Broken(reason),
                 }
             }
             "response.completed" | "response.incomplete" => {
-                let usage = serde_json::from_value::<RawUsage>(parsed["response"]["usage"].clone())
-                    .ok()
-                    .map(|usage| usage.to_usage());
+                let usage = usage_of(&parsed["response"]);
                 Translated::Done(vec![Relayed {
                     bytes,
                     content: String::new(),
@@ -488,6 +509,7 @@ mod tests {
                 cached_tokens: 200,
                 cache_write_tokens: 50,
                 completion_tokens: 40,
+                web_searches: 0,
             }
         );
         let bare = br#"{"usage":{"input_tokens":3,"output_tokens":4,"input_tokens_details":null}}"#;
