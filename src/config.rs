@@ -2687,6 +2687,32 @@ mod tests {
     }
 
     #[test]
+    fn every_shipped_catalog_loads_and_claude_s_images_are_held_at_their_own_bound() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let files = [
+            "anthropic",
+            "deepseek",
+            "google",
+            "mistral",
+            "openai",
+            "qwen",
+        ]
+        .map(|name| format!("\"prices/{name}.toml\""))
+        .join(", ");
+        let claude = "[providers.anthropic]\nkind = \"anthropic\"\nbase_url = \"https://api.anthropic.com\"\napi_key_env = \"ANTHROPIC_API_KEY\"\n[routes.claude]\ntargets = [\"anthropic/claude-sonnet-5-5\", \"anthropic/claude-haiku-4-5\"]\n";
+        let text = format!("include = [{files}]\n[billing]\ncurrency = \"USD\"\n{claude}{BASE}");
+        let config = Config::from_toml_in(&text, dir, &pepper()).unwrap();
+        assert_eq!(config.catalogs.len(), 6);
+        let route = &config.routes[&RouteName::new("claude")];
+        let images: Vec<u64> = route
+            .targets
+            .iter()
+            .map(|t| t.counting.image_tokens)
+            .collect();
+        assert_eq!(images, [4_800, 1_600]);
+    }
+
+    #[test]
     fn the_example_include_line_loads_once_the_example_bills_in_usd() {
         let text = include_str!("../tollgate.example.toml");
         let line = "# include = [\"prices/deepseek.toml\", \"prices/qwen.toml\"]";
