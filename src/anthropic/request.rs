@@ -64,6 +64,9 @@ pub fn to_chat(bytes: &[u8], table: &'static Table) -> Result<Translation, ApiEr
             chat.insert(field.to_owned(), value.clone());
         }
     }
+    if let Some(effort) = reasoning_effort(&body) {
+        chat.insert("reasoning_effort".to_owned(), Value::from(effort));
+    }
     out.system(body.get("system"))?;
     out.messages(body.get("messages"))?;
     chat.insert("messages".to_owned(), Value::Array(out.messages));
@@ -99,6 +102,33 @@ pub fn to_chat(bytes: &[u8], table: &'static Table) -> Result<Translation, ApiEr
         untranslated: out.untranslated,
         asks_reasoning: crate::openai::chat::asks_reasoning(&body),
     })
+}
+
+/// Anthropic's `thinking` as chat's `reasoning_effort`, so an OpenAI-kind
+/// model reasons as asked rather than the setting being dropped: the effort
+/// the caller named (`output_config.effort`), else one by the thinking
+/// budget's size. Its tokens are output either way, held under `max_tokens`.
+fn reasoning_effort(body: &Map<String, Value>) -> Option<&'static str> {
+    let thinking = body.get("thinking")?;
+    match thinking.get("type").and_then(Value::as_str) {
+        Some("enabled" | "adaptive") => {}
+        _ => return None,
+    }
+    let named = body
+        .get("output_config")
+        .and_then(|c| c.get("effort"))
+        .and_then(Value::as_str);
+    let effort = match named {
+        Some("low") => "low",
+        Some("medium") => "medium",
+        Some("high" | "max" | "xhigh") => "high",
+        _ => match thinking.get("budget_tokens").and_then(Value::as_u64) {
+            Some(0..=4_096) => "low",
+            Some(4_097..=16_384) | None => "medium",
+            Some(_) => "high",
+        },
+    };
+    Some(effort)
 }
 
 #[derive(Default)]
@@ -170,14 +200,46 @@ impl Translator {
             match message.get("role").and_then(Value::as_str) {
                 Some("user") => self.user(&blocks, &field)?,
                 Some("assistant") => self.assistant(&blocks, &field)?,
-                _ => {
+                // Instructions mid-conversation (Claude Code sends them): chat
+                // has system messages anywhere; Anthropic reads them in place.
+                Some("system") => self.system_message(&blocks, &field)?,
+                Some(other) => {
                     return Err(ApiError::invalid_request(
                         format!("{field}.role"),
-                        "`role` must be `user` or `assistant`",
+                        format!(
+                            "Unexpected role \"{other}\". Allowed roles are \"user\", \"assistant\" and \"system\""
+                        ),
+                    ));
+                }
+                None => {
+                    return Err(ApiError::invalid_request(
+                        format!("{field}.role"),
+                        "Field required",
                     ));
                 }
             }
         }
+        Ok(())
+    }
+
+    /// A system message within the conversation: text blocks only.
+    fn system_message(&mut self, blocks: &[Value], field: &str) -> Result<(), ApiError> {
+        let mut texts = Vec::with_capacity(blocks.len());
+        for (j, block) in blocks.iter().enumerate() {
+            let path = format!("{field}.content[{j}]");
+            match block_type(block) {
+                Some("text") => texts.push(text_part(block, &path)?["text"].clone()),
+                _ => {
+                    return Err(ApiError::invalid_request(
+                        format!("{path}.type"),
+                        "a system message carries text blocks only",
+                    ));
+                }
+            }
+        }
+        let text: Vec<&str> = texts.iter().filter_map(Value::as_str).collect();
+        self.messages
+            .push(json!({"role": "system", "content": text.join("\n\n")}));
         Ok(())
     }
 
@@ -535,7 +597,7 @@ mod tests {
         };
         assert_eq!(param(json!({"model": "m"})), "messages");
         assert_eq!(
-            param(json!({"model": "m", "messages": [{"role": "system", "content": "x"}]})),
+            param(json!({"model": "m", "messages": [{"role": "tool", "content": "x"}]})),
             "messages[0].role"
         );
         assert_eq!(
@@ -552,5 +614,53 @@ mod tests {
         let (chat, _) = chat_of(&json!({"model": "m", "max_tokens": 5, "stream": false,
             "messages": [{"role": "user", "content": "x"}]}));
         assert!(chat.get("stream_options").is_none(), "{chat}");
+    }
+
+    #[test]
+    fn system_messages_mid_conversation_stay_in_place_as_chat_system_messages() {
+        let (chat, gap) = chat_of(
+            &json!({"model": "m", "max_tokens": 5, "system": "Be terse.",
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "system", "content": [{"type": "text", "text": "Now answer in French."}]},
+                {"role": "assistant", "content": "Bonjour"}
+            ]}),
+        );
+        assert!(gap.is_none());
+        let roles: Vec<&str> = chat["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap())
+            .collect();
+        assert_eq!(roles, ["system", "user", "system", "assistant"]);
+        assert_eq!(chat["messages"][2]["content"], "Now answer in French.");
+    }
+
+    #[test]
+    fn thinking_becomes_chat_s_reasoning_effort() {
+        let effort = |extra: Value| {
+            let mut request = json!({"model": "m", "max_tokens": 32_000,
+                "messages": [{"role": "user", "content": "x"}]});
+            request
+                .as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            chat_of(&request).0["reasoning_effort"].clone()
+        };
+        let budget = |n: u64| json!({"thinking": {"type": "enabled", "budget_tokens": n}});
+        assert_eq!(effort(budget(31_999)), "high");
+        assert_eq!(effort(budget(8_000)), "medium");
+        assert_eq!(effort(budget(1_024)), "low");
+        assert_eq!(effort(json!({"thinking": {"type": "adaptive"}})), "medium");
+        assert_eq!(
+            effort(json!({"thinking": {"type": "adaptive"}, "output_config": {"effort": "max"}})),
+            "high"
+        );
+        assert_eq!(
+            effort(json!({"thinking": {"type": "disabled"}})),
+            Value::Null
+        );
+        assert_eq!(effort(json!({})), Value::Null);
     }
 }

@@ -49,7 +49,10 @@ pub fn configure(cfg: &mut web::ServiceConfig, surface: Surface) {
         .route("/v1/messages/{rest:.*}", web::to(messages::unknown))
         .route("/v1/models", web::get().to(models::list_models));
     }
-    cfg.route("/healthz", web::get().to(ops::healthz));
+    cfg.route("/healthz", web::get().to(ops::healthz))
+        // Claude Code probes its base URL with `HEAD /` before its first call.
+        .route("/", web::head().to(ops::healthz))
+        .route("/", web::get().to(ops::healthz));
     if surface != Surface::Api {
         cfg.route("/readyz", web::get().to(ops::readyz))
             .route("/metrics", web::get().to(ops::metrics))

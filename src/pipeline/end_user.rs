@@ -3,6 +3,8 @@
 //! it), as far as the key's tier trusts each source. The id is opaque to the
 //! gateway; it is capped in length and kept off metric labels.
 
+use sha2::{Digest, Sha256};
+
 use crate::config::{END_USER_MAX_BYTES, EndUserSource, Tier};
 use crate::error::{ApiError, ErrorCode};
 use crate::openai::chat::ChatRequest;
@@ -10,19 +12,30 @@ use crate::openai::chat::ChatRequest;
 use super::context::RequestContext;
 
 /// The request's end user, if the tier reads one; a tier that requires one
-/// refuses a request that names none.
+/// refuses a request that names none. An agent's JSON id (Claude Code's
+/// `metadata.user_id`) names its account, else its device; an id past the
+/// length cap is kept as a stable hash of itself. On a tier that neither
+/// caps nor requires end users, a body's id that is not a usable one is
+/// ignored: it decides nothing there, so it refuses nothing either.
 pub fn identify(
     ctx: &RequestContext,
     request: &ChatRequest,
     tier: &Tier,
 ) -> Result<Option<String>, ApiError> {
+    let counted = tier.end_user.is_some() || tier.end_user_required;
     for source in &tier.end_user_sources {
         let (value, param) = match source {
             EndUserSource::Header => (ctx.end_user_header.as_deref(), "X-Tollgate-End-User"),
             EndUserSource::Body => (request.body().get("user").and_then(|v| v.as_str()), "user"),
         };
-        if let Some(id) = value.map(str::trim).filter(|id| !id.is_empty()) {
-            return checked(id, param).map(Some);
+        let Some(id) = value.map(str::trim).filter(|id| !id.is_empty()) else {
+            continue;
+        };
+        let id = agent_account(id).unwrap_or_else(|| id.to_owned());
+        match checked(&id, param) {
+            Ok(id) => return Ok(Some(id)),
+            Err(_) if *source == EndUserSource::Body && !counted => return Ok(None),
+            Err(refusal) => return Err(refusal),
         }
     }
     if tier.end_user_required {
@@ -37,7 +50,29 @@ pub fn identify(
     Ok(None)
 }
 
+/// An agent's JSON id: Claude Code sends `{"device_id", "account_uuid",
+/// "session_id"}`; the account is the user, else the device. The session
+/// changes every run, so it is never the user.
+fn agent_account(id: &str) -> Option<String> {
+    if !id.starts_with('{') {
+        return None;
+    }
+    let fields: serde_json::Map<String, serde_json::Value> = serde_json::from_str(id).ok()?;
+    ["account_uuid", "device_id"]
+        .iter()
+        .filter_map(|field| fields.get(*field)?.as_str())
+        .map(str::trim)
+        .find(|value| !value.is_empty())
+        .map(str::to_owned)
+}
+
+/// The id as kept: past the length cap, a stable hash of it (the same id
+/// is always the same end user, whatever replica reads it).
 fn checked(id: &str, param: &str) -> Result<String, ApiError> {
+    if id.len() > END_USER_MAX_BYTES && !id.chars().any(char::is_control) {
+        let digest = Sha256::digest(id.as_bytes());
+        return Ok(format!("sha256:{}", crate::auth::hex(&digest[..16])));
+    }
     match problem(id) {
         Some(problem) => Err(ApiError::invalid_request(param, problem)),
         None => Ok(id.to_owned()),

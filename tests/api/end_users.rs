@@ -206,6 +206,57 @@ async fn the_messages_door_reads_the_end_user_from_metadata_user_id() {
     assert!(rows.iter().all(|r| r.end_user.as_deref() == Some("dave")));
 }
 
+/// Claude Code's `metadata.user_id` as it sends it: JSON of 150 bytes and more.
+fn claude_code_user_id(account: &str) -> String {
+    json!({"device_id": "d".repeat(64), "account_uuid": account,
+           "session_id": "5d6a0f94-4b0f-4b53-9d36-7c0e2a7e1c11"})
+    .to_string()
+}
+
+/// Where end users are capped, Claude Code's JSON id names its account (the
+/// session changes every run, the account does not), and an id past the
+/// length cap is a stable hash of itself rather than a 400. Where they are
+/// not, an unusable body id is ignored: it decides nothing there.
+#[actix_web::test]
+async fn claude_code_s_json_user_id_names_its_account_and_a_long_id_is_hashed() {
+    let route = "eu-claude-code";
+    let app = spawn_app(
+        setup(route, "day")
+            .route("plain", &["primary/usage-1-0-40"])
+            .tier("open", &["plain"], 1000, 50),
+    )
+    .await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let body = |model: &str, user: &str| {
+        json!({"model": model, "max_tokens": 50, "metadata": {"user_id": user},
+               "messages": [{"role": "user", "content": "hi"}]})
+    };
+    let long = "u".repeat(300);
+    for user in [claude_code_user_id("acct-7"), long.clone(), long] {
+        let reply = app
+            .post_json("/v1/messages", &key, &body(route, &user))
+            .await;
+        assert_eq!(reply.status, 200, "{}", reply.raw);
+    }
+    let rows = app.ledger_rows_eventually(&tenant, 3).await;
+    let users: Vec<_> = rows.iter().map(|r| r.end_user.clone().unwrap()).collect();
+    assert_eq!(users[0], "acct-7");
+    assert!(
+        users[1].starts_with("sha256:") && users[1].len() < 128,
+        "{users:?}"
+    );
+    assert_eq!(users[1], users[2], "the same id is the same end user");
+
+    let (open, open_key) = app.tenant_with_key("open", json!({})).await;
+    let broken = format!("{{\"device_id\": \"{}\u{7}\"}}", "d".repeat(200));
+    let reply = app
+        .post_json("/v1/messages", &open_key, &body("plain", &broken))
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    let rows = app.ledger_rows_eventually(&open, 1).await;
+    assert_eq!(rows[0].end_user, None);
+}
+
 #[actix_web::test]
 async fn an_end_users_requests_per_minute_are_their_own() {
     let route = "eu-rpm";

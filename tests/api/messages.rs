@@ -813,3 +813,44 @@ async fn the_hold_covers_each_search_s_fee_and_input_before_anything_is_sent() {
     let rows = app.ledger_rows(&tenant).await;
     assert_eq!(rows.iter().map(|r| r.web_searches).sum::<i64>(), 0);
 }
+
+/// What Claude Code sends on every call, to a route of an OpenAI-kind
+/// model: a 32,000-token limit with a 31,999-token thinking budget, and a
+/// system message mid-conversation. The thinking becomes the model's
+/// reasoning effort (not dropped), the system message stays in place, and
+/// `HEAD /` (its probe of the base URL) answers 200.
+#[actix_web::test]
+async fn claude_code_s_thinking_and_mid_conversation_system_reach_an_openai_model() {
+    let app = spawn_app(setup()).await;
+    let (_tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let probe = app
+        .client
+        .head(format!("{}/", app.base_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(probe.status(), 200);
+    let body = json!({
+        "model": "gpt", "max_tokens": 32000,
+        "thinking": {"type": "enabled", "budget_tokens": 31999},
+        "system": [{"type": "text", "text": "You are Claude Code."}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "say hi"}]},
+            {"role": "system", "content": "The user prefers short answers."},
+        ],
+    });
+
+    let reply = messages(&app, &key, &body).await;
+
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    let captured = app.fake.stats.captured();
+    let sent = &captured.last().unwrap().body;
+    assert_eq!(sent["reasoning_effort"], "high", "{sent}");
+    let roles: Vec<&str> = sent["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["role"].as_str())
+        .collect();
+    assert_eq!(roles, ["system", "user", "system"], "{sent}");
+}

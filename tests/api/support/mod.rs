@@ -16,6 +16,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use actix_web::dev::ServerHandle;
 use awc::ClientResponse;
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -358,6 +359,7 @@ pub struct TestApp {
     pub client: awc::Client,
     /// Holds the config (and the SQLite file) for as long as the app runs.
     pub dir: TempDir,
+    server: ServerHandle,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -466,6 +468,7 @@ pub async fn spawn_app_with_logs(setup: TestSetup, logs: Option<&LogCapture>) ->
         .admin_addr
         .map_or_else(|| base_url.clone(), |addr| format!("http://{addr}"));
     let gateway = app.gateway.clone();
+    let server = app.handle();
     actix_rt::spawn(app.run_until_stopped());
     TestApp {
         base_url,
@@ -479,6 +482,7 @@ pub async fn spawn_app_with_logs(setup: TestSetup, logs: Option<&LogCapture>) ->
             .timeout(std::time::Duration::from_secs(30))
             .finish(),
         dir,
+        server,
     }
 }
 
@@ -511,6 +515,7 @@ pub async fn spawn_replica(first: &TestApp, setup: &TestSetup) -> TestApp {
         .admin_addr
         .map_or_else(|| base_url.clone(), |addr| format!("http://{addr}"));
     let gateway = app.gateway.clone();
+    let server = app.handle();
     actix_rt::spawn(app.run_until_stopped());
     TestApp {
         base_url,
@@ -524,6 +529,7 @@ pub async fn spawn_replica(first: &TestApp, setup: &TestSetup) -> TestApp {
             .timeout(std::time::Duration::from_secs(30))
             .finish(),
         dir,
+        server,
     }
 }
 
@@ -574,6 +580,13 @@ pub fn chat_body(model: &str) -> Value {
 }
 
 impl TestApp {
+    /// Stops the gateway as a shutdown does: it takes no new request and,
+    /// once the ones in flight have ended, flushes its ledger and ends its
+    /// background tasks. Its actors stop once idle.
+    pub async fn stop(&self) {
+        self.server.stop(true).await;
+    }
+
     pub async fn chat(&self, key: &str, body: &Value) -> Reply {
         self.chat_with(key, body, &[]).await
     }
