@@ -13,6 +13,7 @@
 //! On start the actor loads the period's committed spend from the ledger
 //! (after flushing it) before answering anything.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -63,6 +64,9 @@ pub struct TenantDeps {
     pub shared: Option<SharedStore>,
     pub replicas: u32,
     pub reconcile_interval_ms: u64,
+    /// Reservations this actor granted whose guards are still open: while
+    /// any is, the actor must not stop, or their settles would be lost.
+    pub open_holds: Arc<AtomicUsize>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,6 +116,8 @@ pub struct TenantActor {
     published_ms: Option<u64>,
     /// The book's own reservation ids when it is the only store.
     next_id: u64,
+    /// Guards of this actor's reservations not yet closed (any store's).
+    open_holds: Arc<AtomicUsize>,
 }
 
 impl TenantActor {
@@ -131,6 +137,7 @@ impl TenantActor {
             shared,
             replicas,
             reconcile_interval_ms,
+            open_holds,
         } = deps;
         let now = clock.now_ms();
         let source = SeedSource {
@@ -166,6 +173,7 @@ impl TenantActor {
             last_reconcile_ms: now,
             published_ms: None,
             next_id: 0,
+            open_holds,
         }
     }
 
@@ -406,7 +414,9 @@ impl TenantActor {
             self.sweep_shared(quota, now, ctx);
         }
         let idle = now.saturating_sub(self.last_active_ms) >= IDLE_STOP_MS;
-        if idle && self.book.outstanding() == 0 && self.pending.is_empty() {
+        // A Redis hold is not in the book: its guard's count keeps the actor.
+        let open = self.open_holds.load(Ordering::Acquire);
+        if idle && open == 0 && self.book.outstanding() == 0 && self.pending.is_empty() {
             ctx.stop();
         }
     }

@@ -3,10 +3,9 @@
 //! inside a `ReservationGuard` that releases it on drop unless settled, which
 //! covers a handler future dropped when the client disconnects.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
-use actix::{Addr, MailboxError};
+use actix::MailboxError;
 
 use super::actor::TenantActor;
 use super::book::{
@@ -48,8 +47,7 @@ pub enum QuotaError {
 
 #[derive(Clone)]
 pub struct TenantHandle {
-    addr: Addr<TenantActor>,
-    rate_limited: Arc<AtomicBool>,
+    running: RunningActor,
     registry: TenantRegistry,
     tenant: TenantRecord,
 }
@@ -67,8 +65,7 @@ impl TenantHandle {
         tenant: TenantRecord,
     ) -> Self {
         TenantHandle {
-            addr: running.addr,
-            rate_limited: running.rate_limited,
+            running,
             registry,
             tenant,
         }
@@ -82,25 +79,42 @@ impl TenantHandle {
         M::Result: Send,
         TenantActor: actix::Handler<M>,
     {
-        match self.addr.send(msg.clone()).await {
-            Ok(reply) => Ok(reply),
+        self.call_on(msg).await.map(|(reply, _)| reply)
+    }
+
+    /// `call`, and the actor that answered: a reservation's guard must
+    /// close it on the actor that granted it.
+    async fn call_on<M>(&self, msg: M) -> Result<(M::Result, RunningActor), QuotaError>
+    where
+        M: actix::Message + Clone + Send + 'static,
+        M::Result: Send,
+        TenantActor: actix::Handler<M>,
+    {
+        match self.running.addr.send(msg.clone()).await {
+            Ok(reply) => Ok((reply, self.running.clone())),
             Err(MailboxError::Closed | MailboxError::Timeout) => {
-                let running = self
-                    .registry
-                    .running_actor(&self.tenant)
-                    .map_err(|_| QuotaError::Unavailable)?;
-                running
+                let running = self.fresh_actor()?;
+                let reply = running
                     .addr
                     .send(msg)
                     .await
-                    .map_err(|_| QuotaError::Unavailable)
+                    .map_err(|_| QuotaError::Unavailable)?;
+                Ok((reply, running))
             }
         }
     }
 
+    fn fresh_actor(&self) -> Result<RunningActor, QuotaError> {
+        self.registry
+            .running_actor(&self.tenant)
+            .map_err(|_| QuotaError::Unavailable)
+    }
+
     pub async fn check_rate(&self) -> Result<RateDecision, QuotaError> {
         let rate = self.call(CheckRate).await??;
-        self.rate_limited.store(!rate.allowed, Ordering::Relaxed);
+        self.running
+            .rate_limited
+            .store(!rate.allowed, Ordering::Relaxed);
         Ok(rate)
     }
 
@@ -108,7 +122,7 @@ impl TenantHandle {
     /// requests take the rate check alone first, so a refusal costs no
     /// token count.
     pub fn rate_limited(&self) -> bool {
-        self.rate_limited.load(Ordering::Relaxed)
+        self.running.rate_limited.load(Ordering::Relaxed)
     }
 
     /// The rate check and, if it allows the request, the reservation, in one
@@ -118,13 +132,15 @@ impl TenantHandle {
         request: ReserveRequest,
         meta: ReservationMeta,
     ) -> Result<Admission, QuotaError> {
-        let Admitted { rate, reservation } = self
-            .call(RateAndReserve(Reserve { request, meta }))
-            .await??;
-        self.rate_limited.store(!rate.allowed, Ordering::Relaxed);
+        let (admitted, actor) = self
+            .call_on(RateAndReserve(Reserve { request, meta }))
+            .await?;
+        let Admitted { rate, reservation } = admitted?;
+        actor.rate_limited.store(!rate.allowed, Ordering::Relaxed);
         Ok(Admission {
             rate,
-            reservation: reservation.map(|granted| granted.map(|granted| self.guard(granted))),
+            reservation: reservation
+                .map(|granted| granted.map(|granted| self.guard(granted, &actor))),
         })
     }
 
@@ -133,13 +149,18 @@ impl TenantHandle {
         request: ReserveRequest,
         meta: ReservationMeta,
     ) -> Result<ReservationGuard, QuotaError> {
-        let granted = self.call(Reserve { request, meta }).await??;
-        Ok(self.guard(granted))
+        let (granted, actor) = self.call_on(Reserve { request, meta }).await?;
+        Ok(self.guard(granted?, &actor))
     }
 
-    fn guard(&self, granted: Granted) -> ReservationGuard {
+    /// The guard of a reservation `actor` made: counted open on it until closed.
+    fn guard(&self, granted: Granted, actor: &RunningActor) -> ReservationGuard {
+        actor.open_holds.fetch_add(1, Ordering::AcqRel);
         ReservationGuard {
-            handle: self.clone(),
+            handle: TenantHandle {
+                running: actor.clone(),
+                ..self.clone()
+            },
             granted,
             closed: false,
         }
@@ -186,32 +207,53 @@ impl ReservationGuard {
         charged: Nanos,
         tokens: u64,
     ) -> impl Future<Output = Result<SettleReply, QuotaError>> + 'static {
-        self.closed = true;
         let msg = Settle {
             id: self.granted.id,
             charged,
             tokens,
         };
         // Once the settle is sent the actor applies it even if this future is dropped.
-        let reply = self.handle.addr.send(msg);
+        // Its actor cannot have stopped idle while this was open; one that
+        // failed leaves the row its charge (the ledger seeds the next).
+        let reply = self.handle.running.addr.send(msg);
+        // Counted closed only once queued, so the actor never stops before it.
+        self.close();
         async move { reply.await.map_err(|_| QuotaError::Unavailable)? }
     }
 
     /// Gives the whole reservation back (nothing was spent).
     pub fn release(mut self) {
+        self.send_release();
+        self.close();
+    }
+
+    /// No longer open: its actor may stop once idle.
+    fn close(&mut self) {
         self.closed = true;
-        self.handle.addr.do_send(Release {
+        self.handle
+            .running
+            .open_holds
+            .fetch_sub(1, Ordering::AcqRel);
+    }
+
+    fn send_release(&self) {
+        let release = Release {
             id: self.granted.id,
-        });
+        };
+        let addr = &self.handle.running.addr;
+        if addr.connected() {
+            addr.do_send(release);
+        } else if let Ok(fresh) = self.handle.fresh_actor() {
+            fresh.addr.do_send(release);
+        }
     }
 }
 
 impl Drop for ReservationGuard {
     fn drop(&mut self) {
         if !self.closed {
-            self.handle.addr.do_send(Release {
-                id: self.granted.id,
-            });
+            self.send_release();
+            self.close();
         }
     }
 }

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 
 use actix::{Actor, Addr, Arbiter, ArbiterHandle};
@@ -30,6 +30,8 @@ use crate::telemetry::metrics::{Metric, TenantLabels, gauge_set};
 pub(super) struct RunningActor {
     pub addr: Addr<TenantActor>,
     pub rate_limited: Arc<AtomicBool>,
+    /// Its reservations' open guards (`TenantDeps::open_holds`).
+    pub open_holds: Arc<AtomicUsize>,
 }
 
 pub struct RegistryInner {
@@ -210,15 +212,22 @@ impl TenantRegistry {
             return Ok(running.clone());
         }
         let limits = self.limits_for(tenant)?;
+        let open_holds = Arc::new(AtomicUsize::new(0));
         let running = RunningActor {
-            addr: self.spawn(tenant.id.clone(), limits),
+            addr: self.spawn(tenant.id.clone(), limits, open_holds.clone()),
             rate_limited: Arc::new(AtomicBool::new(false)),
+            open_holds,
         };
         actors.insert(tenant.id.clone(), running.clone());
         Ok(running)
     }
 
-    fn spawn(&self, tenant: TenantId, limits: Limits) -> Addr<TenantActor> {
+    fn spawn(
+        &self,
+        tenant: TenantId,
+        limits: Limits,
+        open_holds: Arc<AtomicUsize>,
+    ) -> Addr<TenantActor> {
         let arbiter = self.arbiter_for(&tenant);
         let inner = &self.inner;
         let config = self.config();
@@ -231,6 +240,7 @@ impl TenantRegistry {
             shared: inner.shared.clone(),
             replicas: config.storage.replicas,
             reconcile_interval_ms: config.storage.reconcile_interval_ms,
+            open_holds,
         };
         let registry = Arc::downgrade(&self.inner);
         let label = inner.labels.label(tenant.as_str());

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use serde_json::{Value, json};
-use tollgate::clock::ManualClock;
+use tollgate::clock::{Clock, ManualClock};
 use tollgate::money::Nanos;
 
 use crate::support::redis::RedisServer;
@@ -863,4 +863,66 @@ async fn redis_restarted_empty_under_load_on_three_replicas_keeps_the_ledger_wit
         "the ledger passed the budget: {charged}"
     );
     assert_eq!(upstream(), 6, "nothing more left");
+}
+
+/// Holds open longer than a tenant actor's idle time (long streams, their
+/// tenant quiet meanwhile) keep the actor that granted them: a settle and a
+/// release reach it and Redis commits the one and gives the other back,
+/// instead of both being lost with a stopped actor and the holds lapsing
+/// into charges of their whole amounts.
+#[actix_web::test]
+async fn a_hold_open_past_the_actor_s_idle_time_is_still_given_back() {
+    let redis = RedisServer::start().await;
+    let clock = Arc::new(ManualClock::new(now_ms()));
+    let setup = TestSetup::new()
+        .route("fast", &["primary/ok"])
+        .tier("free", &["fast"], 100, 100)
+        .redis(&redis.url(), 1)
+        .clock(clock.clone())
+        .storage(BUSY_MACHINE_TIMEOUT);
+    let app = spawn_app(setup).await;
+    let (tenant, _key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "1"}))
+        .await;
+    let record = app
+        .gateway
+        .directory
+        .tenant(&tollgate::ids::TenantId::new(tenant.as_str()))
+        .unwrap();
+    let handle = app.gateway.tenants.handle(&record).unwrap();
+    let hour = 3_600_000;
+    let request = crate::tenant_actor::request(100, clock.now_ms() + hour);
+    let guard = handle
+        .reserve(request.clone(), crate::tenant_actor::meta())
+        .await
+        .unwrap();
+    let settled = handle
+        .reserve(request, crate::tenant_actor::meta())
+        .await
+        .unwrap();
+    assert_eq!(guard.granted().amount, Nanos::new(100_000_000));
+
+    // Ten quiet minutes: the actor's sweep (each second, on the test's
+    // clock) would find it idle, with nothing of its own in its book.
+    clock.advance_ms(10 * 60 * 1000);
+    actix_rt::time::sleep(Duration::from_millis(2_500)).await;
+    let reply = settled.settle(Nanos::new(30_000_000), 30).await;
+    assert!(reply.is_ok_and(|r| tollgate::tenant::handle::committed(&r)));
+    guard.release();
+
+    // The release is a message: read until it has landed, a while at most.
+    let mut status = handle.status().await.unwrap();
+    for _ in 0..50 {
+        if status.reserved == Nanos::ZERO {
+            break;
+        }
+        actix_rt::time::sleep(Duration::from_millis(100)).await;
+        status = handle.status().await.unwrap();
+    }
+    assert_eq!(
+        status.reserved,
+        Nanos::ZERO,
+        "a hold is still held: {status:?}"
+    );
+    assert_eq!(status.committed, Nanos::new(30_000_000));
 }
