@@ -108,8 +108,8 @@ enum Command {
         #[arg(long, default_value_t = 2000)]
         timeout_ms: u64,
     },
-    /// Validate a configuration file; exit non-zero with the reason.
-    CheckConfig { file: PathBuf },
+    /// Validate a configuration file (this argument, else `--config`); exit non-zero with the reason.
+    CheckConfig { file: Option<PathBuf> },
 }
 
 /// Which ledger rows a report reads: one tenant's or all, over whole days.
@@ -387,7 +387,10 @@ async fn dispatch(cli: Cli) -> Result<()> {
             };
             probe::check(&url, Duration::from_millis(timeout_ms)).await
         }
-        Command::CheckConfig { file } => check_config(&file),
+        Command::CheckConfig { file } => match file.as_deref().or(config_path) {
+            Some(file) => check_config(file),
+            None => anyhow::bail!("name the file: `tollgate check-config FILE` or `--config FILE`"),
+        },
     }
 }
 

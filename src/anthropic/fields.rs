@@ -22,6 +22,11 @@ const MESSAGE_FIELDS: &[(&str, Class)] = &[
     ("tools", Class::Values(tools)),
     // Its budget is output, under `max_tokens`.
     ("thinking", Class::Counted),
+    // Effort spends thinking (output, under `max_tokens`); a format's
+    // schema is counted beside the chat body; a task budget only limits.
+    ("output_config", Class::Counted),
+    // The previous message's id, for the provider's diagnostics.
+    ("diagnostics", Class::Neutral),
     ("tool_choice", Class::Neutral),
     ("metadata", Class::Neutral),
     ("stop_sequences", Class::Neutral),
@@ -91,6 +96,28 @@ pub static BETAS: Table = Table {
         ("redact-thinking-2026-02-12", Class::Neutral),
         ("advanced-tool-use-2025-11-20", Class::Neutral),
         ("tool-examples-2025-10-29", Class::Neutral),
+        ("structured-outputs-2025-12-15", Class::Neutral),
+        // What Claude Code adds to every call: protocol and reporting only.
+        ("mid-conversation-system-2026-04-07", Class::Neutral),
+        ("mid-conversation-tool-changes-2026-07-01", Class::Neutral),
+        ("thinking-token-count-2026-05-13", Class::Neutral),
+        ("thinking-display-updates-2026-08-18", Class::Neutral),
+        ("prompt-caching-scope-2026-01-05", Class::Neutral),
+        ("prompt-caching-evict-2026-05-12", Class::Neutral),
+        ("task-budgets-2026-03-13", Class::Neutral),
+        ("timing-2026-09-09", Class::Neutral),
+        ("cache-diagnosis-2026-04-07", Class::Neutral),
+        ("tool-provenance-2026-10-26", Class::Neutral),
+        // What these enable is decided in the body: a server tool leaves
+        // only where the route prices it, and a 1-hour cache write and
+        // `speed: "fast"` are refused there.
+        ("web-search-2025-03-05", Class::Neutral),
+        ("web-search-results-only-2026-11-15", Class::Neutral),
+        ("web-fetch-2025-09-10", Class::Neutral),
+        ("tool-search-tool-2025-10-19", Class::Neutral),
+        ("advisor-tool-2026-03-01", Class::Neutral),
+        ("extended-cache-ttl-2025-04-11", Class::Neutral),
+        ("fast-mode-2026-02-01", Class::Neutral),
         // Output is held at `max_tokens`, whatever limit the beta allows.
         ("output-128k-2025-02-19", Class::Counted),
         ("computer-use-2024-10-22", Class::Counted),
@@ -112,7 +139,6 @@ pub static BETAS: Table = Table {
         ("mcp-client-2025-11-20", Class::Refused(SERVER_TOOLS)),
         ("code-execution-2025-05-22", Class::Refused(SERVER_TOOLS)),
         ("code-execution-2025-08-25", Class::Refused(SERVER_TOOLS)),
-        ("web-fetch-2025-09-10", Class::Refused(SERVER_TOOLS)),
         ("skills-2025-10-02", Class::Refused(SERVER_TOOLS)),
     ],
 };
@@ -458,6 +484,6 @@ mod tests {
         assert!(check_betas("context-1m-2025-08-07", Unknown::Refuse).is_err());
         assert!(check_betas("brand-new-2027-01-01", Unknown::Refuse).is_err());
         assert!(check_betas("brand-new-2027-01-01", Unknown::Forward).is_ok());
-        assert!(check_betas("web-fetch-2025-09-10", Unknown::Forward).is_err());
+        assert!(check_betas("code-execution-2025-08-25", Unknown::Forward).is_err());
     }
 }

@@ -103,6 +103,7 @@ pub(super) async fn serve(
                 let native = ResponsesBody {
                     native: translation.native,
                     original: translation.original,
+                    gap: translation.gap,
                     screen: translation.screen,
                     asks_reasoning: translation.asks_reasoning,
                     untranslated: translation.untranslated,
@@ -363,7 +364,8 @@ fn access_log(
             tracing::info!(request_id = %request_id, trace_id, tenant = %auth.tenant.id, key = %auth.key.id, route, provider = %outcome.provider, model = %outcome.model, status = "ok", cost, latency_ms, "Request served.");
         }
         Err(error) => {
-            tracing::info!(request_id = %request_id, trace_id, tenant = %auth.tenant.id, key = %auth.key.id, route, status = error.code().as_str(), latency_ms, "Request refused.");
+            // The reason names a field or a limit, never the prompt.
+            tracing::info!(request_id = %request_id, trace_id, tenant = %auth.tenant.id, key = %auth.key.id, route, status = error.code().as_str(), reason = error.message(), latency_ms, "Request refused.");
         }
     }
 }

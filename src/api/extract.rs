@@ -173,9 +173,13 @@ pub async fn read_body(
     Ok(body.freeze())
 }
 
+/// JSON bodies are read as JSON whatever their `Content-Type` says: `curl
+/// -d` sends a form type, and the body is what decides.
 pub fn json_config() -> web::JsonConfig {
     web::JsonConfig::default()
         .limit(64 * 1024)
+        .content_type_required(false)
+        .content_type(|_| true)
         .error_handler(|error, _req| {
             ApiError::invalid_request("body", format!("invalid JSON body: {error}")).into()
         })

@@ -39,6 +39,8 @@ pub struct Native {
 pub struct ResponsesBody {
     pub native: Bytes,
     pub original: Option<Bytes>,
+    /// What its chat translation could not carry.
+    pub gap: Option<Gap>,
     pub screen: Screen,
     pub asks_reasoning: bool,
     pub untranslated: Untranslated,
@@ -228,13 +230,13 @@ impl ChatRequest {
 
     /// `POST /v1/responses`: routed and estimated by `chat`, the door's
     /// translation of the caller's `native` body, which an upstream of the
-    /// Responses API gets instead. What the door accepts chat can carry: no gap.
+    /// Responses API gets instead; what chat cannot carry is its gap.
     pub fn parse_responses(chat: &[u8], door: ResponsesBody) -> Result<ChatRequest, ApiError> {
         let mut request = ChatRequest::parse(chat)?.through(Api::Responses);
         request.native = Some(Native {
             body: door.native,
             original: door.original,
-            gap: None,
+            gap: door.gap,
             untranslated: door.untranslated,
             asks_reasoning: door.asks_reasoning,
         });

@@ -324,7 +324,9 @@ fn responses_input(value: &Value) -> Result<(), Refused> {
                 | "shell_call"
                 | "shell_call_output"
                 | "apply_patch_call"
-                | "apply_patch_call_output",
+                | "apply_patch_call_output"
+                // A search the model made earlier: history, its results not in it.
+                | "web_search_call",
             )
             | None => {}
             Some(other) => {

@@ -7,3 +7,4 @@ pub mod fields;
 pub mod models;
 pub mod responses;
 pub mod splice;
+pub mod tool_names;

@@ -11,6 +11,8 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
 use super::fields;
+use super::tool_names::ToolNames;
+use crate::anthropic::request::Gap;
 use crate::config::server_tools::ServerTools;
 use crate::error::ApiError;
 use crate::fields::Screen;
@@ -21,6 +23,8 @@ use crate::tokenize::Untranslated;
 #[derive(Debug, Clone, Default)]
 pub struct Echo {
     fields: Map<String, Value>,
+    /// The chat names of namespaced and custom tools, to answer calls in.
+    names: ToolNames,
 }
 
 /// Fields of the request the `response` object carries back.
@@ -48,6 +52,8 @@ pub struct Translation {
     pub original: Option<Bytes>,
     pub screen: Screen,
     pub echo: Echo,
+    /// What chat cannot carry: a translated route refuses it, a passthrough sends it.
+    pub gap: Option<Gap>,
     /// It asks for `reasoning`.
     pub asks_reasoning: bool,
     /// What the chat body carries only as text: images in tools' outputs.
@@ -73,10 +79,28 @@ pub fn to_chat(bytes: Bytes) -> Result<Translation, ApiError> {
     if let Some(model) = request.get("model") {
         chat.insert("model".to_owned(), model.clone());
     }
-    chat.insert("messages".to_owned(), Value::Array(messages(&request)?));
+    let mut names = ToolNames::default();
+    let mut gap = None;
     if let Some(tools) = request.get("tools").filter(|t| !t.is_null()) {
-        chat.insert("tools".to_owned(), chat_tools(tools)?);
+        let Value::Array(tools) = tools else {
+            return Err(ApiError::invalid_request(
+                "tools",
+                "`tools` must be an array",
+            ));
+        };
+        let tools = names.chat_tools(tools, &mut gap);
+        if !tools.is_empty() {
+            chat.insert("tools".to_owned(), Value::Array(tools));
+        }
     }
+    let (messages, left_out) = Messages {
+        names: &names,
+        gap: &mut gap,
+        out: Vec::new(),
+        left_out: Vec::new(),
+    }
+    .of(&request)?;
+    chat.insert("messages".to_owned(), Value::Array(messages));
     if let Some(choice) = request.get("tool_choice").filter(|t| !t.is_null()) {
         chat.insert("tool_choice".to_owned(), chat_tool_choice(choice));
     }
@@ -101,6 +125,7 @@ pub fn to_chat(bytes: Bytes) -> Result<Translation, ApiError> {
             .iter()
             .filter_map(|f| Some(((*f).to_owned(), request.get(*f)?.clone())))
             .collect(),
+        names,
     };
     Ok(Translation {
         chat: Value::Object(chat).to_string().into_bytes(),
@@ -108,9 +133,11 @@ pub fn to_chat(bytes: Bytes) -> Result<Translation, ApiError> {
         original,
         screen,
         echo,
+        gap,
         asks_reasoning: super::chat::asks_reasoning(&request),
         untranslated: Untranslated {
             images: images_in_outputs(request.get("input")),
+            texts: left_out,
             ..Untranslated::default()
         },
     })
@@ -150,97 +177,138 @@ fn response_format(text: Option<&Value>) -> Option<Value> {
     }
 }
 
-fn messages(request: &Map<String, Value>) -> Result<Vec<Value>, ApiError> {
-    let mut messages = Vec::new();
-    if let Some(Value::String(instructions)) = request.get("instructions") {
-        messages.push(json!({"role": "system", "content": instructions}));
-    }
-    match request.get("input") {
-        Some(Value::String(text)) => messages.push(json!({"role": "user", "content": text})),
-        Some(Value::Array(items)) => {
-            for (i, item) in items.iter().enumerate() {
-                push_item(&mut messages, item, i)?;
-            }
-        }
-        _ => {
-            return Err(ApiError::invalid_request(
-                "input",
-                "`input` must be a string or an array of items",
-            ));
-        }
-    }
-    Ok(messages)
+/// The input items as chat messages; what chat cannot carry is a gap.
+struct Messages<'a> {
+    names: &'a ToolNames,
+    gap: &'a mut Option<Gap>,
+    out: Vec<Value>,
+    /// Items left out of the chat body, counted as text: a passthrough sends them.
+    left_out: Vec<String>,
 }
 
-/// One input item as chat messages; consecutive function calls share one assistant message.
-fn push_item(messages: &mut Vec<Value>, item: &Value, i: usize) -> Result<(), ApiError> {
-    let field = |name: &str| item.get(name).and_then(Value::as_str);
-    let invalid = |what: &str| ApiError::invalid_request(format!("input[{i}]"), what.to_owned());
-    match field("type").unwrap_or("message") {
-        "message" => {
-            let role = match field("role") {
-                Some("developer" | "system") => "system",
-                Some(role @ ("user" | "assistant")) => role,
-                _ => {
-                    return Err(invalid(
-                        "a message needs a `role`: user, assistant, system or developer",
-                    ));
-                }
-            };
-            let content = match item.get("content") {
-                Some(Value::String(text)) => Value::String(text.clone()),
-                Some(Value::Array(parts)) => Value::Array(
-                    parts
-                        .iter()
-                        .map(|part| {
-                            chat_part(part).ok_or_else(|| {
-                                invalid("unsupported content part: text and image parts are")
-                            })
-                        })
-                        .collect::<Result<_, _>>()?,
-                ),
-                _ => return Err(invalid("a message needs `content`")),
-            };
-            messages.push(json!({"role": role, "content": content}));
+impl Messages<'_> {
+    fn of(mut self, request: &Map<String, Value>) -> Result<(Vec<Value>, Vec<String>), ApiError> {
+        if let Some(Value::String(instructions)) = request.get("instructions") {
+            self.out
+                .push(json!({"role": "system", "content": instructions}));
         }
-        "function_call" => {
-            let (Some(call_id), Some(name)) = (field("call_id"), field("name")) else {
-                return Err(invalid("a function_call needs `call_id` and `name`"));
-            };
-            let call = json!({"id": call_id, "type": "function", "function": {
-                "name": name, "arguments": field("arguments").unwrap_or("{}"),
-            }});
-            let joins = messages.last().is_some_and(|m| {
-                m["role"] == "assistant" && m.get("tool_calls").is_some() && m["content"].is_null()
-            });
-            match messages
-                .last_mut()
-                .and_then(|m| m.get_mut("tool_calls"))
-                .and_then(Value::as_array_mut)
-            {
-                Some(calls) if joins => calls.push(call),
-                _ => messages
-                    .push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
+        match request.get("input") {
+            Some(Value::String(text)) => self.out.push(json!({"role": "user", "content": text})),
+            Some(Value::Array(items)) => {
+                for (i, item) in items.iter().enumerate() {
+                    self.item(item, i)?;
+                }
+            }
+            _ => {
+                return Err(ApiError::invalid_request(
+                    "input",
+                    "`input` must be a string or an array of items",
+                ));
             }
         }
-        "function_call_output" => {
-            let Some(call_id) = field("call_id") else {
-                return Err(invalid("a function_call_output needs `call_id`"));
-            };
-            let output = match item.get("output") {
-                Some(Value::String(text)) => text.clone(),
-                Some(other) => other.to_string(),
-                None => String::new(),
-            };
-            messages.push(json!({"role": "tool", "tool_call_id": call_id, "content": output}));
+        Ok((self.out, self.left_out))
+    }
+
+    fn gap(&mut self, param: String, problem: String) {
+        self.gap.get_or_insert(Gap { param, problem });
+    }
+
+    /// One input item as chat messages; consecutive calls share one assistant message.
+    fn item(&mut self, item: &Value, i: usize) -> Result<(), ApiError> {
+        let field = |name: &str| item.get(name).and_then(Value::as_str);
+        let invalid =
+            |what: &str| ApiError::invalid_request(format!("input[{i}]"), what.to_owned());
+        match field("type").unwrap_or("message") {
+            "message" => self.message(item, i)?,
+            kind @ ("function_call" | "custom_tool_call") => {
+                let (Some(call_id), Some(name)) = (field("call_id"), field("name")) else {
+                    return Err(invalid("a call needs `call_id` and `name`"));
+                };
+                let arguments = if kind == "custom_tool_call" {
+                    json!({"input": field("input").unwrap_or_default()}).to_string()
+                } else {
+                    field("arguments").unwrap_or("{}").to_owned()
+                };
+                let name = self.names.chat_name(field("namespace"), name);
+                self.call(json!({"id": call_id, "type": "function", "function": {
+                    "name": name, "arguments": arguments,
+                }}));
+            }
+            "function_call_output" | "custom_tool_call_output" => {
+                let Some(call_id) = field("call_id") else {
+                    return Err(invalid("a call's output needs `call_id`"));
+                };
+                let output = match item.get("output") {
+                    Some(Value::String(text)) => text.clone(),
+                    Some(other) => other.to_string(),
+                    None => String::new(),
+                };
+                self.out
+                    .push(json!({"role": "tool", "tool_call_id": call_id, "content": output}));
+            }
+            // The reasoning of an earlier turn is opaque to any other model.
+            "reasoning" => self.left_out.push(item.to_string()),
+            other => {
+                self.left_out.push(item.to_string());
+                self.gap(
+                    format!("input[{i}]"),
+                    format!("items of type `{other}` have no chat counterpart"),
+                );
+            }
         }
-        other => {
-            return Err(invalid(&format!(
-                "items of type `{other}` are not supported: messages, function_call and function_call_output are"
-            )));
+        Ok(())
+    }
+
+    fn message(&mut self, item: &Value, i: usize) -> Result<(), ApiError> {
+        let invalid =
+            |what: &str| ApiError::invalid_request(format!("input[{i}]"), what.to_owned());
+        let role = match item.get("role").and_then(Value::as_str) {
+            Some("developer" | "system") => "system",
+            Some(role @ ("user" | "assistant")) => role,
+            _ => {
+                return Err(invalid(
+                    "a message needs a `role`: user, assistant, system or developer",
+                ));
+            }
+        };
+        let content = match item.get("content") {
+            Some(Value::String(text)) => Value::String(text.clone()),
+            Some(Value::Array(parts)) => {
+                let mut out = Vec::with_capacity(parts.len());
+                for (j, part) in parts.iter().enumerate() {
+                    match chat_part(part) {
+                        Some(part) => out.push(part),
+                        None => self.gap(
+                            format!("input[{i}].content[{j}]"),
+                            "only text and image parts have a chat counterpart".to_owned(),
+                        ),
+                    }
+                }
+                Value::Array(out)
+            }
+            _ => return Err(invalid("a message needs `content`")),
+        };
+        self.out.push(json!({"role": role, "content": content}));
+        Ok(())
+    }
+
+    /// A tool call, joined to the assistant message of the calls just before it.
+    fn call(&mut self, call: Value) {
+        let joins = self.out.last().is_some_and(|m| {
+            m["role"] == "assistant" && m.get("tool_calls").is_some() && m["content"].is_null()
+        });
+        match self
+            .out
+            .last_mut()
+            .and_then(|m| m.get_mut("tool_calls"))
+            .and_then(Value::as_array_mut)
+        {
+            Some(calls) if joins => calls.push(call),
+            _ => self
+                .out
+                .push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
         }
     }
-    Ok(())
 }
 
 fn chat_part(part: &Value) -> Option<Value> {
@@ -257,41 +325,14 @@ fn chat_part(part: &Value) -> Option<Value> {
     }
 }
 
-fn chat_tools(tools: &Value) -> Result<Value, ApiError> {
-    let Value::Array(tools) = tools else {
-        return Err(ApiError::invalid_request(
-            "tools",
-            "`tools` must be an array",
-        ));
-    };
-    let mapped = tools
-        .iter()
-        .enumerate()
-        .map(|(i, tool)| {
-            if tool.get("type").and_then(Value::as_str) != Some("function") {
-                return Err(ApiError::invalid_request(
-                    format!("tools[{i}]"),
-                    "only function tools are supported",
-                ));
-            }
-            let mut function = Map::new();
-            for field in ["name", "description", "parameters", "strict"] {
-                if let Some(value) = tool.get(field).filter(|v| !v.is_null()) {
-                    function.insert(field.to_owned(), value.clone());
-                }
-            }
-            Ok(json!({"type": "function", "function": function}))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(Value::Array(mapped))
-}
-
 fn chat_tool_choice(choice: &Value) -> Value {
     match (
         choice.get("type").and_then(Value::as_str),
         choice.get("name"),
     ) {
-        (Some("function"), Some(name)) => json!({"type": "function", "function": {"name": name}}),
+        (Some("function" | "custom"), Some(name)) => {
+            json!({"type": "function", "function": {"name": name}})
+        }
         _ => choice.clone(),
     }
 }
@@ -324,7 +365,7 @@ pub fn to_response(chat: &[u8], identity: &Identity, echo: &Echo) -> Bytes {
         .flatten()
     {
         let call_id = call["id"].as_str().unwrap_or_default();
-        output.push(function_item(
+        output.push(echo.names.item(
             call_id,
             call["function"]["name"].as_str().unwrap_or_default(),
             call["function"]["arguments"].as_str().unwrap_or_default(),
@@ -348,11 +389,6 @@ fn message_item(id: &str, text: &str, status: &str) -> Value {
            "content": [{"type": "output_text", "text": text, "annotations": []}]})
 }
 
-fn function_item(call_id: &str, name: &str, arguments: &str, status: &str) -> Value {
-    json!({"type": "function_call", "id": format!("fc_{call_id}"), "call_id": call_id,
-           "name": name, "arguments": arguments, "status": status})
-}
-
 fn response_object(
     identity: &Identity,
     echo: &Echo,
@@ -366,17 +402,37 @@ fn response_object(
         Some("length") => ("incomplete", incomplete_at_limit()),
         Some(_) => ("completed", Value::Null),
     };
+    // Every field the published schema requires, at the API's defaults
+    // unless the request set it: typed clients refuse an object without one.
     let mut response = json!({
         "id": identity.id, "object": "response", "created_at": identity.created_at,
         "status": status, "incomplete_details": incomplete, "error": null,
-        "model": model, "output": output,
+        "instructions": null, "model": model, "output": output,
         "parallel_tool_calls": true, "tool_choice": "auto", "tools": [], "metadata": {},
+        "temperature": 1.0, "top_p": 1.0,
         "usage": usage.map(response_usage),
     });
     for (field, value) in &echo.fields {
-        response[field.as_str()] = value.clone();
+        if !value.is_null() {
+            response[field.as_str()] = value.clone();
+        }
+    }
+    if let Some(tools) = response["tools"].as_array_mut() {
+        tools.iter_mut().for_each(complete_tool);
     }
     response
+}
+
+/// A function tool as the schema describes it: `strict` and `parameters`
+/// always present (chat's own defaults, which the translated call used).
+fn complete_tool(tool: &mut Value) {
+    if tool["type"] != "function" {
+        return;
+    }
+    if let Some(tool) = tool.as_object_mut() {
+        tool.entry("strict").or_insert(Value::Bool(false));
+        tool.entry("parameters").or_insert(Value::Null);
+    }
 }
 
 /// Chat usage in the Responses shape.
@@ -389,7 +445,11 @@ fn response_usage(usage: &Value) -> Value {
         .or_else(|| usage["prompt_cache_hit_tokens"].as_u64())
         .unwrap_or(0);
     let reasoning = number(&usage["completion_tokens_details"]["reasoning_tokens"]);
-    usage_object(input, cached, output, reasoning)
+    let mut object = usage_object(input, cached, output, reasoning);
+    object["input_tokens_details"]["cache_write_tokens"] = Value::from(number(
+        &usage["prompt_tokens_details"]["cache_write_tokens"],
+    ));
+    object
 }
 
 /// A `response` object's `usage`. Input counts its cached tokens and output
@@ -397,7 +457,8 @@ fn response_usage(usage: &Value) -> Value {
 /// Also what the passthrough relay reports when it ends a stream at its hold
 /// (`provider/adapters/responses.rs`), so both paths end alike.
 pub fn usage_object(input: u64, cached: u64, output: u64, reasoning: u64) -> Value {
-    json!({"input_tokens": input, "input_tokens_details": {"cached_tokens": cached},
+    json!({"input_tokens": input,
+           "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
            "output_tokens": output, "output_tokens_details": {"reasoning_tokens": reasoning},
            "total_tokens": input.saturating_add(output)})
 }
@@ -562,7 +623,7 @@ impl StreamMapper {
                 .as_str()
                 .unwrap_or_default()
                 .to_owned();
-            let item = function_item(&call_id, &name, "", "in_progress");
+            let item = self.echo.names.item(&call_id, &name, "", "in_progress");
             self.items.push(Item::Call {
                 index: tool_index,
                 call_id,
@@ -583,6 +644,9 @@ impl StreamMapper {
         else {
             return;
         };
+        // A custom tool's input is the `input` of the whole arguments: it is sent at the end.
+        let custom = matches!(self.items.get(position),
+            Some(Item::Call { name, .. }) if self.echo.names.is_custom(name));
         let Some(Item::Call {
             call_id, arguments, ..
         }) = self.items.get_mut(position)
@@ -590,6 +654,9 @@ impl StreamMapper {
             return;
         };
         arguments.push_str(delta);
+        if custom {
+            return;
+        }
         let item_id = format!("fc_{call_id}");
         self.emit(
             out,
@@ -624,13 +691,20 @@ impl StreamMapper {
                     arguments,
                     ..
                 } => {
-                    self.emit(
-                        out,
-                        "response.function_call_arguments.done",
-                        json!({"item_id": format!("fc_{call_id}"),
-                        "output_index": index, "arguments": arguments}),
-                    );
-                    function_item(call_id, name, arguments, "completed")
+                    let item = self.echo.names.item(call_id, name, arguments, "completed");
+                    if item["type"] == "custom_tool_call" {
+                        let done = json!({"item_id": item["id"], "output_index": index,
+                            "input": item["input"]});
+                        self.emit(out, "response.custom_tool_call_input.done", done);
+                    } else {
+                        self.emit(
+                            out,
+                            "response.function_call_arguments.done",
+                            json!({"item_id": format!("fc_{call_id}"),
+                            "output_index": index, "arguments": arguments}),
+                        );
+                    }
+                    item
                 }
             };
             self.emit(
@@ -766,7 +840,7 @@ mod tests {
             );
         }
         assert_eq!(
-            param(json!({"model": "m", "input": [{"type": "web_search_call"}]})),
+            param(json!({"model": "m", "input": [{"type": "image_generation_call"}]})),
             "input[0].type"
         );
         assert_eq!(param(json!({"model": "m"})), "input");

@@ -1,6 +1,8 @@
 //! Structured logs: JSON lines by default, fields first, then the message.
 //! Keys, secrets and prompt text are never put in a log field.
 
+use std::io::IsTerminal as _;
+
 use tracing::Subscriber;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
@@ -24,9 +26,11 @@ pub fn init(json: bool) -> Option<LogGuard> {
     if json {
         let _ = json_subscriber(writer, filter).try_init();
     } else {
+        // Colours only on a terminal: a log file gets plain text.
         let _ = tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_writer(writer)
+            .with_ansi(std::io::stderr().is_terminal())
             .try_init();
     }
     guard

@@ -118,6 +118,9 @@ pub struct TenantActor {
     next_id: u64,
     /// Guards of this actor's reservations not yet closed (any store's).
     open_holds: Arc<AtomicUsize>,
+    /// When the last hold this actor granted expires: past it, a guard still
+    /// open holds nothing (its late settle changes nothing, on any actor).
+    last_expiry_ms: u64,
 }
 
 impl TenantActor {
@@ -174,6 +177,7 @@ impl TenantActor {
             published_ms: None,
             next_id: 0,
             open_holds,
+            last_expiry_ms: 0,
         }
     }
 
@@ -414,9 +418,10 @@ impl TenantActor {
             self.sweep_shared(quota, now, ctx);
         }
         let idle = now.saturating_sub(self.last_active_ms) >= IDLE_STOP_MS;
-        // A Redis hold is not in the book: its guard's count keeps the actor.
-        let open = self.open_holds.load(Ordering::Acquire);
-        if idle && open == 0 && self.book.outstanding() == 0 && self.pending.is_empty() {
+        // A Redis hold is not in the book: its open guard keeps the actor, until
+        // every hold it granted has expired (a guard may never be closed).
+        let held = self.open_holds.load(Ordering::Acquire) > 0 && now <= self.last_expiry_ms;
+        if idle && !held && self.book.outstanding() == 0 && self.pending.is_empty() {
             ctx.stop();
         }
     }
@@ -699,6 +704,7 @@ impl Handler<RateAndReserve> for TenantActor {
 
 impl TenantActor {
     fn reservation(&mut self, msg: Reserve) -> Reservation {
+        self.last_expiry_ms = self.last_expiry_ms.max(msg.request.expires_at_ms);
         Reservation {
             id: self.reservation_id(),
             request: msg.request,

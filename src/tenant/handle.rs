@@ -213,12 +213,23 @@ impl ReservationGuard {
             tokens,
         };
         // Once the settle is sent the actor applies it even if this future is dropped.
-        // Its actor cannot have stopped idle while this was open; one that
-        // failed leaves the row its charge (the ledger seeds the next).
         let reply = self.handle.running.addr.send(msg);
         // Counted closed only once queued, so the actor never stops before it.
         self.close();
-        async move { reply.await.map_err(|_| QuotaError::Unavailable)? }
+        let handle = self.handle.clone();
+        async move {
+            match reply.await {
+                Ok(settled) => settled,
+                // An actor stops with a guard open only once every hold it
+                // granted has expired: any actor finds this one closed.
+                Err(_) => handle
+                    .fresh_actor()?
+                    .addr
+                    .send(msg)
+                    .await
+                    .map_err(|_| QuotaError::Unavailable)?,
+            }
+        }
     }
 
     /// Gives the whole reservation back (nothing was spent).

@@ -1,6 +1,6 @@
 use serde_json::json;
 
-use crate::support::{TestSetup, chat_body, spawn_app, unique_tenant};
+use crate::support::{ADMIN_TOKEN, TestSetup, chat_body, reply, spawn_app, unique_tenant};
 
 fn setup() -> TestSetup {
     TestSetup::new()
@@ -76,6 +76,27 @@ async fn tenants_are_created_read_updated_and_listed() {
             .any(|t| t["id"] == id.as_str())
     );
     assert_eq!(app.admin("GET", "/tenants/nobody", None).await.status, 404);
+}
+
+/// `curl -d` sends a form content type: the admin API reads the body as
+/// JSON whatever the header says, as README's examples do.
+#[actix_web::test]
+async fn a_json_body_without_a_json_content_type_is_read_as_json() {
+    let app = spawn_app(setup()).await;
+    let id = unique_tenant("curl");
+    let body = json!({"id": id, "name": id, "tier": "free"}).to_string();
+    for content_type in [None, Some("application/x-www-form-urlencoded")] {
+        let mut request = app
+            .client
+            .post(format!("{}/admin/v1/tenants", app.admin_url))
+            .insert_header(("authorization", format!("Bearer {ADMIN_TOKEN}")));
+        if let Some(content_type) = content_type {
+            request = request.insert_header(("content-type", content_type));
+        }
+        let reply = reply(request.send_body(body.clone()).await.unwrap()).await;
+        let expected = if content_type.is_none() { 201 } else { 409 };
+        assert_eq!(reply.status, expected, "{content_type:?}: {}", reply.raw);
+    }
 }
 
 #[actix_web::test]

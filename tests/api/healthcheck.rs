@@ -73,6 +73,14 @@ async fn check_config_accepts_the_example_and_names_what_is_wrong_in_a_broken_fi
     let ok = tollgate(vec!["check-config".into(), example.into()]).await;
     assert!(ok.status.success(), "{}", stderr(&ok));
     assert!(String::from_utf8_lossy(&ok.stdout).contains(": ok ("));
+    // The file as `serve` takes it works too.
+    let flag = tollgate(vec![
+        "check-config".into(),
+        "--config".into(),
+        example.into(),
+    ])
+    .await;
+    assert!(flag.status.success(), "{}", stderr(&flag));
 
     let dir = tempfile::tempdir().unwrap();
     let broken = dir.path().join("broken.toml");

@@ -893,3 +893,102 @@ async fn a_priced_web_search_leaves_bounded_by_max_tool_calls_and_each_call_is_c
         );
     }
 }
+
+/// What Codex sends on every turn: function tools, a namespace of an MCP
+/// server's tools, a free-form custom tool, and its earlier turn's reasoning,
+/// namespaced call and custom call replayed. A translated route flattens the
+/// namespace into chat functions and answers a call in the item the caller's
+/// SDK expects; a passthrough route sends the body as it came. A tool chat
+/// cannot carry (the local shell) fails only a translated route, naming it.
+#[actix_web::test]
+async fn codex_s_namespaces_and_custom_tools_work_translated_and_passed_through() {
+    let app = spawn_app(
+        passthrough_setup()
+            .route("codex_chat", &["primary/usage-100-0-30+tool"])
+            .tier("codex", &["codex_chat", "rp_poor"], 1000, 100),
+    )
+    .await;
+    let (_tenant, key) = app.tenant_with_key("codex", json!({})).await;
+    let body = |model: &str, extra_tool: Option<Value>| {
+        let mut tools = vec![
+            json!({"type": "namespace", "name": "mcp__docs", "description": "Docs",
+                   "tools": [{"type": "function", "name": "search", "strict": false,
+                              "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}]}),
+            json!({"type": "function", "name": "shell", "parameters": {"type": "object"}}),
+            json!({"type": "custom", "name": "apply_patch", "description": "Edit files",
+                   "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}}),
+        ];
+        tools.extend(extra_tool);
+        json!({"model": model, "store": false, "stream": false,
+        "include": ["reasoning.encrypted_content"], "prompt_cache_key": "thread-1",
+        "tools": tools, "tool_choice": "auto",
+        "input": [
+            {"type": "message", "role": "developer", "content": "You are Codex."},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix it"}]},
+            {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAA"},
+            {"type": "function_call", "call_id": "c1", "name": "search", "namespace": "mcp__docs",
+             "arguments": "{\"q\":\"x\"}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "found"},
+            {"type": "custom_tool_call", "call_id": "c2", "name": "apply_patch", "input": "*** Begin"},
+            {"type": "custom_tool_call_output", "call_id": "c2", "output": "done"}
+        ]})
+    };
+
+    let reply = app
+        .post_json("/v1/responses", &key, &body("codex_chat", None))
+        .await;
+
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    let output = reply.body["output"].as_array().unwrap();
+    let call = output
+        .iter()
+        .find(|item| item["type"] == "function_call")
+        .unwrap();
+    assert_eq!(
+        (&call["type"], &call["name"], &call["namespace"]),
+        (
+            &json!("function_call"),
+            &json!("search"),
+            &json!("mcp__docs")
+        ),
+        "{}",
+        reply.raw
+    );
+    let captured = app.fake.stats.captured();
+    let sent = &captured.last().unwrap().body;
+    let names: Vec<&str> = sent["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["mcp__docs__search", "shell", "apply_patch"]);
+    let replayed = &sent["messages"][2]["tool_calls"][0]["function"];
+    assert_eq!(replayed["name"], "mcp__docs__search");
+    let patched = &sent["messages"][4]["tool_calls"][0]["function"];
+    assert_eq!(patched["arguments"], "{\"input\":\"*** Begin\"}");
+
+    let local_shell = Some(json!({"type": "local_shell"}));
+    let refused = app
+        .post_json(
+            "/v1/responses",
+            &key,
+            &body("codex_chat", local_shell.clone()),
+        )
+        .await;
+    assert_eq!(refused.status, 400, "{}", refused.raw);
+    assert_eq!(
+        refused.body["error"]["param"], "tools[3]",
+        "{}",
+        refused.raw
+    );
+    let passed = app
+        .post_json("/v1/responses", &key, &body("rp_poor", local_shell))
+        .await;
+    assert_eq!(passed.status, 200, "{}", passed.raw);
+    let captured = app.fake.stats.captured();
+    let upstream = &captured.last().unwrap().body;
+    assert_eq!(upstream["tools"][0]["type"], "namespace");
+    assert_eq!(upstream["tools"][3]["type"], "local_shell");
+    assert_eq!(upstream["input"][2]["type"], "reasoning");
+}

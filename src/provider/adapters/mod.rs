@@ -77,21 +77,22 @@ impl Adapter {
         tenant: Option<(TenantIdField, &str)>,
         prefix: Option<&Prefix<'_>>,
     ) -> Result<Bytes, ApiError> {
+        if let (Some(gap), false) = (
+            request.native().and_then(|native| native.gap.as_ref()),
+            self.answers_natively(),
+        ) {
+            return Err(ApiError::invalid_request(
+                gap.param.clone(),
+                format!(
+                    "{}, and the route's target `{model}` does not speak this door's API",
+                    gap.problem
+                ),
+            ));
+        }
         match self {
-            Adapter::OpenAi => {
-                if let Some(gap) = request.native().and_then(|native| native.gap.as_ref()) {
-                    return Err(ApiError::invalid_request(
-                        gap.param.clone(),
-                        format!(
-                            "{}, and the route's target `{model}` is served through OpenAI's chat API",
-                            gap.problem
-                        ),
-                    ));
-                }
-                Ok(openai::build_body(
-                    request, model, max_tokens, tenant, prefix,
-                ))
-            }
+            Adapter::OpenAi => Ok(openai::build_body(
+                request, model, max_tokens, tenant, prefix,
+            )),
             Adapter::AnthropicPassthrough => {
                 let native = request.native().map_or(request.raw(), |n| &n.body[..]);
                 let user = tenant.map(|(_, id)| id);
