@@ -156,8 +156,9 @@ impl Application {
             &config.storage.database_url,
         )
         .map_err(AppError::SemanticCache)?;
+        let tables_db = directory.db().clone();
         let audit = Arc::new(crate::audit::AuditLog::start(
-            directory.db().clone(),
+            tables_db.clone(),
             config.audit.max_body_bytes,
         ));
         let gateway = Arc::new(Gateway {
@@ -180,6 +181,7 @@ impl Application {
             semantic_cache,
             prompt_advisor: crate::prompts::Advisor::default(),
             audit,
+            responses: crate::stored::ResponseStore::new(tables_db, config.responses.clone()),
             retention: crate::ledger::retention::Retention::default(),
             quota_store,
             replica_id: replica_id.into(),

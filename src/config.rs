@@ -94,6 +94,8 @@ struct RawConfig {
     #[serde(default)]
     audit: crate::audit::AuditConfig,
     #[serde(default)]
+    responses: crate::stored::StoreConfig,
+    #[serde(default)]
     providers: BTreeMap<String, RawProvider>,
     #[serde(default)]
     routes: BTreeMap<String, RawRoute>,
@@ -1273,6 +1275,8 @@ pub struct Config {
     pub prompt_cache: crate::prompts::advisor::PromptCacheConfig,
     /// `[audit]`: how opted-in tenants' payloads are kept.
     pub audit: crate::audit::AuditConfig,
+    /// `[responses]`: how the Responses door keeps stored responses.
+    pub responses: crate::stored::StoreConfig,
     pub providers: HashMap<ProviderName, Provider>,
     pub routes: HashMap<RouteName, Route>,
     pub tiers: HashMap<String, Tier>,
@@ -1594,6 +1598,7 @@ fn validate(raw: RawConfig, dir: &Path, env: &dyn EnvSource) -> Result<Config, C
         reports: raw.reports,
         prompt_cache: raw.prompt_cache,
         audit: raw.audit,
+        responses: raw.responses,
         providers,
         routes,
         tiers,

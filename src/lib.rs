@@ -31,6 +31,7 @@ pub mod reload;
 pub mod routing;
 pub mod state;
 pub mod storage;
+pub mod stored;
 pub mod telemetry;
 pub mod tenant;
 pub mod tokenize;

@@ -47,6 +47,8 @@ pub struct Gateway {
     pub prompt_advisor: crate::prompts::Advisor,
     /// Opted-in tenants' payloads, on their way to `audit_payloads`.
     pub audit: Arc<crate::audit::AuditLog>,
+    /// The Responses door's stored responses.
+    pub responses: crate::stored::ResponseStore,
     /// The roll-up of ledger rows past retention: one at a time.
     pub retention: crate::ledger::retention::Retention,
     /// The shared quota store, when replicas share limits through Redis.

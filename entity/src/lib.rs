@@ -10,6 +10,8 @@ pub mod end_user_limit;
 pub mod feature_budget;
 pub mod prelude;
 pub mod report_delivery;
+pub mod stored_response;
+pub mod stored_response_item;
 pub mod tenant;
 pub mod usage;
 pub mod usage_daily;

@@ -27,6 +27,7 @@ use crate::pipeline::stream::ClientBody;
 use crate::pipeline::{RequestContext, RequestMeter, handle_chat};
 use crate::provider::clients::UpstreamClients;
 use crate::state::Gateway;
+use crate::stored::{Keep, ResponseStore, Stored};
 use crate::telemetry::metrics::{Metric, counter_add, observe_duration};
 use crate::telemetry::traces::{self, Span, SpanContext, SpanKind};
 
@@ -79,6 +80,7 @@ pub(super) async fn serve(
     let (trace, started_ns) = (request_span(&gw, &req), traces::now_unix_ns());
     let mut door = Door::Same;
     let mut audit = None;
+    let mut keep = None;
     let result = async {
         let body = read_body(&req, payload, gw.config.server.body_limit_bytes).await?;
         if auth.tenant.audit_payloads {
@@ -93,7 +95,13 @@ pub(super) async fn serve(
         }
         let (body, native) = match api {
             Api::Responses => {
-                let translation = responses::to_chat(body)?;
+                let now_ms = gw.clock.now_ms();
+                let expanded = gw
+                    .responses
+                    .expand(auth.tenant.id.as_str(), body, now_ms)
+                    .await?;
+                keep = expanded.keep;
+                let translation = responses::to_chat(expanded.body)?;
                 let identity = Identity {
                     id: format!("resp_{request_id}"),
                     created_at: gw.clock.now_ms() / 1000,
@@ -136,8 +144,9 @@ pub(super) async fn serve(
         echoed: HeaderValue::from_str(&echoed).ok(),
         door,
         audit,
+        stored: keep.map(|keep| (gw.responses.clone(), keep)),
     };
-    respond(result, &meter, latency, answer)
+    respond(result, &meter, latency, answer).await
 }
 
 /// What the answer carries beside the outcome: the request id echoed, the
@@ -146,10 +155,12 @@ struct Answer {
     echoed: Option<HeaderValue>,
     door: Door,
     audit: Option<Capture>,
+    /// Where a Responses answer is kept, unless the caller sent `store: false`.
+    stored: Option<(ResponseStore, Keep)>,
 }
 
 /// The HTTP answer to a request the pipeline finished, in its door's format.
-fn respond(
+async fn respond(
     result: Result<crate::pipeline::ChatOutcome, ApiError>,
     meter: &RequestMeter,
     latency: Duration,
@@ -159,6 +170,7 @@ fn respond(
         echoed: echoed_value,
         door,
         audit,
+        stored,
     } = answer;
     match result {
         Ok(outcome) => {
@@ -176,9 +188,9 @@ fn respond(
             if outcome.degraded {
                 response.insert_header((headers::DEGRADED, "true"));
             }
-            let removed = meter.removed_tools.borrow();
+            let removed = meter.removed_tools.borrow().join(", ");
             if !removed.is_empty() {
-                response.insert_header((headers::REMOVED_TOOLS, removed.join(", ")));
+                response.insert_header((headers::REMOVED_TOOLS, removed));
             }
             if let Some(cache) = outcome.cache {
                 response.insert_header((headers::CACHE, cache));
@@ -204,6 +216,12 @@ fn respond(
                         response.insert_header((headers::BUDGET_REMAINING, remaining.to_string()));
                     }
                     let body = door.complete(&body, outcome.native);
+                    // Stored before it is answered: the next turn may name it at once.
+                    if let Some((store, keep)) = stored
+                        && let Ok(response) = serde_json::from_slice::<serde_json::Value>(&body)
+                    {
+                        store.save(&keep, &response).await;
+                    }
                     if let Some(audit) = audit {
                         audit.finish(200, outcome.cache, body.clone(), false);
                     }
@@ -217,7 +235,10 @@ fn respond(
                         .content_type("text/event-stream")
                         .insert_header(("cache-control", "no-cache"));
                     let door = if outcome.native { Door::Same } else { door };
-                    let events = door.stream(body, prompt_tokens);
+                    let mut events = door.stream(body, prompt_tokens);
+                    if let Some((store, keep)) = stored {
+                        events = Stored::relay(events, store, keep);
+                    }
                     Ok(match audit {
                         Some(audit) => {
                             response.streaming(Audited::new(events, audit, outcome.cache))

@@ -8,6 +8,7 @@ pub mod headers;
 pub mod messages;
 pub mod models;
 pub mod ops;
+mod stored;
 
 use actix_web::web;
 
@@ -34,6 +35,15 @@ pub fn configure(cfg: &mut web::ServiceConfig, surface: Surface) {
         .route("/chat/completions", web::post().to(chat::chat_completions))
         .route("/v1/embeddings", web::post().to(chat::embeddings))
         .route("/v1/responses", web::post().to(chat::responses))
+        .route("/v1/responses/{id}", web::get().to(stored::get_response))
+        .route(
+            "/v1/responses/{id}",
+            web::delete().to(stored::delete_response),
+        )
+        .route(
+            "/v1/responses/{id}/input_items",
+            web::get().to(stored::input_items),
+        )
         .route("/responses", web::post().to(chat::responses))
         .route("/embeddings", web::post().to(chat::embeddings))
         .service(

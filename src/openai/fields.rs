@@ -7,8 +7,10 @@ use serde_json::{Map, Value};
 use crate::config::server_tools::{ServerTool, ServerTools};
 use crate::fields::{Admitted, Class, Refused, Table, ToolScreen, each, one_of};
 
-const STATELESS: &str =
-    "the gateway's Responses API is stateless: send the whole conversation in `input`";
+const UNKEPT: &str = "the gateway keeps responses, not conversations or background runs: name an earlier response with `previous_response_id`, or send the whole conversation in `input`";
+
+const UNKNOWN_ITEM: &str =
+    "an item reference needs the `id` of an item of a response this gateway stored";
 
 /// `POST /v1/chat/completions`.
 pub static CHAT: Table = Table {
@@ -103,10 +105,13 @@ pub static RESPONSES: Table = Table {
         ("access_programs", Class::Neutral),
         ("service_tier", Class::Values(service_tier)),
         ("prompt_cache_retention", Class::Values(cache_retention)),
-        ("store", Class::Values(not_true)),
+        // The gateway keeps the answer in its own store (`stored/`); the
+        // provider is never asked to.
+        ("store", Class::Neutral),
         ("background", Class::Values(not_true)),
-        ("previous_response_id", Class::Refused(STATELESS)),
-        ("conversation", Class::Refused(STATELESS)),
+        // Expanded into the earlier input and output before this is read.
+        ("previous_response_id", Class::Counted),
+        ("conversation", Class::Refused(UNKEPT)),
         (
             "prompt",
             Class::Refused(
@@ -227,7 +232,7 @@ fn not_true(value: &Value) -> Result<(), Refused> {
     if value == &Value::Bool(true) {
         return Err(Refused::new(
             "",
-            format!("`true` is not supported; {STATELESS}"),
+            format!("`true` is not supported; {UNKEPT}"),
         ));
     }
     Ok(())
@@ -311,7 +316,8 @@ fn responses_tools(value: &Value) -> Result<(), Refused> {
 fn responses_input(value: &Value) -> Result<(), Refused> {
     each(value, |item| {
         match item["type"].as_str() {
-            Some("item_reference") => return Err(Refused::new(".type", STATELESS)),
+            // Resolved into its item before this is read: one left named nothing.
+            Some("item_reference") => return Err(Refused::new(".type", UNKNOWN_ITEM)),
             Some(
                 "message"
                 | "function_call"

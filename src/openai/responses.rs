@@ -807,13 +807,10 @@ mod tests {
             let envelope: Value = serde_json::from_slice(&error.envelope_json()).unwrap();
             envelope["error"]["param"].as_str().unwrap().to_owned()
         };
+        // A reference left after expansion named nothing stored.
         assert_eq!(
-            param(json!({"model": "m", "input": "x", "store": true})),
-            "store"
-        );
-        assert_eq!(
-            param(json!({"model": "m", "input": "x", "previous_response_id": "r"})),
-            "previous_response_id"
+            param(json!({"model": "m", "input": [{"type": "item_reference"}]})),
+            "input[0].type"
         );
         assert_eq!(
             param(json!({"model": "m", "input": "x", "background": true})),
@@ -823,9 +820,10 @@ mod tests {
             param(json!({"model": "m", "input": "x", "conversation": "conv_1"})),
             "conversation"
         );
-        // Saying what the gateway does anyway is fine.
+        // Saying what the gateway does anyway is fine; it stores itself.
         for stateless in [
             json!({"store": false}),
+            json!({"store": true}),
             json!({"background": false}),
             json!({"conversation": null}),
         ] {

@@ -46,6 +46,7 @@ mod sdk;
 mod semantic_cache;
 mod shared_quota;
 mod storage;
+mod stored_responses;
 mod streaming;
 mod tenant_actor;
 mod traces;

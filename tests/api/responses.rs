@@ -293,7 +293,7 @@ async fn a_runaway_anthropic_stream_through_responses_ends_incomplete_at_the_hol
 }
 
 #[actix_web::test]
-async fn a_budget_refusal_and_stateful_fields_get_openai_errors_at_the_responses_door() {
+async fn a_budget_refusal_and_unkept_state_get_openai_errors_at_the_responses_door() {
     let app = spawn_app(setup()).await;
     let (_tenant, key) = app
         .tenant_with_key("free", json!({"monthly_budget": "0.0000001"}))
@@ -311,16 +311,19 @@ async fn a_budget_refusal_and_stateful_fields_get_openai_errors_at_the_responses
         "{}",
         refused.raw
     );
-    for (field, value) in [
-        ("store", json!(true)),
-        ("previous_response_id", json!("resp_1")),
+    // The gateway stores responses itself; what it does not keep is refused
+    // by name, and a reference to nothing it stored is not found.
+    for (field, value, says) in [
+        ("conversation", json!("conv_1"), "keeps responses, not conversations"),
+        ("background", json!(true), "keeps responses, not conversations"),
+        ("previous_response_id", json!("resp_1"), "not found"),
     ] {
         let mut body = json!({"model": "quick", "input": "hi"});
         body[field] = value;
         let reply = app.post_json("/v1/responses", &key, &body).await;
         assert_eq!(reply.status, 400, "{field}: {}", reply.raw);
         assert_eq!(reply.body["error"]["param"], field, "{}", reply.raw);
-        assert!(reply.error_message().contains("stateless"), "{}", reply.raw);
+        assert!(reply.error_message().contains(says), "{}", reply.raw);
     }
 }
 
