@@ -45,15 +45,25 @@ if [ ! -d tests/sdk/node_modules/openai ]; then
   echo "installing the openai Node package"
   (cd tests/sdk && npm install --silent --no-audit --no-fund)
 fi
-# The official OpenAI and Anthropic SDKs are part of the contract: their clients must work unchanged.
-if ! python3 -c "import openai" >/dev/null 2>&1; then
-  echo "installing the openai Python package"
-  python3 -m pip install --quiet openai || python3 -m pip install --quiet --break-system-packages openai
+# The agents as their users install them, pinned in tests/agents/package.json:
+# Claude Code, Codex, the Vercel AI SDK (tests/api/agents.rs runs them).
+if [ ! -x tests/agents/node_modules/.bin/claude ] || [ ! -x tests/agents/node_modules/.bin/codex ] \
+  || [ ! -d tests/agents/node_modules/ai ]; then
+  echo "installing the agents (Claude Code, Codex, the AI SDK) from npm"
+  (cd tests/agents && npm install --silent --no-audit --no-fund)
 fi
-if ! python3 -c "import anthropic" >/dev/null 2>&1; then
-  echo "installing the anthropic Python package"
-  python3 -m pip install --quiet anthropic || python3 -m pip install --quiet --break-system-packages anthropic
-fi
+# The official OpenAI and Anthropic SDKs are part of the contract: their
+# clients must work unchanged. Pinned, with the OpenAI Agents SDK.
+pip_pin() { # pip_pin <import name> <requirement>
+  if ! python3 -c "import sys, importlib.metadata as m; sys.exit(m.version('${2%%==*}') != '${2##*==}')" >/dev/null 2>&1; then
+    echo "installing $2"
+    python3 -m pip install --quiet "$2" || python3 -m pip install --quiet --break-system-packages "$2"
+  fi
+  python3 -c "import $1" >/dev/null
+}
+pip_pin openai openai==3.63.0
+pip_pin anthropic anthropic==2.17.0
+pip_pin agents openai-agents==0.24.0
 
 # The alert rules: each tested rule fires on the series it must and not on the rest.
 promtool test rules dashboards/alerts.test.yaml

@@ -646,7 +646,12 @@ async fn demo(path: Option<&Path>, listen: Option<std::net::SocketAddr>) -> Resu
     if let Some(listen) = listen {
         config.server.listen = listen;
     }
-    let mock = fake_upstream::start(FakeConfig::default(), ([127, 0, 0, 1], 0).into(), 1)
+    // Agent clients (Claude Code, Codex, the SDKs' tool loops) get a tool call, then text.
+    let mock_config = FakeConfig {
+        agent: true,
+        ..FakeConfig::default()
+    };
+    let mock = fake_upstream::start(mock_config, ([127, 0, 0, 1], 0).into(), 1)
         .context("starting the mock upstream")?;
     let mut mocked = Vec::new();
     for provider in config.providers.values_mut() {

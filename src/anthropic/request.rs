@@ -55,10 +55,22 @@ pub fn to_chat(bytes: &[u8], table: &'static Table) -> Result<Translation, ApiEr
         body.get("output_format"),
         body.get("output_config").and_then(|c| c.get("format")),
     ];
+    // A JSON schema is chat's structured output too, so an OpenAI-kind model
+    // answers in it (and the chat body's count holds it); any other format
+    // is counted beside the chat body.
+    let mut response_format = None;
     for format in formats.into_iter().flatten().filter(|f| !f.is_null()) {
-        out.untranslated.texts.push(format.to_string());
+        if format["type"] == "json_schema" && response_format.is_none() {
+            let schema = json!({"name": "output", "schema": format["schema"], "strict": true});
+            response_format = Some(json!({"type": "json_schema", "json_schema": schema}));
+        } else {
+            out.untranslated.texts.push(format.to_string());
+        }
     }
     let mut chat = Map::new();
+    if let Some(format) = response_format {
+        chat.insert("response_format".to_owned(), format);
+    }
     for field in ["model", "max_tokens", "temperature", "top_p"] {
         if let Some(value) = body.get(field).filter(|v| !v.is_null()) {
             chat.insert(field.to_owned(), value.clone());
@@ -561,13 +573,14 @@ mod tests {
         let translation = to_chat(request.to_string().as_bytes(), &fields::MESSAGES).unwrap();
         assert_eq!(
             translation.untranslated.texts,
-            [
-                r#"{"type":"json_schema","schema":{"type":"object"}}"#,
-                "a long chain of thought",
-                "EncryptedBlob"
-            ]
+            ["a long chain of thought", "EncryptedBlob"]
         );
         assert_eq!(translation.untranslated.tokens, fields::DEFINED_TOOL_TOKENS);
+        // The schema is chat's structured output, counted with the chat body.
+        let chat: Value = serde_json::from_slice(&translation.chat).unwrap();
+        let format = &chat["response_format"];
+        assert_eq!(format["type"], "json_schema");
+        assert_eq!(format["json_schema"]["schema"], json!({"type": "object"}));
     }
 
     /// An image a tool returns is billed as an image, however short its URL.

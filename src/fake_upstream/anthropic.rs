@@ -6,7 +6,9 @@
 //! OpenAI fake: `status-NNN`, `delay-NNNms`, `usage-IN-CW-CR-OUT`, `tool`, `words-N` (a
 //! reply of N words whatever `max_tokens` says: a runaway upstream), and `searches-N` (N web
 //! searches where a search tool is offered, up to its `max_uses`). Without `usage-…`, cache
-//! breakpoints write and read a small prompt cache of its own (`prompt_cache.rs`).
+//! breakpoints write and read a small prompt cache of its own (`prompt_cache.rs`). With `agent`
+//! it plays a model in a tool loop (`agent.rs`) and accepts the newer fields agent clients send
+//! (`AGENT_FIELDS`).
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
@@ -20,8 +22,11 @@ use actix_web::http::header;
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use serde_json::{Map, Value, json};
 
+use super::FakeConfig;
+use super::agent::{self, Choice, Conversation, Tool, Turn};
 use super::prompt_cache::PromptCache;
 use super::stats::{CapturedRequest, FakeStats};
+use super::stream::halves;
 
 /// Large prompts (cached documents) must reach the validator, not actix's 256 KiB default.
 const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
@@ -54,6 +59,25 @@ const KNOWN_FIELDS: [&str; 16] = [
     "container",
     "mcp_servers",
 ];
+/// Fields the real API accepts that the plain fake still refuses (its answers in the suite stay
+/// as they were), accepted with `agent` because agent clients send them: structured output,
+/// effort and context management (Claude Code), and the settings the Messages door passes on.
+const AGENT_FIELDS: [&str; 7] = [
+    "output_config",
+    "output_format",
+    "context_management",
+    "diagnostics",
+    "inference_geo",
+    "speed",
+    "cache_control",
+];
+/// Keys a client tool may carry beyond the plain fake's, accepted with `agent` likewise.
+const AGENT_TOOL_FIELDS: [&str; 4] = [
+    "strict",
+    "defer_loading",
+    "eager_input_streaming",
+    "input_examples",
+];
 const IMAGE_MEDIA_TYPES: [&str; 4] = ["image/jpeg", "image/png", "image/gif", "image/webp"];
 
 /// Counters and captured requests of one Anthropic fake.
@@ -61,9 +85,19 @@ const IMAGE_MEDIA_TYPES: [&str; 4] = ["image/jpeg", "image/png", "image/gif", "i
 pub struct AnthropicFakeState {
     stats: FakeStats,
     prompt_cache: PromptCache,
+    /// Every model answers as `agent` (`FakeConfig::agent`).
+    agent: bool,
 }
 
 impl AnthropicFakeState {
+    /// A fresh state under `config`; of its options the Messages fake applies `agent`.
+    pub fn new(config: FakeConfig) -> Self {
+        AnthropicFakeState {
+            agent: config.agent,
+            ..AnthropicFakeState::default()
+        }
+    }
+
     /// Messages requests received, rejected ones included.
     pub fn requests(&self) -> u64 {
         self.stats.requests()
@@ -112,6 +146,11 @@ impl RunningAnthropicFake {
 /// Binds `listen` (port 0 picks a free port) and spawns the server on the current actix System,
 /// returning at once. Signals are left to the caller.
 pub fn start(listen: SocketAddr) -> io::Result<RunningAnthropicFake> {
+    start_with(FakeConfig::default(), listen)
+}
+
+/// `start`, under `config` (of its options the Messages fake applies `agent`).
+pub fn start_with(config: FakeConfig, listen: SocketAddr) -> io::Result<RunningAnthropicFake> {
     // `actix_rt::spawn` panics outside an actix System; report that as an error instead.
     if actix_rt::Arbiter::try_current().is_none() {
         return Err(io::Error::other(
@@ -121,7 +160,7 @@ pub fn start(listen: SocketAddr) -> io::Result<RunningAnthropicFake> {
     if !listen.ip().is_loopback() {
         tracing::warn!(%listen, "anthropic fake bound to a non-loopback address");
     }
-    let state = web::Data::new(AnthropicFakeState::default());
+    let state = web::Data::new(AnthropicFakeState::new(config));
     let app_state = state.clone();
     let server = HttpServer::new(move || {
         let app_state = app_state.clone();
@@ -175,7 +214,7 @@ async fn messages(
     );
     let request_id = format!("req_fake_{}", ordinals.request);
     let model = model.as_deref().unwrap_or("");
-    let mut response = answer(&req, parsed, model, &state.prompt_cache).await;
+    let mut response = answer(&req, parsed, model, &state).await;
     if let Ok(value) = header::HeaderValue::from_str(&request_id) {
         response
             .headers_mut()
@@ -188,7 +227,7 @@ async fn answer(
     req: &HttpRequest,
     parsed: Result<Value, serde_json::Error>,
     model: &str,
-    cache: &PromptCache,
+    state: &AnthropicFakeState,
 ) -> HttpResponse {
     // Authentication comes before the body, as in the real API.
     if let Err((status, message)) = check_headers(req) {
@@ -201,10 +240,11 @@ async fn answer(
             return error_response(StatusCode::BAD_REQUEST, &message);
         }
     };
-    if let Err(message) = validate(&request) {
+    let mut scenario = Scenario::parse(model);
+    scenario.agent |= state.agent;
+    if let Err(message) = validate(&request, scenario.agent) {
         return error_response(StatusCode::BAD_REQUEST, &message);
     }
-    let scenario = Scenario::parse(model);
     if scenario.delay_ms > 0 {
         actix_rt::time::sleep(Duration::from_millis(scenario.delay_ms)).await;
     }
@@ -223,7 +263,7 @@ async fn answer(
         }
         return response;
     }
-    let reply = Reply::new(&request, model, &scenario, cache);
+    let reply = Reply::new(&request, model, &scenario, &state.prompt_cache);
     if request.get("stream").and_then(Value::as_bool) == Some(true) {
         HttpResponse::Ok()
             .content_type("text/event-stream")
@@ -312,12 +352,12 @@ fn fail<T>(path: &str, problem: &str) -> Result<T, String> {
 }
 
 /// The first problem the real API would report for this body, in its path style
-/// (`messages.1.content.0.cache_control`).
-fn validate(request: &Value) -> Check {
+/// (`messages.1.content.0.cache_control`); `agent` also accepts `AGENT_FIELDS`.
+fn validate(request: &Value, agent: bool) -> Check {
     let Some(body) = request.as_object() else {
         return fail("body", "Input should be a valid dictionary");
     };
-    only_keys(body, "", &KNOWN_FIELDS)?;
+    only_keys(body, "", &allowed(&KNOWN_FIELDS, &AGENT_FIELDS, agent))?;
     match body.get("model") {
         Some(Value::String(model)) if !model.is_empty() => {}
         None => return fail("model", "Field required"),
@@ -338,9 +378,15 @@ fn validate(request: &Value) -> Check {
         return fail("messages", "Field required");
     };
     validate_messages(messages)?;
-    validate_tools(body.get("tools"))?;
+    validate_tools(body.get("tools"), agent)?;
     validate_tool_choice(body.get("tool_choice"))?;
     validate_sampling(body)
+}
+
+/// `known`, and `extra` too with `agent`.
+fn allowed<'a>(known: &[&'a str], extra: &[&'a str], agent: bool) -> Vec<&'a str> {
+    let extra = if agent { extra } else { &[] };
+    known.iter().chain(extra).copied().collect()
 }
 
 fn only_keys(object: &Map<String, Value>, path: &str, allowed: &[&str]) -> Check {
@@ -411,6 +457,11 @@ fn validate_messages(messages: &Value) -> Check {
         only_keys(message, &path, &["role", "content"])?;
         let role = match message.get("role").and_then(Value::as_str) {
             Some(role @ ("user" | "assistant")) => role,
+            // Current models read a system message right after a user turn.
+            Some("system") if previous_role == "user" => {
+                validate_system(message.get("content"))?;
+                continue;
+            }
             Some("system") => {
                 return fail(
                     &format!("{path}.role"),
@@ -702,7 +753,7 @@ fn validate_tool_result(block: &Map<String, Value>, path: &str) -> Result<String
     Ok(id.to_owned())
 }
 
-fn validate_tools(tools: Option<&Value>) -> Check {
+fn validate_tools(tools: Option<&Value>, agent: bool) -> Check {
     let tools = match tools {
         None => return Ok(()),
         Some(Value::Array(tools)) => tools,
@@ -715,17 +766,14 @@ fn validate_tools(tools: Option<&Value>) -> Check {
             validate_server_tool(tool, kind, &path)?;
             continue;
         }
-        only_keys(
-            tool,
-            &path,
-            &[
-                "type",
-                "name",
-                "description",
-                "input_schema",
-                "cache_control",
-            ],
-        )?;
+        let known = [
+            "type",
+            "name",
+            "description",
+            "input_schema",
+            "cache_control",
+        ];
+        only_keys(tool, &path, &allowed(&known, &AGENT_TOOL_FIELDS, agent))?;
         let name_ok = tool
             .get("name")
             .and_then(Value::as_str)
@@ -892,6 +940,8 @@ struct Scenario {
     words: Option<u64>,
     /// Web searches to run where a search tool is offered, up to its `max_uses`.
     searches: u64,
+    /// `agent`: answers play a model in a tool loop.
+    agent: bool,
 }
 
 impl Scenario {
@@ -900,6 +950,8 @@ impl Scenario {
         for segment in model.split('+').map(str::trim) {
             if segment == "tool" {
                 scenario.tool = true;
+            } else if segment == "agent" {
+                scenario.agent = true;
             } else if let Some(rest) = segment.strip_prefix("status-") {
                 if let Some(status) = number(rest)
                     .and_then(|n| u16::try_from(n).ok())
@@ -936,13 +988,17 @@ fn number(text: &str) -> Option<u64> {
 
 // === answers ===
 
+/// `(id, name, input)` of a tool use block.
+type ToolUse = (String, String, Value);
+
 /// One successful answer, rendered either as a Messages response or as its SSE stream.
 struct Reply {
     id: String,
     model: String,
-    text: String,
+    /// The text block; `None` for an `agent`'s tool use, which comes alone.
+    text: Option<String>,
     /// `(id, name, input)` of the tool use, in `tool` scenarios with tools given.
-    tool_use: Option<(String, String, Value)>,
+    tool_use: Option<ToolUse>,
     stop_reason: &'static str,
     usage: [u64; 4],
     /// Web searches run, as `usage.server_tool_use` reports them.
@@ -973,23 +1029,10 @@ impl Reply {
             .get("max_tokens")
             .and_then(Value::as_u64)
             .unwrap_or(1);
-        let first_tool = request
-            .get("tools")
-            .and_then(Value::as_array)
-            .and_then(|tools| tools.first());
-        let tool_use = first_tool.filter(|_| scenario.tool).map(|tool| {
-            let name = tool.get("name").and_then(Value::as_str).unwrap_or("tool");
-            let input = sample_input(tool.get("input_schema"));
-            (
-                format!("toolu_fake_{:016x}", fingerprint(name)),
-                name.to_owned(),
-                input,
-            )
-        });
-        let text = match (&tool_use, scenario.words) {
-            (Some((_, name, _)), _) => format!("I will call the {name} tool."),
-            (None, Some(words)) => "word ".repeat(usize::try_from(words).unwrap_or(0)),
-            (None, None) => REPLY_TEXT.to_owned(),
+        let (text, tool_use) = if scenario.agent {
+            agent_content(request, scenario)
+        } else {
+            scripted_content(request, scenario)
         };
         let default_output = DEFAULT_OUTPUT_TOKENS.min(max_tokens);
         let searches = searches(request, scenario);
@@ -1040,7 +1083,11 @@ impl Reply {
     }
 
     fn message(&self) -> Value {
-        let mut content = vec![json!({ "type": "text", "text": self.text })];
+        let mut content: Vec<Value> = self
+            .text
+            .iter()
+            .map(|text| json!({ "type": "text", "text": text }))
+            .collect();
         if let Some((id, name, input)) = &self.tool_use {
             content.push(json!({ "type": "tool_use", "id": id, "name": name, "input": input }));
         }
@@ -1074,53 +1121,12 @@ impl Reply {
             "message_start",
             &json!({ "type": "message_start", "message": message }),
         );
-        event(
-            &mut out,
-            "content_block_start",
-            &json!({ "type": "content_block_start", "index": 0,
-                     "content_block": { "type": "text", "text": "" } }),
-        );
-        event(&mut out, "ping", &json!({ "type": "ping" }));
-        for word in self.text.split_inclusive(' ') {
-            event(
-                &mut out,
-                "content_block_delta",
-                &json!({ "type": "content_block_delta", "index": 0,
-                         "delta": { "type": "text_delta", "text": word } }),
-            );
+        if let Some(text) = &self.text {
+            text_block(&mut out, text);
         }
-        event(
-            &mut out,
-            "content_block_stop",
-            &json!({ "type": "content_block_stop", "index": 0 }),
-        );
         if let Some((id, name, input)) = &self.tool_use {
-            event(
-                &mut out,
-                "content_block_start",
-                &json!({ "type": "content_block_start", "index": 1, "content_block":
-                         { "type": "tool_use", "id": id, "name": name, "input": {} } }),
-            );
-            let input = input.to_string();
-            let middle = input
-                .char_indices()
-                .map(|(i, _)| i)
-                .find(|i| *i >= input.len() / 2)
-                .unwrap_or(input.len());
-            let (head, tail) = input.split_at(middle);
-            for fragment in ["", head, tail] {
-                event(
-                    &mut out,
-                    "content_block_delta",
-                    &json!({ "type": "content_block_delta", "index": 1,
-                             "delta": { "type": "input_json_delta", "partial_json": fragment } }),
-                );
-            }
-            event(
-                &mut out,
-                "content_block_stop",
-                &json!({ "type": "content_block_stop", "index": 1 }),
-            );
+            let index = usize::from(self.text.is_some());
+            tool_use_block(&mut out, index, (id, name, input));
         }
         event(
             &mut out,
@@ -1131,6 +1137,154 @@ impl Reply {
         );
         event(&mut out, "message_stop", &json!({ "type": "message_stop" }));
         out
+    }
+}
+
+/// The first content block, its text in word-sized deltas; the real API pings after its start.
+fn text_block(out: &mut String, text: &str) {
+    event(
+        out,
+        "content_block_start",
+        &json!({ "type": "content_block_start", "index": 0,
+                 "content_block": { "type": "text", "text": "" } }),
+    );
+    event(out, "ping", &json!({ "type": "ping" }));
+    for word in text.split_inclusive(' ') {
+        event(
+            out,
+            "content_block_delta",
+            &json!({ "type": "content_block_delta", "index": 0,
+                     "delta": { "type": "text_delta", "text": word } }),
+        );
+    }
+    event(
+        out,
+        "content_block_stop",
+        &json!({ "type": "content_block_stop", "index": 0 }),
+    );
+}
+
+/// A tool use block at `index`, its input in an empty and two JSON fragments; the first block
+/// of a message is followed by the ping.
+fn tool_use_block(out: &mut String, index: usize, (id, name, input): (&str, &str, &Value)) {
+    event(
+        out,
+        "content_block_start",
+        &json!({ "type": "content_block_start", "index": index, "content_block":
+                 { "type": "tool_use", "id": id, "name": name, "input": {} } }),
+    );
+    if index == 0 {
+        event(out, "ping", &json!({ "type": "ping" }));
+    }
+    let input = input.to_string();
+    let (head, tail) = halves(&input);
+    for fragment in ["", head, tail] {
+        event(
+            out,
+            "content_block_delta",
+            &json!({ "type": "content_block_delta", "index": index,
+                     "delta": { "type": "input_json_delta", "partial_json": fragment } }),
+        );
+    }
+    event(
+        out,
+        "content_block_stop",
+        &json!({ "type": "content_block_stop", "index": index }),
+    );
+}
+
+/// The `tool` and `words-N` scenarios' content, else the canned text.
+fn scripted_content(request: &Value, scenario: &Scenario) -> (Option<String>, Option<ToolUse>) {
+    let first_tool = request
+        .get("tools")
+        .and_then(Value::as_array)
+        .and_then(|tools| tools.first());
+    let tool_use = first_tool.filter(|_| scenario.tool).map(|tool| {
+        let name = tool.get("name").and_then(Value::as_str).unwrap_or("tool");
+        let input = sample_input(tool.get("input_schema"));
+        (
+            format!("toolu_fake_{:016x}", fingerprint(name)),
+            name.to_owned(),
+            input,
+        )
+    });
+    let text = match (&tool_use, scenario.words) {
+        (Some((_, name, _)), _) => format!("I will call the {name} tool."),
+        (None, Some(words)) => "word ".repeat(usize::try_from(words).unwrap_or(0)),
+        (None, None) => REPLY_TEXT.to_owned(),
+    };
+    (Some(text), tool_use)
+}
+
+/// An `agent` model's content: its tool use alone, or its text.
+fn agent_content(request: &Value, scenario: &Scenario) -> (Option<String>, Option<ToolUse>) {
+    match agent::turn(&conversation(request)) {
+        Turn::Canned => scripted_content(request, scenario),
+        Turn::Text(text) => (Some(text), None),
+        Turn::Call(call) => {
+            // Unique per conversation: agents track their calls by id across turns.
+            let id = format!("toolu_fake_{:016x}", fingerprint(&request.to_string()));
+            let input = call.arguments_value();
+            (None, Some((id, call.name, input)))
+        }
+    }
+}
+
+/// A Messages request as `agent::turn` reads it.
+fn conversation(request: &Value) -> Conversation<'_> {
+    let tools = request["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|tool| tool.as_object().is_some_and(|t| server_tool(t).is_none()))
+        .filter_map(|tool| {
+            Some(Tool {
+                name: tool["name"].as_str()?,
+                namespace: None,
+                schema: tool.get("input_schema"),
+                custom: false,
+            })
+        })
+        .collect();
+    let choice = match request["tool_choice"]["type"].as_str() {
+        Some("none") => Choice::None,
+        Some("tool") => request["tool_choice"]["name"]
+            .as_str()
+            .map_or(Choice::Auto, Choice::Named),
+        _ => Choice::Auto,
+    };
+    let messages = request["messages"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let user_text = messages
+        .iter()
+        .rev()
+        .find(|message| message["role"] == "user")
+        .map(|message| agent::text_of(&message["content"]))
+        .unwrap_or_default();
+    // Roles alternate, so only the last message can answer the model's calls.
+    let tool_result = messages
+        .last()
+        .filter(|message| message["role"] == "user")
+        .and_then(|message| message["content"].as_array())
+        .and_then(|blocks| blocks.iter().rev().find(|b| b["type"] == "tool_result"))
+        .map(|block| agent::text_of(&block["content"]));
+    let formats = [
+        &request["output_config"]["format"],
+        &request["output_format"],
+    ];
+    let schema = formats
+        .into_iter()
+        .find(|format| format["type"] == "json_schema")
+        .map(|format| &format["schema"])
+        .filter(|schema| schema.is_object());
+    Conversation {
+        tools,
+        choice,
+        user_text,
+        tool_result,
+        schema,
     }
 }
 
@@ -1482,13 +1636,13 @@ mod tests {
     }
 
     fn message_of(request: &Value) -> String {
-        validate(request).unwrap_err()
+        validate(request, false).unwrap_err()
     }
 
     #[test]
     fn rejects_what_the_real_api_rejects() {
         let base = valid_request("m");
-        assert_eq!(validate(&base), Ok(()));
+        assert_eq!(validate(&base, false), Ok(()));
         let with = |pointer: &str, value: Value| {
             let mut request = base.clone();
             *request.pointer_mut(pointer).unwrap() = value;
@@ -1577,7 +1731,9 @@ mod tests {
     fn parses_scenarios() {
         assert_eq!(Scenario::parse("claude-sonnet-4-5"), Scenario::default());
         assert_eq!(
-            Scenario::parse("claude+status-529+delay-20ms+usage-1-2-3-4+tool+words-7+searches-3"),
+            Scenario::parse(
+                "claude+status-529+delay-20ms+usage-1-2-3-4+tool+words-7+searches-3+agent"
+            ),
             Scenario {
                 status: Some(529),
                 delay_ms: 20,
@@ -1585,6 +1741,7 @@ mod tests {
                 tool: true,
                 words: Some(7),
                 searches: 3,
+                agent: true,
             }
         );
         for ignored in [
@@ -1617,5 +1774,186 @@ mod tests {
         // 16 bytes -> 4 tokens, plus 4 per message; output capped by max_tokens.
         assert_eq!(reply.usage, [12, 0, 0, 5]);
         assert_eq!(reply.stop_reason, "max_tokens");
+    }
+
+    fn agent_request(messages: &Value) -> Value {
+        let schema = |property: &str| {
+            json!({"type": "object", "properties": {property: {"type": "string"},
+                   "timeout": {"type": "number"}}, "required": [property]})
+        };
+        json!({
+            "model": "claude+agent",
+            "max_tokens": 1024,
+            "messages": messages,
+            "tools": [
+                {"type": "web_search_20250305", "name": "web_search"},
+                {"name": "Read", "description": "Reads a file", "input_schema": schema("file_path")},
+                {"name": "Bash", "description": "Runs a command", "input_schema": schema("command")},
+            ],
+        })
+    }
+
+    fn agent_reply(request: &Value) -> Reply {
+        Reply::new(
+            request,
+            "claude+agent",
+            &Scenario::parse("claude+agent"),
+            &PromptCache::default(),
+        )
+    }
+
+    #[test]
+    fn agent_uses_the_named_tool_alone() {
+        let ask = json!([{"role": "user", "content": [
+            {"type": "text", "text": "Run `ls` with bash."}]}]);
+        let reply = agent_reply(&agent_request(&ask)).message();
+        assert_eq!(reply["stop_reason"], "tool_use");
+        assert_eq!(reply["content"].as_array().unwrap().len(), 1);
+        let tool_use = &reply["content"][0];
+        assert_eq!(
+            (&tool_use["type"], &tool_use["name"]),
+            (&json!("tool_use"), &json!("Bash"))
+        );
+        assert_eq!(tool_use["input"], json!({"command": "echo tollgate"}));
+        assert!(tool_use["id"].as_str().unwrap().starts_with("toolu_fake_"));
+        // The first client tool when none is named; server tools are the provider's own.
+        let unnamed = json!([{"role": "user", "content": "go"}]);
+        let reply = agent_reply(&agent_request(&unnamed)).message();
+        assert_eq!(reply["content"][0]["name"], "Read");
+        assert_eq!(
+            reply["content"][0]["input"],
+            json!({"file_path": "tollgate"})
+        );
+        // Without `agent`, the canned text.
+        let mut plain = agent_request(&ask);
+        plain["model"] = json!("claude");
+        let reply = Reply::new(
+            &plain,
+            "claude",
+            &Scenario::default(),
+            &PromptCache::default(),
+        );
+        assert_eq!(reply.message()["content"][0]["text"], REPLY_TEXT);
+    }
+
+    #[test]
+    fn agent_answers_a_tool_result_in_text_or_json() {
+        let answered = json!([
+            {"role": "user", "content": "run it"},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "x"}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1",
+                 "content": [{"type": "text", "text": "tollgate"}]},
+                {"type": "text", "text": "<system-reminder>Bash</system-reminder>"}]},
+        ]);
+        let request = agent_request(&answered);
+        let reply = agent_reply(&request).message();
+        assert_eq!(reply["stop_reason"], "end_turn");
+        assert_eq!(
+            reply["content"],
+            json!([{"type": "text", "text": "Done: tollgate"}])
+        );
+        let schema = json!({"type": "object", "properties": {"summary": {"type": "string"},
+            "files": {"type": "array", "items": {"type": "string"}}}});
+        for field in ["output_config", "output_format"] {
+            let mut structured = request.clone();
+            let format = json!({"type": "json_schema", "schema": schema});
+            structured[field] = if field == "output_config" {
+                json!({"format": format})
+            } else {
+                format
+            };
+            assert_eq!(validate(&structured, true), Ok(()));
+            let text = agent_reply(&structured).message()["content"][0]["text"].clone();
+            assert_eq!(
+                serde_json::from_str::<Value>(text.as_str().unwrap()).unwrap(),
+                json!({"summary": "tollgate", "files": []}),
+                "{field}"
+            );
+        }
+    }
+
+    #[test]
+    fn agent_streams_its_tool_use_as_the_adapter_reads_it() {
+        let ask = json!([{"role": "user", "content": "read the file"}]);
+        let sse = agent_reply(&agent_request(&ask)).sse();
+        let events = sse_events(&sse);
+        let names: Vec<&str> = events.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "message_start",
+                "content_block_start",
+                "ping",
+                "content_block_delta",
+                "content_block_delta",
+                "content_block_delta",
+                "content_block_stop",
+                "message_delta",
+                "message_stop",
+            ]
+        );
+        let start: Value = serde_json::from_str(&events[1].1).unwrap();
+        assert_eq!(start["index"], 0);
+        assert_eq!(start["content_block"]["name"], "Read");
+        let delta: Value = serde_json::from_str(&events[7].1).unwrap();
+        assert_eq!(delta["delta"]["stop_reason"], "tool_use");
+        let mut mapper = adapter::StreamMapper::with_created("route", 0);
+        let mut arguments = String::new();
+        let mut finish = None;
+        for (event, data) in &events {
+            for chunk in mapper.on_event(event, data).unwrap() {
+                let chunk: Value = serde_json::from_str(&chunk).unwrap();
+                let choice = &chunk["choices"][0];
+                if let Some(fragment) =
+                    choice["delta"]["tool_calls"][0]["function"]["arguments"].as_str()
+                {
+                    arguments.push_str(fragment);
+                }
+                if let Some(reason) = choice["finish_reason"].as_str() {
+                    finish = Some(reason.to_owned());
+                }
+            }
+        }
+        assert_eq!(
+            serde_json::from_str::<Value>(&arguments).unwrap(),
+            json!({"file_path": "tollgate"})
+        );
+        assert_eq!(finish.as_deref(), Some("tool_calls"));
+    }
+
+    #[actix_rt::test]
+    async fn agent_config_accepts_the_fields_agent_clients_send() {
+        let fake = start_with(
+            FakeConfig {
+                agent: true,
+                ..FakeConfig::default()
+            },
+            "127.0.0.1:0".parse().unwrap(),
+        )
+        .unwrap();
+        let plain = start("127.0.0.1:0".parse().unwrap()).unwrap();
+        let client = awc::Client::default();
+        let mut request = agent_request(&json!([{"role": "user", "content": "hi"}]));
+        request["model"] = json!("claude-sonnet-4-5");
+        request["output_config"] = json!({"effort": "high"});
+        request["context_management"] = json!({"edits": []});
+        request["tools"][1]["strict"] = json!(true);
+        let body = request.to_string();
+        let url = format!("{}/v1/messages", fake.base_url());
+        let (status, _, reply) = send(&client, &url, &AUTH, body.as_bytes()).await;
+        assert_eq!(status, StatusCode::OK, "{reply:?}");
+        let reply: Value = serde_json::from_slice(&reply).unwrap();
+        assert_eq!(reply["content"][0]["name"], "Read");
+        let url = format!("{}/v1/messages", plain.base_url());
+        let (status, _, reply) = send(&client, &url, &AUTH, body.as_bytes()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            serde_json::from_slice::<Value>(&reply).unwrap()["error"]["message"],
+            "output_config: Extra inputs are not permitted"
+        );
+        fake.stop().await;
+        plain.stop().await;
     }
 }

@@ -25,6 +25,9 @@ pub struct FakeArgs {
     /// Force this HTTP status (400..=599) on every chat request.
     #[arg(long)]
     pub status: Option<u16>,
+    /// Answer every model as `agent` does: a tool call while tools are offered, then text.
+    #[arg(long)]
+    pub agent: bool,
 }
 
 const PPM_DIGITS: u32 = 6;
@@ -61,6 +64,7 @@ impl FakeArgs {
             latency,
             error_rate_ppm,
             forced_status: self.status,
+            agent: self.agent,
         })
     }
 }
@@ -130,6 +134,7 @@ mod tests {
             "0.01",
             "--status",
             "429",
+            "--agent",
         ]);
         let config = args.to_config().unwrap();
         assert_eq!(
@@ -141,6 +146,7 @@ mod tests {
         );
         assert_eq!(config.error_rate_ppm, 10_000);
         assert_eq!(config.forced_status, Some(429));
+        assert!(config.agent);
     }
 
     #[test]

@@ -3,8 +3,10 @@
 //! language carried in the request's `model` string (forced statuses, delays, flaky starts,
 //! usage shapes), the instance-wide fault injection (latency, random errors, forced status),
 //! the request capture/counters, and the server lifecycle both embedded (`start`) and
-//! standalone (`serve`).
+//! standalone (`serve`). With `agent` (a model segment, or `FakeConfig::agent` for every
+//! model) the fakes play a model in a tool loop (`agent.rs`).
 
+mod agent;
 pub mod anthropic;
 mod args;
 mod embeddings;
@@ -32,6 +34,9 @@ pub struct FakeConfig {
     pub error_rate_ppm: u32,
     /// When set, every chat request with a parsable body is answered with this status.
     pub forced_status: Option<u16>,
+    /// Every model answers as if its string carried `agent`: a tool call while tools are
+    /// offered and unanswered, then text (JSON where a schema is asked for).
+    pub agent: bool,
 }
 
 /// Instance-wide latency model.

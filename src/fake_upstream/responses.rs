@@ -9,7 +9,9 @@
 //! `usage-IN-CW-CR-OUT` (input tokens, of them cache writes and cache reads,
 //! and output), `reasoning-N` (of the output, reasoning tokens) and `words-N`
 //! (a reply of N words, streamed as N deltas, whatever `max_output_tokens`
-//! says: a runaway upstream).
+//! says: a runaway upstream). With `agent` it plays a model in a tool loop
+//! (`agent.rs`): its tool call is the only output item (a `function_call`,
+//! with its `namespace` for a namespace's function, or a `custom_tool_call`).
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -19,9 +21,10 @@ use bytes::Bytes;
 use futures_util::stream;
 use serde_json::{Value, json};
 
+use super::agent::{self, Call, Choice, Conversation, Tool, Turn};
 use super::scenario::{self, Scenario};
 use super::stats::FakeStats;
-use super::stream::{CUT_FLUSH_MS, Fault, StreamPlan, Watch, chunk_text, sleep_ms};
+use super::stream::{CUT_FLUSH_MS, Fault, StreamPlan, Watch, chunk_text, halves, sleep_ms};
 
 const REPLY_TEXT: &str = "This is a canned response from the Tollgate fake upstream.";
 /// A typo in a `words-…` segment must not build a gigabyte reply.
@@ -77,6 +80,8 @@ pub(super) struct Answer {
     words: Vec<String>,
     /// The request's first function tool, called in `tool` scenarios.
     tool: Option<String>,
+    /// The `agent` model's tool call, answered instead of any text.
+    agent_call: Option<Call>,
     /// Web searches run before the answer, each an output item.
     searches: u64,
     usage: Option<Value>,
@@ -113,11 +118,25 @@ impl Answer {
     ) -> Answer {
         let extras = Extras::parse(model);
         let plan = StreamPlan::parse(model);
-        let words = match extras.words {
-            Some(n) => (0..n).map(|_| "word ".to_owned()).collect(),
+        let turn = if scenario.agent {
+            agent::turn(&conversation(request))
+        } else {
+            Turn::Canned
+        };
+        let streamed = request["stream"] == true;
+        let words = match (&turn, extras.words) {
+            (Turn::Text(text), _) if streamed => {
+                text.split_inclusive(' ').map(str::to_owned).collect()
+            }
+            (Turn::Text(text), _) => vec![text.clone()],
+            (_, Some(n)) => (0..n).map(|_| "word ".to_owned()).collect(),
             // Streams say what the chat fake's say, so tests read them alike.
-            None if request["stream"] == true => (0..plan.chunks).map(chunk_text).collect(),
-            None => vec![REPLY_TEXT.to_owned()],
+            (_, None) if streamed => (0..plan.chunks).map(chunk_text).collect(),
+            (_, None) => vec![REPLY_TEXT.to_owned()],
+        };
+        let agent_call = match turn {
+            Turn::Call(call) => Some(call),
+            Turn::Text(_) | Turn::Canned => None,
         };
         let tool = request["tools"]
             .as_array()
@@ -125,7 +144,7 @@ impl Answer {
             .flatten()
             .find(|tool| tool["type"] == "function")
             .and_then(|tool| tool["name"].as_str())
-            .filter(|_| scenario.tool)
+            .filter(|_| scenario.tool && !scenario.agent)
             .map(str::to_owned);
         Answer {
             id: format!("resp_fake_{number}"),
@@ -134,6 +153,7 @@ impl Answer {
             request: request.clone(),
             words,
             tool,
+            agent_call,
             searches: searches(request, &extras),
             usage: usage(scenario, &extras, request),
             plan,
@@ -197,15 +217,43 @@ impl Answer {
         "{\"word\":\"fake\"}"
     }
 
+    /// The agent's call as an output item; its input is empty until it is `completed`.
+    fn agent_item(&self, call: &Call, status: &str) -> Value {
+        let input = if status == "completed" {
+            call.arguments()
+        } else {
+            String::new()
+        };
+        let call_id = format!("call_{}", self.id);
+        let mut item = if call.is_custom() {
+            json!({"type": "custom_tool_call", "id": format!("ctc_{}", self.id),
+                   "call_id": call_id, "name": call.name, "input": input, "status": status})
+        } else {
+            json!({"type": "function_call", "id": format!("fc_{}", self.id),
+                   "call_id": call_id, "name": call.name, "arguments": input, "status": status})
+        };
+        if let Some(namespace) = &call.namespace {
+            item["namespace"] = json!(namespace);
+        }
+        item
+    }
+
     /// The complete `response` object.
     pub fn complete(&self) -> HttpResponse {
+        HttpResponse::Ok().json(self.completed())
+    }
+
+    fn completed(&self) -> Value {
+        if let Some(call) = &self.agent_call {
+            let output = [self.agent_item(call, "completed")];
+            return self.response("completed", &output, self.usage.as_ref());
+        }
         let mut output = self.search_calls();
         output.push(self.message(&self.text(), "completed"));
         if let Some(name) = &self.tool {
             output.push(self.call(name, Self::arguments(), "completed"));
         }
-        let response = self.response("completed", &output, self.usage.as_ref());
-        HttpResponse::Ok().json(response)
+        self.response("completed", &output, self.usage.as_ref())
     }
 
     /// The event stream, paced and faulted by the model string.
@@ -252,6 +300,83 @@ fn usage(scenario: &Scenario, extras: &Extras, request: &Value) -> Option<Value>
         "output_tokens_details": {"reasoning_tokens": extras.reasoning.min(output)},
         "total_tokens": input.saturating_add(output),
     }))
+}
+
+/// A Responses request as `agent::turn` reads it.
+fn conversation(request: &Value) -> Conversation<'_> {
+    let choice = match &request["tool_choice"] {
+        Value::String(choice) if choice == "none" => Choice::None,
+        choice => choice["name"].as_str().map_or(Choice::Auto, Choice::Named),
+    };
+    let items = request["input"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let user_text = match &request["input"] {
+        Value::String(text) => text.clone(),
+        _ => items
+            .iter()
+            .rev()
+            .find(|item| item["role"] == "user")
+            .map(|item| agent::text_of(&item["content"]))
+            .unwrap_or_default(),
+    };
+    let format = &request["text"]["format"];
+    let schema = (format["type"] == "json_schema")
+        .then(|| &format["schema"])
+        .filter(|schema| schema.is_object());
+    Conversation {
+        tools: offered(&request["tools"]),
+        choice,
+        user_text,
+        tool_result: latest_output(items),
+        schema,
+    }
+}
+
+/// The function and custom tools offered, a namespace's own among them.
+fn offered(tools: &Value) -> Vec<Tool<'_>> {
+    let mut offered = Vec::new();
+    for tool in tools.as_array().into_iter().flatten() {
+        if tool["type"] == "namespace" {
+            let namespace = tool["name"].as_str();
+            let inner = tool["tools"].as_array().into_iter().flatten();
+            offered.extend(inner.filter_map(|inner| callable(inner, namespace)));
+        } else {
+            offered.extend(callable(tool, None));
+        }
+    }
+    offered
+}
+
+fn callable<'a>(tool: &'a Value, namespace: Option<&'a str>) -> Option<Tool<'a>> {
+    let custom = match tool["type"].as_str()? {
+        "function" => false,
+        "custom" => true,
+        _ => return None,
+    };
+    Some(Tool {
+        name: tool["name"].as_str()?,
+        namespace,
+        schema: tool.get("parameters"),
+        custom,
+    })
+}
+
+/// The latest tool output given since the model's last item, if any: the caller's messages
+/// may follow it, anything of the model's (a message, a call, reasoning) answers it.
+fn latest_output(items: &[Value]) -> Option<String> {
+    for item in items.iter().rev() {
+        match item["type"].as_str() {
+            Some("function_call_output" | "custom_tool_call_output") => {
+                return Some(agent::text_of(&item["output"]));
+            }
+            Some(kind) if kind.ends_with("_output") => {}
+            _ if matches!(item["role"].as_str(), Some("user" | "system" | "developer")) => {}
+            _ => return None,
+        }
+    }
+    None
 }
 
 /// The request as the chat scenario reads one: its texts as messages, its output limit.
@@ -310,8 +435,14 @@ impl Streaming {
         match self.step {
             Step::Start => {
                 sleep_ms(self.answer.plan.ttft_ms).await;
-                self.start(&mut out);
-                self.step = Step::Delta(0);
+                if let Some(call) = self.answer.agent_call.clone() {
+                    self.agent_call(&mut out, &call);
+                    self.step = Step::End;
+                    self.watch.finished = true;
+                } else {
+                    self.start(&mut out);
+                    self.step = Step::Delta(0);
+                }
             }
             Step::Delta(i) => {
                 if let Some(fault) = self.fault(i).await {
@@ -421,6 +552,52 @@ impl Streaming {
         if let Some(name) = self.answer.tool.clone() {
             output.push(self.call(out, &name));
         }
+        let response = self
+            .answer
+            .response("completed", &output, self.answer.usage.as_ref());
+        self.event(out, "response.completed", json!({"response": response}));
+    }
+
+    /// The whole stream of an agent's tool call: the response opened, the call item with its
+    /// input in two deltas, the response completed.
+    fn agent_call(&mut self, out: &mut String, call: &Call) {
+        let response = self.answer.response("in_progress", &[], None);
+        self.event(out, "response.created", json!({"response": response}));
+        self.event(out, "response.in_progress", json!({"response": response}));
+        let added = self.answer.agent_item(call, "in_progress");
+        let item_id = added["id"].clone();
+        self.event(
+            out,
+            "response.output_item.added",
+            json!({"output_index": 0, "item": added}),
+        );
+        let (delta_kind, done_kind, field) = if call.is_custom() {
+            let prefix = "response.custom_tool_call_input";
+            (format!("{prefix}.delta"), format!("{prefix}.done"), "input")
+        } else {
+            let prefix = "response.function_call_arguments";
+            (
+                format!("{prefix}.delta"),
+                format!("{prefix}.done"),
+                "arguments",
+            )
+        };
+        let input = call.arguments();
+        let (head, tail) = halves(&input);
+        for delta in [head, tail] {
+            let data = json!({"item_id": item_id, "output_index": 0, "delta": delta});
+            self.event(out, &delta_kind, data);
+        }
+        let mut done = json!({"item_id": item_id, "output_index": 0});
+        done[field] = json!(input);
+        self.event(out, &done_kind, done);
+        let item = self.answer.agent_item(call, "completed");
+        self.event(
+            out,
+            "response.output_item.done",
+            json!({"output_index": 0, "item": item}),
+        );
+        let output = [item];
         let response = self
             .answer
             .response("completed", &output, self.answer.usage.as_ref());
@@ -655,6 +832,160 @@ mod tests {
         );
         assert!(!body.contains("response.completed"), "{body}");
         assert_eq!(fake.stats.streams_started(), 3);
+        fake.stop().await;
+    }
+
+    fn agent_tools() -> Value {
+        json!([
+            {"type": "web_search"},
+            {"type": "function", "name": "exec_command", "parameters": {"type": "object",
+                "properties": {"cmd": {"type": "string"}, "workdir": {"type": "string"}},
+                "required": ["cmd"]}},
+            {"type": "custom", "name": "apply_patch", "format": {"type": "grammar"}},
+            {"type": "namespace", "name": "mcp__docs", "description": "Docs", "tools": [
+                {"type": "function", "name": "search", "parameters": {"type": "object",
+                    "properties": {"query": {"type": "string"}}, "required": ["query"]}}]},
+        ])
+    }
+
+    /// The `agent` answer to a request of these fields, with `agent_tools` offered.
+    fn answer(fields: &Value) -> Value {
+        let mut request = json!({"model": "m+agent", "tools": agent_tools()});
+        for (key, value) in fields.as_object().unwrap() {
+            request[key] = value.clone();
+        }
+        Answer::new(&request, "m+agent", &Scenario::parse("m+agent"), 1, 0).completed()
+    }
+
+    #[test]
+    fn agent_calls_functions_namespaced_functions_and_custom_tools() {
+        let first = answer(&json!({"input": "hello"}));
+        assert_eq!(first["output"].as_array().unwrap().len(), 1);
+        let call = &first["output"][0];
+        assert_eq!(
+            (&call["type"], &call["name"], &call["status"]),
+            (
+                &json!("function_call"),
+                &json!("exec_command"),
+                &json!("completed")
+            )
+        );
+        assert_eq!(call["arguments"], "{\"cmd\":\"echo tollgate\"}");
+        assert_eq!(call["call_id"], "call_resp_fake_1");
+
+        let named = answer(&json!({"input": [{"role": "user", "content": [
+            {"type": "input_text", "text": "Search the docs"}]}]}));
+        let call = &named["output"][0];
+        assert_eq!(
+            (&call["name"], &call["namespace"]),
+            (&json!("search"), &json!("mcp__docs"))
+        );
+        assert_eq!(call["arguments"], "{\"query\":\"tollgate\"}");
+
+        let custom = answer(&json!({"input": "apply_patch now"}));
+        let call = &custom["output"][0];
+        assert_eq!(
+            (&call["type"], &call["name"], &call["input"]),
+            (
+                &json!("custom_tool_call"),
+                &json!("apply_patch"),
+                &json!("tollgate")
+            )
+        );
+        let forced = answer(&json!({"input": "hi", "tool_choice": {"type": "custom",
+                                    "name": "apply_patch"}}));
+        assert_eq!(forced["output"][0]["name"], "apply_patch");
+    }
+
+    #[test]
+    fn agent_answers_a_tool_output_in_text_or_json() {
+        let input = json!([
+            {"role": "user", "content": "run it"},
+            {"type": "function_call", "call_id": "c", "name": "exec_command", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c", "output": "tollgate\n"},
+        ]);
+        let done = answer(&json!({"input": input}));
+        let message = &done["output"][0];
+        assert_eq!(message["type"], "message");
+        assert_eq!(message["content"][0]["text"], "Done: tollgate");
+        assert_eq!(done["status"], "completed");
+
+        let schema = json!({"type": "object", "properties": {"answer": {"type": "string"},
+            "sure": {"type": "boolean"}}, "required": ["answer", "sure"]});
+        let structured = answer(&json!({"input": input,
+            "text": {"format": {"type": "json_schema", "name": "out", "schema": schema}}}));
+        let text = structured["output"][0]["content"][0]["text"]
+            .as_str()
+            .unwrap();
+        assert_eq!(
+            serde_json::from_str::<Value>(text).unwrap(),
+            json!({"answer": "tollgate", "sure": false})
+        );
+        let custom_output = json!([{"type": "custom_tool_call", "call_id": "c",
+            "name": "apply_patch", "input": "x"},
+            {"type": "custom_tool_call_output", "call_id": "c", "output": [
+                {"type": "input_text", "text": "patched"}]}]);
+        let done = answer(&json!({"input": custom_output}));
+        assert_eq!(done["output"][0]["content"][0]["text"], "Done: patched");
+    }
+
+    #[actix_rt::test]
+    async fn agent_streams_its_tool_call_as_the_sdk_reads_it() {
+        let config = FakeConfig {
+            agent: true,
+            ..FakeConfig::default()
+        };
+        let fake = start(config, "127.0.0.1:0".parse().unwrap(), 1).unwrap();
+        let url = format!("{}/v1/responses", fake.base_url());
+        let request = json!({"model": "gpt-5", "input": "use search", "stream": true,
+                             "tools": agent_tools()});
+        let (status, body) = post(&url, &request).await;
+        assert_eq!(status, 200, "{body}");
+        let call_events = events(&body);
+        let kinds: Vec<&str> = call_events.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "response.created",
+                "response.in_progress",
+                "response.output_item.added",
+                "response.function_call_arguments.delta",
+                "response.function_call_arguments.delta",
+                "response.function_call_arguments.done",
+                "response.output_item.done",
+                "response.completed",
+            ]
+        );
+        for (i, (_, data)) in call_events.iter().enumerate() {
+            assert_eq!(data["sequence_number"].as_u64(), Some(i as u64));
+        }
+        let deltas: String = call_events[3..5]
+            .iter()
+            .map(|(_, data)| data["delta"].as_str().unwrap())
+            .collect();
+        assert_eq!(deltas, "{\"query\":\"tollgate\"}");
+        assert_eq!(call_events[2].1["item"]["arguments"], "");
+        let completed = &call_events[7].1["response"];
+        assert_eq!(completed["output"][0]["namespace"], "mcp__docs");
+        assert_eq!(completed["output"][0]["arguments"], deltas.as_str());
+
+        let custom = json!({"model": "gpt-5", "input": "apply_patch", "stream": true,
+                            "tools": agent_tools()});
+        let (_, body) = post(&url, &custom).await;
+        let custom_events = events(&body);
+        assert_eq!(custom_events[3].0, "response.custom_tool_call_input.delta");
+        assert_eq!(custom_events[5].0, "response.custom_tool_call_input.done");
+        assert_eq!(custom_events[5].1["input"], "tollgate");
+
+        let answered = json!({"model": "gpt-5", "stream": true, "tools": agent_tools(),
+            "input": [{"type": "function_call_output", "call_id": "c", "output": "ok then"}]});
+        let (_, body) = post(&url, &answered).await;
+        let text: String = events(&body)
+            .iter()
+            .filter(|(kind, _)| kind == "response.output_text.delta")
+            .map(|(_, data)| data["delta"].as_str().unwrap())
+            .collect();
+        assert_eq!(text, "Done: ok then");
         fake.stop().await;
     }
 }

@@ -28,6 +28,8 @@ pub(super) struct Scenario {
     pub usage: UsageMode,
     /// `tool`: a complete answer calls the request's first tool.
     pub tool: bool,
+    /// `agent`: answers play a model in a tool loop (`agent.rs`).
+    pub agent: bool,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -64,6 +66,7 @@ impl Scenario {
             "usage-max" => self.usage = UsageMode::MaxTokens,
             "no-usage" => self.usage = UsageMode::Omitted,
             "tool" => self.tool = true,
+            "agent" => self.agent = true,
             _ => {
                 if let Some(rest) = segment.strip_prefix("status-") {
                     if let Some(status) = number(rest)
@@ -317,7 +320,8 @@ mod tests {
 
     #[test]
     fn parses_combined_segments() {
-        let scenario = Scenario::parse("gpt-4o+status-429+retry-after-7+delay-20ms+flaky-2+tool");
+        let scenario =
+            Scenario::parse("gpt-4o+status-429+retry-after-7+delay-20ms+flaky-2+tool+agent");
         assert_eq!(
             scenario,
             Scenario {
@@ -327,6 +331,7 @@ mod tests {
                 flaky: 2,
                 usage: UsageMode::Estimate,
                 tool: true,
+                agent: true,
             }
         );
     }

@@ -13,8 +13,10 @@ use actix_web::http::header;
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use serde_json::{Value, json};
 
+use super::agent::{self, Choice, Conversation, Tool, Turn};
 use super::scenario::{self, Failure, Scenario};
 use super::stats::{CapturedRequest, FakeStats};
+use super::stream::Script;
 use super::{FakeArgs, FakeConfig, FakeError};
 
 /// Far above any realistic prompt, so large-context tests are not cut off by actix's 256 KiB
@@ -156,8 +158,9 @@ async fn chat(req: HttpRequest, body: web::Bytes, state: web::Data<AppState>) ->
         }
     };
     let model = model.unwrap_or_default();
-    let scenario = Scenario::parse(&model);
     let config = state.config;
+    let mut scenario = Scenario::parse(&model);
+    scenario.agent |= config.agent;
     // ThreadRng is not held across the await below.
     let (random_error, latency_ms) = {
         let mut rng = rand::rng();
@@ -206,12 +209,13 @@ async fn chat(req: HttpRequest, body: web::Bytes, state: web::Data<AppState>) ->
             }
         }
         None if request.get("stream").and_then(Value::as_bool) == Some(true) => {
+            let id = format!("chatcmpl-fake-{}", ordinals.request);
+            let turn = agent_turn(&request, &scenario);
             super::stream::response(
                 super::stream::StreamPlan::parse(&model),
+                Script::of(&turn, &call_id(ordinals.request)),
                 &request,
-                &model,
-                &format!("chatcmpl-fake-{}", ordinals.request),
-                unix_now_secs(),
+                super::stream::chunk_base(&id, unix_now_secs(), &model),
                 scenario::usage(scenario.usage, &request),
                 Arc::clone(&state.stats),
             )
@@ -246,11 +250,22 @@ fn success(
             "finish_reason": "stop",
         }],
     });
-    let first_tool = request["tools"][0]["function"]["name"].as_str();
-    if let (true, Some(name)) = (scenario.tool, first_tool) {
-        body["choices"][0]["message"]["tool_calls"] = json!([{"id": format!("call_fake_{request_number}"),
-            "type": "function", "function": {"name": name, "arguments": "{\"word\":\"fake\"}"}}]);
-        body["choices"][0]["finish_reason"] = json!("tool_calls");
+    match agent_turn(request, scenario) {
+        Turn::Canned => {
+            let first_tool = request["tools"][0]["function"]["name"].as_str();
+            if let (true, Some(name)) = (scenario.tool, first_tool) {
+                body["choices"][0]["message"]["tool_calls"] = json!([{"id": call_id(request_number),
+                    "type": "function", "function": {"name": name, "arguments": "{\"word\":\"fake\"}"}}]);
+                body["choices"][0]["finish_reason"] = json!("tool_calls");
+            }
+        }
+        Turn::Text(text) => body["choices"][0]["message"]["content"] = json!(text),
+        Turn::Call(call) => {
+            body["choices"][0]["message"] = json!({"role": "assistant", "content": null,
+                "tool_calls": [{"id": call_id(request_number), "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments()}}]});
+            body["choices"][0]["finish_reason"] = json!("tool_calls");
+        }
     }
     if let Some(usage) = scenario::usage(scenario.usage, request)
         && let Some(object) = body.as_object_mut()
@@ -261,6 +276,75 @@ fn success(
         object.insert("x_fake_delay_ms".to_owned(), delay_ms.into());
     }
     HttpResponse::Ok().json(body)
+}
+
+fn call_id(request_number: u64) -> String {
+    format!("call_fake_{request_number}")
+}
+
+/// What an `agent` model does with this chat request; `Canned` without `agent`.
+fn agent_turn(request: &Value, scenario: &Scenario) -> Turn {
+    if scenario.agent {
+        agent::turn(&conversation(request))
+    } else {
+        Turn::Canned
+    }
+}
+
+/// A chat request as `agent::turn` reads it.
+fn conversation(request: &Value) -> Conversation<'_> {
+    let messages = request["messages"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let tools = request["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|tool| tool["type"] == "function")
+        .filter_map(|tool| {
+            Some(Tool {
+                name: tool["function"]["name"].as_str()?,
+                namespace: None,
+                schema: tool["function"].get("parameters"),
+                custom: false,
+            })
+        })
+        .collect();
+    let choice = match &request["tool_choice"] {
+        Value::String(choice) if choice == "none" => Choice::None,
+        choice => choice["function"]["name"]
+            .as_str()
+            .map_or(Choice::Auto, Choice::Named),
+    };
+    let user_text = messages
+        .iter()
+        .rev()
+        .find(|message| message["role"] == "user")
+        .map(|message| agent::text_of(&message["content"]))
+        .unwrap_or_default();
+    // Results answer the model's last calls even with a user message after them, as a
+    // Messages turn translated to chat puts its text after its tool results.
+    let since_model = messages
+        .iter()
+        .rposition(|message| message["role"] == "assistant")
+        .map_or(0, |at| at + 1);
+    let tool_result = messages[since_model..]
+        .iter()
+        .rev()
+        .find(|message| message["role"] == "tool")
+        .map(|message| agent::text_of(&message["content"]));
+    let format = &request["response_format"];
+    let schema = (format["type"] == "json_schema")
+        .then(|| &format["json_schema"]["schema"])
+        .filter(|schema| schema.is_object());
+    Conversation {
+        tools,
+        choice,
+        user_text,
+        tool_result,
+        schema,
+    }
 }
 
 /// OpenAI's error envelope, which the gateway's upstream error handling parses.
@@ -453,6 +537,146 @@ mod tests {
         assert_eq!(header_str(&headers, "retry-after"), None);
         assert_eq!(body["error"]["type"], "server_error");
         assert_eq!(fake.stats.requests_for_model("ok"), 1);
+        fake.stop().await;
+    }
+
+    fn agent_tools() -> Value {
+        let schema = |property: &str| {
+            json!({"type": "object", "properties": {property: {"type": "string"},
+                   "verbose": {"type": "boolean"}}, "required": [property]})
+        };
+        json!([
+            {"type": "function", "function": {"name": "read_file", "parameters": schema("path")}},
+            {"type": "function", "function": {"name": "shell", "parameters": schema("command")}},
+        ])
+    }
+
+    fn agent_body(model: &str, messages: &Value) -> Value {
+        json!({"model": model, "messages": messages, "tools": agent_tools()})
+    }
+
+    #[actix_rt::test]
+    async fn agent_calls_the_named_tool_then_answers_with_its_result() {
+        let fake = start(FakeConfig::default(), "127.0.0.1:0".parse().unwrap(), 1).unwrap();
+        let client = awc::Client::default();
+        let url = format!("{}/v1/chat/completions", fake.base_url());
+        let ask = json!([{"role": "user", "content": "Use the Shell, please."}]);
+        let (status, _, body) = post(&client, &url, &agent_body("m+agent", &ask)).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let choice = &body["choices"][0];
+        assert_eq!(choice["finish_reason"], "tool_calls");
+        assert_eq!(choice["message"]["content"], Value::Null);
+        let call = &choice["message"]["tool_calls"][0];
+        assert_eq!(call["id"], "call_fake_1");
+        assert_eq!(call["function"]["name"], "shell");
+        assert_eq!(
+            call["function"]["arguments"],
+            "{\"command\":\"echo tollgate\"}"
+        );
+        assert!(body["usage"]["prompt_tokens"].as_u64().unwrap() > 0);
+
+        let mut answered = ask.as_array().unwrap().clone();
+        answered.push(json!({"role": "assistant", "content": null, "tool_calls": [call]}));
+        answered.push(json!({"role": "tool", "tool_call_id": "call_fake_1",
+                             "content": "tollgate\n"}));
+        // Text after the results (a Messages turn translated to chat) still answers them.
+        answered.push(json!({"role": "user", "content": "<reminder/>"}));
+        let (_, _, body) = post(&client, &url, &agent_body("m+agent", &json!(answered))).await;
+        assert_eq!(body["choices"][0]["finish_reason"], "stop");
+        assert_eq!(body["choices"][0]["message"]["content"], "Done: tollgate");
+        assert_eq!(body["choices"][0]["message"]["tool_calls"], Value::Null);
+
+        // Without `agent` the same request gets the canned answer.
+        let (_, _, body) = post(&client, &url, &agent_body("m", &ask)).await;
+        assert_eq!(body["choices"][0]["message"]["content"], REPLY_TEXT);
+        fake.stop().await;
+    }
+
+    #[actix_rt::test]
+    async fn agent_config_answers_a_schema_with_json_and_a_plain_chat_as_before() {
+        let config = FakeConfig {
+            agent: true,
+            ..FakeConfig::default()
+        };
+        let fake = start(config, "127.0.0.1:0".parse().unwrap(), 1).unwrap();
+        let client = awc::Client::default();
+        let url = format!("{}/v1/chat/completions", fake.base_url());
+        let mut request = chat_body("gpt-4o");
+        request["response_format"] = json!({"type": "json_schema", "json_schema": {
+            "name": "city", "strict": true, "schema": {"type": "object",
+            "properties": {"city": {"type": "string"}, "rank": {"type": "integer"}},
+            "required": ["city", "rank"], "additionalProperties": false}}});
+        let (_, _, body) = post(&client, &url, &request).await;
+        let content = body["choices"][0]["message"]["content"].as_str().unwrap();
+        assert_eq!(
+            serde_json::from_str::<Value>(content).unwrap(),
+            json!({"city": "tollgate", "rank": 1})
+        );
+        assert_eq!(body["choices"][0]["finish_reason"], "stop");
+        let (_, _, body) = post(&client, &url, &chat_body("gpt-4o")).await;
+        assert_eq!(body["choices"][0]["message"]["content"], REPLY_TEXT);
+        fake.stop().await;
+    }
+
+    /// The `data:` payloads of an SSE body, `[DONE]` left out.
+    fn chunks(text: &str) -> Vec<Value> {
+        text.lines()
+            .filter_map(|line| line.strip_prefix("data: "))
+            .filter(|data| *data != "[DONE]")
+            .map(|data| serde_json::from_str(data).unwrap())
+            .collect()
+    }
+
+    #[actix_rt::test]
+    async fn agent_streams_its_tool_call_and_its_text() {
+        let fake = start(FakeConfig::default(), "127.0.0.1:0".parse().unwrap(), 1).unwrap();
+        let client = awc::Client::default();
+        let url = format!("{}/v1/chat/completions", fake.base_url());
+        let mut request = agent_body(
+            "m+agent",
+            &json!([{"role": "user", "content": "read_file the readme"}]),
+        );
+        request["stream"] = json!(true);
+        request["stream_options"] = json!({"include_usage": true});
+        let mut response = client.post(&url).send_json(&request).await.unwrap();
+        let text = String::from_utf8(response.body().await.unwrap().to_vec()).unwrap();
+        assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+        let call_chunks = chunks(&text);
+        let first = &call_chunks[0]["choices"][0]["delta"];
+        assert_eq!(first["tool_calls"][0]["function"]["name"], "read_file");
+        assert_eq!(first["tool_calls"][0]["id"], "call_fake_1");
+        let arguments: String = call_chunks
+            .iter()
+            .filter_map(|c| {
+                c["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"].as_str()
+            })
+            .collect();
+        assert_eq!(arguments, "{\"path\":\"tollgate\"}");
+        let finish: Vec<&Value> = call_chunks
+            .iter()
+            .map(|c| &c["choices"][0]["finish_reason"])
+            .filter(|reason| !reason.is_null())
+            .collect();
+        assert_eq!(finish, [&json!("tool_calls")]);
+        assert!(
+            call_chunks.last().unwrap()["usage"]["total_tokens"]
+                .as_u64()
+                .is_some()
+        );
+
+        request["messages"] = json!([
+            {"role": "user", "content": "read_file the readme"},
+            {"role": "assistant", "tool_calls": [{"id": "c", "type": "function",
+                "function": {"name": "read_file", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c", "content": [{"type": "text", "text": "# Tollgate"}]},
+        ]);
+        let mut response = client.post(&url).send_json(&request).await.unwrap();
+        let text = String::from_utf8(response.body().await.unwrap().to_vec()).unwrap();
+        let content: String = chunks(&text)
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+            .collect();
+        assert_eq!(content, "Done: # Tollgate");
         fake.stop().await;
     }
 

@@ -2,7 +2,9 @@
 //! pacing (`chunks-N`, `chunk-delay-Nms`, `ttft-Nms`) and faults after N
 //! content chunks (`cut-after-N` drops the connection, `hang-after-N` stops
 //! sending, `malformed-after-N` sends a broken line and ends without
-//! `[DONE]`). A stream dropped before its end counts as cancelled.
+//! `[DONE]`). A stream dropped before its end counts as cancelled. An
+//! `agent` answer (`Script`) replaces the canned words with its text or its
+//! tool call, the faults counting its chunks alike.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +14,7 @@ use bytes::Bytes;
 use futures_util::stream;
 use serde_json::{Value, json};
 
+use super::agent::Turn;
 use super::scenario::MAX_DELAY_MS;
 use super::stats::FakeStats;
 
@@ -118,6 +121,77 @@ impl Drop for Watch {
     }
 }
 
+/// What a stream says after its first chunk: the canned words, or an agent's turn.
+pub(super) struct Script {
+    /// The first chunk's delta.
+    first: Value,
+    /// The content chunks' deltas; `None`: `chunks-N` canned words.
+    deltas: Option<Vec<Value>>,
+    finish_reason: &'static str,
+}
+
+impl Script {
+    /// The canned reply, paced by the model string.
+    pub fn canned() -> Script {
+        Script {
+            first: json!({"role": "assistant", "content": ""}),
+            deltas: None,
+            finish_reason: "stop",
+        }
+    }
+
+    /// An agent's turn: its text a word per chunk, or its tool call opened in the first chunk
+    /// and its arguments sent in two fragments, as OpenAI streams them.
+    pub fn of(turn: &Turn, call_id: &str) -> Script {
+        match turn {
+            Turn::Canned => Script::canned(),
+            Turn::Text(text) => Script {
+                deltas: Some(
+                    text.split_inclusive(' ')
+                        .map(|word| json!({"content": word}))
+                        .collect(),
+                ),
+                ..Script::canned()
+            },
+            Turn::Call(call) => {
+                let arguments = call.arguments();
+                let (head, tail) = halves(&arguments);
+                let fragment = |part: &str| json!({"tool_calls": [{"index": 0, "function": {"arguments": part}}]});
+                Script {
+                    first: json!({"role": "assistant", "content": null, "tool_calls": [{
+                        "index": 0, "id": call_id, "type": "function",
+                        "function": {"name": call.name, "arguments": ""}}]}),
+                    deltas: Some(vec![fragment(head), fragment(tail)]),
+                    finish_reason: "tool_calls",
+                }
+            }
+        }
+    }
+
+    /// How many content chunks follow the first.
+    fn len(&self, plan: &StreamPlan) -> u32 {
+        self.deltas.as_ref().map_or(plan.chunks, |deltas| {
+            u32::try_from(deltas.len()).unwrap_or(u32::MAX)
+        })
+    }
+
+    fn delta(&self, i: u32) -> Value {
+        let at = usize::try_from(i).unwrap_or(usize::MAX);
+        match self.deltas.as_ref().and_then(|deltas| deltas.get(at)) {
+            Some(delta) => delta.clone(),
+            None => json!({"content": chunk_text(i)}),
+        }
+    }
+}
+
+/// `text` cut in two near its middle, on a character boundary.
+pub(super) fn halves(text: &str) -> (&str, &str) {
+    let middle = (text.len() / 2..=text.len())
+        .find(|i| text.is_char_boundary(*i))
+        .unwrap_or(text.len());
+    text.split_at(middle)
+}
+
 enum Step {
     First,
     Content(u32),
@@ -129,6 +203,7 @@ enum Step {
 
 struct State {
     plan: StreamPlan,
+    script: Script,
     step: Step,
     base: Value,
     usage: Option<Value>,
@@ -148,12 +223,16 @@ fn chunk(base: &Value, choices: Value) -> Value {
     value
 }
 
+/// The fields every chunk of one stream repeats.
+pub(super) fn chunk_base(id: &str, created: u64, model: &str) -> Value {
+    json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model})
+}
+
 pub(super) fn response(
     plan: StreamPlan,
+    script: Script,
     request: &Value,
-    model: &str,
-    id: &str,
-    created: u64,
+    base: Value,
     usage: Option<Value>,
     stats: Arc<FakeStats>,
 ) -> HttpResponse {
@@ -164,8 +243,9 @@ pub(super) fn response(
         .unwrap_or(false);
     let initial = State {
         plan,
+        script,
         step: Step::First,
-        base: json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model}),
+        base,
         usage,
         include_usage,
         watch: Watch::start(stats),
@@ -192,7 +272,8 @@ async fn next(state: &mut State) -> Option<Result<Bytes, std::io::Error>> {
             Step::First => {
                 sleep_ms(state.plan.ttft_ms).await;
                 state.step = Step::Content(0);
-                let choices = json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]);
+                let choices =
+                    json!([{"index": 0, "delta": state.script.first, "finish_reason": null}]);
                 return Some(Ok(event(&chunk(&state.base, choices))));
             }
             Step::Content(i) => {
@@ -214,7 +295,7 @@ async fn next(state: &mut State) -> Option<Result<Bytes, std::io::Error>> {
                     }
                     _ => {}
                 }
-                if i >= state.plan.chunks {
+                if i >= state.script.len(&state.plan) {
                     state.step = Step::Finish;
                     continue;
                 }
@@ -222,12 +303,14 @@ async fn next(state: &mut State) -> Option<Result<Bytes, std::io::Error>> {
                     sleep_ms(state.plan.chunk_delay_ms).await;
                 }
                 state.step = Step::Content(i + 1);
-                let choices = json!([{"index": 0, "delta": {"content": chunk_text(i)}, "finish_reason": null}]);
+                let choices =
+                    json!([{"index": 0, "delta": state.script.delta(i), "finish_reason": null}]);
                 return Some(Ok(event(&chunk(&state.base, choices))));
             }
             Step::Finish => {
                 state.step = Step::Usage;
-                let choices = json!([{"index": 0, "delta": {}, "finish_reason": "stop"}]);
+                let choices =
+                    json!([{"index": 0, "delta": {}, "finish_reason": state.script.finish_reason}]);
                 return Some(Ok(event(&chunk(&state.base, choices))));
             }
             Step::Usage => {
@@ -271,5 +354,12 @@ mod tests {
             StreamPlan::parse("hang-after-2").fault,
             Some(Fault::Hang(2))
         );
+    }
+
+    #[test]
+    fn halves_split_on_a_character_boundary() {
+        assert_eq!(halves("{\"a\":1}"), ("{\"a", "\":1}"));
+        assert_eq!(halves("aé"), ("a", "é"));
+        assert_eq!(halves(""), ("", ""));
     }
 }

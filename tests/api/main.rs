@@ -9,6 +9,7 @@ mod support;
 
 mod admin;
 mod admin_listen;
+mod agents;
 mod anthropic;
 mod audit;
 mod auth;

@@ -314,8 +314,16 @@ async fn a_budget_refusal_and_unkept_state_get_openai_errors_at_the_responses_do
     // The gateway stores responses itself; what it does not keep is refused
     // by name, and a reference to nothing it stored is not found.
     for (field, value, says) in [
-        ("conversation", json!("conv_1"), "keeps responses, not conversations"),
-        ("background", json!(true), "keeps responses, not conversations"),
+        (
+            "conversation",
+            json!("conv_1"),
+            "keeps responses, not conversations",
+        ),
+        (
+            "background",
+            json!(true),
+            "keeps responses, not conversations",
+        ),
         ("previous_response_id", json!("resp_1"), "not found"),
     ] {
         let mut body = json!({"model": "quick", "input": "hi"});

@@ -1,0 +1,244 @@
+//! The agents themselves, as installed from npm and PyPI (pinned in
+//! `tests/agents/`, installed by `scripts/test.sh`): Claude Code in print
+//! mode, Codex `exec`, the Vercel AI SDK and the OpenAI Agents SDK, each run
+//! unchanged against the gateway with the fake upstream in its `agent`
+//! scenario (a tool call when tools are offered, text after the tool's
+//! result, JSON for a schema), each completing a tool loop. Every client runs
+//! with its own empty home directory and its telemetry off.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::{TestApp, TestSetup, spawn_app};
+
+/// A client that has not finished by then has hung: the test fails.
+const CLIENT_TIMEOUT: Duration = Duration::from_mins(2);
+
+fn agents_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents")
+}
+
+fn setup() -> TestSetup {
+    TestSetup::new()
+        .provider(
+            "[providers.claude]\nkind = \"anthropic\"\nbase_url = \"@ANTHROPIC@\"\napi_key_env = \"TEST_ANTHROPIC_KEY\"",
+        )
+        .env("TEST_ANTHROPIC_KEY", "sk-ant-test")
+        .provider(
+            "[providers.responder]\nkind = \"openai\"\nbase_url = \"FAKE/v1\"\napi_key_env = \"TEST_PRIMARY_KEY\"\nresponses = true",
+        )
+        // README's route name, on a model of each kind.
+        .route("fast", &["primary/agent"])
+        .route("claude-fast", &["claude/agent"])
+        .route("native", &["responder/agent"])
+        .tier("free", &["fast", "claude-fast", "native"], 1000, 512)
+}
+
+/// Runs `program` in a fresh home and working directory with `env`, and
+/// returns its output once it ends (or fails the test past the timeout).
+async fn run(program: PathBuf, args: Vec<String>, env: Vec<(String, String)>) -> Output {
+    let home = tempfile::tempdir().unwrap();
+    let work = home.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let home_path = home.path().to_owned();
+    actix_web::rt::task::spawn_blocking(move || {
+        let mut child = Command::new(&program)
+            .args(&args)
+            .current_dir(&work)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", &home_path)
+            .envs(env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{}: {e} (scripts/test.sh installs the agents)",
+                    program.display()
+                )
+            });
+        let started = tollgate::clock::monotonic();
+        while child.try_wait().unwrap().is_none() {
+            if started.elapsed() > CLIENT_TIMEOUT {
+                let _ = child.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let output = child.wait_with_output().unwrap();
+        drop(home);
+        output
+    })
+    .await
+    .unwrap()
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Claude Code's environment: the gateway as its API, telemetry and updates off.
+fn claude_env(app: &TestApp, key: &str) -> Vec<(String, String)> {
+    [
+        ("ANTHROPIC_BASE_URL", app.base_url.as_str()),
+        ("ANTHROPIC_API_KEY", key),
+        ("DISABLE_TELEMETRY", "1"),
+        ("DISABLE_ERROR_REPORTING", "1"),
+        ("DISABLE_AUTOUPDATER", "1"),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect()
+}
+
+async fn claude_code(app: &TestApp, key: &str, model: &str) -> Value {
+    let program = agents_dir().join("node_modules/.bin/claude");
+    let args = [
+        "-p",
+        "Use the Bash tool to run: echo hi",
+        "--model",
+        model,
+        "--allowedTools",
+        "Bash",
+        "--output-format",
+        "json",
+    ];
+    let output = run(
+        program,
+        args.iter().map(|a| (*a).to_owned()).collect(),
+        claude_env(app, key),
+    )
+    .await;
+    assert!(output.status.success(), "{}", text(&output));
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|_| panic!("{}", text(&output)))
+}
+
+/// Claude Code with README's instructions (`--model fast`), as installed:
+/// its 32,000-token limit, thinking, JSON user id, betas and side requests
+/// pass, and a tool loop completes, on a route of an OpenAI-kind model
+/// (translated) and of an Anthropic one (passed through), streaming.
+#[actix_web::test]
+async fn claude_code_runs_a_tool_loop_unchanged() {
+    let app = spawn_app(setup()).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    for model in ["fast", "claude-fast"] {
+        let result = claude_code(&app, &key, model).await;
+        assert_eq!(result["is_error"], false, "{model}: {result}");
+        assert_eq!(result["num_turns"], 2, "{model}: {result}");
+        let answer = result["result"].as_str().unwrap_or_default();
+        assert!(answer.starts_with("Done:"), "{model}: {result}");
+    }
+    let rows = app.ledger_rows_eventually(&tenant, 4).await;
+    assert!(rows.iter().all(|r| r.status == "ok"), "{rows:?}");
+    assert!(rows.iter().any(|r| r.route == "claude-fast"));
+}
+
+/// Codex `exec` with its default configuration and tools, pointed at the
+/// gateway as a provider of the Responses API: its shell call runs and its
+/// output goes back, on a translated route and on a passthrough one.
+#[actix_web::test]
+async fn codex_exec_runs_a_tool_loop_unchanged() {
+    let app = spawn_app(setup()).await;
+    let (_tenant, key) = app.tenant_with_key("free", json!({})).await;
+    for model in ["fast", "native"] {
+        let home = tempfile::tempdir().unwrap();
+        let config = format!(
+            "model = \"{model}\"\nmodel_provider = \"tollgate\"\n\
+             [model_providers.tollgate]\nname = \"Tollgate\"\nbase_url = \"{}/v1\"\n\
+             env_key = \"TOLLGATE_API_KEY\"\nwire_api = \"responses\"\n\
+             [analytics]\nenabled = false\n",
+            app.base_url
+        );
+        std::fs::write(home.path().join("config.toml"), config).unwrap();
+        let env = vec![
+            ("CODEX_HOME".to_owned(), home.path().display().to_string()),
+            ("TOLLGATE_API_KEY".to_owned(), key.clone()),
+        ];
+        let args = [
+            "exec",
+            "--skip-git-repo-check",
+            "Use the shell tool to run: echo hi",
+        ];
+        let program = agents_dir().join("node_modules/.bin/codex");
+        let output = run(program, args.iter().map(|a| (*a).to_owned()).collect(), env).await;
+        assert!(output.status.success(), "{model}: {}", text(&output));
+        let said = String::from_utf8_lossy(&output.stdout);
+        assert!(said.contains("Done:"), "{model}: {}", text(&output));
+    }
+}
+
+async fn script(program: &str, script: &str, args: Vec<String>) -> Value {
+    let path = agents_dir().join(script);
+    let mut all = vec![path.display().to_string()];
+    all.extend(args);
+    let env = vec![(
+        "NODE_PATH".to_owned(),
+        agents_dir().join("node_modules").display().to_string(),
+    )];
+    let output = run(PathBuf::from(program), all, env).await;
+    assert!(output.status.success(), "{}", text(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(last).unwrap_or_else(|_| panic!("{}", text(&output)))
+}
+
+/// The AI SDK's `generateText` with a tool over two steps, its defaults
+/// kept: the second step names the first step's call by `item_reference`.
+#[actix_web::test]
+async fn the_ai_sdk_runs_two_steps_with_a_tool_unchanged() {
+    let app = spawn_app(setup()).await;
+    let (_tenant, key) = app.tenant_with_key("free", json!({})).await;
+    for model in ["fast", "native"] {
+        let base = format!("{}/v1", app.base_url);
+        let seen = script(
+            "node",
+            "ai_sdk.mjs",
+            vec![base, key.clone(), model.to_owned()],
+        )
+        .await;
+        assert_eq!(seen["steps"], 2, "{model}: {seen}");
+        assert_eq!(seen["calls"].as_array().map(Vec::len), Some(1), "{seen}");
+        assert!(
+            seen["text"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("Done:"),
+            "{seen}"
+        );
+    }
+}
+
+/// The Agents SDK with a function tool and an `output_type`: the tool runs,
+/// then the answer parses as the type.
+#[actix_web::test]
+async fn the_agents_sdk_runs_a_tool_and_a_typed_output_unchanged() {
+    let app = spawn_app(setup()).await;
+    let (_tenant, key) = app.tenant_with_key("free", json!({})).await;
+    for model in ["fast", "native"] {
+        let base = format!("{}/v1", app.base_url);
+        let seen = script(
+            "python3",
+            "agents_sdk.py",
+            vec![base, key.clone(), model.to_owned()],
+        )
+        .await;
+        assert_eq!(
+            seen["calls"].as_array().map(Vec::len),
+            Some(1),
+            "{model}: {seen}"
+        );
+        assert!(seen["output"]["city"].is_string(), "{model}: {seen}");
+        assert_eq!(seen["turns"], 2, "{seen}");
+    }
+}
