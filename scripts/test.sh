@@ -64,6 +64,8 @@ pip_pin() { # pip_pin <import name> <requirement>
 pip_pin openai openai==3.63.0
 pip_pin anthropic anthropic==2.17.0
 pip_pin agents openai-agents==0.24.0
+# The doors' answers are validated against OpenAI's published description with it.
+pip_pin jsonschema jsonschema==4.26.0
 
 # The alert rules: each tested rule fires on the series it must and not on the rest.
 promtool test rules dashboards/alerts.test.yaml

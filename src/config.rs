@@ -926,7 +926,9 @@ struct RawPrice {
     input: String,
     cached_input: Option<String>,
     cache_write: Option<String>,
-    output: String,
+    /// Absent for an embeddings model, which generates nothing: a request
+    /// that would generate through it is refused (its output has no price).
+    output: Option<String>,
     /// The model's tiktoken encoding; default `tokenizer.encoding`.
     encoding: Option<String>,
     /// The most input tokens the model bills for one image (its largest,
@@ -1142,6 +1144,14 @@ impl Route {
             }
         }
         Some(dated)
+    }
+
+    /// A target whose model has no output price (an embeddings model): a
+    /// request that generates cannot be served by this route.
+    pub fn unpriced_output(&self) -> Option<&Target> {
+        self.targets
+            .iter()
+            .find(|t| t.price.output == UNPRICED_OUTPUT)
     }
 
     /// The highest input (cache-write where higher) and output rates the
@@ -1477,6 +1487,11 @@ fn parse_price(entry: &str, field: &str, text: &str) -> Result<PricePerMTok, Con
     PricePerMTok::parse_decimal(text)
         .map_err(|e: MoneyError| invalid(format!("{entry}.{field}"), e.to_string()))
 }
+
+/// The output rate of a model priced for input only (an embeddings model):
+/// no hold could afford it, and a generating request is refused before that
+/// (`Route::unpriced_output`).
+pub const UNPRICED_OUTPUT: PricePerMTok = PricePerMTok::from_nanos(Nanos::MAX);
 
 /// A fee per use, in the currency.
 fn parse_fee(entry: &str, field: &str, text: &str) -> Result<Nanos, ConfigError> {
@@ -1850,7 +1865,10 @@ fn validate_price(price_entry: &PriceEntry) -> Result<((String, String), Price),
         input,
         cached_input: or_input("cached_input", &p.cached_input, input)?,
         cache_write: or_input("cache_write", &p.cache_write, input)?,
-        output: parse_price(entry, "output", &p.output)?,
+        output: match &p.output {
+            Some(text) => parse_price(entry, "output", text)?,
+            None => UNPRICED_OUTPUT,
+        },
         long_context,
         web_search: p
             .web_search
@@ -2222,7 +2240,7 @@ fn price_version(prices: &[PriceEntry], plans: &BTreeMap<String, Plan>) -> Strin
             p.input.as_str(),
             p.cached_input.as_deref().unwrap_or(""),
             p.cache_write.as_deref().unwrap_or(""),
-            p.output.as_str(),
+            p.output.as_deref().unwrap_or(""),
         ] {
             hasher.update(field.as_bytes());
             hasher.update([0]);

@@ -178,7 +178,7 @@ impl Answer {
     fn message(&self, text: &str, status: &str) -> Value {
         json!({"type": "message", "id": format!("msg_{}", self.id), "status": status,
                "role": "assistant",
-               "content": [{"type": "output_text", "text": text, "annotations": []}]})
+               "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]})
     }
 
     fn call(&self, name: &str, arguments: &str, status: &str) -> Value {
@@ -195,7 +195,7 @@ impl Answer {
                 .cloned()
                 .unwrap_or(default)
         };
-        json!({
+        let mut response = json!({
             "id": self.id, "object": "response", "created_at": self.created_at,
             "status": status, "error": null, "incomplete_details": null,
             "instructions": echo("instructions", Value::Null),
@@ -210,7 +210,17 @@ impl Answer {
             "truncation": "disabled", "user": echo("user", Value::Null),
             "metadata": echo("metadata", json!({})),
             "usage": usage,
-        })
+        });
+        // A field the request did not set is absent, as the API leaves it,
+        // and so is the usage of a response not finished.
+        if let Some(object) = response.as_object_mut() {
+            for field in ["user", "usage"] {
+                if object.get(field).is_some_and(Value::is_null) {
+                    object.remove(field);
+                }
+            }
+        }
+        response
     }
 
     fn arguments() -> &'static str {
@@ -522,7 +532,7 @@ impl Streaming {
             out,
             "response.content_part.added",
             json!({"item_id": self.message_id(), "output_index": 0, "content_index": 0,
-                   "part": {"type": "output_text", "text": "", "annotations": []}}),
+                   "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}),
         );
     }
 
@@ -539,7 +549,7 @@ impl Streaming {
             out,
             "response.content_part.done",
             json!({"item_id": id, "output_index": 0, "content_index": 0,
-                   "part": {"type": "output_text", "text": text, "annotations": []}}),
+                   "part": {"type": "output_text", "text": text, "annotations": [], "logprobs": []}}),
         );
         let message = self.answer.message(&text, "completed");
         self.event(
@@ -588,10 +598,13 @@ impl Streaming {
             let data = json!({"item_id": item_id, "output_index": 0, "delta": delta});
             self.event(out, &delta_kind, data);
         }
+        let item = self.answer.agent_item(call, "completed");
         let mut done = json!({"item_id": item_id, "output_index": 0});
         done[field] = json!(input);
+        if !item["name"].is_null() && field == "arguments" {
+            done["name"] = item["name"].clone();
+        }
         self.event(out, &done_kind, done);
-        let item = self.answer.agent_item(call, "completed");
         self.event(
             out,
             "response.output_item.done",
@@ -625,7 +638,7 @@ impl Streaming {
         self.event(
             out,
             "response.function_call_arguments.done",
-            json!({"item_id": item_id, "output_index": 1, "arguments": arguments}),
+            json!({"item_id": item_id, "output_index": 1, "name": name, "arguments": arguments}),
         );
         let done = self.answer.call(name, arguments, "completed");
         self.event(

@@ -244,9 +244,11 @@ fn success(
         "object": "chat.completion",
         "created": unix_now_secs(),
         "model": model,
+        // Every field the published schema requires, as the API sends them.
         "choices": [{
             "index": 0,
-            "message": {"role": "assistant", "content": REPLY_TEXT},
+            "message": {"role": "assistant", "content": REPLY_TEXT, "refusal": null},
+            "logprobs": null,
             "finish_reason": "stop",
         }],
     });
@@ -261,7 +263,7 @@ fn success(
         }
         Turn::Text(text) => body["choices"][0]["message"]["content"] = json!(text),
         Turn::Call(call) => {
-            body["choices"][0]["message"] = json!({"role": "assistant", "content": null,
+            body["choices"][0]["message"] = json!({"role": "assistant", "content": null, "refusal": null,
                 "tool_calls": [{"id": call_id(request_number), "type": "function",
                     "function": {"name": call.name, "arguments": call.arguments()}}]});
             body["choices"][0]["finish_reason"] = json!("tool_calls");

@@ -386,7 +386,7 @@ pub fn to_response(chat: &[u8], identity: &Identity, echo: &Echo) -> Bytes {
 
 fn message_item(id: &str, text: &str, status: &str) -> Value {
     json!({"type": "message", "id": id, "status": status, "role": "assistant",
-           "content": [{"type": "output_text", "text": text, "annotations": []}]})
+           "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]})
 }
 
 fn response_object(
@@ -410,8 +410,11 @@ fn response_object(
         "instructions": null, "model": model, "output": output,
         "parallel_tool_calls": true, "tool_choice": "auto", "tools": [], "metadata": {},
         "temperature": 1.0, "top_p": 1.0,
-        "usage": usage.map(response_usage),
     });
+    // An answer not yet finished has no usage: the key is left out, not null.
+    if let Some(usage) = usage {
+        response["usage"] = response_usage(usage);
+    }
     for (field, value) in &echo.fields {
         if !value.is_null() {
             response[field.as_str()] = value.clone();
@@ -580,7 +583,7 @@ impl StreamMapper {
             self.emit(out, "response.output_item.added", json!({"output_index": index,
                 "item": {"type": "message", "id": id, "status": "in_progress", "role": "assistant", "content": []}}));
             self.emit(out, "response.content_part.added", json!({"item_id": id, "output_index": index,
-                "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}}));
+                "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}));
             index
         };
         if let Some(Item::Text { text }) = self.items.get_mut(index) {
@@ -682,7 +685,7 @@ impl StreamMapper {
                         "content_index": 0, "text": text, "logprobs": []}),
                     );
                     self.emit(out, "response.content_part.done", json!({"item_id": id, "output_index": index,
-                        "content_index": 0, "part": {"type": "output_text", "text": text, "annotations": []}}));
+                        "content_index": 0, "part": {"type": "output_text", "text": text, "annotations": [], "logprobs": []}}));
                     message_item(&id, text, "completed")
                 }
                 Item::Call {
@@ -700,7 +703,7 @@ impl StreamMapper {
                         self.emit(
                             out,
                             "response.function_call_arguments.done",
-                            json!({"item_id": format!("fc_{call_id}"),
+                            json!({"item_id": format!("fc_{call_id}"), "name": item["name"],
                             "output_index": index, "arguments": arguments}),
                         );
                     }

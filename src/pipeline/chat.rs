@@ -241,6 +241,15 @@ fn fit_to_route(
     meter: &RequestMeter,
 ) -> Result<(), ApiError> {
     check_fields(request, route, ctx)?;
+    if let (true, Some(target)) = (request.generates(), route.unpriced_output()) {
+        return Err(ApiError::invalid_request(
+            "model",
+            format!(
+                "the route's target `{}/{}` has no output price, so it serves embeddings only",
+                target.provider, target.model
+            ),
+        ));
+    }
     if answered_natively(config, route, request) {
         request.admit_server_tools(&route.server_tools)?;
     }

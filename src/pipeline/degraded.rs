@@ -29,7 +29,8 @@ pub fn body(
             "model": model,
             "choices": [{
                 "index": 0,
-                "message": {"role": "assistant", "content": text},
+                "message": {"role": "assistant", "content": text, "refusal": null},
+                "logprobs": null,
                 "finish_reason": "stop",
             }],
             "usage": zero_usage,

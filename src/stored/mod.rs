@@ -14,14 +14,12 @@
 
 mod expand;
 mod stream;
+mod writer;
 
-use sea_orm::sea_query::OnConflict;
-use sea_orm::{
-    ActiveValue::Set, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder,
-    QuerySelect, TransactionTrait,
-};
+use sea_orm::{ActiveValue::Set, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
 
 pub use expand::Expanded;
 pub use stream::Stored;
@@ -54,6 +52,7 @@ impl Default for StoreConfig {
 pub struct ResponseStore {
     db: DatabaseConnection,
     config: StoreConfig,
+    writer: mpsc::Sender<writer::Job>,
 }
 
 /// What saving a response needs: whose it is, the input it answered.
@@ -66,8 +65,10 @@ pub struct Keep {
 }
 
 impl ResponseStore {
+    /// Starts its writer (`writer.rs`): call within the runtime.
     pub fn new(db: DatabaseConnection, config: StoreConfig) -> ResponseStore {
-        ResponseStore { db, config }
+        let writer = writer::start(db.clone(), config.max_bytes_per_tenant);
+        ResponseStore { db, config, writer }
     }
 
     /// The stored response `id` of `tenant` (its input and response object),
@@ -114,8 +115,8 @@ impl ResponseStore {
     }
 
     /// Keeps `response` (its object as answered) with the input it answered,
-    /// making room by dropping the tenant's oldest; a response larger than
-    /// the whole allowance is not kept.
+    /// once its batch is written; a response larger than the tenant's whole
+    /// allowance is not kept.
     pub async fn save(&self, keep: &Keep, response: &Value) {
         let Some(id) = response["id"].as_str() else {
             return;
@@ -131,8 +132,15 @@ impl ResponseStore {
             .input
             .iter()
             .chain(response["output"].as_array().into_iter().flatten())
-            .filter_map(|item| Some((item["id"].as_str()?.to_owned(), item.to_string())))
-            .collect::<Vec<_>>();
+            .filter_map(|item| {
+                Some(entity::stored_response_item::ActiveModel {
+                    tenant_id: Set(keep.tenant.clone()),
+                    id: Set(item["id"].as_str()?.to_owned()),
+                    response_id: Set(id.to_owned()),
+                    item: Set(item.to_string()),
+                })
+            })
+            .collect();
         let row = entity::stored_response::ActiveModel {
             tenant_id: Set(keep.tenant.clone()),
             id: Set(id.to_owned()),
@@ -142,92 +150,18 @@ impl ResponseStore {
             created_at_ms: Set(db_ms(keep.now_ms)),
             expires_at_ms: Set(db_ms(keep.now_ms.saturating_add(self.retention_ms()))),
         };
-        if let Err(error) = self.write(keep, id, row, items, bytes).await {
-            tracing::warn!(tenant = %keep.tenant, response = id, error = %error, "A response could not be stored; a later request naming it will not find it.");
+        let (done, written) = oneshot::channel();
+        let job = writer::Job {
+            tenant: keep.tenant.clone(),
+            bytes,
+            now_ms: keep.now_ms,
+            row,
+            items,
+            done,
+        };
+        if self.writer.send(job).await.is_ok() {
+            let _ = written.await;
         }
-    }
-
-    /// Makes room, then writes the response and its items in one
-    /// transaction of writes only (a read first would make SQLite's
-    /// transaction fail, not wait, when the ledger wrote meanwhile).
-    async fn write(
-        &self,
-        keep: &Keep,
-        id: &str,
-        row: entity::stored_response::ActiveModel,
-        items: Vec<(String, String)>,
-        bytes: u64,
-    ) -> Result<(), sea_orm::DbErr> {
-        use entity::{stored_response, stored_response_item};
-        self.make_room(&self.db, &keep.tenant, bytes, keep.now_ms)
-            .await?;
-        let items = items
-            .into_iter()
-            .map(|(item_id, item)| stored_response_item::ActiveModel {
-                tenant_id: Set(keep.tenant.clone()),
-                id: Set(item_id),
-                response_id: Set(id.to_owned()),
-                item: Set(item),
-            });
-        let txn = self.db.begin().await?;
-        stored_response::Entity::insert(row)
-            .exec_without_returning(&txn)
-            .await?;
-        // An item seen again (an input replayed) stays with its first response.
-        let no_duplicates = OnConflict::columns([
-            stored_response_item::Column::TenantId,
-            stored_response_item::Column::Id,
-        ])
-        .do_nothing()
-        .to_owned();
-        for item in items {
-            stored_response_item::Entity::insert(item)
-                .on_conflict(no_duplicates.clone())
-                .exec_without_returning(&txn)
-                .await?;
-        }
-        txn.commit().await
-    }
-
-    /// Drops what is past its retention, then the oldest until `bytes` more fit.
-    async fn make_room<C: sea_orm::ConnectionTrait>(
-        &self,
-        db: &C,
-        tenant: &str,
-        bytes_needed: u64,
-        now_ms: u64,
-    ) -> Result<(), sea_orm::DbErr> {
-        use entity::stored_response::{Column, Entity};
-        let expired = Entity::find()
-            .select_only()
-            .column(Column::Id)
-            .filter(Column::TenantId.eq(tenant))
-            .filter(Column::ExpiresAtMs.lte(db_ms(now_ms)))
-            .into_tuple::<String>()
-            .all(db)
-            .await?;
-        for id in expired {
-            forget(db, tenant, &id).await?;
-        }
-        let oldest_first: Vec<(String, i64)> = Entity::find()
-            .select_only()
-            .column(Column::Id)
-            .column(Column::Bytes)
-            .filter(Column::TenantId.eq(tenant))
-            .order_by_asc(Column::CreatedAtMs)
-            .into_tuple()
-            .all(db)
-            .await?;
-        let size = |bytes: i64| u64::try_from(bytes).unwrap_or(0);
-        let mut used: u64 = oldest_first.iter().map(|(_, bytes)| size(*bytes)).sum();
-        for (id, bytes) in oldest_first {
-            if used.saturating_add(bytes_needed) <= self.config.max_bytes_per_tenant {
-                break;
-            }
-            forget(db, tenant, &id).await?;
-            used = used.saturating_sub(size(bytes));
-        }
-        Ok(())
     }
 
     /// `GET /v1/responses/{id}`: the response object.
@@ -274,7 +208,7 @@ impl ResponseStore {
 }
 
 /// Deletes one stored response and the items it brought.
-async fn forget<C: sea_orm::ConnectionTrait>(
+pub(super) async fn forget<C: sea_orm::ConnectionTrait>(
     db: &C,
     tenant: &str,
     id: &str,

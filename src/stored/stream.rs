@@ -68,6 +68,10 @@ fn final_response(pending: &mut Vec<u8>, bytes: &[u8]) -> Option<Value> {
 /// The `response` of one SSE event, if it is a final one.
 fn response_of(event: &[u8]) -> Option<Value> {
     let text = std::str::from_utf8(event).ok()?;
+    // Only the last event is parsed: the others pass untouched.
+    if !FINAL_EVENTS.iter().any(|kind| text.contains(kind)) {
+        return None;
+    }
     let data: String = text
         .lines()
         .filter_map(|line| line.strip_prefix("data:"))

@@ -12,7 +12,14 @@ fn setup() -> TestSetup {
         .route("fast", &["primary/usage-10-0-5"])
         .provider("[providers.claude]\nkind = \"anthropic\"\nbase_url = \"@ANTHROPIC@\"")
         .route("embed-claude", &["claude/claude-embeds-nothing"])
-        .tier("free", &["embed", "embed-failover", "fast", "embed-claude"], 1000, 100)
+        .route("embed-only", &["primary/usage-50-0-0+input-only"])
+        .price("primary/usage-50-0-0+input-only", "2", "2", "")
+        .tier(
+            "free",
+            &["embed", "embed-failover", "fast", "embed-claude", "embed-only"],
+            1000,
+            100,
+        )
 }
 
 async fn embed(app: &crate::support::TestApp, key: &str, body: &Value) -> crate::support::Reply {
@@ -173,4 +180,26 @@ async fn an_embeddings_body_with_chat_fields_is_refused_and_nothing_leaves() {
     assert_eq!(reply.body["error"]["param"], "messages");
     assert_eq!(app.fake.stats.requests(), 0);
     assert!(app.ledger_rows(&tenant).await.is_empty());
+}
+
+/// An embeddings model's price entry needs no output price: it generates
+/// nothing. A request that would generate through it is refused, naming the
+/// target, before anything is held.
+#[actix_web::test]
+async fn an_embeddings_model_needs_no_output_price_and_refuses_to_generate() {
+    let app = spawn_app(setup()).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+    let reply = embed(&app, &key, &json!({"model": "embed-only", "input": "one"})).await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(reply.header("x-tollgate-cost"), Some("0.0001"));
+
+    let refused = app.chat(&key, &chat_body("embed-only")).await;
+    assert_eq!(refused.status, 400, "{}", refused.raw);
+    assert_eq!(refused.body["error"]["param"], "model");
+    assert!(
+        refused.error_message().contains("serves embeddings only"),
+        "{}",
+        refused.raw
+    );
+    assert_eq!(app.ledger_rows(&tenant).await.len(), 1);
 }

@@ -34,6 +34,7 @@ mod ledger;
 mod lifecycle;
 mod messages;
 mod metrics;
+mod openapi;
 mod periods;
 mod plans;
 mod prompt_prefix;

@@ -60,7 +60,8 @@ fn response_error(field: impl Into<String>, problem: impl Into<String>) -> Anthr
 // === request ===
 
 /// The Messages API body for one target. OpenAI fields without an Anthropic counterpart
-/// (`presence_penalty`, `seed`, `response_format`, `logprobs`, …) are dropped.
+/// (`presence_penalty`, `seed`, a `json_object` format, `logprobs`, …) are dropped; a
+/// `json_schema` format is Anthropic's `output_config.format`.
 pub fn build_body(
     request: &ChatRequest,
     model: &str,
@@ -150,10 +151,23 @@ fn map_request(
         }
         Some(_) => return Err(request_error("user", "must be a string")),
     }
+    if let Some(format) = output_format(body.get("response_format")) {
+        out.insert("output_config".to_owned(), json!({ "format": format }));
+    }
     if stream {
         out.insert("stream".to_owned(), Value::Bool(true));
     }
     Ok(out)
+}
+
+/// Chat's structured output as Anthropic's: the same JSON schema.
+fn output_format(format: Option<&Value>) -> Option<Value> {
+    let format = format?;
+    if format["type"] != "json_schema" {
+        return None;
+    }
+    let schema = format["json_schema"].get("schema")?;
+    Some(json!({ "type": "json_schema", "schema": schema }))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -851,6 +865,7 @@ pub fn map_response_at(
         Value::String(text)
     };
     message.insert("content".to_owned(), content);
+    message.insert("refusal".to_owned(), Value::Null);
     if !tool_calls.is_empty() {
         message.insert("tool_calls".to_owned(), Value::Array(tool_calls));
     }
@@ -867,6 +882,7 @@ pub fn map_response_at(
         "choices": [{
             "index": 0,
             "message": message,
+            "logprobs": null,
             "finish_reason": finish_reason(stop_reason),
         }],
         "usage": openai_usage(&usage),

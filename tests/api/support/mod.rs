@@ -328,20 +328,29 @@ timeout_ms = 5000
             text.push_str(raw);
             text.push('\n');
         }
+        self.write_prices(&mut text, priced);
+        text
+    }
+
+    /// One `[[prices]]` entry per priced target, with its extra lines.
+    fn write_prices(&self, text: &mut String, priced: BTreeMap<String, (String, String, String)>) {
         for (target, (input, cached, output)) in priced {
             let (provider, model) = target.split_once('/').unwrap();
             let _ = writeln!(
-                text,
-                "[[prices]]\nprovider = \"{provider}\"\nmodel = \"{model}\"\ninput = \"{input}\"\ncached_input = \"{cached}\"\noutput = \"{output}\""
+                *text,
+                "[[prices]]\nprovider = \"{provider}\"\nmodel = \"{model}\"\ninput = \"{input}\"\ncached_input = \"{cached}\""
             );
+            // An empty output price: an embeddings model's entry, which has none.
+            if !output.is_empty() {
+                let _ = writeln!(*text, "output = \"{output}\"");
+            }
             if let Some(write) = self.cache_write_prices.get(&target) {
-                let _ = writeln!(text, "cache_write = \"{write}\"");
+                let _ = writeln!(*text, "cache_write = \"{write}\"");
             }
             if let Some(extra) = self.price_extras.get(&target) {
-                let _ = writeln!(text, "{extra}");
+                let _ = writeln!(*text, "{extra}");
             }
         }
-        text
     }
 }
 
