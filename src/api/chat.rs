@@ -27,7 +27,7 @@ use crate::pipeline::stream::ClientBody;
 use crate::pipeline::{RequestContext, RequestMeter, handle_chat};
 use crate::provider::clients::UpstreamClients;
 use crate::state::Gateway;
-use crate::stored::{Keep, ResponseStore, Stored};
+use crate::stored::{Keep, ResponseStore};
 use crate::telemetry::metrics::{Metric, counter_add, observe_duration};
 use crate::telemetry::traces::{self, Span, SpanContext, SpanKind};
 
@@ -101,7 +101,7 @@ pub(super) async fn serve(
                     .expand(auth.tenant.id.as_str(), body, now_ms)
                     .await?;
                 keep = expanded.keep;
-                let translation = responses::to_chat(expanded.body)?;
+                let translation = responses::translate(expanded.request, expanded.body)?;
                 let identity = Identity {
                     id: format!("resp_{request_id}"),
                     created_at: gw.clock.now_ms() / 1000,
@@ -237,7 +237,7 @@ async fn respond(
                     let door = if outcome.native { Door::Same } else { door };
                     let mut events = door.stream(body, prompt_tokens);
                     if let Some((store, keep)) = stored {
-                        events = Stored::relay(events, store, keep);
+                        events = crate::stored::relay(events, store, keep);
                     }
                     Ok(match audit {
                         Some(audit) => {

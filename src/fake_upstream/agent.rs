@@ -173,6 +173,16 @@ fn done(result: &str) -> String {
     }
 }
 
+/// The text of the last user message: where a prompt names the tool to call.
+pub(super) fn last_user_text(messages: &[Value]) -> String {
+    messages
+        .iter()
+        .rev()
+        .find(|message| message["role"] == "user")
+        .map(|message| text_of(&message["content"]))
+        .unwrap_or_default()
+}
+
 /// The text a message's content carries: a string, or the `text` of each part of a list
 /// (chat parts, Messages blocks and Responses parts all name it so).
 pub(super) fn text_of(content: &Value) -> String {

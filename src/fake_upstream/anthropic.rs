@@ -1257,12 +1257,7 @@ fn conversation(request: &Value) -> Conversation<'_> {
         .as_array()
         .map(Vec::as_slice)
         .unwrap_or_default();
-    let user_text = messages
-        .iter()
-        .rev()
-        .find(|message| message["role"] == "user")
-        .map(|message| agent::text_of(&message["content"]))
-        .unwrap_or_default();
+    let user_text = agent::last_user_text(messages);
     // Roles alternate, so only the last message can answer the model's calls.
     let tool_result = messages
         .last()

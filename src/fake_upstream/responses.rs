@@ -324,12 +324,7 @@ fn conversation(request: &Value) -> Conversation<'_> {
         .unwrap_or_default();
     let user_text = match &request["input"] {
         Value::String(text) => text.clone(),
-        _ => items
-            .iter()
-            .rev()
-            .find(|item| item["role"] == "user")
-            .map(|item| agent::text_of(&item["content"]))
-            .unwrap_or_default(),
+        _ => agent::last_user_text(items),
     };
     let format = &request["text"]["format"];
     let schema = (format["type"] == "json_schema")

@@ -319,12 +319,7 @@ fn conversation(request: &Value) -> Conversation<'_> {
             .as_str()
             .map_or(Choice::Auto, Choice::Named),
     };
-    let user_text = messages
-        .iter()
-        .rev()
-        .find(|message| message["role"] == "user")
-        .map(|message| agent::text_of(&message["content"]))
-        .unwrap_or_default();
+    let user_text = agent::last_user_text(messages);
     // Results answer the model's last calls even with a user message after them, as a
     // Messages turn translated to chat puts its text after its tool results.
     let since_model = messages

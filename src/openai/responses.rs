@@ -62,7 +62,12 @@ pub struct Translation {
 
 /// Translates a Responses body read by its field table.
 pub fn to_chat(bytes: Bytes) -> Result<Translation, ApiError> {
-    let mut request = super::chat::object(&bytes)?;
+    let request = super::chat::object(&bytes)?;
+    translate(request, bytes)
+}
+
+/// `to_chat` of a body already parsed: `request` is `bytes` read.
+pub fn translate(mut request: Map<String, Value>, bytes: Bytes) -> Result<Translation, ApiError> {
     let tools = fields::screen_tools(&mut request, &ServerTools::default());
     let (native, original) = if tools.removed.is_empty() {
         (bytes, None)

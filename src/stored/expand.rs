@@ -11,6 +11,8 @@ use crate::error::ApiError;
 pub struct Expanded {
     /// No `previous_response_id`, no `item_reference`: the items themselves.
     pub body: Bytes,
+    /// `body` parsed: the door translates it without reading it again.
+    pub request: Map<String, Value>,
     /// Set unless the caller sent `store: false`.
     pub keep: Option<Keep>,
 }
@@ -29,29 +31,41 @@ impl ResponseStore {
         let mut request = crate::openai::chat::object(&body)?;
         let store = request.get("store") != Some(&Value::Bool(false));
         let previous = previous_id(&mut request)?;
-        let own = own_input(&request);
-        let references = references(&own);
-        if previous.is_none() && references.is_empty() {
-            let keep = store.then(|| Keep {
+        let references = references(request.get("input"));
+        let keep = |input| {
+            store.then(|| Keep {
                 tenant: tenant.to_owned(),
-                input: own,
+                input,
                 now_ms,
+            })
+        };
+        if previous.is_none() && references.is_empty() {
+            let keep = if store {
+                keep(own_input(&request))
+            } else {
+                None
+            };
+            return Ok(Expanded {
+                body,
+                request,
+                keep,
             });
-            return Ok(Expanded { body, keep });
         }
         let mut input = match &previous {
             Some(id) => self.history(tenant, id, now_ms).await?,
             None => Vec::new(),
         };
-        input.extend(self.resolved(tenant, own, &references).await?);
+        input.extend(
+            self.resolved(tenant, own_input(&request), &references)
+                .await?,
+        );
         request.insert("input".to_owned(), Value::Array(input.clone()));
-        let keep = store.then(|| Keep {
-            tenant: tenant.to_owned(),
-            input,
-            now_ms,
-        });
-        let body = Bytes::from(Value::Object(request).to_string());
-        Ok(Expanded { body, keep })
+        let body = Bytes::from(serde_json::to_vec(&request).unwrap_or_default());
+        Ok(Expanded {
+            body,
+            request,
+            keep: keep(input),
+        })
     }
 
     /// Everything an earlier response was answered on, then what it answered.
@@ -115,9 +129,11 @@ fn own_input(request: &Map<String, Value>) -> Vec<Value> {
 }
 
 /// The positions and ids of the input's references to stored items.
-fn references(input: &[Value]) -> Vec<(usize, String)> {
+fn references(input: Option<&Value>) -> Vec<(usize, String)> {
     input
-        .iter()
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
         .enumerate()
         .filter(|(_, item)| item["type"] == "item_reference")
         .filter_map(|(at, item)| Some((at, item["id"].as_str()?.to_owned())))
@@ -130,12 +146,12 @@ mod tests {
 
     #[test]
     fn references_are_found_where_they_are_and_a_string_input_is_one_message() {
-        let input = vec![
-            json!({"type": "message", "role": "user", "content": "hi"}),
-            json!({"type": "item_reference", "id": "msg_1"}),
-            json!({"type": "item_reference"}),
-        ];
-        assert_eq!(references(&input), [(1, "msg_1".to_owned())]);
+        let input = json!([
+            {"type": "message", "role": "user", "content": "hi"},
+            {"type": "item_reference", "id": "msg_1"},
+            {"type": "item_reference"},
+        ]);
+        assert_eq!(references(Some(&input)), [(1, "msg_1".to_owned())]);
         let mut body = Map::new();
         body.insert("input".to_owned(), json!("hello"));
         assert_eq!(own_input(&body)[0]["role"], "user");

@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
 pub use expand::Expanded;
-pub use stream::Stored;
+pub use stream::relay;
 
 use crate::error::{ApiError, ErrorCode};
 

@@ -21,26 +21,22 @@ const FINAL_EVENTS: [&str; 3] = [
 ];
 
 /// Relays `events`, storing the response their final event carries.
-pub struct Stored;
-
-impl Stored {
-    pub fn relay(events: Events, store: ResponseStore, keep: Keep) -> Events {
-        let state = Watch {
-            events,
-            store,
-            keep,
-            pending: Vec::new(),
-        };
-        Box::pin(stream::unfold(state, |mut watch| async move {
-            let chunk = watch.events.next().await?;
-            if let Ok(bytes) = &chunk
-                && let Some(response) = final_response(&mut watch.pending, bytes)
-            {
-                watch.store.save(&watch.keep, &response).await;
-            }
-            Some((chunk, watch))
-        }))
-    }
+pub fn relay(events: Events, store: ResponseStore, keep: Keep) -> Events {
+    let state = Watch {
+        events,
+        store,
+        keep,
+        pending: Vec::new(),
+    };
+    Box::pin(stream::unfold(state, |mut watch| async move {
+        let chunk = watch.events.next().await?;
+        if let Ok(bytes) = &chunk
+            && let Some(response) = final_response(&mut watch.pending, bytes)
+        {
+            watch.store.save(&watch.keep, &response).await;
+        }
+        Some((chunk, watch))
+    }))
 }
 
 struct Watch {
