@@ -5,6 +5,7 @@ pub mod admin;
 pub mod anthropic;
 pub mod api;
 pub mod app;
+pub mod arbiter;
 pub mod audit;
 pub mod auth;
 pub mod cache;

@@ -20,6 +20,7 @@ use super::batch::Batch;
 use super::event::UsageEvent;
 use super::repo;
 use super::settlements::Settlements;
+use crate::arbiter::OwnedArbiter;
 use crate::calendar::Calendar;
 use crate::clock::SharedClock;
 use crate::config::{LedgerConfig, OnBacklogFull};
@@ -389,6 +390,8 @@ pub struct LedgerHandle {
     pub(super) shared_quotas: bool,
     /// Settles that finish after their response (shared quotas only).
     pub(super) settlements: Arc<Settlements>,
+    /// The actor's thread: it stops when the last handle is dropped.
+    _arbiter: OwnedArbiter,
 }
 
 impl LedgerHandle {
@@ -409,7 +412,7 @@ impl LedgerHandle {
     ) -> LedgerHandle {
         let backlog = Arc::new(AtomicUsize::new(0));
         let shared = backlog.clone();
-        let arbiter = Arbiter::new();
+        let arbiter = OwnedArbiter::new();
         let flush_interval_ms = config.flush_interval_ms.max(1);
         let max_batch_rows = config.max_batch_rows;
         let max_backlog_events = config.max_backlog_events;
@@ -418,7 +421,7 @@ impl LedgerHandle {
         let actor_spilling = spilling.clone();
         let inbox = Inbox::default();
         let actor_inbox = inbox.clone();
-        let addr = LedgerActor::start_in_arbiter(&arbiter.handle(), move |_ctx| LedgerActor {
+        let addr = LedgerActor::start_in_arbiter(arbiter.handle(), move |_ctx| LedgerActor {
             db,
             clock,
             calendar,
@@ -452,6 +455,7 @@ impl LedgerHandle {
             max_batch_rows: max_batch_rows.max(1),
             shared_quotas: false,
             settlements: Arc::new(Settlements::default()),
+            _arbiter: arbiter,
         }
     }
 

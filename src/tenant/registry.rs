@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 
 use actix::{Actor, Addr, Arbiter, ArbiterHandle};
+
+use crate::arbiter::OwnedArbiter;
 use sea_orm::DatabaseConnection;
 
 use super::actor::{TenantActor, TenantDeps};
@@ -37,9 +39,9 @@ pub(super) struct RunningActor {
 pub struct RegistryInner {
     actors: Mutex<HashMap<TenantId, RunningActor>>,
     /// Empty with `server.tenant_arbiters = 0`: actors run on their first caller's thread.
-    arbiters: Vec<ArbiterHandle>,
+    arbiters: Vec<OwnedArbiter>,
     /// For a first caller outside any arbiter, when `arbiters` is empty.
-    fallback: OnceLock<ArbiterHandle>,
+    fallback: OnceLock<OwnedArbiter>,
     clock: SharedClock,
     ledger: LedgerHandle,
     db: DatabaseConnection,
@@ -98,7 +100,7 @@ impl TenantRegistry {
         shared: Option<SharedStore>,
     ) -> TenantRegistry {
         let arbiters = (0..config.server.tenant_arbiters)
-            .map(|_| Arbiter::new().handle())
+            .map(|_| OwnedArbiter::new())
             .collect();
         TenantRegistry {
             inner: Arc::new(RegistryInner {
@@ -260,13 +262,13 @@ impl TenantRegistry {
         if arbiters.is_empty() {
             return Arbiter::try_current().unwrap_or_else(|| {
                 let fallback = &self.inner.fallback;
-                fallback.get_or_init(|| Arbiter::new().handle()).clone()
+                fallback.get_or_init(OwnedArbiter::new).handle().clone()
             });
         }
         let mut hasher = DefaultHasher::new();
         tenant.hash(&mut hasher);
         let index = usize::try_from(hasher.finish() % arbiters.len() as u64).unwrap_or(0);
-        arbiters[index % arbiters.len()].clone()
+        arbiters[index % arbiters.len()].handle().clone()
     }
 
     /// Pushes changed limits to a running actor; a stopped one reads them on start.

@@ -316,3 +316,36 @@ async fn sigterm_waits_for_a_settle_still_on_its_way_to_redis() {
         "Redis committed the cost and holds nothing"
     );
 }
+
+/// A gateway dropped without a stop (an embedding host, one test after
+/// another) leaves nothing running: its ledger's thread let go of the
+/// journal, the database and the pool, so the next gateway on the same
+/// directory starts. Before, every such gateway kept a thread, three
+/// database connections and its journal until the process ended.
+#[test]
+fn a_gateway_dropped_without_a_stop_lets_go_of_its_journal() {
+    use std::sync::Arc;
+    use tollgate::app::{Application, BuildOptions};
+    use tollgate::clock::SystemClock;
+
+    let setup = TestSetup::new()
+        .route("fast", &["primary/usage-100-10-0"])
+        .tier("free", &["fast"], 1000, 100);
+    let (config_path, dir) = actix_rt::System::new().block_on(async {
+        let app = crate::support::spawn_app(setup.clone()).await;
+        let (_, key) = app.tenant_with_key("free", serde_json::json!({})).await;
+        assert_eq!(app.chat(&key, &chat_body("fast")).await.status, 200);
+        (app.config_path.clone(), app.dir)
+    });
+    actix_rt::System::new().block_on(async {
+        let config = setup.load(&config_path);
+        let options = BuildOptions {
+            clock: Arc::new(SystemClock),
+            handle_signals: false,
+            reload_source: None,
+        };
+        let built = Application::build(config, options).await;
+        assert!(built.is_ok(), "{:?}", built.err());
+    });
+    drop(dir);
+}

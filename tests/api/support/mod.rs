@@ -59,6 +59,11 @@ pub struct TestSetup {
 }
 
 impl TestSetup {
+    /// The configuration a gateway of this setup loads from `path`.
+    pub fn load(&self, path: &std::path::Path) -> std::sync::Arc<Config> {
+        Config::load(path, &self.env).unwrap()
+    }
+
     pub fn new() -> TestSetup {
         let mut env = HashMap::new();
         env.insert("TOLLGATE_KEY_PEPPER".to_owned(), "test-pepper".to_owned());
