@@ -401,6 +401,15 @@ pub struct BillingConfig {
     /// recently seen idle ones are evicted and reloaded from the ledger.
     #[serde(default = "default_end_users_in_memory")]
     pub end_users_in_memory: usize,
+    /// A stream is admitted with this much output held, not its whole
+    /// `max_tokens`, and its hold grows by this much at a time ahead of what
+    /// it has streamed (where its model hides no output); 0 holds it whole.
+    #[serde(default = "default_stream_step_tokens")]
+    pub stream_step_tokens: u32,
+}
+
+fn default_stream_step_tokens() -> u32 {
+    1024
 }
 
 fn default_timezone() -> String {
@@ -424,6 +433,7 @@ impl Default for BillingConfig {
             clamp_floor_tokens: default_clamp_floor_tokens(),
             timezone: default_timezone(),
             end_users_in_memory: default_end_users_in_memory(),
+            stream_step_tokens: default_stream_step_tokens(),
         }
     }
 }
@@ -941,6 +951,10 @@ struct RawPrice {
     /// currency (`"0.01"`); a route lets the tool leave only where every
     /// target has one (`routes.<name>.server_tools`).
     web_search: Option<String>,
+    /// What output the model may bill without streaming it: `none`, only
+    /// `reasoning` a request asks for, or `always` (the default: it may
+    /// reason unasked). Streams grow their hold only where none is hidden.
+    hidden_output: Option<HiddenOutput>,
     /// `YYYY-MM-DD`: the entry applies from the start of that day in
     /// `billing.timezone`; the model's entry without a date applies before.
     effective_from: Option<String>,
@@ -993,6 +1007,35 @@ pub struct Price {
     pub long_context: Option<LongContext>,
     /// The fee per search of the provider's web search tool, where it is priced.
     pub web_search: Option<Nanos>,
+    pub hidden_output: HiddenOutput,
+}
+
+/// Output a model may bill that its stream never shows. A stream's hold can
+/// grow with what the relay sees only when nothing is hidden: unseen tokens
+/// would pass the hold before any step was asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HiddenOutput {
+    /// Every billed output token is streamed (reasoning too, in full).
+    None,
+    /// Reasoning, when the request asks for it (a summarized or hidden
+    /// thinking); nothing otherwise.
+    Reasoning,
+    /// The model may reason unasked.
+    #[default]
+    Always,
+}
+
+impl HiddenOutput {
+    /// Whether a request that does (or does not) ask for reasoning may be
+    /// billed output its stream does not show.
+    pub fn hides(self, asks_reasoning: bool) -> bool {
+        match self {
+            HiddenOutput::None => false,
+            HiddenOutput::Reasoning => asks_reasoning,
+            HiddenOutput::Always => true,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1016,6 +1059,7 @@ impl Price {
                 output: long.output,
                 long_context: None,
                 web_search: self.web_search,
+                hidden_output: self.hidden_output,
             },
             _ => Price {
                 long_context: None,
@@ -1159,6 +1203,15 @@ impl Route {
     /// `input_tokens` reaches: what a hold is made at.
     pub fn worst_prices(&self, input_tokens: u64) -> (PricePerMTok, PricePerMTok) {
         worst_of(self.targets.iter().map(|t| &t.charge), input_tokens)
+    }
+
+    /// Whether every target streams all the output it may bill to a request
+    /// that does (or does not) ask for reasoning: such a stream's hold can
+    /// grow with what the relay sees.
+    pub fn shows_all_output(&self, asks_reasoning: bool) -> bool {
+        self.targets
+            .iter()
+            .all(|t| !t.price.hidden_output.hides(asks_reasoning))
     }
 
     /// The same rates at the providers' prices: what a hold would be at cost.
@@ -1875,6 +1928,7 @@ fn validate_price(price_entry: &PriceEntry) -> Result<((String, String), Price),
             .as_deref()
             .map(|text| parse_fee(entry, "web_search", text))
             .transpose()?,
+        hidden_output: p.hidden_output.unwrap_or_default(),
     };
     Ok(((p.provider.clone(), p.model.clone()), price))
 }

@@ -41,7 +41,12 @@ pub struct ModelRoute {
     pub model: String,
     /// Further lines of the route's table (a semantic cache).
     pub settings: Option<String>,
+    /// Further lines of its model's `[[prices]]` entry.
+    pub price_lines: Option<String>,
 }
+
+/// The growing-hold cell's step: a stream of 20 chunks grows its hold once.
+pub const STREAM_STEP_TOKENS: u32 = 64;
 
 /// The gateway's TOML: key auth, request and token rate limits and token quotas, strict
 /// budgets with the real tokenizer, the ledger on the default SQLite and metrics all stay on;
@@ -72,6 +77,9 @@ database_url = "sqlite://{db}?mode=rwc"
 {redis}
 [billing]
 currency = "USD"
+# Below the tier's 256-token default, so the growing-hold cell's streams grow
+# (only its model hides no output; every other stream is held whole).
+stream_step_tokens = {STREAM_STEP_TOKENS}
 
 [tokenizer]
 encoding = "o200k_base"
@@ -131,9 +139,11 @@ model = "{model}"
 input = "0.5"
 cached_input = "0.05"
 output = "1.5"
+{lines}
 "#,
                 provider = extra.provider,
                 model = extra.model,
+                lines = extra.price_lines.as_deref().unwrap_or(""),
             );
         }
     }

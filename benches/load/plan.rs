@@ -120,12 +120,15 @@ pub enum Door {
     Responses,
     /// `POST /v1/messages`: chat chunks mapped to Anthropic's events.
     Messages,
+    /// Chat again, on a route whose model hides no output: the hold is one
+    /// step at admission and grows as the relay passes output on.
+    Grows,
 }
 
 impl Door {
     pub fn path(self) -> &'static str {
         match self {
-            Door::Chat => CHAT_PATH,
+            Door::Chat | Door::Grows => CHAT_PATH,
             Door::Responses => "/v1/responses",
             Door::Messages => "/v1/messages",
         }
@@ -136,12 +139,13 @@ impl Door {
             Door::Chat => "chat",
             Door::Responses => "responses",
             Door::Messages => "messages",
+            Door::Grows => "chat, growing hold",
         }
     }
 }
 
 /// The streaming shapes measured (each shape gets a route in every gateway's configuration).
-pub const STREAM_MODES: [Mode; 3] = [
+pub const STREAM_MODES: [Mode; 4] = [
     Mode::Stream {
         chunks: 20,
         chunk_delay_ms: 2,
@@ -156,6 +160,11 @@ pub const STREAM_MODES: [Mode; 3] = [
         chunks: 20,
         chunk_delay_ms: 2,
         door: Door::Messages,
+    },
+    Mode::Stream {
+        chunks: 20,
+        chunk_delay_ms: 2,
+        door: Door::Grows,
     },
 ];
 /// The route of the semantic cells: the 0 ms fake's model behind a semantic cache.
@@ -478,12 +487,18 @@ impl<'a> Runner<'a> {
             Mode::Stream {
                 chunks,
                 chunk_delay_ms,
-                ..
+                door,
             } => {
                 if delay_ms != 0 {
                     bail!("streaming cells use the 0 ms fake upstream");
                 }
-                stream_route(chunks, chunk_delay_ms)
+                let (route, model) = stream_route(chunks, chunk_delay_ms);
+                if door == Door::Grows {
+                    // The same stream, from a model whose price says it hides nothing.
+                    (format!("{route}-grows"), model)
+                } else {
+                    (route, model)
+                }
             }
             Mode::Semantic => (SEMANTIC_ROUTE.to_owned(), UPSTREAM_MODEL.to_owned()),
             Mode::Plain | Mode::Redis | Mode::Batch | Mode::EndUsers { .. } | Mode::Cluster => {

@@ -46,7 +46,7 @@ impl Scenario {
         greedy: bool,
     ) -> Result<Vec<u8>> {
         let mut body = match door {
-            Door::Chat => json!({"model": route, "messages": self.messages}),
+            Door::Chat | Door::Grows => json!({"model": route, "messages": self.messages}),
             Door::Responses => json!({"model": route, "input": self.messages}),
             Door::Messages => {
                 let (system, messages) = self.split_system();

@@ -178,6 +178,7 @@ fn configuration() -> Result<()> {
         provider: "fake0".to_owned(),
         model: "bench-model+chunks-20+chunk-delay-2ms".to_owned(),
         settings: None,
+        price_lines: None,
     }];
     let toml = crate::config::gateway_toml(
         8,

@@ -93,11 +93,24 @@ fn model_routes() -> Vec<ModelRoute> {
             } => Some(stream_route(*chunks, *chunk_delay_ms)),
             _ => None,
         })
-        .map(|(route, model)| ModelRoute {
-            route,
-            provider: provider.clone(),
-            model,
-            settings: None,
+        .flat_map(|(route, model)| {
+            // Beside each shape, the same stream from a model that hides no
+            // output (the fake ignores the `grows` segment): its hold grows.
+            let grows = ModelRoute {
+                route: format!("{route}-grows"),
+                provider: provider.clone(),
+                model: format!("{model}+grows"),
+                settings: None,
+                price_lines: Some("hidden_output = \"none\"".to_owned()),
+            };
+            let plain = ModelRoute {
+                route,
+                provider: provider.clone(),
+                model,
+                settings: None,
+                price_lines: None,
+            };
+            [plain, grows]
         })
         .collect();
     routes.push(ModelRoute {
@@ -105,6 +118,7 @@ fn model_routes() -> Vec<ModelRoute> {
         provider: provider.clone(),
         model: format!("{UPSTREAM_MODEL}+delay-{SLOW_MS}ms"),
         settings: None,
+        price_lines: None,
     });
     // A semantic cache as its README section shows it, over embeddings of
     // text-embedding-3-small's size.
@@ -113,6 +127,7 @@ fn model_routes() -> Vec<ModelRoute> {
         provider: provider.clone(),
         model: format!("{UPSTREAM_MODEL}+dims-1536"),
         settings: None,
+        price_lines: None,
     });
     routes.push(ModelRoute {
         route: crate::plan::SEMANTIC_ROUTE.to_owned(),
@@ -121,6 +136,7 @@ fn model_routes() -> Vec<ModelRoute> {
         settings: Some(format!(
             "semantic_cache = {{ threshold = 0.92, ttl_ms = 600000, embedding_route = \"{SEMANTIC_EMBED_ROUTE}\" }}"
         )),
+        price_lines: None,
     });
     routes
 }

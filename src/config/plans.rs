@@ -106,6 +106,7 @@ fn marked_up(price: &Price, ppm: u64) -> Price {
             let raised = (u128::from(fee.get()) * (PPM + u128::from(ppm))).div_ceil(PPM);
             Nanos::new(u64::try_from(raised).unwrap_or(u64::MAX))
         }),
+        hidden_output: price.hidden_output,
     }
 }
 
@@ -269,6 +270,7 @@ mod tests {
             output: p(output),
             long_context: None,
             web_search: None,
+            hidden_output: crate::config::HiddenOutput::default(),
         }
     }
 

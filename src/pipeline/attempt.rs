@@ -358,7 +358,11 @@ impl Dispatch<'_> {
                     ttft_ms,
                     started,
                 };
-                served.relay(guard, start, target, provider, status, row.number)
+                let stream_hold = settle::Held {
+                    guard,
+                    growth: hold.growth(),
+                };
+                served.relay(stream_hold, start, target, provider, status, row.number)
             }
         };
         Step::Done(Ok(self.outcome(target, hold, native, body)))
@@ -413,7 +417,7 @@ impl Dispatch<'_> {
         target: &Target,
         provider: &Provider,
     ) -> Result<Bytes, ApiError> {
-        let max_tokens = hold.granted().max_tokens;
+        let max_tokens = hold.sent_max_tokens();
         let sent_max_tokens = provider
             .max_tokens_ceiling
             .map_or(max_tokens, |ceiling| max_tokens.min(ceiling));
@@ -514,8 +518,8 @@ impl Dispatch<'_> {
             provider: target.provider.to_string(),
             model: target.model.clone(),
             rate: self.rate,
-            clamped_max_tokens: (granted.max_tokens < self.wanted_max_tokens)
-                .then_some(granted.max_tokens),
+            clamped_max_tokens: (hold.sent_max_tokens() < self.wanted_max_tokens)
+                .then_some(hold.sent_max_tokens()),
             body,
         }
     }

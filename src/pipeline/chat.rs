@@ -10,7 +10,7 @@ use bytes::Bytes;
 
 use super::attempt::{Dispatch, RESERVATION_MARGIN_MS};
 use super::context::{RequestContext, RequestMeter};
-use super::hold::Hold;
+use super::hold::{Hold, Step};
 use super::record::{self, AttemptRow};
 use super::semantic::{self, Consulted};
 use super::stream::ClientBody;
@@ -152,6 +152,7 @@ pub async fn handle_chat(
         request: &request,
         tenant: &tenant,
         max_tokens,
+        first_step: first_step(&live.config, route, &request, max_tokens),
         end_user,
         prefix: prefix.as_ref(),
     };
@@ -389,6 +390,8 @@ struct Admission<'a> {
     request: &'a ChatRequest,
     tenant: &'a TenantHandle,
     max_tokens: u32,
+    /// A stream whose hold grows is admitted with this much output held.
+    first_step: Option<u32>,
     end_user: Option<EndUserHold>,
     /// Prompts the gateway places first: their tokens are held like the caller's.
     prefix: Option<&'a Prefix<'a>>,
@@ -396,12 +399,26 @@ struct Admission<'a> {
 
 impl Admission<'_> {
     /// The rate decision and the hold of the first attempt, with the input
-    /// estimate it was reserved at. Long texts not counted before are first
-    /// bounded by their bytes (a byte-level BPE never yields more tokens than
-    /// the text has bytes), which costs nothing; only where that bound changes
-    /// the decision (a refusal, a clamp) is the prompt counted exactly and
-    /// reserved again, so precision is paid for only near a limit.
+    /// estimate it was reserved at; a stream whose hold grows is sent the
+    /// caller's limit while one step of it is held.
     async fn reserve(
+        &self,
+        limited: Option<RateDecision>,
+    ) -> Result<(RateDecision, Hold, Estimate), ApiError> {
+        let (rate, mut hold, input) = self.reserve_first(limited).await?;
+        if self.first_step.is_some() {
+            let step = self.step(hold.request());
+            hold.grow_to(self.max_tokens, step);
+        }
+        Ok((rate, hold, input))
+    }
+
+    /// Long texts not counted before are first bounded by their bytes (a
+    /// byte-level BPE never yields more tokens than the text has bytes),
+    /// which costs nothing; only where that bound changes the decision (a
+    /// refusal, a clamp) is the prompt counted exactly and reserved again,
+    /// so precision is paid for only near a limit.
+    async fn reserve_first(
         &self,
         limited: Option<RateDecision>,
     ) -> Result<(RateDecision, Hold, Estimate), ApiError> {
@@ -477,7 +494,7 @@ impl Admission<'_> {
             input_tokens,
             input_price,
             output_price,
-            max_tokens: self.max_tokens,
+            max_tokens: self.first_step.unwrap_or(self.max_tokens),
             choices: self.request.choices(),
             expires_at_ms: now + self.gw.config.server.request_timeout_ms + RESERVATION_MARGIN_MS,
             key: self.ctx.key.id.clone(),
@@ -488,6 +505,25 @@ impl Admission<'_> {
             feature: self.ctx.feature.clone(),
             end_user: self.end_user.clone(),
         }
+    }
+
+    /// A growing hold's next step: the output of the first grant again, at
+    /// the price tier the prompt reached, with no input and no fees.
+    fn step(&self, first: &ReserveRequest) -> Step {
+        let request = ReserveRequest {
+            input_tokens: 0,
+            fees: Nanos::ZERO,
+            ..first.clone()
+        };
+        let (input_price, output_price) = self.route.worst_cost_prices(first.input_tokens);
+        let at_cost = ReserveRequest {
+            input_price,
+            output_price,
+            ..request.clone()
+        };
+        let mut meta = self.meta(&request, request.max_tokens);
+        meta.cost_nanos = Some(crate::tenant::book::worst_case(&at_cost, request.max_tokens).get());
+        Step { request, meta }
     }
 
     /// What a reservation of `request` at `max_tokens` records beside it.
@@ -516,6 +552,24 @@ impl Admission<'_> {
             cost_nanos: Some(cost.get()),
         }
     }
+}
+
+/// The output a stream is admitted with where its hold grows with it
+/// (`billing.stream_step_tokens`): only where every target streams all the
+/// output it may bill, so that the relay sees each token it must hold.
+fn first_step(
+    config: &Config,
+    route: &Route,
+    request: &ChatRequest,
+    max_tokens: u32,
+) -> Option<u32> {
+    let step = config.billing.stream_step_tokens;
+    let grows = step > 0
+        && max_tokens > step
+        && request.stream()
+        && request.generates()
+        && route.shows_all_output(request.asks_reasoning());
+    grows.then_some(step)
 }
 
 /// The most the request's provider-run tools may bill in fees at any of `prices`.

@@ -4,6 +4,11 @@
 //! attempt; an attempt that may have been billed consumes it, and the next
 //! attempt needs a new one, reserved in the tenant's one atomic step. No hold,
 //! no attempt.
+//!
+//! A stream whose models show all they bill is held one step of output at a
+//! time (`billing.stream_step_tokens`): the upstream is sent the caller's
+//! limit, and the relay asks for the next step (`Growth`) before what it has
+//! passed on comes within a step of what is held.
 
 use crate::money::Nanos;
 use crate::tenant::TenantHandle;
@@ -18,6 +23,24 @@ pub struct Hold {
     guard: Option<ReservationGuard>,
     /// The last grant, kept after its guard is consumed.
     granted: Granted,
+    /// Where the hold grows with the stream: the output limit sent upstream
+    /// (the caller's), and what each further step reserves.
+    grows: Option<(u32, Box<Step>)>,
+}
+
+/// What one more step of a growing hold reserves, and records beside it.
+#[derive(Clone)]
+pub struct Step {
+    pub request: ReserveRequest,
+    pub meta: ReservationMeta,
+}
+
+/// What a relay needs to grow its stream's hold.
+pub struct Growth {
+    pub tenant: TenantHandle,
+    pub step: Step,
+    /// The output limit sent upstream: past it nothing more is held.
+    pub limit: u32,
 }
 
 impl Hold {
@@ -35,11 +58,41 @@ impl Hold {
             meta,
             guard: Some(guard),
             granted,
+            grows: None,
         }
+    }
+
+    /// Sends the upstream `limit` while the hold covers only its first step,
+    /// unless that step was clamped: then the clamp is the limit sent.
+    pub fn grow_to(&mut self, limit: u32, step: Step) {
+        if !self.granted.clamped && limit > self.granted.max_tokens {
+            self.grows = Some((limit, Box::new(step)));
+        }
+    }
+
+    /// The output limit the upstream is sent.
+    pub fn sent_max_tokens(&self) -> u32 {
+        self.grows
+            .as_ref()
+            .map_or(self.granted.max_tokens, |(limit, _)| *limit)
+    }
+
+    /// What the stream relay needs to grow this hold, if it grows.
+    pub fn growth(&self) -> Option<Growth> {
+        self.grows.as_ref().map(|(limit, step)| Growth {
+            tenant: self.tenant.clone(),
+            step: (**step).clone(),
+            limit: *limit,
+        })
     }
 
     pub fn granted(&self) -> &Granted {
         &self.granted
+    }
+
+    /// What the hold reserves (its output limit as granted).
+    pub fn request(&self) -> &ReserveRequest {
+        &self.request
     }
 
     /// The hold at the providers' prices: a row charged the hold costs this.
@@ -74,6 +127,9 @@ impl Hold {
         request.expires_at_ms = expires_at_ms;
         let guard = self.tenant.reserve(request, self.meta.clone()).await?;
         self.granted = *guard.granted();
+        if self.granted.clamped {
+            self.grows = None;
+        }
         self.guard = Some(guard);
         Ok(())
     }

@@ -166,33 +166,76 @@ pub struct Settled {
 /// records its row in the same step (`LedgerHandle::settle`): the full cost,
 /// or nothing if the reservation had already expired (then its `orphaned`
 /// row carries the charge). The row's own usage counts against the token limits.
-pub async fn settle(
-    gw: &Gateway,
-    ctx: &RequestContext,
-    route: &str,
+pub fn settle<'a>(
+    gw: &'a Gateway,
+    ctx: &'a RequestContext,
+    route: &'a str,
     reservation: ReservationGuard,
     cost: Nanos,
     row: AttemptRow,
-) -> Settled {
+) -> impl Future<Output = Settled> + 'a {
     let tokens = row
         .usage
         .prompt_tokens
         .saturating_add(row.usage.completion_tokens);
-    settle_tokens(gw, ctx, route, reservation, cost, tokens, row).await
+    settle_tokens(gw, ctx, route, reservation, cost, tokens, row)
+}
+
+/// A stream's hold that grew: its first guard and the steps since.
+pub struct Holds {
+    pub first: ReservationGuard,
+    pub steps: Vec<ReservationGuard>,
+}
+
+/// `settle` for a hold that grew: the first guard is settled at the whole
+/// cost (its row reserved at the sum of them all), then the steps are given
+/// back. In that order the budget never shows room the cost has taken.
+pub fn settle_holds<'a>(
+    gw: &'a Gateway,
+    ctx: &'a RequestContext,
+    route: &'a str,
+    holds: Holds,
+    cost: Nanos,
+    row: AttemptRow,
+) -> impl Future<Output = Settled> + 'a {
+    let tokens = row
+        .usage
+        .prompt_tokens
+        .saturating_add(row.usage.completion_tokens);
+    settle_held(gw, ctx, route, holds, cost, tokens, row)
 }
 
 /// `settle` with the tokens charged against the token limits given (an
 /// attempt with no usage report is charged the tokens it held).
-pub async fn settle_tokens(
+pub fn settle_tokens<'a>(
+    gw: &'a Gateway,
+    ctx: &'a RequestContext,
+    route: &'a str,
+    reservation: ReservationGuard,
+    cost: Nanos,
+    tokens: u64,
+    row: AttemptRow,
+) -> impl Future<Output = Settled> + 'a {
+    let holds = Holds {
+        first: reservation,
+        steps: Vec::new(),
+    };
+    settle_held(gw, ctx, route, holds, cost, tokens, row)
+}
+
+async fn settle_held(
     gw: &Gateway,
     ctx: &RequestContext,
     route: &str,
-    reservation: ReservationGuard,
+    holds: Holds,
     cost: Nanos,
     tokens: u64,
     mut row: AttemptRow,
 ) -> Settled {
-    let reserved = reservation.granted().amount;
+    let Holds { first, steps } = holds;
+    let reserved = steps.iter().fold(first.granted().amount, |sum, step| {
+        sum.saturating_add(step.granted().amount)
+    });
     observe(
         Metric::ReservationChargeRatio,
         &[],
@@ -207,7 +250,10 @@ pub async fn settle_tokens(
     }
     row.charged = cost;
     let event = event(gw, ctx, route, reserved, row);
-    let (remaining, recorded) = gw.ledger.settle(event, reservation, tokens).await;
+    let (remaining, recorded) = gw.ledger.settle(event, first, tokens).await;
+    for step in steps {
+        step.release();
+    }
     Settled {
         remaining,
         charged: recorded.charged,

@@ -25,6 +25,8 @@ use crate::provider::call::{UpstreamBody, UpstreamReply};
 use crate::state::Gateway;
 use crate::telemetry::metrics::{Metric, counter_add};
 use crate::tenant::ReservationGuard;
+
+use super::hold::Growth;
 use crate::tokenize::Estimate;
 
 /// What settling a served attempt needs to know of its request.
@@ -39,6 +41,12 @@ pub struct Served<'a> {
     /// Where the semantic cache keeps the answer, on a route that has one.
     pub keep: Option<Keep>,
     pub deadline: Instant,
+}
+
+/// The hold a started stream is relayed under: its guard, and how it grows.
+pub struct Held {
+    pub guard: ReservationGuard,
+    pub growth: Option<Growth>,
 }
 
 /// A stream whose first chunk arrived: from here on there is no failover.
@@ -154,22 +162,23 @@ impl Served<'_> {
     /// Hands a started stream to the relay, which settles it when it ends.
     pub fn relay(
         &self,
-        reservation: ReservationGuard,
+        held: Held,
         stream: StreamStart,
         target: &Target,
         provider: &Provider,
         success_status: AttemptStatus,
         attempt: u32,
     ) -> OutcomeBody {
-        let granted = reservation.granted();
-        // The output the hold covers: every choice up to the limit it was sent with.
-        let sent_max_tokens = provider
-            .max_tokens_ceiling
-            .map_or(granted.max_tokens, |ceiling| {
-                granted.max_tokens.min(ceiling)
-            });
-        let held_output_tokens =
-            u64::from(sent_max_tokens).saturating_mul(u64::from(self.request.choices()));
+        let Held { guard, mut growth } = held;
+        let granted = guard.granted();
+        let ceiling = |limit: u32| provider.max_tokens_ceiling.map_or(limit, |c| limit.min(c));
+        let choices = u64::from(self.request.choices());
+        // The output the hold covers: every choice up to the limit it holds
+        // (for a growing hold, its first step; the upstream has the caller's).
+        let held_output_tokens = u64::from(ceiling(granted.max_tokens)).saturating_mul(choices);
+        if let Some(growth) = &mut growth {
+            growth.limit = ceiling(growth.limit);
+        }
         let prompt_tokens = self.prompt_estimate();
         let relay = Relay {
             gw: self.gw.clone(),
@@ -188,7 +197,9 @@ impl Served<'_> {
             deadline: self.deadline,
             translator: Adapter::for_request(provider, self.request)
                 .translator(&target.model, self.request.include_usage()),
-            reservation,
+            reservation: guard,
+            growth,
+            steps: Vec::new(),
             event_id: stream.event_id,
             permit: stream.permit,
             started: stream.started,

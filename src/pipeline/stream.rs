@@ -29,6 +29,8 @@ use crate::state::Gateway;
 use crate::telemetry::metrics::{Metric, counter_add};
 use crate::tenant::ReservationGuard;
 
+use super::hold::Growth;
+
 /// Events buffered towards a slow caller before the relay waits for it.
 const CLIENT_BUFFER_EVENTS: usize = 64;
 
@@ -60,6 +62,11 @@ pub struct Relay {
     /// Upstream events → the caller's OpenAI chunks (usage chunk only if asked for).
     pub translator: Translator,
     pub reservation: ReservationGuard,
+    /// How the hold grows with the stream, where it does.
+    pub growth: Option<Growth>,
+    /// The steps the hold has grown by: released once the first guard is
+    /// settled at the whole cost.
+    pub steps: Vec<ReservationGuard>,
     /// The attempt's journal reserve; its row settles it.
     pub event_id: EventId,
     pub permit: Permit,
@@ -74,40 +81,63 @@ pub(crate) const STREAM_INTERRUPTED: &str = "stream_interrupted";
 #[derive(Default)]
 struct Passed {
     content: String,
-    /// Tokens of `content`, once counting began (see `fits`).
-    tokens: Option<u64>,
+    /// Once counting began (see `fits`): the tokens of `content[..counted_to]`,
+    /// a prefix ending where the tokenizer splits anyway, so the rest is
+    /// counted alone and the sum is the whole text's count.
+    counted: Option<(usize, u64)>,
     /// The last event with generated text: the id and model a cut ending repeats.
     last_chunk: Option<Bytes>,
 }
 
+/// A tail longer than this is split at a word boundary and its head counted for good.
+const UNCOUNTED_TAIL_BYTES: usize = 256;
+
 impl Passed {
-    /// Counts an event's text; `false` if passing it on would pass the hold
-    /// (it is then not forwarded).
+    /// Counts an event's text; `false` if passing it on would pass what the
+    /// hold allows (it is then not forwarded).
     fn fits(&mut self, relay: &Relay, item: &Relayed) -> bool {
         if item.content.is_empty() {
             return true;
         }
-        let held = relay.held_output_tokens;
+        let allowed = relay.allowed_tokens();
         let bytes = self.content.len().saturating_add(item.content.len());
         // Every token is at least one byte, so a text no longer than the hold
         // in bytes fits it in tokens: most streams are never tokenized here.
-        if u64::try_from(bytes).unwrap_or(u64::MAX) > held {
+        // Once counting began it goes on (a grown hold must not see a stale count).
+        if self.counted.is_some() || u64::try_from(bytes).unwrap_or(u64::MAX) > allowed {
             // In the encoding the target's prompts are counted with: its model's.
             let counting = relay.gw.estimator.with(relay.target.counting);
-            let before = match self.tokens {
-                Some(tokens) => tokens,
-                None => counting.count_text(&self.content),
-            };
-            let tokens = before + counting.count_text(&item.content);
-            if tokens > held {
+            let (counted_to, head) = self.counted.unwrap_or_default();
+            let mut tail = String::with_capacity(bytes - counted_to);
+            tail.push_str(&self.content[counted_to..]);
+            tail.push_str(&item.content);
+            if head + counting.count_text(&tail) > allowed {
                 return false;
             }
-            self.tokens = Some(tokens);
+            self.counted = Some(match word_boundary(&tail) {
+                Some(split) if tail.len() > UNCOUNTED_TAIL_BYTES => (
+                    counted_to + split,
+                    head + counting.count_text(&tail[..split]),
+                ),
+                _ => (counted_to, head),
+            });
         }
         self.content.push_str(&item.content);
         self.last_chunk.clone_from(&item.bytes);
         true
     }
+}
+
+/// The last place in `text` where a word ends and one space begins the
+/// next: the tokenizers' pre-split keeps a space with the word after it, so
+/// no token spans it and the two sides count apart exactly.
+fn word_boundary(text: &str) -> Option<usize> {
+    let bytes = text.as_bytes();
+    (1..bytes.len().saturating_sub(1)).rev().find(|&i| {
+        bytes[i] == b' '
+            && !bytes[i - 1].is_ascii_whitespace()
+            && !bytes[i + 1].is_ascii_whitespace()
+    })
 }
 
 /// How long the end of a finished upstream body is waited for.
@@ -194,8 +224,10 @@ impl Relay {
                     Err(end) => break 'relay end,
                 };
                 for item in relayed {
-                    if !passed.fits(&self, &item) {
-                        break 'relay End::Cut;
+                    while !passed.fits(&self, &item) {
+                        if !self.grow().await {
+                            break 'relay End::Cut;
+                        }
                     }
                     if item.usage.is_some() {
                         usage = item.usage;
@@ -276,6 +308,73 @@ impl Relay {
         if let Some(upstream) = finished {
             read_to_end(upstream).await;
         }
+    }
+
+    /// What may be passed on: all that is held, less the step kept ahead of
+    /// the relay while the hold can still grow. The provider goes on
+    /// generating until a cancel reaches it; that step is what covers it.
+    fn allowed_tokens(&self) -> u64 {
+        match &self.growth {
+            Some(growth) if self.held_output_tokens < self.output_tokens(growth.limit) => {
+                let step = self.output_tokens(growth.step.request.max_tokens);
+                self.held_output_tokens.saturating_sub(step)
+            }
+            _ => self.held_output_tokens,
+        }
+    }
+
+    /// `max_tokens` of every choice.
+    fn output_tokens(&self, max_tokens: u32) -> u64 {
+        u64::from(max_tokens).saturating_mul(u64::from(self.choices.max(1)))
+    }
+
+    /// Reserves the hold's next step in the tenant's one atomic decision;
+    /// `false` when the budget cannot fund it (or nothing is left to hold),
+    /// and the stream ends here.
+    async fn grow(&mut self) -> bool {
+        let Some(growth) = &self.growth else {
+            return false;
+        };
+        let limit = self.output_tokens(growth.limit);
+        if self.held_output_tokens >= limit {
+            return false;
+        }
+        let left = (limit - self.held_output_tokens).div_ceil(u64::from(self.choices.max(1)));
+        let mut request = growth.step.request.clone();
+        request.max_tokens = request
+            .max_tokens
+            .min(u32::try_from(left).unwrap_or(u32::MAX));
+        let reserved = growth
+            .tenant
+            .reserve(request, growth.step.meta.clone())
+            .await;
+        let granted = match reserved {
+            Ok(guard) if guard.granted().max_tokens > 0 => {
+                self.held_output_tokens = self
+                    .held_output_tokens
+                    .saturating_add(self.output_tokens(guard.granted().max_tokens));
+                self.steps.push(guard);
+                true
+            }
+            Ok(guard) => {
+                guard.release();
+                false
+            }
+            Err(_) => false,
+        };
+        let outcome = if granted { "granted" } else { "refused" };
+        let labels = [("route", self.route.as_str()), ("outcome", outcome)];
+        counter_add(Metric::StreamHoldStepsTotal, &labels, 1);
+        granted
+    }
+
+    /// What the hold covers in money: its first grant and every step since.
+    fn held_amount(&self) -> crate::money::Nanos {
+        self.steps
+            .iter()
+            .fold(self.reservation.granted().amount, |sum, step| {
+                sum.saturating_add(step.granted().amount)
+            })
     }
 
     /// The events that end the caller's stream, after the upstream's.
@@ -440,15 +539,13 @@ impl Relay {
             ];
             counter_add(Metric::StreamInterruptionsTotal, &labels, 1);
         }
-        self.permit.finish(verdict);
         let cost = if usage_kind == UsageKind::Unknown {
-            self.reservation
-                .granted()
-                .amount
+            self.held_amount()
                 .max(pricing::charge(&self.target.charge, &usage))
         } else {
             pricing::charge(&self.target.charge, &usage)
         };
+        self.permit.finish(verdict);
         let mut row = AttemptRow::new(
             self.target.provider.as_str(),
             &self.target.model,
@@ -464,15 +561,11 @@ impl Relay {
         row.ttft_ms = Some(self.ttft_ms);
         row.error = error;
         let latency_ms = row.latency_ms;
-        let settled = record::settle(
-            &self.gw,
-            &self.ctx,
-            &self.route,
-            self.reservation,
-            cost,
-            row,
-        )
-        .await;
+        let held = record::Holds {
+            first: self.reservation,
+            steps: self.steps,
+        };
+        let settled = record::settle_holds(&self.gw, &self.ctx, &self.route, held, cost, row).await;
         let provider = self.target.provider.as_str();
         record::meter(&self.gw, &self.ctx, provider, &usage, settled.charged);
         if status != self.success_status {
@@ -495,5 +588,34 @@ impl Relay {
         );
         let trace_id = self.ctx.trace_id.clone().unwrap_or_default();
         tracing::info!(request_id = %self.ctx.request_id, trace_id, tenant = %self.ctx.tenant.id, route = %self.route, provider = %self.target.provider, status = status.as_str(), cost = %cost, latency_ms, "Stream ended.");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::word_boundary;
+    use crate::config::TokenizerConfig;
+    use crate::tokenize::Estimator;
+
+    #[test]
+    fn a_text_split_at_its_last_word_boundary_counts_as_the_whole() {
+        assert_eq!(word_boundary("one two"), Some(3));
+        assert_eq!(word_boundary("one  two"), None);
+        assert_eq!(word_boundary("one\ntwo "), None);
+        assert_eq!(word_boundary(" lead"), None);
+        let estimator = Estimator::new(&TokenizerConfig {
+            encoding: "o200k_base".into(),
+            safety_percent: 0,
+        });
+        let text = "The quick brown fox, it said; jumped over 12,345 lazy dogs!\n\
+                    Then it wrote fn main() { println!(\"hi\"); } and   left. Done?";
+        let mut rest = text;
+        let mut pieces = 0;
+        while let Some(split) = word_boundary(rest) {
+            pieces += estimator.count_text(&rest[split..]);
+            rest = &rest[..split];
+        }
+        pieces += estimator.count_text(rest);
+        assert_eq!(pieces, estimator.count_text(text));
     }
 }

@@ -69,6 +69,7 @@ mod tests {
             output: p(output),
             long_context: None,
             web_search: None,
+            hidden_output: crate::config::HiddenOutput::default(),
         }
     }
 

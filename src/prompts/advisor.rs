@@ -331,6 +331,7 @@ mod tests {
             output: p("15"),
             long_context: None,
             web_search: None,
+            hidden_output: crate::config::HiddenOutput::default(),
         };
         PriceTable::from([(("anthropic".to_owned(), "claude".to_owned()), price)])
     }

@@ -119,6 +119,7 @@ mod tests {
             output: PricePerMTok::default(),
             long_context: None,
             web_search: None,
+            hidden_output: crate::config::HiddenOutput::default(),
         };
         Target {
             provider: ProviderName::new(provider),

@@ -32,6 +32,7 @@ pub enum Metric {
     BudgetAlertsTotal,
     RejectionsTotal,
     StreamInterruptionsTotal,
+    StreamHoldStepsTotal,
     TokenizerFailuresTotal,
     FieldRefusalsTotal,
     QuotaHoldsLostTotal,
@@ -68,7 +69,7 @@ pub enum Metric {
 }
 
 impl Metric {
-    pub const ALL: [Metric; 52] = [
+    pub const ALL: [Metric; 53] = [
         Metric::RequestsTotal,
         Metric::RequestDurationSeconds,
         Metric::GatewayOverheadSeconds,
@@ -88,6 +89,7 @@ impl Metric {
         Metric::BudgetAlertsTotal,
         Metric::RejectionsTotal,
         Metric::StreamInterruptionsTotal,
+        Metric::StreamHoldStepsTotal,
         Metric::TokenizerFailuresTotal,
         Metric::FieldRefusalsTotal,
         Metric::QuotaHoldsLostTotal,
@@ -144,6 +146,7 @@ impl Metric {
             Metric::BudgetAlertsTotal => "tollgate_budget_alerts_total",
             Metric::RejectionsTotal => "tollgate_rejections_total",
             Metric::StreamInterruptionsTotal => "tollgate_stream_interruptions_total",
+            Metric::StreamHoldStepsTotal => "tollgate_stream_hold_steps_total",
             Metric::TokenizerFailuresTotal => "tollgate_tokenizer_failures_total",
             Metric::FieldRefusalsTotal => "tollgate_field_refusals_total",
             Metric::QuotaHoldsLostTotal => "tollgate_quota_holds_lost_total",
@@ -230,6 +233,9 @@ impl Metric {
             Metric::RejectionsTotal => "Requests refused before the upstream, by kind.",
             Metric::StreamInterruptionsTotal => {
                 "Streams that did not end normally, by provider and reason (partial, client_cancelled, cut_at_hold)."
+            }
+            Metric::StreamHoldStepsTotal => {
+                "Steps a growing stream hold asked for, by route and outcome (granted; refused, which ends the stream)."
             }
             Metric::TokenizerFailuresTotal => {
                 "Texts the tokenizer failed on, counted by their bytes instead (expected to stay 0)."

@@ -20,6 +20,10 @@ pub fn zero_configured(config: &Config) {
             &[("route", route_name), ("status", "ok")],
             0,
         );
+        for outcome in ["granted", "refused"] {
+            let labels = [("route", route_name), ("outcome", outcome)];
+            counter_add(Metric::StreamHoldStepsTotal, &labels, 0);
+        }
         if route.cache_ttl_ms > 0 {
             for result in ["hit", "miss"] {
                 counter_add(
@@ -77,6 +81,7 @@ pub fn zero_configured(config: &Config) {
     // At 0 with traces off too: the panel then says so rather than nothing.
     counter_add(Metric::TraceSpansExportedTotal, &[], 0);
     counter_add(Metric::TokenizerFailuresTotal, &[], 0);
+
     counter_add(Metric::QuotaHoldsLostTotal, &[], 0);
     counter_add(Metric::AuditPayloadsDroppedTotal, &[], 0);
     for reason in ["queue_full", "export_failed"] {

@@ -144,6 +144,75 @@ async fn claude_code_runs_a_tool_loop_unchanged() {
     assert!(rows.iter().any(|r| r.route == "claude-fast"));
 }
 
+/// A free-tier tenant with 0.05 runs Claude Code (32,000 `max_tokens` and
+/// thinking on every call) call after call: each stream is admitted with one
+/// step of output held, not its whole limit, where the model streams all it
+/// bills; when the budget cannot fund a step the stream is cut, and after
+/// that calls are refused. The ledger never passes 0.05.
+#[actix_web::test]
+async fn claude_code_runs_on_a_small_budget_until_it_is_spent_and_never_past_it() {
+    // Claude Code's prompt is ~20k tokens: 0.006 of input a call, each step of
+    // output (1,024 tokens) 0.01, more than a call costs, so the budget ends
+    // in a stream that can no longer grow rather than in a refusal.
+    let app = spawn_app(
+        setup()
+            .price("claude/agent", "0.3", "0.3", "10")
+            .price_extra("claude/agent", "hidden_output = \"none\""),
+    )
+    .await;
+    let (tenant, key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "0.05"}))
+        .await;
+    let program = agents_dir().join("node_modules/.bin/claude");
+    let mut refused = false;
+    for _ in 0..12 {
+        let args = [
+            "-p",
+            "Say hi",
+            "--model",
+            "claude-fast",
+            "--output-format",
+            "json",
+        ];
+        let output = run(
+            program.clone(),
+            args.iter().map(|a| (*a).to_owned()).collect(),
+            claude_env(&app, &key),
+        )
+        .await;
+        if !output.status.success()
+            || String::from_utf8_lossy(&output.stdout).contains("\"is_error\":true")
+        {
+            let printed = text(&output);
+            if printed.contains("budget") || printed.contains("402") {
+                refused = true;
+                break;
+            }
+        }
+    }
+    assert!(refused, "the budget never ran out");
+    let rows = app.ledger_rows(&tenant).await;
+    let spent: i64 = rows.iter().map(|r| r.charged_nanos).sum();
+    assert!(spent <= 50_000_000, "spent {spent} of 0.05: {rows:?}");
+    assert!(rows.len() >= 3, "{rows:?}");
+    let cut = rows
+        .iter()
+        .filter(|r| {
+            r.error
+                .as_deref()
+                .unwrap_or("")
+                .contains("ended by the gateway at its hold")
+        })
+        .count();
+    assert!(cut >= 1, "no stream was cut: {rows:?}");
+    assert!(
+        rows.iter().all(|r| r.charged_nanos <= r.reserved_nanos),
+        "{rows:?}"
+    );
+    let budget = app.budget(&tenant).await;
+    assert_eq!(budget["reserved"], "0", "{budget}");
+}
+
 /// Codex `exec` with its default configuration and tools, pointed at the
 /// gateway as a provider of the Responses API: its shell call runs and its
 /// output goes back, on a translated route and on a passthrough one.

@@ -445,3 +445,121 @@ async fn a_reasoning_stream_without_usage_is_charged_its_hold_and_a_plain_one_it
     assert_eq!(rows[1].charged_nanos, rows[1].reserved_nanos);
     assert_eq!(rows[1].completion_tokens, 100, "the held output");
 }
+
+/// A stream is admitted with one step of output held, not its whole
+/// `max_tokens`, where its model streams all it bills; the upstream still
+/// gets the caller's limit; the hold grows a step ahead of what was passed
+/// on, and when the budget cannot fund the next step the gateway ends the
+/// stream at its hold (`length`) and cancels the upstream. Nothing passes
+/// the budget.
+#[actix_web::test]
+async fn a_stream_s_hold_grows_with_it_and_it_is_cut_where_the_budget_ends() {
+    let app = spawn_app(
+        TestSetup::new()
+            .route("grows-ok", &["primary/usage-1000-0-40+chunks-30"])
+            .route(
+                "grows-on",
+                &["primary/usage-1000-0-40+chunks-6000+chunk-delay-1ms"],
+            )
+            .route("grows-not", &["secondary/usage-1000-0-40+chunks-30"])
+            .price("primary/usage-1000-0-40+chunks-30", "10", "10", "400")
+            .price_extra(
+                "primary/usage-1000-0-40+chunks-30",
+                "hidden_output = \"none\"",
+            )
+            .price(
+                "primary/usage-1000-0-40+chunks-6000+chunk-delay-1ms",
+                "10",
+                "10",
+                "400",
+            )
+            .price_extra(
+                "primary/usage-1000-0-40+chunks-6000+chunk-delay-1ms",
+                "hidden_output = \"none\"",
+            )
+            .price("secondary/usage-1000-0-40+chunks-30", "10", "10", "400")
+            .billing("stream_step_tokens = 256")
+            .tier("free", &["grows-ok", "grows-on", "grows-not"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "0.5"}))
+        .await;
+    let body = |model: &str| {
+        let mut body = stream_body(model, true);
+        body["max_tokens"] = json!(32000);
+        body
+    };
+    // Its whole limit (12.8 of output) is more than the budget: refused.
+    let refused = open(&app, &key, &body("grows-not")).await.unwrap();
+    assert_eq!(refused.status(), 402);
+
+    // One step (256 tokens, 0.1024) admits it; it ends well and costs its usage.
+    let mut response = open(&app, &key, &body("grows-ok")).await.unwrap();
+    let raw = read_all(&mut response).await;
+    assert!(raw.contains("\"finish_reason\":\"stop\""), "{raw}");
+    let rows = app.ledger_rows_eventually(&tenant, 1).await;
+    assert_eq!(rows[0].charged_nanos, 26_000_000, "{rows:?}");
+
+    // A runaway: steps are granted while the budget funds them, then it is cut.
+    let mut response = open(&app, &key, &body("grows-on")).await.unwrap();
+    let raw = read_all(&mut response).await;
+    let events = events(&raw);
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "{raw}");
+    assert!(raw.contains("\"finish_reason\":\"length\""), "{raw}");
+    let text: String = events
+        .iter()
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
+    // 0.474 left funds the first step and three more: 1,024 held, and
+    // what was passed on stays a step behind.
+    let passed = app.gateway.estimator.count_completion(&text);
+    assert!((512..=768).contains(&passed), "{passed} tokens passed on");
+    let rows = app.ledger_rows_eventually(&tenant, 2).await;
+    let cut = rows.iter().find(|r| r.route == "grows-on").unwrap();
+    assert_eq!(cut.completion_tokens, 1024, "{cut:?}");
+    assert!(cut.charged_nanos <= cut.reserved_nanos, "{cut:?}");
+    assert!(
+        cut.error.as_deref().unwrap_or("").contains("hold"),
+        "{cut:?}"
+    );
+    wait_until(
+        || app.fake.stats.streams_cancelled() >= 1,
+        "the upstream's cancel",
+    )
+    .await;
+    // The upstream had the caller's limit each time.
+    let sent: Vec<Value> = app
+        .fake
+        .stats
+        .captured()
+        .iter()
+        .map(|c| c.body["max_tokens"].clone())
+        .collect();
+    assert_eq!(sent, [json!(32000), json!(32000)]);
+    let budget = app.budget(&tenant).await;
+    assert_eq!(budget["reserved"], "0", "{budget}");
+    let spent: i64 = rows.iter().map(|r| r.charged_nanos).sum();
+    assert!(spent <= 500_000_000, "{spent}");
+    let metrics = app.get("/metrics", "").await.raw;
+    let steps = |route: &str, outcome: &str| {
+        metric_value(
+            &metrics,
+            &format!("tollgate_stream_hold_steps_total{{route=\"{route}\",outcome=\"{outcome}\"}}"),
+        )
+    };
+    // The short stream grew once (its first token needs a step ahead).
+    assert_eq!(steps("grows-ok", "granted"), 1, "{metrics}");
+    assert_eq!(
+        (steps("grows-on", "granted"), steps("grows-on", "refused")),
+        (3, 1)
+    );
+    // What is left cannot fund a step: refused before anything is sent.
+    let refused = open(&app, &key, &body("grows-ok")).await.unwrap();
+    assert_eq!(refused.status(), 402);
+}

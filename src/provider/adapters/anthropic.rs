@@ -1442,6 +1442,7 @@ mod tests {
             output: per_mtok("15"),
             long_context: None,
             web_search: None,
+            hidden_output: crate::config::HiddenOutput::default(),
         };
         // 120 × 3 + 4096 × 0.30 + 2048 × 3.75 + 57 × 15, per million tokens.
         assert_eq!(
