@@ -635,13 +635,23 @@ impl EnvSource for DemoEnv {
     }
 }
 
+/// The demo's configuration and its full path. The commands the banner
+/// prints (spend, tenants, keys) read the same file: outside a checkout the
+/// demo writes out the embedded example it runs.
+fn demo_config(path: &Path) -> Result<(Arc<Config>, std::path::PathBuf)> {
+    if !path.exists() {
+        std::fs::write(path, include_str!("../tollgate.example.toml"))
+            .with_context(|| format!("writing the demo's configuration to {}", path.display()))?;
+        tracing::info!(path = %path.display(), "Wrote the demo's configuration.");
+    }
+    let config = Config::load(path, &DemoEnv)?;
+    let full = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    Ok((config, full))
+}
+
 async fn demo(path: Option<&Path>, listen: Option<std::net::SocketAddr>) -> Result<()> {
-    let path = path.unwrap_or(Path::new("tollgate.example.toml"));
-    let config = if path.exists() {
-        Config::load(path, &DemoEnv)?
-    } else {
-        Config::from_toml(include_str!("../tollgate.example.toml"), &DemoEnv)?
-    };
+    let (config, path) = demo_config(path.unwrap_or(Path::new("tollgate.example.toml")))?;
+    let path = path.as_path();
     let mut config = (*config).clone();
     if let Some(listen) = listen {
         config.server.listen = listen;

@@ -66,6 +66,12 @@ type Inbox = Arc<Mutex<Vec<Journaled>>>;
 #[rtype(result = "()")]
 struct Drain;
 
+/// A row arrived in an empty inbox: an idle ledger writes it at once rather
+/// than at the next tick, so a report run right after a call shows it.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Nudge;
+
 /// Writes every event recorded so far; replies once they are in the database.
 #[derive(Message)]
 #[rtype(result = "Result<(), LedgerError>")]
@@ -85,6 +91,9 @@ pub struct LedgerActor {
     /// Consecutive failed writes; batch writes wait until `retry_at_ms`.
     failures: u32,
     retry_at_ms: u64,
+    /// When the last write began: within a tick of it the ledger is busy,
+    /// and rows wait for the tick to share a batch.
+    last_write_ms: u64,
     max_batch_rows: usize,
     /// Rows kept in memory at most; past it the journal alone holds the
     /// newer ones (`spill`) until the database has caught up.
@@ -126,6 +135,7 @@ impl LedgerActor {
         if events.is_empty() {
             return;
         }
+        self.last_write_ms = self.clock.now_ms();
         let db = self.db.clone();
         let calendar = self.calendar.clone();
         let fut = async move {
@@ -243,6 +253,21 @@ impl LedgerActor {
             }
             .into_actor(self),
         );
+    }
+}
+
+impl Handler<Nudge> for LedgerActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Nudge, ctx: &mut Context<Self>) {
+        let interval_ms = u64::try_from(self.flush_interval.as_millis()).unwrap_or(u64::MAX);
+        if self.clock.now_ms() < self.last_write_ms.saturating_add(interval_ms) {
+            return;
+        }
+        self.drain(ctx);
+        if !self.batch.is_empty() {
+            self.write_batch(ctx);
+        }
     }
 }
 
@@ -436,6 +461,7 @@ impl LedgerHandle {
             },
             failures: 0,
             retry_at_ms: 0,
+            last_write_ms: 0,
             max_batch_rows,
             memory_limit: max_backlog_events.max(1),
             spill: None,
@@ -495,6 +521,8 @@ impl LedgerHandle {
         };
         if queued == self.max_batch_rows {
             self.addr.do_send(Drain);
+        } else if queued == 1 {
+            self.addr.do_send(Nudge);
         }
     }
 

@@ -349,3 +349,82 @@ fn a_gateway_dropped_without_a_stop_lets_go_of_its_journal() {
     });
     drop(dir);
 }
+
+/// A newcomer outside a checkout: `tollgate demo` with no configuration
+/// file serves the embedded example, and the `spend` line its banner prints
+/// (run at once after a call) finds the same database and shows the call.
+/// Before, the banner named a file that did not exist.
+#[actix_web::test]
+async fn the_demo_s_printed_spend_line_shows_the_call_just_made() {
+    use std::io::{BufRead, BufReader};
+    use std::sync::{Arc, Mutex};
+
+    let dir = tempfile::tempdir().unwrap();
+    let addr = free_port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["demo", "--listen", &addr.to_string()])
+        .current_dir(dir.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let banner = Arc::new(Mutex::new(String::new()));
+    let lines = BufReader::new(child.stdout.take().unwrap());
+    let sink = banner.clone();
+    std::thread::spawn(move || {
+        for line in lines.lines().map_while(Result::ok) {
+            let mut banner = sink.lock().unwrap();
+            banner.push_str(&line);
+            banner.push('\n');
+        }
+    });
+    let printed = |prefix: &str| {
+        let banner = banner.lock().unwrap();
+        banner.lines().find_map(|l| {
+            l.trim()
+                .strip_prefix(prefix)
+                .map(|rest| rest.trim().to_owned())
+        })
+    };
+    wait_until(
+        || printed("Spend:").is_some(),
+        Duration::from_secs(30),
+        "the demo's banner",
+    )
+    .await;
+    let key = printed("API key").unwrap();
+    let reply = awc::Client::default()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .insert_header(("authorization", format!("Bearer {key}")))
+        .send_json(&chat_body("fast"))
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 200);
+    let spend = printed("Spend:").unwrap();
+    let args: Vec<&str> = spend
+        .strip_prefix("cargo run --release -- ")
+        .unwrap_or_else(|| panic!("{spend}"))
+        .split_whitespace()
+        .collect();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(&args)
+        .current_dir(dir.path())
+        .env_clear()
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{spend}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let total = table
+        .lines()
+        .find(|l| l.starts_with("total"))
+        .unwrap_or_default();
+    assert_eq!(total.split_whitespace().nth(1), Some("1"), "{table}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
