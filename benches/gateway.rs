@@ -73,6 +73,7 @@ fn reserve(c: &mut Criterion) {
         end_user: None,
         key_credits: false,
         fees: Nanos::ZERO,
+        session: None,
         key_period: tollgate::calendar::Period::Month,
     };
     c.bench_function("quota_book/rate+reserve+settle", |b| {
@@ -120,6 +121,7 @@ fn journal(c: &mut Criterion) {
         tenant: TenantId::new("bench"),
         key: KeyId::new("bench"),
         end_user: None,
+        session: None,
         feature: "bench".to_owned(),
         api: tollgate::ledger::Api::Chat,
         route: "fast".to_owned(),

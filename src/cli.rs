@@ -208,7 +208,7 @@ enum KeyCommand {
 struct SpendArgs {
     #[arg(long)]
     tenant: Option<String>,
-    /// tenant, feature, model, provider, route, day or status.
+    /// tenant, feature, model, provider, route, day, status, key, api, end_user or session.
     #[arg(long, default_value = "model")]
     group_by: String,
     /// First day, YYYY-MM-DD.

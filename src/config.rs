@@ -910,6 +910,21 @@ struct RawTier {
     end_user_required: bool,
     /// Every end user's own limits, with no admin call.
     end_user: Option<RawEndUser>,
+    /// What one agent run (a session) may spend.
+    session: Option<RawSession>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSession {
+    budget: String,
+    /// A session unseen this long is forgotten; default a day.
+    #[serde(default = "default_session_idle_minutes")]
+    idle_minutes: u64,
+}
+
+fn default_session_idle_minutes() -> u64 {
+    24 * 60
 }
 
 #[derive(Debug, Deserialize)]
@@ -1028,11 +1043,12 @@ pub enum HiddenOutput {
 
 impl HiddenOutput {
     /// Whether a request that does (or does not) ask for reasoning may be
-    /// billed output its stream does not show.
-    pub fn hides(self, asks_reasoning: bool) -> bool {
+    /// billed output its stream does not show; `counted`: the stream reports
+    /// its hidden reasoning's tokens as it goes.
+    pub fn hides(self, asks_reasoning: bool, counted: bool) -> bool {
         match self {
             HiddenOutput::None => false,
-            HiddenOutput::Reasoning => asks_reasoning,
+            HiddenOutput::Reasoning => asks_reasoning && !counted,
             HiddenOutput::Always => true,
         }
     }
@@ -1205,15 +1221,6 @@ impl Route {
         worst_of(self.targets.iter().map(|t| &t.charge), input_tokens)
     }
 
-    /// Whether every target streams all the output it may bill to a request
-    /// that does (or does not) ask for reasoning: such a stream's hold can
-    /// grow with what the relay sees.
-    pub fn shows_all_output(&self, asks_reasoning: bool) -> bool {
-        self.targets
-            .iter()
-            .all(|t| !t.price.hidden_output.hides(asks_reasoning))
-    }
-
     /// The same rates at the providers' prices: what a hold would be at cost.
     pub fn worst_cost_prices(&self, input_tokens: u64) -> (PricePerMTok, PricePerMTok) {
         worst_of(self.targets.iter().map(|t| &t.price), input_tokens)
@@ -1250,6 +1257,8 @@ pub struct Tier {
     pub end_user_required: bool,
     /// The limits every end user of the tier gets.
     pub end_user: Option<EndUserLimits>,
+    /// What one agent run may spend (`[tiers.x.session]`).
+    pub session: Option<SessionLimits>,
     pub routes: Vec<RouteName>,
     pub rpm: u32,
     pub tpm: Option<u64>,
@@ -1269,6 +1278,14 @@ pub struct Tier {
 pub enum EndUserSource {
     Header,
     Body,
+}
+
+/// What one agent run may spend: a budget for its whole life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionLimits {
+    pub budget: Nanos,
+    /// A session unseen this long is forgotten (its spend with it).
+    pub idle_ms: u64,
 }
 
 /// One end user's limits: a budget per period and a request rate.
@@ -2188,6 +2205,11 @@ fn validate_tiers(
             .as_ref()
             .map(|e| validate_end_user(name, e))
             .transpose()?;
+        let session = t
+            .session
+            .as_ref()
+            .map(|raw| validate_session(name, raw))
+            .transpose()?;
         tiers.insert(
             name.clone(),
             Tier {
@@ -2198,6 +2220,7 @@ fn validate_tiers(
                     .unwrap_or_else(|| vec![EndUserSource::Header, EndUserSource::Body]),
                 end_user_required: t.end_user_required,
                 end_user,
+                session,
                 routes: t
                     .routes
                     .iter()
@@ -2253,6 +2276,21 @@ fn check_embedding_routes(
         }
     }
     Ok(())
+}
+
+fn validate_session(tier: &str, raw: &RawSession) -> Result<SessionLimits, ConfigError> {
+    let budget = Nanos::parse_decimal(&raw.budget)
+        .map_err(|e| invalid(format!("tiers.{tier}.session.budget"), e.to_string()))?;
+    if raw.idle_minutes == 0 {
+        return Err(invalid(
+            format!("tiers.{tier}.session.idle_minutes"),
+            "must be positive",
+        ));
+    }
+    Ok(SessionLimits {
+        budget,
+        idle_ms: raw.idle_minutes.saturating_mul(60_000),
+    })
 }
 
 fn validate_end_user(tier: &str, raw: &RawEndUser) -> Result<EndUserLimits, ConfigError> {

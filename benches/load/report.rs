@@ -732,7 +732,8 @@ fn mib(kib: Option<u64>) -> String {
 pub fn stream_table(cells: &[Cell]) -> String {
     let mut out = String::from(
         "Streaming (`\"stream\": true`, short prompt, 0 ms fake upstream sending N content events 2 ms apart), open loop, through each door: \
-         chat completions (relayed as sent), Responses and Messages (the same upstream chat stream mapped to their events; the direct baseline is that chat stream). \
+         chat completions (relayed as sent), Responses and Messages (the same upstream chat stream mapped to their events; the direct baseline is that chat stream), \
+         and chat again with a growing hold (a model whose price hides no output, `billing.stream_step_tokens` 64: admitted with one step held, one more reserved at the first token, released at the settle). \
          Time to first event = until the first SSE `data:` line of the body, from each request's intended start; ms, medians of the runs. \
          Per chunk = added whole-stream p50 ÷ N: an upper bound on the relay's cost per event, since the added time of the request itself is in it too.\n\n",
     );

@@ -18,6 +18,8 @@ pub struct Model {
     pub feature: String,
     /// The end user charged, if the request named one.
     pub end_user: Option<String>,
+    /// The agent run the call belonged to (`X-Tollgate-Session` or the agent's own id).
+    pub session: Option<String>,
     /// The door: `chat`, `responses`, `messages` or `embeddings`.
     pub api: String,
     pub route: String,

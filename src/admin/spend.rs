@@ -73,7 +73,7 @@ pub async fn report(
     let group_by = GroupBy::parse(&group_text).ok_or_else(|| {
         invalid(
             "group_by",
-            "use tenant, feature, model, provider, route, day, status, key or api",
+            "use tenant, feature, model, provider, route, day, status, key, api, end_user or session",
         )
     })?;
     let filter = day_filter_from(

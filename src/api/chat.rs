@@ -331,6 +331,7 @@ pub(super) fn request_context(
         feature: headers::feature(req)?,
         end_user_header: headers::end_user(req),
         end_user: None,
+        session: headers::session(req),
         api,
         request_id,
         client_request_id: headers::client_request_id(req),

@@ -53,6 +53,26 @@ pub fn end_user(req: &HttpRequest) -> Option<String> {
     header(req, END_USER).map(str::to_owned)
 }
 
+/// The agent run a request belongs to: `X-Tollgate-Session`, else the id
+/// the agents send themselves (Claude Code's `X-Claude-Code-Session-Id`,
+/// Codex's `session-id`). Past the end-user length cap it is kept as a
+/// stable hash; one with control characters is no id.
+pub fn session(req: &HttpRequest) -> Option<String> {
+    let id = SESSION_HEADERS
+        .iter()
+        .filter_map(|name| header(req, name))
+        .map(str::trim)
+        .find(|id| !id.is_empty())?;
+    crate::pipeline::end_user::kept_id(id)
+}
+
+/// Where a session id is read, in order.
+const SESSION_HEADERS: [&str; 3] = [
+    "x-tollgate-session",
+    "x-claude-code-session-id",
+    "session-id",
+];
+
 /// `X-Tollgate-Complexity`: `simple`, `moderate` or `complex`, if sent.
 pub fn complexity(req: &HttpRequest) -> Result<Option<Complexity>, ApiError> {
     match header(req, COMPLEXITY)

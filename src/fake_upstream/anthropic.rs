@@ -4,8 +4,10 @@
 //! matching tool use, malformed `cache_control`) with Anthropic's error envelope, so a mapping
 //! bug fails a test instead of production. Scenarios ride in the `model` string as in the
 //! OpenAI fake: `status-NNN`, `delay-NNNms`, `usage-IN-CW-CR-OUT`, `tool`, `words-N` (a
-//! reply of N words whatever `max_tokens` says: a runaway upstream), and `searches-N` (N web
-//! searches where a search tool is offered, up to its `max_uses`). Without `usage-…`, cache
+//! reply of N words whatever `max_tokens` says: a runaway upstream), `searches-N` (N web
+//! searches where a search tool is offered, up to its `max_uses`) and `thinks-N` (N tokens of
+//! omitted thinking, streamed as Anthropic's estimates, where the request's thinking has
+//! `display: "omitted"`). Without `usage-…`, cache
 //! breakpoints write and read a small prompt cache of its own (`prompt_cache.rs`). With `agent`
 //! it plays a model in a tool loop (`agent.rs`) and accepts the newer fields agent clients send
 //! (`AGENT_FIELDS`).
@@ -942,6 +944,9 @@ struct Scenario {
     searches: u64,
     /// `agent`: answers play a model in a tool loop.
     agent: bool,
+    /// `thinks-N`: where the request's thinking is `display: "omitted"`, N
+    /// tokens of thinking, billed and streamed only as estimates.
+    thinks: u64,
 }
 
 impl Scenario {
@@ -967,6 +972,8 @@ impl Scenario {
                 scenario.words = number(rest).map(|n| n.min(100_000));
             } else if let Some(rest) = segment.strip_prefix("searches-") {
                 scenario.searches = number(rest).map_or(0, |n| n.min(1_000));
+            } else if let Some(rest) = segment.strip_prefix("thinks-") {
+                scenario.thinks = number(rest).map_or(0, |n| n.min(1_000_000));
             } else if let Some(rest) = segment.strip_prefix("usage-") {
                 let counts: Option<Vec<u64>> = rest.split('-').map(number).collect();
                 if let Some(Ok(counts)) = counts.map(<[u64; 4]>::try_from) {
@@ -1003,6 +1010,20 @@ struct Reply {
     usage: [u64; 4],
     /// Web searches run, as `usage.server_tool_use` reports them.
     searches: u64,
+    /// Omitted thinking: tokens billed, shown only as estimates.
+    thinking: u64,
+}
+
+/// The estimate's quantum: a `thinking_delta` reports this many tokens more.
+const THINKING_QUANTUM: u64 = 64;
+
+/// Whether the request's thinking is on and omitted from the answer.
+fn thinking_omitted(request: &Value) -> bool {
+    let thinking = &request["thinking"];
+    thinking["type"]
+        .as_str()
+        .is_some_and(|kind| kind != "disabled")
+        && thinking["display"].as_str() == Some("omitted")
 }
 
 /// The input each search adds when the scenario does not fix the usage.
@@ -1036,11 +1057,17 @@ impl Reply {
         };
         let default_output = DEFAULT_OUTPUT_TOKENS.min(max_tokens);
         let searches = searches(request, scenario);
-        let usage = scenario.usage.unwrap_or_else(|| {
+        let thinking = if thinking_omitted(request) {
+            scenario.thinks
+        } else {
+            0
+        };
+        let mut usage = scenario.usage.unwrap_or_else(|| {
             let [input, creation, read] = cache.split(request, estimate_input_tokens(request));
             let results = searches * SEARCH_INPUT_TOKENS;
             [input + results, creation, read, default_output]
         });
+        usage[3] += thinking;
         let stop_reason = if tool_use.is_some() {
             "tool_use"
         } else if scenario.usage.is_none() && max_tokens < DEFAULT_OUTPUT_TOKENS {
@@ -1056,6 +1083,7 @@ impl Reply {
             stop_reason,
             usage,
             searches,
+            thinking,
         }
     }
 
@@ -1083,10 +1111,15 @@ impl Reply {
     }
 
     fn message(&self) -> Value {
-        let mut content: Vec<Value> = self
-            .text
-            .iter()
-            .map(|text| json!({ "type": "text", "text": text }))
+        let thinking = (self.thinking > 0)
+            .then(|| json!({ "type": "thinking", "thinking": "", "signature": "fake-signature" }));
+        let mut content: Vec<Value> = thinking
+            .into_iter()
+            .chain(
+                self.text
+                    .iter()
+                    .map(|text| json!({ "type": "text", "text": text })),
+            )
             .collect();
         if let Some((id, name, input)) = &self.tool_use {
             content.push(json!({ "type": "tool_use", "id": id, "name": name, "input": input }));
@@ -1121,11 +1154,15 @@ impl Reply {
             "message_start",
             &json!({ "type": "message_start", "message": message }),
         );
+        let first = usize::from(self.thinking > 0);
+        if self.thinking > 0 {
+            thinking_block(&mut out, self.thinking);
+        }
         if let Some(text) = &self.text {
-            text_block(&mut out, text);
+            text_block(&mut out, first, text);
         }
         if let Some((id, name, input)) = &self.tool_use {
-            let index = usize::from(self.text.is_some());
+            let index = first + usize::from(self.text.is_some());
             tool_use_block(&mut out, index, (id, name, input));
         }
         event(
@@ -1140,27 +1177,64 @@ impl Reply {
     }
 }
 
-/// The first content block, its text in word-sized deltas; the real API pings after its start.
-fn text_block(out: &mut String, text: &str) {
+/// Omitted thinking at index 0: no text, the running estimate of its tokens
+/// in quanta, then its signature.
+fn thinking_block(out: &mut String, tokens: u64) {
     event(
         out,
         "content_block_start",
         &json!({ "type": "content_block_start", "index": 0,
-                 "content_block": { "type": "text", "text": "" } }),
+                 "content_block": { "type": "thinking", "thinking": "" } }),
     );
     event(out, "ping", &json!({ "type": "ping" }));
-    for word in text.split_inclusive(' ') {
+    let mut left = tokens;
+    while left > 0 {
+        let step = left.min(THINKING_QUANTUM);
+        left -= step;
         event(
             out,
             "content_block_delta",
             &json!({ "type": "content_block_delta", "index": 0,
+                     "delta": { "type": "thinking_delta", "thinking": "", "estimated_tokens": step } }),
+        );
+    }
+    event(
+        out,
+        "content_block_delta",
+        &json!({ "type": "content_block_delta", "index": 0,
+                 "delta": { "type": "signature_delta", "signature": "fake-signature" } }),
+    );
+    event(
+        out,
+        "content_block_stop",
+        &json!({ "type": "content_block_stop", "index": 0 }),
+    );
+}
+
+/// A text block at `index`, its text in word-sized deltas; the real API
+/// pings after the first block's start.
+fn text_block(out: &mut String, index: usize, text: &str) {
+    event(
+        out,
+        "content_block_start",
+        &json!({ "type": "content_block_start", "index": index,
+                 "content_block": { "type": "text", "text": "" } }),
+    );
+    if index == 0 {
+        event(out, "ping", &json!({ "type": "ping" }));
+    }
+    for word in text.split_inclusive(' ') {
+        event(
+            out,
+            "content_block_delta",
+            &json!({ "type": "content_block_delta", "index": index,
                      "delta": { "type": "text_delta", "text": word } }),
         );
     }
     event(
         out,
         "content_block_stop",
-        &json!({ "type": "content_block_stop", "index": 0 }),
+        &json!({ "type": "content_block_stop", "index": index }),
     );
 }
 
@@ -1727,7 +1801,7 @@ mod tests {
         assert_eq!(Scenario::parse("claude-sonnet-4-5"), Scenario::default());
         assert_eq!(
             Scenario::parse(
-                "claude+status-529+delay-20ms+usage-1-2-3-4+tool+words-7+searches-3+agent"
+                "claude+status-529+delay-20ms+usage-1-2-3-4+tool+words-7+searches-3+agent+thinks-9"
             ),
             Scenario {
                 status: Some(529),
@@ -1737,6 +1811,7 @@ mod tests {
                 words: Some(7),
                 searches: 3,
                 agent: true,
+                thinks: 9,
             }
         );
         for ignored in [

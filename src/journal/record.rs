@@ -54,6 +54,9 @@ pub struct EventRecord<S = String> {
     /// Absent in records written before end users had budgets, and when none was named.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_user: Option<S>,
+    /// Absent in records written before sessions, and when none was named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<S>,
     /// Absent in records written before doors other than chat existed.
     #[serde(default)]
     pub api: Api,
@@ -103,6 +106,7 @@ impl<'a> From<&'a UsageEvent> for EventRecord<Cow<'a, str>> {
             key: text(e.key.as_str()),
             feature: text(&e.feature),
             end_user: optional(&e.end_user),
+            session: optional(&e.session),
             api: e.api,
             route: text(&e.route),
             provider: text(&e.provider),
@@ -149,6 +153,7 @@ impl EventRecord {
             key: KeyId::new(self.key.as_str()),
             feature: self.feature.clone(),
             end_user: self.end_user.clone(),
+            session: self.session.clone(),
             api: self.api,
             route: self.route.clone(),
             provider: self.provider.clone(),

@@ -142,6 +142,8 @@ pub struct UsageEvent {
     pub feature: String,
     /// The end user charged, if the request named one.
     pub end_user: Option<String>,
+    /// The agent run (session) the call belonged to, if it named one.
+    pub session: Option<String>,
     /// The door the request came in by.
     pub api: Api,
     pub route: String,
@@ -192,6 +194,7 @@ impl UsageEvent {
             key_id: Set(self.key.to_string()),
             feature: Set(self.feature.clone()),
             end_user: Set(self.end_user.clone()),
+            session: Set(self.session.clone()),
             api: Set(self.api.as_str().to_owned()),
             route: Set(self.route.clone()),
             provider: Set(self.provider.clone()),
@@ -239,6 +242,7 @@ impl UsageEvent {
             tenant: TenantId::new("t"),
             key: KeyId::new("k"),
             end_user: None,
+            session: None,
             feature: "unknown".to_owned(),
             api: Api::Chat,
             route: "fast".to_owned(),

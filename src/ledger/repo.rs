@@ -544,6 +544,8 @@ pub enum GroupBy {
     EndUser,
     /// `tenant:end user`, for reports across tenants (end user ids are per tenant).
     TenantEndUser,
+    /// The agent run (`""` for requests that named none, and for days rolled up).
+    Session,
 }
 
 impl GroupBy {
@@ -559,6 +561,7 @@ impl GroupBy {
             "key" => GroupBy::Key,
             "api" => GroupBy::Api,
             "end_user" => GroupBy::EndUser,
+            "session" => GroupBy::Session,
             _ => return None,
         })
     }
@@ -575,6 +578,7 @@ impl GroupBy {
             GroupBy::Key => usage::Column::KeyId,
             GroupBy::Api => usage::Column::Api,
             GroupBy::EndUser | GroupBy::TenantEndUser => usage::Column::EndUser,
+            GroupBy::Session => usage::Column::Session,
         }
     }
 
@@ -582,6 +586,7 @@ impl GroupBy {
     fn key(self) -> sea_orm::sea_query::SimpleExpr {
         match self {
             GroupBy::EndUser => Expr::cust("COALESCE(end_user, '')"),
+            GroupBy::Session => Expr::cust("COALESCE(session, '')"),
             GroupBy::TenantEndUser => Expr::cust("tenant_id || ':' || COALESCE(end_user, '')"),
             _ => Expr::col(self.column()).into(),
         }
@@ -591,6 +596,8 @@ impl GroupBy {
     pub(super) fn daily_key(self) -> sea_orm::sea_query::SimpleExpr {
         match self {
             GroupBy::TenantEndUser => Expr::cust("tenant_id || ':' || end_user"),
+            // Days rolled up keep no session: they fall in the unnamed one.
+            GroupBy::Session => Expr::cust("COALESCE(NULL, '')"),
             _ => Expr::cust(sea_orm::IdenStatic::as_str(&self.column())),
         }
     }

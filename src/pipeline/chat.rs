@@ -16,7 +16,7 @@ use super::semantic::{self, Consulted};
 use super::stream::ClientBody;
 use crate::cache::{CacheKey, CachedResponse};
 use crate::clock::monotonic;
-use crate::config::{Config, Price, Route, Tier};
+use crate::config::{Config, Price, ProviderKind, Route, Tier};
 use crate::error::{ApiError, ErrorCode};
 use crate::ledger::{Api, AttemptStatus, CacheSource, UsageKind};
 use crate::money::Nanos;
@@ -28,6 +28,7 @@ use crate::routing::Complexity;
 use crate::state::Gateway;
 use crate::telemetry::metrics::{Metric, counter_add};
 use crate::tenant::end_users::EndUserHold;
+use crate::tenant::sessions::SessionHold;
 use crate::tenant::tokens::{TokenLimitKind, TokenWindow};
 use crate::tenant::{QuotaError, RateDecision, ReservationMeta, ReserveRequest, TenantHandle};
 use crate::tokenize::Estimate;
@@ -86,9 +87,7 @@ pub async fn handle_chat(
     let body = request.native().map_or(body, |native| &native.body[..]);
     let on_plan = charged_route(&live.config, ctx, route, gw.clock.now_ms())?;
     let route = on_plan.as_ref().unwrap_or(route);
-    let tier = live.config.tiers.get(&ctx.tenant.tier).ok_or_else(|| {
-        ApiError::internal(format!("tiers.{} is not configured", ctx.tenant.tier))
-    })?;
+    let tier = tier_of(&live.config, ctx)?;
     check_choices(&request, tier)?;
     let identified = super::end_user::identify(ctx, &request, tier)?.map(|id| RequestContext {
         end_user: Some(id),
@@ -152,8 +151,9 @@ pub async fn handle_chat(
         request: &request,
         tenant: &tenant,
         max_tokens,
-        first_step: first_step(&live.config, route, &request, max_tokens),
+        first_step: first_step(&live.config, route, &request, ctx, max_tokens),
         end_user,
+        session: session_hold(ctx, tier),
         prefix: prefix.as_ref(),
     };
     let (rate, hold, input) = admission.reserve(limited).await?;
@@ -393,6 +393,8 @@ struct Admission<'a> {
     /// A stream whose hold grows is admitted with this much output held.
     first_step: Option<u32>,
     end_user: Option<EndUserHold>,
+    /// The agent run's cap, where the tier has one and the request names a run.
+    session: Option<SessionHold>,
     /// Prompts the gateway places first: their tokens are held like the caller's.
     prefix: Option<&'a Prefix<'a>>,
 }
@@ -504,6 +506,7 @@ impl Admission<'_> {
             key_period: self.ctx.key.budget_period,
             feature: self.ctx.feature.clone(),
             end_user: self.end_user.clone(),
+            session: self.session.clone(),
         }
     }
 
@@ -543,6 +546,7 @@ impl Admission<'_> {
             key: self.ctx.key.id.clone(),
             feature: self.ctx.feature.clone(),
             end_user: self.ctx.end_user.clone(),
+            session: self.ctx.session.clone(),
             api: self.ctx.api,
             route: self.route.name.to_string(),
             client_request_id: self.ctx.client_request_id.clone(),
@@ -561,15 +565,51 @@ fn first_step(
     config: &Config,
     route: &Route,
     request: &ChatRequest,
+    ctx: &RequestContext,
     max_tokens: u32,
 ) -> Option<u32> {
     let step = config.billing.stream_step_tokens;
-    let grows = step > 0
-        && max_tokens > step
-        && request.stream()
-        && request.generates()
-        && route.shows_all_output(request.asks_reasoning());
-    grows.then_some(step)
+    if step == 0 || max_tokens <= step || !request.stream() || !request.generates() {
+        return None;
+    }
+    let asks = request.asks_reasoning();
+    let counted = reports_hidden_thinking(request, ctx);
+    let shown = route.targets.iter().all(|target| {
+        // Only Anthropic itself streams its estimate of omitted thinking.
+        let anthropic = config
+            .providers
+            .get(&target.provider)
+            .is_some_and(|p| p.kind == ProviderKind::Anthropic);
+        !target.price.hidden_output.hides(asks, counted && anthropic)
+    });
+    shown.then_some(step)
+}
+
+/// A Messages request whose thinking is omitted and which asks, with the
+/// `thinking-token-count-…` beta, for the estimate of the tokens thought:
+/// the stream then says what it bills unseen, and the relay counts it.
+fn reports_hidden_thinking(request: &ChatRequest, ctx: &RequestContext) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Thinking {
+        display: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Body {
+        thinking: Option<Thinking>,
+    }
+    let counts = ctx.anthropic_headers.iter().any(|(name, value)| {
+        *name == "anthropic-beta"
+            && value
+                .split(',')
+                .any(|beta| beta.trim().starts_with("thinking-token-count-"))
+    });
+    let Some(native) = request.native().filter(|_| counts) else {
+        return false;
+    };
+    let body: Option<Body> = serde_json::from_slice(&native.body).ok();
+    body.and_then(|b| b.thinking)
+        .and_then(|t| t.display)
+        .is_some_and(|display| display == "omitted")
 }
 
 /// The most the request's provider-run tools may bill in fees at any of `prices`.
@@ -605,6 +645,27 @@ pub(super) fn end_user_hold(
         id: id.clone(),
         limits,
     }))
+}
+
+/// The tier of the request's tenant.
+fn tier_of<'a>(config: &'a Config, ctx: &RequestContext) -> Result<&'a Tier, ApiError> {
+    config
+        .tiers
+        .get(&ctx.tenant.tier)
+        .ok_or_else(|| ApiError::internal(format!("tiers.{} is not configured", ctx.tenant.tier)))
+}
+
+/// What the request holds against its agent run: the tier's cap, where the
+/// request names a run.
+fn session_hold(ctx: &RequestContext, tier: &Tier) -> Option<SessionHold> {
+    let (Some(id), Some(limits)) = (&ctx.session, tier.session) else {
+        return None;
+    };
+    Some(SessionHold {
+        id: id.clone(),
+        budget: limits.budget,
+        idle_ms: limits.idle_ms,
+    })
 }
 
 /// Opt-in per tenant: prompt text is never logged otherwise.

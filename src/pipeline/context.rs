@@ -19,6 +19,8 @@ pub struct RequestContext {
     pub end_user_header: Option<String>,
     /// The end user charged, once the tier has said which source it trusts.
     pub end_user: Option<String>,
+    /// The agent run: `X-Tollgate-Session`, else the agent's own session header.
+    pub session: Option<String>,
     /// The door the request came in by.
     pub api: Api,
     /// The gateway's own id.

@@ -79,6 +79,15 @@ fn checked(id: &str, param: &str) -> Result<String, ApiError> {
     }
 }
 
+/// An id as kept where a bad one is no id rather than a refusal (a session):
+/// past the length cap a stable hash of it, `None` with control characters.
+pub fn kept_id(id: &str) -> Option<String> {
+    if id.chars().any(char::is_control) {
+        return None;
+    }
+    checked(id, "").ok()
+}
+
 /// What is wrong with an end user id, if anything.
 pub fn problem(id: &str) -> Option<String> {
     if id.is_empty() {

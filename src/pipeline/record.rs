@@ -131,6 +131,7 @@ fn event(
         key: ctx.key.id.clone(),
         feature: ctx.feature.clone(),
         end_user: ctx.end_user.clone(),
+        session: ctx.session.clone(),
         api: ctx.api,
         route: route.to_owned(),
         provider: row.provider,

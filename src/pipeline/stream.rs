@@ -85,6 +85,8 @@ struct Passed {
     /// a prefix ending where the tokenizer splits anyway, so the rest is
     /// counted alone and the sum is the whole text's count.
     counted: Option<(usize, u64)>,
+    /// Tokens the provider says it generated without showing them.
+    unseen: u64,
     /// The last event with generated text: the id and model a cut ending repeats.
     last_chunk: Option<Bytes>,
 }
@@ -93,25 +95,31 @@ struct Passed {
 const UNCOUNTED_TAIL_BYTES: usize = 256;
 
 impl Passed {
-    /// Counts an event's text; `false` if passing it on would pass what the
-    /// hold allows (it is then not forwarded).
+    /// Counts an event's text (and the output it says was generated unseen);
+    /// `false` if passing it on would pass what the hold allows (it is then
+    /// not forwarded).
     fn fits(&mut self, relay: &Relay, item: &Relayed) -> bool {
-        if item.content.is_empty() {
+        if item.content.is_empty() && item.unseen_tokens == 0 {
             return true;
         }
         let allowed = relay.allowed_tokens();
+        let unseen = self.unseen.saturating_add(item.unseen_tokens);
         let bytes = self.content.len().saturating_add(item.content.len());
         // Every token is at least one byte, so a text no longer than the hold
         // in bytes fits it in tokens: most streams are never tokenized here.
         // Once counting began it goes on (a grown hold must not see a stale count).
-        if self.counted.is_some() || u64::try_from(bytes).unwrap_or(u64::MAX) > allowed {
+        let cheap = u64::try_from(bytes)
+            .unwrap_or(u64::MAX)
+            .saturating_add(unseen)
+            <= allowed;
+        if self.counted.is_some() || !cheap {
             // In the encoding the target's prompts are counted with: its model's.
             let counting = relay.gw.estimator.with(relay.target.counting);
             let (counted_to, head) = self.counted.unwrap_or_default();
             let mut tail = String::with_capacity(bytes - counted_to);
             tail.push_str(&self.content[counted_to..]);
             tail.push_str(&item.content);
-            if head + counting.count_text(&tail) > allowed {
+            if head + counting.count_text(&tail) + unseen > allowed {
                 return false;
             }
             self.counted = Some(match word_boundary(&tail) {
@@ -122,8 +130,11 @@ impl Passed {
                 _ => (counted_to, head),
             });
         }
+        self.unseen = unseen;
         self.content.push_str(&item.content);
-        self.last_chunk.clone_from(&item.bytes);
+        if !item.content.is_empty() {
+            self.last_chunk.clone_from(&item.bytes);
+        }
         true
     }
 }

@@ -502,6 +502,7 @@ impl TenantActor {
             key: meta.key,
             feature: meta.feature,
             end_user: meta.end_user,
+            session: meta.session,
             api: meta.api,
             route: meta.route,
             provider: String::new(),

@@ -25,6 +25,7 @@ use super::credits::Credits;
 use super::end_users::{EndUserHold, EndUsers};
 use super::messages::ReservationMeta;
 use super::seed::EndUserSeed;
+use super::sessions::{SessionHold, Sessions};
 use super::share::share_budget;
 use super::spent::{Spent, Windows};
 use super::store::Reservation;
@@ -75,6 +76,8 @@ pub enum Scope {
     Key(KeyId),
     Feature(String),
     EndUser(String),
+    /// One agent run's cap.
+    Session(String),
     /// The tenant's prepaid balance.
     Credits,
     /// A key's own prepaid balance.
@@ -95,6 +98,7 @@ impl fmt::Display for Scope {
             Scope::Key(key) => write!(f, "key `{key}`"),
             Scope::Feature(feature) => write!(f, "feature `{feature}`"),
             Scope::EndUser(id) => write!(f, "end user `{id}`"),
+            Scope::Session(id) => write!(f, "session `{id}`"),
             Scope::Credits => f.write_str("tenant's credit balance"),
             Scope::KeyCredits(key) => write!(f, "key `{key}`'s credit balance"),
         }
@@ -168,6 +172,8 @@ pub struct ReserveRequest {
     /// Fees the call may bill beside its tokens (each use of a provider-run
     /// tool), held once whatever its `choices`.
     pub fees: Nanos,
+    /// The agent run it belongs to, where its tier caps one.
+    pub session: Option<SessionHold>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -301,6 +307,8 @@ struct Held {
     key: KeyId,
     feature: String,
     end_user: Option<EndUserHold>,
+    /// The agent run it belongs to, where its tier caps one.
+    session: Option<String>,
     /// Tokens admitted against the token limits (input estimate + max_tokens).
     tokens: u64,
     meta: Option<ReservationMeta>,
@@ -339,6 +347,7 @@ pub struct QuotaBook {
     tokens: TokenQuota,
     key_share: Option<KeyShare>,
     end_users: EndUsers,
+    sessions: Sessions,
     credits: Credits,
 }
 
@@ -365,6 +374,7 @@ impl QuotaBook {
             tokens: TokenQuota::new(limits_tokens, 0, 0, &calendar, now_ms),
             key_share: None,
             end_users,
+            sessions: Sessions::default(),
             credits: Credits::default(),
         }
     }
@@ -458,6 +468,7 @@ impl QuotaBook {
             Scope::Key(key) => spent(self.keys.get(key)),
             Scope::Feature(f) => spent(self.features.get(f)),
             Scope::EndUser(id) => self.end_users.committed_of(id).unwrap_or(Nanos::ZERO),
+            Scope::Session(id) => self.sessions.spent_of(id),
             Scope::Credits => self.spent.lifetime,
             Scope::KeyCredits(key) => self.keys.get(key).map_or(Nanos::ZERO, |t| t.spent.lifetime),
         }
@@ -537,6 +548,10 @@ impl QuotaBook {
         }
         if let (Some(remaining), Some(hold)) = (end_user, &request.end_user) {
             scopes.push((Scope::EndUser(hold.id.clone()), remaining));
+        }
+        if let Some(session) = &request.session {
+            let remaining = self.sessions.remaining(session);
+            scopes.push((Scope::Session(session.id.clone()), remaining));
         }
         // A balance is drawn by everything ever spent, less what calls in flight hold.
         if self.limits.credits {
@@ -637,6 +652,9 @@ impl QuotaBook {
         if let Some(hold) = &request.end_user {
             self.end_users.hold(hold, amount, tokens, now_ms);
         }
+        if let Some(session) = &request.session {
+            self.sessions.hold(session, amount, now_ms);
+        }
         self.held.insert(
             id,
             Held {
@@ -645,6 +663,7 @@ impl QuotaBook {
                 key: request.key,
                 feature: request.feature,
                 end_user: request.end_user,
+                session: request.session.map(|session| session.id),
                 tokens,
                 meta,
             },
@@ -707,6 +726,9 @@ impl QuotaBook {
     /// Takes a reservation out of every scope, then commits `charged` to
     /// them, and the tokens `used` in place of those held.
     fn close(&mut self, held: &Held, charged: Nanos, used: u64, now_ms: u64) {
+        if let Some(id) = &held.session {
+            self.sessions.close(id, held.amount, charged);
+        }
         if let Some(hold) = &held.end_user {
             let tokens = (held.tokens, used);
             self.end_users
@@ -762,6 +784,7 @@ impl QuotaBook {
     /// releasing them is the one move that could overspend.
     pub fn expire(&mut self, now_ms: u64) -> Vec<Lapsed> {
         self.roll_period(now_ms);
+        self.sessions.forget_idle(now_ms);
         let expired: Vec<ReservationId> = self
             .held
             .iter()
@@ -916,6 +939,7 @@ mod tests {
             end_user: None,
             key_credits: false,
             fees: Nanos::ZERO,
+            session: None,
             key_period: Period::Month,
         }
     }

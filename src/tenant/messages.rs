@@ -27,6 +27,9 @@ pub struct ReservationMeta {
     /// The end user charged, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_user: Option<String>,
+    /// The agent run, if it named one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
     /// The door the request came in by.
     #[serde(default)]
     pub api: crate::ledger::Api,

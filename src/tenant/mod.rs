@@ -12,6 +12,7 @@ pub mod handle;
 pub mod messages;
 pub mod registry;
 pub(crate) mod seed;
+pub mod sessions;
 mod share;
 pub mod shared;
 pub mod spent;

@@ -145,23 +145,29 @@ async fn claude_code_runs_a_tool_loop_unchanged() {
 }
 
 /// A free-tier tenant with 0.05 runs Claude Code (32,000 `max_tokens` and
-/// thinking on every call) call after call: each stream is admitted with one
-/// step of output held, not its whole limit, where the model streams all it
-/// bills; when the budget cannot fund a step the stream is cut, and after
-/// that calls are refused. The ledger never passes 0.05.
+/// omitted thinking on every call) call after call, on a Claude model priced
+/// as the catalog prices Claude (`hidden_output = "reasoning"`): Claude Code
+/// asks for Anthropic's estimate of the tokens it thinks, so each stream is
+/// admitted with one step of output held and grows by those estimates; when
+/// the budget cannot fund a step the stream is cut, and after that calls are
+/// refused. The ledger never passes 0.05.
 #[actix_web::test]
 async fn claude_code_runs_on_a_small_budget_until_it_is_spent_and_never_past_it() {
     // Claude Code's prompt is ~20k tokens: 0.006 of input a call, each step of
-    // output (1,024 tokens) 0.01, more than a call costs, so the budget ends
-    // in a stream that can no longer grow rather than in a refusal.
+    // output (1,024 tokens) 0.01, more than a call costs (300 tokens of
+    // thinking and a few of text), so the budget ends in a stream that can no
+    // longer grow rather than in a refusal.
+    let model = "claude/agent+thinks-300";
     let app = spawn_app(
         setup()
-            .price("claude/agent", "0.3", "0.3", "10")
-            .price_extra("claude/agent", "hidden_output = \"none\""),
+            .route("claude-thinking", &[model])
+            .price(model, "0.3", "0.3", "10")
+            .price_extra(model, "hidden_output = \"reasoning\"")
+            .tier("thinking", &["claude-thinking"], 1000, 512),
     )
     .await;
     let (tenant, key) = app
-        .tenant_with_key("free", json!({"monthly_budget": "0.05"}))
+        .tenant_with_key("thinking", json!({"monthly_budget": "0.05"}))
         .await;
     let program = agents_dir().join("node_modules/.bin/claude");
     let mut refused = false;
@@ -170,7 +176,7 @@ async fn claude_code_runs_on_a_small_budget_until_it_is_spent_and_never_past_it(
             "-p",
             "Say hi",
             "--model",
-            "claude-fast",
+            "claude-thinking",
             "--output-format",
             "json",
         ];

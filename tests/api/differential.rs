@@ -463,6 +463,7 @@ impl<'a> Run<'a> {
             }),
             key_credits: key == 2,
             fees: Nanos::ZERO,
+            session: None,
         };
         // The hold's own scopes, so the row of a hold that lapses is charged to them.
         let mut meta = meta();

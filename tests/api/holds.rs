@@ -60,6 +60,7 @@ impl Run<'_> {
             end_user: None,
             key_credits: false,
             fees: Nanos::ZERO,
+            session: None,
             key_period: tollgate::calendar::Period::Month,
         }
     }
@@ -71,6 +72,7 @@ impl Run<'_> {
             key: self.key.clone(),
             feature: "default".to_owned(),
             end_user: None,
+            session: None,
             api: tollgate::ledger::Api::Chat,
             route: "fast".to_owned(),
             client_request_id: None,

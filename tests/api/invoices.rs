@@ -29,6 +29,7 @@ fn row(
         key: KeyId::new("key-1"),
         feature: feature.to_owned(),
         end_user: None,
+        session: None,
         api: tollgate::ledger::Api::Chat,
         route: "fast".to_owned(),
         provider: "primary".to_owned(),

@@ -43,6 +43,7 @@ fn event(tenant: &str, request: &str, status: AttemptStatus, charged: u64) -> Us
         key: KeyId::new("k"),
         feature: "unknown".to_owned(),
         end_user: None,
+        session: None,
         api: tollgate::ledger::Api::Chat,
         route: "fast".to_owned(),
         provider: "primary".to_owned(),

@@ -46,6 +46,7 @@ mod responses;
 mod retention;
 mod sdk;
 mod semantic_cache;
+mod sessions;
 mod shared_quota;
 mod storage;
 mod stored_responses;

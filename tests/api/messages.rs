@@ -854,3 +854,62 @@ async fn claude_code_s_thinking_and_mid_conversation_system_reach_an_openai_mode
         .collect();
     assert_eq!(roles, ["system", "user", "system"], "{sent}");
 }
+
+/// Claude Code's thinking is omitted from the answer and billed whole, so a
+/// Claude stream with thinking is held whole, unless it asks (with the
+/// `thinking-token-count-…` beta, as Claude Code does) for Anthropic's
+/// running estimate of the tokens thought: the relay then counts those
+/// estimates, grows the hold a step ahead of them, and cuts the stream in
+/// its thinking where the budget ends.
+#[actix_web::test]
+async fn omitted_thinking_grows_the_hold_by_anthropic_s_estimates_and_is_cut_at_the_budget() {
+    let model = "thinker/thinks-4000+words-10";
+    let app = spawn_app(
+        setup()
+            // `claude` caps its output at 200 tokens; this provider sends the caller's limit.
+            .provider(
+                "[providers.thinker]\nkind = \"anthropic\"\nbase_url = \"@ANTHROPIC@\"\napi_key_env = \"TEST_ANTHROPIC_KEY\"",
+            )
+            .route("claude-thinks", &[model])
+            .price(model, "10", "10", "400")
+            .price_extra(model, "hidden_output = \"reasoning\"")
+            .billing("stream_step_tokens = 256")
+            .tier("thinkers", &["claude-thinks"], 1000, 100),
+    )
+    .await;
+    let (tenant, key) = app
+        .tenant_with_key("thinkers", json!({"monthly_budget": "0.5"}))
+        .await;
+    let body = json!({"model": "claude-thinks", "max_tokens": 32000, "stream": true,
+        "thinking": {"type": "adaptive", "display": "omitted"},
+        "messages": [{"role": "user", "content": "think hard"}]});
+    let send = |beta: &'static str| {
+        let headers = [("anthropic-version", VERSION), ("anthropic-beta", beta)];
+        let bytes = body.to_string();
+        let app = &app;
+        let key = key.clone();
+        async move { post(app, "/v1/messages", &key, &headers, bytes.as_bytes()).await }
+    };
+    // Without the estimates the thinking is unseen: 32,000 tokens held, refused.
+    let whole = send("interleaved-thinking-2025-05-14").await;
+    assert_eq!(whole.status, 402, "{}", whole.raw);
+
+    let reply = send("interleaved-thinking-2025-05-14,thinking-token-count-2026-05-13").await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    let seen = events(&reply.raw);
+    let delta = &seen[seen.len() - 2].1;
+    assert_eq!(delta["delta"]["stop_reason"], "max_tokens", "{}", reply.raw);
+    // 0.5 funds the first step and three more: 1,024 held, the estimates
+    // passed on stay a step behind, and no text came after the thinking.
+    let estimated: u64 = seen
+        .iter()
+        .filter_map(|(_, data)| data["delta"]["estimated_tokens"].as_u64())
+        .sum();
+    assert!((512..=768).contains(&estimated), "{estimated}");
+    assert_eq!(text_of(&seen), "");
+    let rows = app.ledger_rows_eventually(&tenant, 1).await;
+    assert_eq!(rows[0].completion_tokens, 1024, "{:?}", rows[0]);
+    assert!(rows[0].charged_nanos <= rows[0].reserved_nanos);
+    assert!(rows[0].charged_nanos <= 500_000_000);
+    assert_eq!(app.budget(&tenant).await["reserved"], "0");
+}

@@ -46,6 +46,7 @@ fn event(row: &Row) -> UsageEvent {
         }),
         feature: row.feature.to_owned(),
         end_user: row.end_user.map(str::to_owned),
+        session: None,
         api: tollgate::ledger::Api::Chat,
         route: "fast".to_owned(),
         provider: if row.attempt > 1 {

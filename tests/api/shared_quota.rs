@@ -528,6 +528,7 @@ async fn the_expiry_sweep_asks_the_ledger_before_committing_an_orphan() {
             end_user: None,
             key_credits: false,
             fees: Nanos::ZERO,
+            session: None,
             key_period: tollgate::calendar::Period::Month,
         };
         let meta = ReservationMeta {
@@ -535,6 +536,7 @@ async fn the_expiry_sweep_asks_the_ledger_before_committing_an_orphan() {
             key: key_id.clone(),
             feature: "default".to_owned(),
             end_user: None,
+            session: None,
             api: tollgate::ledger::Api::Chat,
             route: "fast".to_owned(),
             client_request_id: None,
@@ -560,6 +562,7 @@ async fn the_expiry_sweep_asks_the_ledger_before_committing_an_orphan() {
         key: key_id.clone(),
         feature: "default".to_owned(),
         end_user: None,
+        session: None,
         api: tollgate::ledger::Api::Chat,
         route: "fast".to_owned(),
         provider: "primary".to_owned(),

@@ -418,6 +418,7 @@ fn event(tenant: &str, attempt: u32, status: AttemptStatus, charged: i64) -> Usa
         key: KeyId::new("key-1"),
         feature: "résumé-search".to_owned(),
         end_user: None,
+        session: None,
         api: tollgate::ledger::Api::Chat,
         route: "fast".to_owned(),
         provider: "primary".to_owned(),

@@ -563,3 +563,81 @@ async fn a_stream_s_hold_grows_with_it_and_it_is_cut_where_the_budget_ends() {
     let refused = open(&app, &key, &body("grows-ok")).await.unwrap();
     assert_eq!(refused.status(), 402);
 }
+
+/// The steps of a growing hold are decided against every scope the call was
+/// admitted under: a key's budget, an end user's, a prepaid balance each
+/// end the runaway at their own limit, and the next stream is refused by
+/// that scope.
+#[actix_web::test]
+async fn a_growing_hold_stops_at_the_key_s_the_end_user_s_and_the_credits_limit() {
+    let model = "primary/usage-1000-0-40+chunks-6000+chunk-delay-1ms";
+    let setup = || {
+        TestSetup::new()
+            .route("scoped-grows", &[model])
+            .price(model, "10", "10", "400")
+            .price_extra(model, "hidden_output = \"none\"")
+            .billing("stream_step_tokens = 256")
+            .tier("free", &["scoped-grows"], 1000, 100)
+            .raw("[tiers.free.end_user]\nbudget = \"0.5\"\nperiod = \"day\"")
+    };
+    let mut body = stream_body("scoped-grows", true);
+    body["max_tokens"] = json!(32000);
+    for scope in ["key", "end_user", "credits"] {
+        let app = spawn_app(setup()).await;
+        let tenant_budget = if scope == "credits" {
+            json!({"credits": true})
+        } else {
+            json!({"monthly_budget": "100"})
+        };
+        let (tenant, tenant_key) = app.tenant_with_key("free", tenant_budget).await;
+        let key = match scope {
+            "key" => {
+                let capped = app
+                    .admin(
+                        "POST",
+                        &format!("/tenants/{tenant}/keys"),
+                        Some(json!({"name": "agent", "monthly_budget": "0.5"})),
+                    )
+                    .await;
+                assert_eq!(capped.status, 201, "{}", capped.raw);
+                capped.body["key"].as_str().unwrap().to_owned()
+            }
+            "credits" => {
+                let top_up = json!({"amount": "0.5", "idempotency_key": "pay-1", "reason": "card", "added_by": "billing"});
+                let added = app
+                    .admin("POST", &format!("/tenants/{tenant}/credits"), Some(top_up))
+                    .await;
+                assert_eq!(added.status, 201, "{}", added.raw);
+                tenant_key
+            }
+            _ => tenant_key,
+        };
+        // Only the end user's case names one: elsewhere its budget is not the limit.
+        let user = if scope == "end_user" { "u-1" } else { "" };
+        let send = || {
+            let mut request = app
+                .client
+                .post(format!("{}/v1/chat/completions", app.base_url))
+                .insert_header(("authorization", format!("Bearer {key}")));
+            if !user.is_empty() {
+                request = request.insert_header(("x-tollgate-end-user", user));
+            }
+            request.send_json(&body)
+        };
+        let mut response = send().await.unwrap();
+        assert_eq!(response.status(), 200, "{scope}");
+        let raw = read_all(&mut response).await;
+        assert!(
+            raw.contains("\"finish_reason\":\"length\""),
+            "{scope}: {raw}"
+        );
+        let rows = app.ledger_rows_eventually(&tenant, 1).await;
+        let row = &rows[0];
+        assert_eq!(row.completion_tokens, 1024, "{scope}: {row:?}");
+        assert!(row.charged_nanos <= 500_000_000, "{scope}: {row:?}");
+        assert!(row.charged_nanos <= row.reserved_nanos, "{scope}: {row:?}");
+        let refused = send().await.unwrap();
+        assert_eq!(refused.status(), 402, "{scope}");
+        assert_eq!(app.budget(&tenant).await["reserved"], "0", "{scope}");
+    }
+}

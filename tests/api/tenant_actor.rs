@@ -91,6 +91,7 @@ pub(crate) fn request(output_tokens: u32, expires_at_ms: u64) -> ReserveRequest 
         end_user: None,
         key_credits: false,
         fees: Nanos::ZERO,
+        session: None,
         key_period: tollgate::calendar::Period::Month,
     }
 }
@@ -101,6 +102,7 @@ pub(crate) fn meta() -> ReservationMeta {
         key: KeyId::new("key_actor"),
         feature: String::new(),
         end_user: None,
+        session: None,
         api: tollgate::ledger::Api::Chat,
         route: "fast".to_owned(),
         client_request_id: None,

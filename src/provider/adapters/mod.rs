@@ -206,6 +206,9 @@ pub struct Relayed {
     pub bytes: Option<Bytes>,
     pub content: String,
     pub usage: Option<Usage>,
+    /// Output the provider says it generated without showing it (Anthropic's
+    /// estimate of omitted thinking): counted against the hold beside `content`.
+    pub unseen_tokens: u64,
 }
 
 /// What one upstream event means.
@@ -275,6 +278,7 @@ impl Translator {
                         bytes,
                         content,
                         usage,
+                        unseen_tokens: 0,
                     }])
                 }
                 Inspected::Error(error) => {
@@ -288,6 +292,7 @@ impl Translator {
                         bytes: Some(Bytes::from(bytes)),
                         content: String::new(),
                         usage: None,
+                        unseen_tokens: 0,
                     }])
                 }
             },
@@ -314,6 +319,7 @@ impl Translator {
                             bytes: Some(framed(chunk)),
                             content,
                             usage: None,
+                            unseen_tokens: 0,
                         }
                     })
                     .collect();
@@ -327,6 +333,7 @@ impl Translator {
                         bytes: usage_chunk.map(|c| framed(&c)),
                         content: String::new(),
                         usage,
+                        unseen_tokens: 0,
                     });
                     return Translated::Done(relayed);
                 }

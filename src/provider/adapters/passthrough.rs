@@ -101,6 +101,7 @@ impl EventRelay {
                 bytes: Some(Bytes::from(bytes)),
                 content: String::new(),
                 usage: None,
+                unseen_tokens: 0,
             }]);
         }
         if let Err(error) = self.mapper.on_event(&name, &data) {
@@ -121,6 +122,7 @@ impl EventRelay {
             bytes: Some(Bytes::from(bytes)),
             content: generated_text(&parsed["delta"]).to_owned(),
             usage: self.mapper.usage(),
+            unseen_tokens: estimated_thinking(&parsed["delta"]),
         };
         if self.mapper.is_finished() {
             Translated::Done(vec![relayed])
@@ -176,6 +178,16 @@ fn generated_text(delta: &Value) -> &str {
         _ => return "",
     };
     delta[field].as_str().unwrap_or_default()
+}
+
+/// What a `thinking_delta` says the hidden thinking grew by: with the
+/// `thinking-token-count-…` beta and `display: "omitted"`, Anthropic streams
+/// a running estimate of tokens it thinks but does not show.
+fn estimated_thinking(delta: &Value) -> u64 {
+    if delta["type"].as_str() != Some("thinking_delta") {
+        return 0;
+    }
+    delta["estimated_tokens"].as_u64().unwrap_or(0)
 }
 
 fn push_event(out: &mut String, name: &str, data: &Value) {

@@ -211,6 +211,7 @@ impl EventRelay {
                 bytes,
                 content: String::new(),
                 usage: None,
+                unseen_tokens: 0,
             }]);
         }
         let Ok(parsed) = serde_json::from_str::<Value>(&data) else {
@@ -244,6 +245,7 @@ impl EventRelay {
                     bytes,
                     content: String::new(),
                     usage,
+                    unseen_tokens: 0,
                 }])
             }
             _ => {
@@ -253,6 +255,7 @@ impl EventRelay {
                     bytes,
                     content,
                     usage: None,
+                    unseen_tokens: 0,
                 }])
             }
         }

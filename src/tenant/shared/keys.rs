@@ -40,6 +40,11 @@ impl TenantKeys {
         format!("{}:u:{}:{window}", self.prefix, hex_id(id))
     }
 
+    /// One agent run's spend and holds (see `scripts.rs`).
+    pub fn session(&self, id: &str) -> String {
+        format!("{}:s:{}", self.prefix, hex_id(id))
+    }
+
     /// Prepaid balances and lifetime spend (see `scripts.rs`).
     pub fn credit(&self) -> String {
         format!("{}:c", self.prefix)

@@ -859,6 +859,18 @@ impl SharedQuota {
             ]
             .map(|p| p.as_str().to_owned()),
         );
+        match &request.session {
+            Some(session) => {
+                // Kept while a call of the run may still be open, and its idle time after.
+                let open_ms = request.expires_at_ms.saturating_sub(now_ms);
+                args.extend([
+                    self.keys.session(&session.id),
+                    session.budget.get().to_string(),
+                    session.idle_ms.saturating_add(open_ms).max(1).to_string(),
+                ]);
+            }
+            None => args.extend(["", "-1", "0"].map(str::to_owned)),
+        }
         ScriptCall { keys, args }
     }
 
@@ -1394,6 +1406,10 @@ fn refusing_scope(name: &str, request: &ReserveRequest) -> Scope {
         ("key", _) => Scope::Key(request.key.clone()),
         ("feature", _) => Scope::Feature(request.feature.clone()),
         ("end_user", Some(hold)) => Scope::EndUser(hold.id.clone()),
+        ("session", _) => request
+            .session
+            .as_ref()
+            .map_or(Scope::Tenant, |session| Scope::Session(session.id.clone())),
         ("credits", _) => Scope::Credits,
         ("key_credits", _) => Scope::KeyCredits(request.key.clone()),
         _ => Scope::Tenant,

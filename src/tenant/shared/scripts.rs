@@ -14,8 +14,9 @@
 //! `k:<key>:c|r`, `f:<feature>:c|r`, `tm` (tokens this month, held
 //! included), `td:<day>` (tokens that day), `a:<percent>` (alert fired).
 //! A held reservation is `amount|tokens|month|day|key|feature|end user|meta`,
-//! its end user `hex id:window:period:local day` (empty without one); a `C`
-//! before it marks one counted in the credit hash's `r`.
+//! its end user `hex id:window:period:local day` (empty without one), then
+//! `#` and its session's hash where its tier caps a session; a `C` before it
+//! marks one counted in the credit hash's `r`.
 //!
 //! A closed hold leaves a key `<held>:x:<id>` for five minutes (a settle
 //! arrives well within that, a retried one too), so a settle can tell a hold
@@ -40,6 +41,10 @@
 //! and `td:<local day>`
 //! (tokens that day, held included); it expires a margin
 //! after its period ends, so Redis keeps only the end users active in it.
+//!
+//! A session's hash (`…:s:<hex id>`) holds what one agent run spent (`c`)
+//! and holds (`r`); each reservation pushes its expiry to the session's idle
+//! time (`tenant/sessions.rs` keeps the same rule in memory).
 
 /// Shared by every script: number parsing and integer formatting.
 macro_rules! prelude {
@@ -60,6 +65,12 @@ local function closed_mark(held, id) return held .. ':x:' .. id end
 -- counts twice what a settle already added.
 local function raise(h, f, v)
   if tonumber(v) > n(redis.call('HGET', h, f)) then redis.call('HSET', h, f, v) end
+end
+-- A record's end-user field, and its session's hash after a `#` (if any).
+local function split_session(eu)
+  local at = string.find(eu, '#', 1, true)
+  if not at then return eu, nil end
+  return string.sub(eu, 1, at - 1), string.sub(eu, at + 1)
 end
 local function mark_closed(held, id) redis.call('SET', closed_mark(held, id), '1', 'PX', 300000) end
 local function add_top_up(cr, row, key, amount)
@@ -115,7 +126,8 @@ pub const RATE: &str = concat!(prelude!(), rate_fn!(), "return rate(KEYS, ARGV)\
 /// end user daily tokens (-1: none), the local day, end user tokens per minute (-1: none)
 /// (the seven end-user arguments are placeholders without one), then whether the
 /// tenant and the key spend their balances (1/0), then the periods of the
-/// tenant's, key's and feature's budgets (`day`, `week`, `month`, `lifetime`).
+/// tenant's, key's and feature's budgets (`day`, `week`, `month`, `lifetime`),
+/// then the session's hash (empty: none), its cap and its time to live.
 /// Returns {'seed'} | {'seed_w', period} | {'seed_eu'} | {'seed_credit'} | {'eu_rate', units} | {'eu_tokens', used today}
 /// | {'eu_tpm', units}
 /// | {'budget', scope, remaining}
@@ -173,6 +185,11 @@ consider('tenant', tonumber(ARGV[7]), spent(periods[1], 'c', n(v[1])), n(v[2]) +
 consider('key', tonumber(ARGV[9]), spent(periods[2], kc, n(v[3])), n(v[4]) + n(pv[2]))
 consider('feature', tonumber(ARGV[11]), spent(periods[3], fc, n(v[5])), n(v[6]) + n(pv[3]))
 if eu then consider('end_user', tonumber(ARGV[20]), n(ev[1]), n(ev[2]) + evp) end
+local sk = ARGV[31] or ''
+if sk ~= '' then
+  local sv = redis.call('HMGET', sk, 'c', 'r')
+  consider('session', tonumber(ARGV[32]), n(sv[1]), n(sv[2]))
+end
 local cr, tcred, kcred = KEYS[5], ARGV[26] == '1', ARGV[27] == '1'
 local counted = redis.call('HEXISTS', cr, 'seeded') == 1
 if (tcred or kcred) and not counted then return {'seed_credit'} end
@@ -232,13 +249,19 @@ if eu then
   if eurpm >= 0 then redis.call('HSET', eu, 'ru', s(ev[3]), 'rat', s(ev[4])) end
   redis.call('PEXPIRE', eu, ARGV[22])
 end
+if sk ~= '' then
+  redis.call('HINCRBY', sk, 'r', ARGV[5])
+  redis.call('PEXPIRE', sk, ARGV[33])
+end
+local euf = ARGV[19] or ''
+if sk ~= '' then euf = euf .. '#' .. sk end
 local flag = ''
 if counted then
   redis.call('HINCRBY', cr, 'r', ARGV[5])
   redis.call('HINCRBY', cr, kr, ARGV[5])
   flag = 'C'
 end
-redis.call('HSET', h, id, flag .. table.concat({ARGV[5], ARGV[12], ARGV[3], ARGV[2], ARGV[8], ARGV[10], ARGV[19] or '', ARGV[16]}, '|'))
+redis.call('HSET', h, id, flag .. table.concat({ARGV[5], ARGV[12], ARGV[3], ARGV[2], ARGV[8], ARGV[10], euf, ARGV[16]}, '|'))
 redis.call('ZADD', x, ARGV[4], id)
 for _, key in ipairs({m, b, h, x}) do redis.call('PEXPIRE', key, ARGV[17]) end
 local totals = redis.call('HMGET', m, 'c', 'r')
@@ -302,6 +325,11 @@ local function close_end_user(eu, a, est, charged, used, E)
   end
   redis.call('PEXPIRE', now, E.ttl[per])
 end
+local function close_session(sk, a, charged)
+  if redis.call('EXISTS', sk) == 0 then return end
+  redis.call('HINCRBY', sk, 'r', s(-tonumber(a)))
+  redis.call('HINCRBY', sk, 'c', charged)
+end
 local function close_credit(cr, a, key, charged, counted)
   if redis.call('HEXISTS', cr, 'seeded') == 0 then return end
   redis.call('HINCRBY', cr, 'c', charged)
@@ -322,6 +350,9 @@ local function close_windows(windows, key, feat, charged)
 end
 local function close(rec, charged, used, cur, prev, curmonth, today, b, tpm, E, cr, windows)
   local a, est, mo, day, key, feat, eu, counted = parse(rec)
+  local sess
+  eu, sess = split_session(eu)
+  if sess then close_session(sess, a, charged) end
   if eu ~= '' then close_end_user(eu, a, est, charged, used, E) end
   close_credit(cr, a, key, charged, counted)
   close_windows(windows, key, feat, charged)

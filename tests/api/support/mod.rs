@@ -802,6 +802,7 @@ pub fn settled_row(
         key: KeyId::new(key),
         feature: "default".to_owned(),
         end_user: None,
+        session: None,
         api: tollgate::ledger::Api::Chat,
         route: "fast".to_owned(),
         provider: "primary".to_owned(),
