@@ -393,6 +393,12 @@ async fn drive_traffic(app: &TestApp) {
         interrupted.raw
     );
 
+    // A field the table refuses: its refusal is counted by door and field.
+    let mut predicted = chat_body("fast");
+    predicted["prediction"] = json!({"type": "content", "content": "x"});
+    let refused_field = app.chat(&key, &predicted).await;
+    assert_eq!(refused_field.status, 400, "{}", refused_field.raw);
+
     let (_budgeted, budgeted_key) = app
         .tenant_with_key("free", json!({"monthly_budget": "5"}))
         .await;
