@@ -89,10 +89,7 @@ pub async fn handle_chat(
     let route = on_plan.as_ref().unwrap_or(route);
     let tier = tier_of(&live.config, ctx)?;
     check_choices(&request, tier)?;
-    let identified = super::end_user::identify(ctx, &request, tier)?.map(|id| RequestContext {
-        end_user: Some(id),
-        ..ctx.clone()
-    });
+    let identified = identified(ctx, &request, tier)?;
     let ctx = identified.as_ref().unwrap_or(ctx);
     let end_user = end_user_hold(ctx, tier)?;
     let prefix = placed(gw, route, ctx, &request);
@@ -644,6 +641,30 @@ pub(super) fn end_user_hold(
     Ok(Some(EndUserHold {
         id: id.clone(),
         limits,
+    }))
+}
+
+/// The request's context with its end user (as the tier trusts one) and,
+/// where no header named its agent run, the run its body names; `None`:
+/// the context as it came.
+fn identified(
+    ctx: &RequestContext,
+    request: &ChatRequest,
+    tier: &Tier,
+) -> Result<Option<RequestContext>, ApiError> {
+    let end_user = super::end_user::identify(ctx, request, tier)?;
+    let session = ctx
+        .session
+        .is_none()
+        .then(|| super::end_user::body_session(request))
+        .flatten();
+    if end_user.is_none() && session.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(RequestContext {
+        end_user: end_user.or_else(|| ctx.end_user.clone()),
+        session: session.or_else(|| ctx.session.clone()),
+        ..ctx.clone()
     }))
 }
 

@@ -7,6 +7,7 @@ use sha2::{Digest, Sha256};
 
 use crate::config::{END_USER_MAX_BYTES, EndUserSource, Tier};
 use crate::error::{ApiError, ErrorCode};
+use crate::ledger::Api;
 use crate::openai::chat::ChatRequest;
 
 use super::context::RequestContext;
@@ -77,6 +78,37 @@ fn checked(id: &str, param: &str) -> Result<String, ApiError> {
         Some(problem) => Err(ApiError::invalid_request(param, problem)),
         None => Ok(id.to_owned()),
     }
+}
+
+/// The agent run a body names, for a request whose headers name none:
+/// Claude Code's JSON `metadata.user_id` (its `session_id`; the Messages
+/// door hands it over as `user`), or Codex's `client_metadata.session_id`
+/// on the Responses door.
+pub fn body_session(request: &ChatRequest) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Metadata {
+        session_id: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Responses {
+        client_metadata: Option<Metadata>,
+    }
+    let from_user = request
+        .body()
+        .get("user")
+        .and_then(|v| v.as_str())
+        .filter(|user| user.starts_with('{'))
+        .and_then(|user| serde_json::from_str::<Metadata>(user).ok())
+        .and_then(|m| m.session_id);
+    let from_metadata = || {
+        let native = request
+            .native()
+            .filter(|_| request.api() == Api::Responses)?;
+        let body: Responses = serde_json::from_slice(&native.body).ok()?;
+        body.client_metadata?.session_id
+    };
+    let id = from_user.or_else(from_metadata)?;
+    kept_id(id.trim()).filter(|id| !id.is_empty())
 }
 
 /// An id as kept where a bad one is no id rather than a refusal (a session):

@@ -133,3 +133,28 @@ async fn calls_of_one_run_in_flight_together_share_its_cap() {
     statuses.sort_unstable();
     assert_eq!(statuses, [200, 402], "{} / {}", a.raw, b.raw);
 }
+
+/// Without a session header, the run is read from the body where the agents
+/// put it: Claude Code's JSON `metadata.user_id` (`session_id`) on the
+/// Messages door, Codex's `client_metadata.session_id` on the Responses door.
+#[actix_web::test]
+async fn the_run_is_read_from_the_agents_own_body_fields_when_no_header_names_it() {
+    let app = spawn_app(setup()).await;
+    let (tenant, key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "10"}))
+        .await;
+    let user_id = r#"{"device_id":"d-1","account_uuid":"","session_id":"cc-body"}"#;
+    let message = json!({"model": ROUTE, "max_tokens": 50,
+        "metadata": {"user_id": user_id},
+        "messages": [{"role": "user", "content": "hi"}]});
+    let reply = app.post_json("/v1/messages", &key, &message).await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    let response = json!({"model": ROUTE, "input": "hi",
+        "client_metadata": {"session_id": "codex-body"}});
+    let reply = app.post_json("/v1/responses", &key, &response).await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    let rows = app.ledger_rows_eventually(&tenant, 2).await;
+    let mut runs: Vec<String> = rows.iter().filter_map(|r| r.session.clone()).collect();
+    runs.sort();
+    assert_eq!(runs, ["cc-body", "codex-body"], "{rows:?}");
+}

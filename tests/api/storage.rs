@@ -280,6 +280,7 @@ async fn backfilled_totals(url: &str) {
     let then = |event: &UsageEvent| entity::usage::ActiveModel {
         api: sea_orm::ActiveValue::NotSet,
         end_user: sea_orm::ActiveValue::NotSet,
+        session: sea_orm::ActiveValue::NotSet,
         cache_source: sea_orm::ActiveValue::NotSet,
         cache_similarity: sea_orm::ActiveValue::NotSet,
         cost_nanos: sea_orm::ActiveValue::NotSet,
