@@ -319,6 +319,28 @@ pub struct PrivateServer {
     dir: PathBuf,
     port: u16,
     watchdog: Option<(Child, ChildStdin)>,
+    /// While the server is stopped: its port, held so no other test's
+    /// listener takes it before the restart.
+    keeper: Option<PortKeeper>,
+}
+
+/// Holds a loopback port without listening on it: a connection is refused,
+/// as the stopped server's would be, and no other test can bind it.
+struct PortKeeper(socket2::Socket);
+
+impl PortKeeper {
+    fn hold(port: u16) -> Option<PortKeeper> {
+        use socket2::{Domain, Socket, Type};
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, None).ok()?;
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        socket.bind(&addr.into()).ok()?;
+        Some(PortKeeper(socket))
+    }
+
+    /// Lets the port go.
+    fn release(self) {
+        drop(self.0);
+    }
 }
 
 impl PrivateServer {
@@ -345,6 +367,7 @@ impl PrivateServer {
                         dir,
                         port,
                         watchdog: Some(watchdog),
+                        keeper: None,
                     };
                 }
                 Err(log) => {
@@ -369,21 +392,43 @@ impl PrivateServer {
         if let Some((mut child, stdin)) = self.watchdog.take() {
             drop(stdin);
             child.wait().unwrap();
+            self.keeper = PortKeeper::hold(self.port);
         }
     }
 
-    /// Starts it again on the same data dir and port.
+    /// Starts it again on the same data dir and port. Another test's
+    /// listener may still take the port in the instant between the keeper
+    /// letting it go and the server binding it: then it tries again.
     pub fn restart(&mut self) {
         assert!(self.watchdog.is_none(), "the server is running");
-        let watchdog = launch_watchdog(&self.bin, self.owner, &self.dir, self.port, false)
-            .unwrap_or_else(|log| panic!("PostgreSQL did not restart:\n{log}"));
-        self.watchdog = Some(watchdog);
+        let mut failures = Vec::new();
+        for _ in 0..RESTART_ATTEMPTS {
+            if let Some(keeper) = self.keeper.take() {
+                keeper.release();
+            }
+            match launch_watchdog(&self.bin, self.owner, &self.dir, self.port, false) {
+                Ok(watchdog) => {
+                    self.watchdog = Some(watchdog);
+                    return;
+                }
+                Err(log) => failures.push(log),
+            }
+            std::thread::sleep(Duration::from_millis(200));
+            self.keeper = PortKeeper::hold(self.port);
+        }
+        panic!("PostgreSQL did not restart:\n{}", failures.join("\n"));
     }
 }
+
+/// Restarts tried before a test fails: 20 × 200 ms for a port another test holds.
+const RESTART_ATTEMPTS: u32 = 20;
 
 impl Drop for PrivateServer {
     fn drop(&mut self) {
         self.stop();
+        if let Some(keeper) = self.keeper.take() {
+            keeper.release();
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
