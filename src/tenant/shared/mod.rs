@@ -4,6 +4,7 @@
 //! Each call gives up after `storage.redis_timeout_ms`; a failure marks the
 //! store down (`health.rs`) and the actor falls back to its tenant's policy.
 
+mod args;
 mod connection;
 pub mod epoch;
 pub mod expiry;
@@ -21,6 +22,7 @@ use std::time::Duration;
 
 use redis::Script;
 
+use args::{EndUserArgs, ReserveArgs, SessionArgs};
 use connection::{Backend, Conn};
 pub use epoch::RestartPolicy;
 use epoch::{Epochs, Next};
@@ -794,84 +796,75 @@ impl SharedQuota {
         now_ms: u64,
     ) -> ScriptCall {
         let (mut keys, month) = self.book_keys(now_ms);
-        let day = self.today(now_ms);
         let tokens = request
             .input_tokens
             .saturating_add(request.output_tokens(max_tokens));
         let budget = |b: Option<Nanos>| b.map_or_else(|| "-1".to_owned(), |b| b.get().to_string());
         let limit = |l: Option<u64>| l.map_or_else(|| "-1".to_owned(), |l| l.to_string());
-        let feature_budget = limits.feature_budgets.get(&request.feature).copied();
-        let alert_mode = limits.mode == BudgetMode::Alert;
         let end_user = request.end_user.as_ref().map(|hold| {
             let window = self.store.calendar.window(hold.limits.period, now_ms);
             keys.push(self.keys.end_user(&hold.id, &window.key));
             let previous = self.previous_window(hold, &window);
             keys.push(self.keys.end_user(&hold.id, &previous.key));
-            let field = format!(
-                "{}:{}:{}:{}",
-                keys::hex_id(&hold.id),
-                window.key,
-                hold.limits.period,
-                self.local_day(now_ms)
-            );
-            (field, hold, end_user_ttl_ms(&window, now_ms))
+            EndUserArgs {
+                field: format!(
+                    "{}:{}:{}:{}",
+                    keys::hex_id(&hold.id),
+                    window.key,
+                    hold.limits.period,
+                    self.local_day(now_ms)
+                ),
+                budget: budget(hold.limits.budget),
+                rpm: limit(hold.limits.rpm.map(u64::from)),
+                ttl: end_user_ttl_ms(&window, now_ms).to_string(),
+                daily_tokens: limit(hold.limits.daily_tokens),
+                tpm: limit(hold.limits.tpm),
+            }
         });
-        let mut args = vec![
-            now_ms.to_string(),
-            day,
+        // Kept while a call of the run may still be open, and its idle time after.
+        let session = request.session.as_ref().map(|session| SessionArgs {
+            key: self.keys.session(&session.id),
+            budget: session.budget.get().to_string(),
+            ttl: session
+                .idle_ms
+                .saturating_add(request.expires_at_ms.saturating_sub(now_ms))
+                .max(1)
+                .to_string(),
+        });
+        let args = ReserveArgs {
+            now: now_ms.to_string(),
+            day: self.today(now_ms),
             month,
-            request.expires_at_ms.to_string(),
-            amount.get().to_string(),
-            if alert_mode { "1" } else { "0" }.to_owned(),
-            budget(limits.budget),
-            request.key.to_string(),
-            budget(request.key_budget),
-            request.feature.clone(),
-            budget(feature_budget),
-            tokens.to_string(),
-            limit(limits.tokens.tpm),
-            limit(limits.tokens.daily),
-            limit(limits.tokens.monthly),
-            meta.to_owned(),
-            MONTH_TTL_MS.to_string(),
-            id.0.to_string(),
-        ];
-        if let Some((field, hold, ttl)) = end_user {
-            args.extend([
-                field,
-                budget(hold.limits.budget),
-                limit(hold.limits.rpm.map(u64::from)),
-                ttl.to_string(),
-                limit(hold.limits.daily_tokens),
-                self.local_day(now_ms),
-                limit(hold.limits.tpm),
-            ]);
-        } else {
-            args.extend(["", "-1", "-1", "0", "-1", "", "-1"].map(str::to_owned));
-        }
-        let flag = |on: bool| if on { "1" } else { "0" }.to_owned();
-        args.extend([flag(limits.credits), flag(request.key_credits)]);
-        args.extend(
-            [
+            expires_at: request.expires_at_ms.to_string(),
+            amount: amount.get().to_string(),
+            alert: limits.mode == BudgetMode::Alert,
+            tenant_budget: budget(limits.budget),
+            key: request.key.as_str(),
+            key_budget: budget(request.key_budget),
+            feature: &request.feature,
+            feature_budget: budget(limits.feature_budgets.get(&request.feature).copied()),
+            tokens: tokens.to_string(),
+            tpm: limit(limits.tokens.tpm),
+            daily: limit(limits.tokens.daily),
+            monthly: limit(limits.tokens.monthly),
+            meta,
+            ttl: MONTH_TTL_MS.to_string(),
+            id: id.0.to_string(),
+            local_day: self.local_day(now_ms),
+            end_user,
+            tenant_credits: limits.credits,
+            key_credits: request.key_credits,
+            periods: [
                 limits.period,
                 request.key_period,
                 limits.feature_period(&request.feature),
-            ]
-            .map(|p| p.as_str().to_owned()),
-        );
-        match &request.session {
-            Some(session) => {
-                // Kept while a call of the run may still be open, and its idle time after.
-                let open_ms = request.expires_at_ms.saturating_sub(now_ms);
-                args.extend([
-                    self.keys.session(&session.id),
-                    session.budget.get().to_string(),
-                    session.idle_ms.saturating_add(open_ms).max(1).to_string(),
-                ]);
-            }
-            None => args.extend(["", "-1", "0"].map(str::to_owned)),
+            ],
+            session,
+        };
+        ScriptCall {
+            keys,
+            args: vec![args.json()],
         }
-        ScriptCall { keys, args }
     }
 
     /// The end-user context of a script that closes (see `euctx` in `scripts.rs`).

@@ -118,16 +118,17 @@ pub const RATE: &str = concat!(prelude!(), rate_fn!(), "return rate(KEYS, ARGV)\
 /// held across the end of an end user's period are still in the previous
 /// window's `r`, and count, as the book carries them (`tenant/book.rs`,
 /// paired by `tests/api/differential.rs`).
-/// ARGV: now, day, month, expires_at, amount, over_ok (1: alert mode),
-/// tenant budget, key, key budget, feature, feature budget (-1: none),
-/// tokens, tpm, daily, monthly (-1: none), meta, ttl ms, reservation id
-/// (chosen by the caller, so a reservation whose reply was lost can still be released),
-/// end user record field, end user budget, end user rpm (-1: none), end user ttl ms,
-/// end user daily tokens (-1: none), the local day, end user tokens per minute (-1: none)
-/// (the seven end-user arguments are placeholders without one), then whether the
-/// tenant and the key spend their balances (1/0), then the periods of the
-/// tenant's, key's and feature's budgets (`day`, `week`, `month`, `lifetime`),
-/// then the session's hash (empty: none), its cap and its time to live.
+/// ARGV: one JSON object, `ReserveArgs` in `shared/args.rs` (each field is
+/// read here by its name; money and counts are decimal strings, `-1` for no
+/// limit): `now`, `day`, `month`, `expires_at`, `amount`, `alert` (over the
+/// budget is allowed), `tenant_budget`, `key`, `key_budget`, `feature`,
+/// `feature_budget`, `tokens`, `tpm`, `daily`, `monthly`, `meta`, `ttl`,
+/// `id` (chosen by the caller, so a reservation whose reply was lost can
+/// still be released), `local_day`, `end_user` (absent without one: `field`,
+/// `budget`, `rpm`, `ttl`, `daily_tokens`, `tpm`), `tenant_credits`,
+/// `key_credits`, `periods` (the tenant's, key's and feature's budgets' `day`,
+/// `week`, `month` or `lifetime`) and `session` (absent without one: `key`,
+/// `budget`, `ttl`).
 /// Returns {'seed'} | {'seed_w', period} | {'seed_eu'} | {'seed_credit'} | {'eu_rate', units} | {'eu_tokens', used today}
 /// | {'eu_tpm', units}
 /// | {'budget', scope, remaining}
@@ -136,26 +137,28 @@ pub const RATE: &str = concat!(prelude!(), rate_fn!(), "return rate(KEYS, ARGV)\
 macro_rules! reserve_fn {
     () => {
         r"
-local function reserve(KEYS, ARGV)
+local function reserve(KEYS, A)
 local m, b, h, x = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if redis.call('HEXISTS', m, 'seeded') == 0 then return {'seed'} end
 local W = {day = KEYS[7], week = KEYS[8], lifetime = KEYS[9]}
-local periods = {ARGV[28], ARGV[29], ARGV[30]}
+local periods = A.periods
+local budgets = {tonumber(A.tenant_budget), tonumber(A.key_budget), tonumber(A.feature_budget)}
 for i, per in ipairs(periods) do
-  if per ~= 'month' and tonumber(ARGV[5 + 2 * i]) >= 0 and redis.call('HEXISTS', W[per], 'seeded') == 0 then
+  if per ~= 'month' and budgets[i] >= 0 and redis.call('HEXISTS', W[per], 'seeded') == 0 then
     return {'seed_w', per}
   end
 end
-local now, amount = tonumber(ARGV[1]), tonumber(ARGV[5])
-local kc, kr = 'k:' .. ARGV[8] .. ':c', 'k:' .. ARGV[8] .. ':r'
-local fc, fr = 'f:' .. ARGV[10] .. ':c', 'f:' .. ARGV[10] .. ':r'
-local td = 'td:' .. ARGV[2]
+local now, amount = tonumber(A.now), tonumber(A.amount)
+local kc, kr = 'k:' .. A.key .. ':c', 'k:' .. A.key .. ':r'
+local fc, fr = 'f:' .. A.feature .. ':c', 'f:' .. A.feature .. ':r'
+local td = 'td:' .. A.day
 local v = redis.call('HMGET', m, 'c', 'r', kc, kr, fc, fr, 'tm', td)
+local E = A.end_user or {}
 local eu, ev, eurpm = KEYS[10], nil, -1
 if eu then
   if redis.call('HEXISTS', eu, 'seeded') == 0 then return {'seed_eu'} end
   ev = redis.call('HMGET', eu, 'c', 'r', 'ru', 'rat')
-  eurpm = tonumber(ARGV[21])
+  eurpm = tonumber(E.rpm)
   if eurpm >= 0 then
     local cap = eurpm * 60000
     local units, at = tonumber(ev[3]) or cap, tonumber(ev[4]) or now
@@ -181,36 +184,37 @@ end
 -- Likewise an end user's calls held across the end of their window.
 local evp = 0
 if eu and KEYS[11] and KEYS[11] ~= eu then evp = n(redis.call('HGET', KEYS[11], 'r')) end
-consider('tenant', tonumber(ARGV[7]), spent(periods[1], 'c', n(v[1])), n(v[2]) + n(pv[1]))
-consider('key', tonumber(ARGV[9]), spent(periods[2], kc, n(v[3])), n(v[4]) + n(pv[2]))
-consider('feature', tonumber(ARGV[11]), spent(periods[3], fc, n(v[5])), n(v[6]) + n(pv[3]))
-if eu then consider('end_user', tonumber(ARGV[20]), n(ev[1]), n(ev[2]) + evp) end
-local sk = ARGV[31] or ''
+consider('tenant', budgets[1], spent(periods[1], 'c', n(v[1])), n(v[2]) + n(pv[1]))
+consider('key', budgets[2], spent(periods[2], kc, n(v[3])), n(v[4]) + n(pv[2]))
+consider('feature', budgets[3], spent(periods[3], fc, n(v[5])), n(v[6]) + n(pv[3]))
+if eu then consider('end_user', tonumber(E.budget), n(ev[1]), n(ev[2]) + evp) end
+local S = A.session or {}
+local sk = S.key or ''
 if sk ~= '' then
   local sv = redis.call('HMGET', sk, 'c', 'r')
-  consider('session', tonumber(ARGV[32]), n(sv[1]), n(sv[2]))
+  consider('session', tonumber(S.budget), n(sv[1]), n(sv[2]))
 end
-local cr, tcred, kcred = KEYS[5], ARGV[26] == '1', ARGV[27] == '1'
+local cr, tcred, kcred = KEYS[5], A.tenant_credits, A.key_credits
 local counted = redis.call('HEXISTS', cr, 'seeded') == 1
 if (tcred or kcred) and not counted then return {'seed_credit'} end
 if tcred or kcred then
-  local kb = 'k:' .. ARGV[8] .. ':b'
-  local cv = redis.call('HMGET', cr, 'b', 'c', 'r', kb, 'k:' .. ARGV[8] .. ':c', kr)
+  local kb = 'k:' .. A.key .. ':b'
+  local cv = redis.call('HMGET', cr, 'b', 'c', 'r', kb, 'k:' .. A.key .. ':c', kr)
   if tcred then consider('credits', n(cv[1]), n(cv[2]), n(cv[3])) end
   if kcred then consider('key_credits', n(cv[4]), n(cv[5]), n(cv[6])) end
 end
 local over = '0'
 if left ~= nil and amount > left then
-  if ARGV[6] ~= '1' then return {'budget', scope, s(left)} end
+  if not A.alert then return {'budget', scope, s(left)} end
   over = '1'
 end
-local est, tpm, daily, monthly = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
-if eu and tonumber(ARGV[23]) >= 0 then
-  local used = n(redis.call('HGET', eu, 'td:' .. ARGV[24]))
-  if used + est > tonumber(ARGV[23]) then return {'eu_tokens', s(used)} end
+local est, tpm, daily, monthly = tonumber(A.tokens), tonumber(A.tpm), tonumber(A.daily), tonumber(A.monthly)
+if eu and tonumber(E.daily_tokens) >= 0 then
+  local used = n(redis.call('HGET', eu, 'td:' .. A.local_day))
+  if used + est > tonumber(E.daily_tokens) then return {'eu_tokens', s(used)} end
 end
 local eutpm, eutu = -1, nil
-if eu then eutpm = tonumber(ARGV[25]) end
+if eu then eutpm = tonumber(E.tpm) end
 if eutpm >= 0 then
   local cap = eutpm * 60000
   local t = redis.call('HMGET', eu, 'tu', 'tat')
@@ -236,34 +240,34 @@ if tpm >= 0 then
   units = units - est * 60000
   redis.call('HSET', b, 'tu', s(units))
 end
-local id = ARGV[18]
-redis.call('HINCRBY', m, 'r', ARGV[5])
-redis.call('HINCRBY', m, kr, ARGV[5])
-redis.call('HINCRBY', m, fr, ARGV[5])
-redis.call('HINCRBY', m, 'tm', ARGV[12])
-redis.call('HINCRBY', m, td, ARGV[12])
+local id = A.id
+redis.call('HINCRBY', m, 'r', A.amount)
+redis.call('HINCRBY', m, kr, A.amount)
+redis.call('HINCRBY', m, fr, A.amount)
+redis.call('HINCRBY', m, 'tm', A.tokens)
+redis.call('HINCRBY', m, td, A.tokens)
 if eu then
-  redis.call('HINCRBY', eu, 'r', ARGV[5])
-  redis.call('HINCRBY', eu, 'td:' .. ARGV[24], ARGV[12])
-  if eutu then redis.call('HSET', eu, 'tu', s(eutu), 'tat', ARGV[1]) end
+  redis.call('HINCRBY', eu, 'r', A.amount)
+  redis.call('HINCRBY', eu, 'td:' .. A.local_day, A.tokens)
+  if eutu then redis.call('HSET', eu, 'tu', s(eutu), 'tat', A.now) end
   if eurpm >= 0 then redis.call('HSET', eu, 'ru', s(ev[3]), 'rat', s(ev[4])) end
-  redis.call('PEXPIRE', eu, ARGV[22])
+  redis.call('PEXPIRE', eu, E.ttl)
 end
 if sk ~= '' then
-  redis.call('HINCRBY', sk, 'r', ARGV[5])
-  redis.call('PEXPIRE', sk, ARGV[33])
+  redis.call('HINCRBY', sk, 'r', A.amount)
+  redis.call('PEXPIRE', sk, S.ttl)
 end
-local euf = ARGV[19] or ''
+local euf = E.field or ''
 if sk ~= '' then euf = euf .. '#' .. sk end
 local flag = ''
 if counted then
-  redis.call('HINCRBY', cr, 'r', ARGV[5])
-  redis.call('HINCRBY', cr, kr, ARGV[5])
+  redis.call('HINCRBY', cr, 'r', A.amount)
+  redis.call('HINCRBY', cr, kr, A.amount)
   flag = 'C'
 end
-redis.call('HSET', h, id, flag .. table.concat({ARGV[5], ARGV[12], ARGV[3], ARGV[2], ARGV[8], ARGV[10], euf, ARGV[16]}, '|'))
-redis.call('ZADD', x, ARGV[4], id)
-for _, key in ipairs({m, b, h, x}) do redis.call('PEXPIRE', key, ARGV[17]) end
+redis.call('HSET', h, id, flag .. table.concat({A.amount, A.tokens, A.month, A.day, A.key, A.feature, euf, A.meta}, '|'))
+redis.call('ZADD', x, A.expires_at, id)
+for _, key in ipairs({m, b, h, x}) do redis.call('PEXPIRE', key, A.ttl) end
 local totals = redis.call('HMGET', m, 'c', 'r')
 totals = {spent(periods[1], 'c', n(totals[1])), n(totals[2]) + n(pv[1])}
 local balance = -1
@@ -279,11 +283,15 @@ end
 }
 
 /// See `reserve_fn`.
-pub const RESERVE: &str = concat!(prelude!(), reserve_fn!(), "return reserve(KEYS, ARGV)\n");
+pub const RESERVE: &str = concat!(
+    prelude!(),
+    reserve_fn!(),
+    "return reserve(KEYS, cjson.decode(ARGV[1]))\n"
+);
 
 /// `RATE`, then `RESERVE` if the rate allows: one script where a request
 /// would otherwise take two. KEYS: those of `RESERVE` (its buckets are the
-/// rate's). ARGV: the four of `RATE`, then those of `RESERVE`.
+/// rate's). ARGV: the four of `RATE`, then the one of `RESERVE`.
 /// Returns {'0', units left} when the rate refuses, else {'1', units left,
 /// then the reply of `RESERVE`...}.
 pub const RATE_RESERVE: &str = concat!(
@@ -293,7 +301,7 @@ pub const RATE_RESERVE: &str = concat!(
     r"
 local r = rate({KEYS[2]}, {ARGV[1], ARGV[2], ARGV[3], ARGV[4]})
 if r[1] ~= '1' then return r end
-local v = reserve(KEYS, {unpack(ARGV, 5)})
+local v = reserve(KEYS, cjson.decode(ARGV[5]))
 table.insert(v, 1, r[2])
 table.insert(v, 1, r[1])
 return v
