@@ -1,0 +1,584 @@
+//! The decisions: rate, reserve (the typed `RESERVE` call and its reply),
+//! settle, and what a tenant, end user or balance has left.
+
+use super::{
+    BalanceStatus, BudgetMode, Closed, EndUserArgs, EndUserHold, EndUserRateLimited,
+    EndUserTokensLimited, Granted, KeyId, Limits, MONTH_TTL_MS, Nanos, Period, RateDecision,
+    Refusal, Refused, ReservationId, ReserveArgs, ReserveRequest, Reserved, Scope, SessionArgs,
+    Settled, SharedQuota, StoreFailure, TokenLimitKind, UNITS_PER_REQUEST, Unseeded,
+    bucket_capacity, clamped_max_tokens, daily_refusal, end_user_ttl_ms, field, keys,
+    monthly_refusal, nanos, number, per_minute_refusal, threshold_amount, window, worst_case,
+};
+
+impl SharedQuota {
+    pub async fn check_rate(
+        &self,
+        limits: &Limits,
+        now_ms: u64,
+    ) -> Result<RateDecision, StoreFailure> {
+        let reply = self
+            .store
+            .run(
+                &self.store.scripts.rate,
+                &[self.keys.buckets()],
+                &rate_args(limits, now_ms),
+            )
+            .await?;
+        rate_decision(&reply, limits)
+    }
+
+    /// `check_rate`, then `reserve` if the rate allows: one script for both
+    /// on the first attempt. `None` when the rate refused.
+    pub async fn check_rate_and_reserve(
+        &self,
+        id: ReservationId,
+        request: &ReserveRequest,
+        limits: &Limits,
+        meta: &str,
+        now_ms: u64,
+    ) -> Result<(RateDecision, Option<Reserved>), StoreFailure> {
+        let full = worst_case(request, request.max_tokens);
+        let call = self.attempt_call(id, request, limits, request.max_tokens, full, meta, now_ms);
+        let mut args = rate_args(limits, now_ms);
+        args.extend(call.args);
+        let reply = self
+            .store
+            .run(&self.store.scripts.rate_reserve, &call.keys, &args)
+            .await?;
+        let rate = rate_decision(&reply, limits)?;
+        if !rate.allowed {
+            return Ok((rate, None));
+        }
+        let first = self.parse_attempt(
+            reply.get(2..).unwrap_or_default(),
+            id,
+            request,
+            limits,
+            request.max_tokens,
+            full,
+            now_ms,
+        )?;
+        let reserved = self
+            .after_first(first, id, request, limits, meta, now_ms)
+            .await?;
+        self.track(&reserved);
+        Ok((rate, Some(reserved)))
+    }
+
+    /// Holds the worst case against every scope in one script; `clamp` mode
+    /// retries once with what the tightest scope affords.
+    /// `id` is the caller's: a refused attempt holds nothing, so the clamped
+    /// retry reuses it, and a reply lost to a timeout can be released by it.
+    pub async fn reserve(
+        &self,
+        id: ReservationId,
+        request: &ReserveRequest,
+        limits: &Limits,
+        meta: &str,
+        now_ms: u64,
+    ) -> Result<Reserved, StoreFailure> {
+        let full = worst_case(request, request.max_tokens);
+        let first = self
+            .attempt(id, request, limits, request.max_tokens, full, meta, now_ms)
+            .await?;
+        let reserved = self
+            .after_first(first, id, request, limits, meta, now_ms)
+            .await?;
+        self.track(&reserved);
+        Ok(reserved)
+    }
+
+    /// A hold Redis took is this replica's until it closes (see `epoch.rs`).
+    fn track(&self, reserved: &Reserved) {
+        if let Reserved::Granted(granted) = reserved {
+            self.store.epochs.opened(granted.id.0);
+        }
+    }
+
+    /// What follows a first attempt at the full worst case: in `clamp` mode a
+    /// budget refusal is retried once with what the tightest scope affords.
+    async fn after_first(
+        &self,
+        first: Attempt,
+        id: ReservationId,
+        request: &ReserveRequest,
+        limits: &Limits,
+        meta: &str,
+        now_ms: u64,
+    ) -> Result<Reserved, StoreFailure> {
+        let full = worst_case(request, request.max_tokens);
+        let (scope, remaining) = match first {
+            Attempt::Ok(granted) => return Ok(Reserved::Granted(granted)),
+            Attempt::Refused(refusal) => return Ok(Reserved::Refused(refusal)),
+            Attempt::NeedSeed => return Ok(Reserved::NeedSeed),
+            Attempt::NeedEndUser => return Ok(Reserved::NeedEndUser),
+            Attempt::NeedCredit => return Ok(Reserved::NeedCredit),
+            Attempt::NeedWindow(period) => return Ok(Reserved::NeedWindow(period)),
+            Attempt::Budget(scope, remaining) => (scope, remaining),
+        };
+        let refused = |scope, remaining, needed| {
+            Reserved::Refused(Refusal::Budget(Refused {
+                scope,
+                remaining,
+                needed,
+            }))
+        };
+        if limits.mode != BudgetMode::Clamp {
+            return Ok(refused(scope, remaining, full));
+        }
+        let Some(max_tokens) = clamped_max_tokens(request, remaining, limits.clamp_floor_tokens)
+        else {
+            return Ok(refused(scope, remaining, full));
+        };
+        let amount = worst_case(request, max_tokens);
+        Ok(
+            match self
+                .attempt(id, request, limits, max_tokens, amount, meta, now_ms)
+                .await?
+            {
+                Attempt::Ok(granted) => Reserved::Granted(Granted {
+                    clamped: true,
+                    ..granted
+                }),
+                Attempt::Refused(refusal) => Reserved::Refused(refusal),
+                Attempt::NeedSeed => Reserved::NeedSeed,
+                Attempt::NeedEndUser => Reserved::NeedEndUser,
+                Attempt::NeedCredit => Reserved::NeedCredit,
+                Attempt::NeedWindow(period) => Reserved::NeedWindow(period),
+                Attempt::Budget(scope, remaining) => refused(scope, remaining, amount),
+            },
+        )
+    }
+
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one script call with everything it decides on"
+    )]
+    async fn attempt(
+        &self,
+        id: ReservationId,
+        request: &ReserveRequest,
+        limits: &Limits,
+        max_tokens: u32,
+        amount: Nanos,
+        meta: &str,
+        now_ms: u64,
+    ) -> Result<Attempt, StoreFailure> {
+        let call = self.attempt_call(id, request, limits, max_tokens, amount, meta, now_ms);
+        let reply = self
+            .store
+            .run(&self.store.scripts.reserve, &call.keys, &call.args)
+            .await?;
+        self.parse_attempt(&reply, id, request, limits, max_tokens, amount, now_ms)
+    }
+
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one script call with everything it decides on"
+    )]
+    fn attempt_call(
+        &self,
+        id: ReservationId,
+        request: &ReserveRequest,
+        limits: &Limits,
+        max_tokens: u32,
+        amount: Nanos,
+        meta: &str,
+        now_ms: u64,
+    ) -> ScriptCall {
+        let (mut keys, month) = self.book_keys(now_ms);
+        let tokens = request
+            .input_tokens
+            .saturating_add(request.output_tokens(max_tokens));
+        let budget = |b: Option<Nanos>| b.map_or_else(|| "-1".to_owned(), |b| b.get().to_string());
+        let limit = |l: Option<u64>| l.map_or_else(|| "-1".to_owned(), |l| l.to_string());
+        let end_user = request.end_user.as_ref().map(|hold| {
+            let window = self.store.calendar.window(hold.limits.period, now_ms);
+            keys.push(self.keys.end_user(&hold.id, &window.key));
+            let previous = self.previous_window(hold, &window);
+            keys.push(self.keys.end_user(&hold.id, &previous.key));
+            EndUserArgs {
+                field: format!(
+                    "{}:{}:{}:{}",
+                    keys::hex_id(&hold.id),
+                    window.key,
+                    hold.limits.period,
+                    self.local_day(now_ms)
+                ),
+                budget: budget(hold.limits.budget),
+                rpm: limit(hold.limits.rpm.map(u64::from)),
+                ttl: end_user_ttl_ms(&window, now_ms).to_string(),
+                daily_tokens: limit(hold.limits.daily_tokens),
+                tpm: limit(hold.limits.tpm),
+            }
+        });
+        // Kept while a call of the run may still be open, and its idle time after.
+        let session = request.session.as_ref().map(|session| SessionArgs {
+            key: self.keys.session(&session.id),
+            budget: session.budget.get().to_string(),
+            ttl: session
+                .idle_ms
+                .saturating_add(request.expires_at_ms.saturating_sub(now_ms))
+                .max(1)
+                .to_string(),
+        });
+        let args = ReserveArgs {
+            now: now_ms.to_string(),
+            day: self.today(now_ms),
+            month,
+            expires_at: request.expires_at_ms.to_string(),
+            amount: amount.get().to_string(),
+            alert: limits.mode == BudgetMode::Alert,
+            tenant_budget: budget(limits.budget),
+            key: request.key.as_str(),
+            key_budget: budget(request.key_budget),
+            feature: &request.feature,
+            feature_budget: budget(limits.feature_budgets.get(&request.feature).copied()),
+            tokens: tokens.to_string(),
+            tpm: limit(limits.tokens.tpm),
+            daily: limit(limits.tokens.daily),
+            monthly: limit(limits.tokens.monthly),
+            meta,
+            ttl: MONTH_TTL_MS.to_string(),
+            id: id.0.to_string(),
+            local_day: self.local_day(now_ms),
+            end_user,
+            tenant_credits: limits.credits,
+            key_credits: request.key_credits,
+            periods: [
+                limits.period,
+                request.key_period,
+                limits.feature_period(&request.feature),
+            ],
+            session,
+        };
+        ScriptCall {
+            keys,
+            args: vec![args.json()],
+        }
+    }
+
+    /// Reads a `RESERVE` reply.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "a reply is read against everything its script decided on"
+    )]
+    fn parse_attempt(
+        &self,
+        reply: &[String],
+        id: ReservationId,
+        request: &ReserveRequest,
+        limits: &Limits,
+        max_tokens: u32,
+        amount: Nanos,
+        now_ms: u64,
+    ) -> Result<Attempt, StoreFailure> {
+        let tokens = request
+            .input_tokens
+            .saturating_add(request.output_tokens(max_tokens));
+        let end_user = request.end_user.as_ref();
+        match field(reply, 0)? {
+            "seed" => Ok(Attempt::NeedSeed),
+            "seed_eu" => Ok(Attempt::NeedEndUser),
+            "seed_credit" => Ok(Attempt::NeedCredit),
+            "seed_w" => Period::parse(field(reply, 1)?)
+                .map(Attempt::NeedWindow)
+                .ok_or_else(|| StoreFailure("a window to seed of no known period".to_owned())),
+            "eu_rate" => {
+                let hold = end_user.ok_or_else(|| {
+                    StoreFailure("an end user rate without an end user".to_owned())
+                })?;
+                let rpm = hold.limits.rpm.unwrap_or(1).max(1);
+                let units = u64::try_from(number(reply, 1)?).unwrap_or(0);
+                Ok(Attempt::Refused(Refusal::EndUserRate(EndUserRateLimited {
+                    id: hold.id.clone(),
+                    rpm,
+                    retry_after_ms: UNITS_PER_REQUEST
+                        .saturating_sub(units)
+                        .div_ceil(u64::from(rpm)),
+                })))
+            }
+            "eu_tokens" => {
+                let hold = end_user.ok_or_else(|| {
+                    StoreFailure("an end user token limit without an end user".to_owned())
+                })?;
+                let day_end = self.store.calendar.window(Period::Day, now_ms).end_ms;
+                Ok(Attempt::Refused(Refusal::EndUserTokens(
+                    EndUserTokensLimited {
+                        id: hold.id.clone(),
+                        kind: TokenLimitKind::Daily,
+                        limit: hold.limits.daily_tokens.unwrap_or(0),
+                        needed: tokens,
+                        retry_after_ms: day_end.saturating_sub(now_ms),
+                    },
+                )))
+            }
+            "eu_tpm" => {
+                let hold = end_user.ok_or_else(|| {
+                    StoreFailure("an end user token limit without an end user".to_owned())
+                })?;
+                let tpm = hold.limits.tpm.unwrap_or(1).max(1);
+                let units = i128::from(number(reply, 1)?);
+                let missing = (i128::from(tokens) * 60_000 - units).max(0);
+                Ok(Attempt::Refused(Refusal::EndUserTokens(
+                    EndUserTokensLimited {
+                        id: hold.id.clone(),
+                        kind: TokenLimitKind::PerMinute,
+                        limit: tpm,
+                        needed: tokens,
+                        retry_after_ms: u64::try_from(missing / i128::from(tpm))
+                            .unwrap_or(u64::MAX),
+                    },
+                )))
+            }
+            "budget" => Ok(Attempt::Budget(
+                refusing_scope(field(reply, 1)?, request),
+                nanos(reply, 2)?,
+            )),
+            "tokens" => {
+                let value = number(reply, 2)?;
+                let refusal = match field(reply, 1)? {
+                    "monthly" => monthly_refusal(
+                        limits.tokens.monthly.unwrap_or(0),
+                        tokens,
+                        &self.store.calendar,
+                        now_ms,
+                    ),
+                    "daily" => daily_refusal(
+                        limits.tokens.daily.unwrap_or(0),
+                        tokens,
+                        &self.store.calendar,
+                        now_ms,
+                    ),
+                    _ => per_minute_refusal(
+                        limits.tokens.tpm.unwrap_or(0),
+                        tokens,
+                        i128::from(value),
+                    ),
+                };
+                Ok(Attempt::Refused(Refusal::Tokens(refusal)))
+            }
+            "ok" => Ok(Attempt::Ok(granted(reply, id, limits, max_tokens, amount)?)),
+            other => Err(StoreFailure(format!("unexpected reserve reply `{other}`"))),
+        }
+    }
+
+    /// Commits `charged`, releases the rest; a second settle of the same id is a no-op.
+    pub async fn settle(
+        &self,
+        id: ReservationId,
+        charged: Nanos,
+        used_tokens: u64,
+        limits: &Limits,
+        thresholds: &[u32],
+        now_ms: u64,
+    ) -> Result<Closed, StoreFailure> {
+        let (keys, month) = self.book_keys(now_ms);
+        let mut args = vec![
+            id.0.to_string(),
+            charged.get().to_string(),
+            used_tokens.to_string(),
+            month,
+            self.today(now_ms),
+            limits
+                .tokens
+                .tpm
+                .map_or_else(|| "-1".to_owned(), |t| t.to_string()),
+        ];
+        args.extend(self.end_user_context(now_ms));
+        args.push(limits.period.as_str().to_owned());
+        if let Some(budget) = limits.budget {
+            for percent in thresholds {
+                args.push(percent.to_string());
+                args.push(threshold_amount(budget, *percent).get().to_string());
+            }
+        }
+        let reply = self
+            .store
+            .run(&self.store.scripts.settle, &keys, &args)
+            .await?;
+        self.store.epochs.closed(id.0);
+        let unclosed = match field(&reply, 0)? {
+            "closed" => Some(Settled::AlreadyClosed),
+            "lost" => Some(Settled::Lost),
+            _ => None,
+        };
+        if let Some(settled) = unclosed {
+            return Ok(Closed {
+                settled,
+                committed: Nanos::ZERO,
+                reserved: Nanos::ZERO,
+                fired: Vec::new(),
+            });
+        }
+        Ok(Closed {
+            settled: Settled::Committed {
+                reserved: nanos(&reply, 1)?,
+            },
+            committed: nanos(&reply, 2)?,
+            reserved: nanos(&reply, 3)?,
+            fired: reply
+                .iter()
+                .skip(4)
+                .filter_map(|p| p.parse().ok())
+                .collect(),
+        })
+    }
+
+    /// Committed and reserved this month (`None`: not seeded yet).
+    /// The tenant's committed spend in its budget's `period` and what calls
+    /// in flight hold, or which hash must be seeded first.
+    pub async fn status(
+        &self,
+        period: Period,
+        now_ms: u64,
+    ) -> Result<Result<(Nanos, Nanos), Unseeded>, StoreFailure> {
+        let (month_key, previous_key, _) = self.month_keys(now_ms);
+        let committed_in = match period {
+            Period::Month => month_key.clone(),
+            other => self
+                .keys
+                .window(&self.store.calendar.window(other, now_ms).key),
+        };
+        let reply = self
+            .store
+            .run(
+                &self.store.scripts.status,
+                &[month_key, previous_key, committed_in],
+                &[],
+            )
+            .await?;
+        Ok(match field(&reply, 0)? {
+            "seed" => Err(Unseeded::Month),
+            "seed_w" => Err(Unseeded::Window(period)),
+            _ => Ok((nanos(&reply, 1)?, nanos(&reply, 2)?)),
+        })
+    }
+
+    /// The tenant's (`None`) or a key's balance (`None` outside: not seeded yet).
+    pub async fn balance(
+        &self,
+        key: Option<&KeyId>,
+    ) -> Result<Option<BalanceStatus>, StoreFailure> {
+        let arg = key.map(ToString::to_string).unwrap_or_default();
+        let reply = self
+            .store
+            .run(
+                &self.store.scripts.credit_status,
+                &[self.keys.credit()],
+                &[arg],
+            )
+            .await?;
+        if field(&reply, 0)? == "seed" {
+            return Ok(None);
+        }
+        let at = if key.is_some() { 4 } else { 1 };
+        Ok(Some(BalanceStatus::new(
+            nanos(&reply, at)?,
+            nanos(&reply, at + 1)?,
+            nanos(&reply, at + 2)?,
+        )))
+    }
+
+    /// An end user's committed in their current window (`None`: not seeded,
+    /// the ledger has it) and what their calls hold, in this window or the one before.
+    pub async fn end_user_status(
+        &self,
+        hold: &EndUserHold,
+        now_ms: u64,
+    ) -> Result<(Option<Nanos>, Nanos), StoreFailure> {
+        let window = self.store.calendar.window(hold.limits.period, now_ms);
+        let key = self.keys.end_user(&hold.id, &window.key);
+        let previous = self.previous_window(hold, &window);
+        let before = self.keys.end_user(&hold.id, &previous.key);
+        let reply = self
+            .store
+            .run(&self.store.scripts.end_user_status, &[key, before], &[])
+            .await?;
+        if field(&reply, 0)? == "seed" {
+            return Ok((None, nanos(&reply, 1)?));
+        }
+        Ok((Some(nanos(&reply, 1)?), nanos(&reply, 2)?))
+    }
+}
+
+enum Attempt {
+    Ok(Granted),
+    Budget(Scope, Nanos),
+    Refused(Refusal),
+    NeedSeed,
+    NeedEndUser,
+    NeedCredit,
+    NeedWindow(Period),
+}
+
+/// A `RESERVE` that held: {'ok', id, over, committed, reserved, tpm units, balance}.
+fn granted(
+    reply: &[String],
+    id: ReservationId,
+    limits: &Limits,
+    max_tokens: u32,
+    amount: Nanos,
+) -> Result<Granted, StoreFailure> {
+    let committed = nanos(reply, 3)?;
+    let reserved = nanos(reply, 4)?;
+    let units = number(reply, 5)?;
+    let remaining = if limits.credits {
+        Some(nanos(reply, 6)?)
+    } else {
+        limits
+            .budget
+            .map(|b| b.saturating_sub(committed.saturating_add(reserved)))
+    };
+    Ok(Granted {
+        id,
+        amount,
+        max_tokens,
+        clamped: false,
+        remaining,
+        over_budget: field(reply, 2)? == "1",
+        tokens: limits.tokens.tpm.map(|tpm| window(tpm, i128::from(units))),
+    })
+}
+
+/// The scope a `RESERVE` budget refusal names.
+fn refusing_scope(name: &str, request: &ReserveRequest) -> Scope {
+    match (name, &request.end_user) {
+        ("key", _) => Scope::Key(request.key.clone()),
+        ("feature", _) => Scope::Feature(request.feature.clone()),
+        ("end_user", Some(hold)) => Scope::EndUser(hold.id.clone()),
+        ("session", _) => request
+            .session
+            .as_ref()
+            .map_or(Scope::Tenant, |session| Scope::Session(session.id.clone())),
+        ("credits", _) => Scope::Credits,
+        ("key_credits", _) => Scope::KeyCredits(request.key.clone()),
+        _ => Scope::Tenant,
+    }
+}
+
+/// A script's keys and arguments.
+struct ScriptCall {
+    keys: Vec<String>,
+    args: Vec<String>,
+}
+
+fn rate_args(limits: &Limits, now_ms: u64) -> Vec<String> {
+    vec![
+        now_ms.to_string(),
+        limits.rpm.max(1).to_string(),
+        bucket_capacity(limits).to_string(),
+        UNITS_PER_REQUEST.to_string(),
+    ]
+}
+
+/// Reads a `RATE` reply (also the head of a `RATE_RESERVE` one).
+fn rate_decision(reply: &[String], limits: &Limits) -> Result<RateDecision, StoreFailure> {
+    let allowed = field(reply, 0)? == "1";
+    let units = number(reply, 1)?;
+    Ok(RateDecision::from_bucket(
+        allowed,
+        u64::try_from(units).unwrap_or(0),
+        limits,
+    ))
+}
