@@ -1,6 +1,7 @@
 //! The decisions: rate, reserve (the typed `RESERVE` call and its reply),
 //! settle, and what a tenant, end user or balance has left.
 
+use super::args::{ReserveReply, decimal};
 use super::{
     BalanceStatus, BudgetMode, Closed, EndUserArgs, EndUserHold, EndUserRateLimited,
     EndUserTokensLimited, Granted, KeyId, Limits, MONTH_TTL_MS, Nanos, Period, RateDecision,
@@ -273,94 +274,90 @@ impl SharedQuota {
         amount: Nanos,
         now_ms: u64,
     ) -> Result<Attempt, StoreFailure> {
+        let text = field(reply, 0)?;
+        let reply = ReserveReply::parse(text)
+            .ok_or_else(|| StoreFailure(format!("unexpected reserve reply `{text}`")))?;
         let tokens = request
             .input_tokens
             .saturating_add(request.output_tokens(max_tokens));
-        let end_user = request.end_user.as_ref();
-        match field(reply, 0)? {
-            "seed" => Ok(Attempt::NeedSeed),
-            "seed_eu" => Ok(Attempt::NeedEndUser),
-            "seed_credit" => Ok(Attempt::NeedCredit),
-            "seed_w" => Period::parse(field(reply, 1)?)
-                .map(Attempt::NeedWindow)
-                .ok_or_else(|| StoreFailure("a window to seed of no known period".to_owned())),
-            "eu_rate" => {
-                let hold = end_user.ok_or_else(|| {
-                    StoreFailure("an end user rate without an end user".to_owned())
-                })?;
+        let end_user = || {
+            request
+                .end_user
+                .as_ref()
+                .ok_or_else(|| StoreFailure("an end user's limit without an end user".to_owned()))
+        };
+        let count = |text: &str| {
+            decimal(text).ok_or_else(|| StoreFailure(format!("`{text}` is not a count")))
+        };
+        Ok(match reply {
+            ReserveReply::Seed => Attempt::NeedSeed,
+            ReserveReply::SeedEu => Attempt::NeedEndUser,
+            ReserveReply::SeedCredit => Attempt::NeedCredit,
+            ReserveReply::SeedW { period } => Attempt::NeedWindow(period),
+            ReserveReply::EuRate { units } => {
+                let hold = end_user()?;
                 let rpm = hold.limits.rpm.unwrap_or(1).max(1);
-                let units = u64::try_from(number(reply, 1)?).unwrap_or(0);
-                Ok(Attempt::Refused(Refusal::EndUserRate(EndUserRateLimited {
+                let units = u64::try_from(count(&units)?).unwrap_or(0);
+                Attempt::Refused(Refusal::EndUserRate(EndUserRateLimited {
                     id: hold.id.clone(),
                     rpm,
                     retry_after_ms: UNITS_PER_REQUEST
                         .saturating_sub(units)
                         .div_ceil(u64::from(rpm)),
-                })))
+                }))
             }
-            "eu_tokens" => {
-                let hold = end_user.ok_or_else(|| {
-                    StoreFailure("an end user token limit without an end user".to_owned())
-                })?;
+            ReserveReply::EuTokens { .. } => {
+                let hold = end_user()?;
                 let day_end = self.store.calendar.window(Period::Day, now_ms).end_ms;
-                Ok(Attempt::Refused(Refusal::EndUserTokens(
-                    EndUserTokensLimited {
-                        id: hold.id.clone(),
-                        kind: TokenLimitKind::Daily,
-                        limit: hold.limits.daily_tokens.unwrap_or(0),
-                        needed: tokens,
-                        retry_after_ms: day_end.saturating_sub(now_ms),
-                    },
-                )))
+                Attempt::Refused(Refusal::EndUserTokens(EndUserTokensLimited {
+                    id: hold.id.clone(),
+                    kind: TokenLimitKind::Daily,
+                    limit: hold.limits.daily_tokens.unwrap_or(0),
+                    needed: tokens,
+                    retry_after_ms: day_end.saturating_sub(now_ms),
+                }))
             }
-            "eu_tpm" => {
-                let hold = end_user.ok_or_else(|| {
-                    StoreFailure("an end user token limit without an end user".to_owned())
-                })?;
+            ReserveReply::EuTpm { units } => {
+                let hold = end_user()?;
                 let tpm = hold.limits.tpm.unwrap_or(1).max(1);
-                let units = i128::from(number(reply, 1)?);
-                let missing = (i128::from(tokens) * 60_000 - units).max(0);
-                Ok(Attempt::Refused(Refusal::EndUserTokens(
-                    EndUserTokensLimited {
-                        id: hold.id.clone(),
-                        kind: TokenLimitKind::PerMinute,
-                        limit: tpm,
-                        needed: tokens,
-                        retry_after_ms: u64::try_from(missing / i128::from(tpm))
-                            .unwrap_or(u64::MAX),
-                    },
-                )))
+                let missing = (i128::from(tokens) * 60_000 - i128::from(count(&units)?)).max(0);
+                Attempt::Refused(Refusal::EndUserTokens(EndUserTokensLimited {
+                    id: hold.id.clone(),
+                    kind: TokenLimitKind::PerMinute,
+                    limit: tpm,
+                    needed: tokens,
+                    retry_after_ms: u64::try_from(missing / i128::from(tpm)).unwrap_or(u64::MAX),
+                }))
             }
-            "budget" => Ok(Attempt::Budget(
-                refusing_scope(field(reply, 1)?, request),
-                nanos(reply, 2)?,
-            )),
-            "tokens" => {
-                let value = number(reply, 2)?;
-                let refusal = match field(reply, 1)? {
+            ReserveReply::Budget { scope, remaining } => {
+                let remaining = Nanos::new(u64::try_from(count(&remaining)?).unwrap_or(0));
+                Attempt::Budget(refusing_scope(&scope, request), remaining)
+            }
+            ReserveReply::Tokens { limit, value } => {
+                let value = count(&value)?;
+                let calendar = &self.store.calendar;
+                let refusal = match limit.as_str() {
                     "monthly" => monthly_refusal(
                         limits.tokens.monthly.unwrap_or(0),
                         tokens,
-                        &self.store.calendar,
+                        calendar,
                         now_ms,
                     ),
-                    "daily" => daily_refusal(
-                        limits.tokens.daily.unwrap_or(0),
-                        tokens,
-                        &self.store.calendar,
-                        now_ms,
-                    ),
+                    "daily" => {
+                        daily_refusal(limits.tokens.daily.unwrap_or(0), tokens, calendar, now_ms)
+                    }
                     _ => per_minute_refusal(
                         limits.tokens.tpm.unwrap_or(0),
                         tokens,
                         i128::from(value),
                     ),
                 };
-                Ok(Attempt::Refused(Refusal::Tokens(refusal)))
+                Attempt::Refused(Refusal::Tokens(refusal))
             }
-            "ok" => Ok(Attempt::Ok(granted(reply, id, limits, max_tokens, amount)?)),
-            other => Err(StoreFailure(format!("unexpected reserve reply `{other}`"))),
-        }
+            ok @ ReserveReply::Ok { .. } => {
+                Attempt::Ok(granted(&ok, id, limits, max_tokens, amount)?)
+            }
+        })
     }
 
     /// Commits `charged`, releases the rest; a second settle of the same id is a no-op.
@@ -512,19 +509,31 @@ enum Attempt {
     NeedWindow(Period),
 }
 
-/// A `RESERVE` that held: {'ok', id, over, committed, reserved, tpm units, balance}.
+/// A held reservation, from `RESERVE`'s `ok` reply.
 fn granted(
-    reply: &[String],
+    reply: &ReserveReply,
     id: ReservationId,
     limits: &Limits,
     max_tokens: u32,
     amount: Nanos,
 ) -> Result<Granted, StoreFailure> {
-    let committed = nanos(reply, 3)?;
-    let reserved = nanos(reply, 4)?;
-    let units = number(reply, 5)?;
+    let ReserveReply::Ok {
+        over,
+        committed,
+        reserved,
+        units,
+        balance,
+    } = reply
+    else {
+        return Err(StoreFailure("not a hold".to_owned()));
+    };
+    let count =
+        |text: &str| decimal(text).ok_or_else(|| StoreFailure(format!("`{text}` is not a count")));
+    let money = |text: &str| count(text).map(|n| Nanos::new(u64::try_from(n).unwrap_or(0)));
+    let (committed, reserved) = (money(committed)?, money(reserved)?);
+    let units = count(units)?;
     let remaining = if limits.credits {
-        Some(nanos(reply, 6)?)
+        Some(money(balance)?)
     } else {
         limits
             .budget
@@ -536,7 +545,7 @@ fn granted(
         max_tokens,
         clamped: false,
         remaining,
-        over_budget: field(reply, 2)? == "1",
+        over_budget: *over,
         tokens: limits.tokens.tpm.map(|tpm| window(tpm, i128::from(units))),
     })
 }

@@ -129,23 +129,24 @@ pub const RATE: &str = concat!(prelude!(), rate_fn!(), "return rate(KEYS, ARGV)\
 /// `key_credits`, `periods` (the tenant's, key's and feature's budgets' `day`,
 /// `week`, `month` or `lifetime`) and `session` (absent without one: `key`,
 /// `budget`, `ttl`).
-/// Returns {'seed'} | {'seed_w', period} | {'seed_eu'} | {'seed_credit'} | {'eu_rate', units} | {'eu_tokens', used today}
-/// | {'eu_tpm', units}
-/// | {'budget', scope, remaining}
-/// | {'tokens', kind, units or used}
-/// | {'ok', id, over, committed, reserved, tpm units (-1: none), the tenant's balance (-1: not on credits)}.
+/// Returns one JSON object, `ReserveReply` in `args.rs`, named by its `kind`:
+/// `seed`, `seed_w` (`period`), `seed_eu`, `seed_credit`, `eu_rate` (`units`),
+/// `eu_tokens` (`used` today), `eu_tpm` (`units`), `budget` (`scope`,
+/// `remaining`), `tokens` (`limit`: `monthly`, `daily` or `tpm`; `value`), or
+/// `ok` (`over`, `committed`, `reserved`, `units` of tpm or -1, `balance` of
+/// the tenant's credits or -1).
 macro_rules! reserve_fn {
     () => {
         r"
 local function reserve(KEYS, A)
 local m, b, h, x = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-if redis.call('HEXISTS', m, 'seeded') == 0 then return {'seed'} end
+if redis.call('HEXISTS', m, 'seeded') == 0 then return cjson.encode({kind = 'seed'}) end
 local W = {day = KEYS[7], week = KEYS[8], lifetime = KEYS[9]}
 local periods = A.periods
 local budgets = {tonumber(A.tenant_budget), tonumber(A.key_budget), tonumber(A.feature_budget)}
 for i, per in ipairs(periods) do
   if per ~= 'month' and budgets[i] >= 0 and redis.call('HEXISTS', W[per], 'seeded') == 0 then
-    return {'seed_w', per}
+    return cjson.encode({kind = 'seed_w', period = per})
   end
 end
 local now, amount = tonumber(A.now), tonumber(A.amount)
@@ -156,7 +157,7 @@ local v = redis.call('HMGET', m, 'c', 'r', kc, kr, fc, fr, 'tm', td)
 local E = A.end_user or {}
 local eu, ev, eurpm = KEYS[10], nil, -1
 if eu then
-  if redis.call('HEXISTS', eu, 'seeded') == 0 then return {'seed_eu'} end
+  if redis.call('HEXISTS', eu, 'seeded') == 0 then return cjson.encode({kind = 'seed_eu'}) end
   ev = redis.call('HMGET', eu, 'c', 'r', 'ru', 'rat')
   eurpm = tonumber(E.rpm)
   if eurpm >= 0 then
@@ -164,7 +165,7 @@ if eu then
     local units, at = tonumber(ev[3]) or cap, tonumber(ev[4]) or now
     if now > at then units = units + (now - at) * eurpm; at = now end
     if units > cap then units = cap end
-    if units < 60000 then return {'eu_rate', s(units)} end
+    if units < 60000 then return cjson.encode({kind = 'eu_rate', units = s(units)}) end
     ev[3], ev[4] = units - 60000, at
   end
 end
@@ -196,7 +197,7 @@ if sk ~= '' then
 end
 local cr, tcred, kcred = KEYS[5], A.tenant_credits, A.key_credits
 local counted = redis.call('HEXISTS', cr, 'seeded') == 1
-if (tcred or kcred) and not counted then return {'seed_credit'} end
+if (tcred or kcred) and not counted then return cjson.encode({kind = 'seed_credit'}) end
 if tcred or kcred then
   local kb = 'k:' .. A.key .. ':b'
   local cv = redis.call('HMGET', cr, 'b', 'c', 'r', kb, 'k:' .. A.key .. ':c', kr)
@@ -205,13 +206,13 @@ if tcred or kcred then
 end
 local over = '0'
 if left ~= nil and amount > left then
-  if not A.alert then return {'budget', scope, s(left)} end
+  if not A.alert then return cjson.encode({kind = 'budget', scope = scope, remaining = s(left)}) end
   over = '1'
 end
 local est, tpm, daily, monthly = tonumber(A.tokens), tonumber(A.tpm), tonumber(A.daily), tonumber(A.monthly)
 if eu and tonumber(E.daily_tokens) >= 0 then
   local used = n(redis.call('HGET', eu, 'td:' .. A.local_day))
-  if used + est > tonumber(E.daily_tokens) then return {'eu_tokens', s(used)} end
+  if used + est > tonumber(E.daily_tokens) then return cjson.encode({kind = 'eu_tokens', used = s(used)}) end
 end
 local eutpm, eutu = -1, nil
 if eu then eutpm = tonumber(E.tpm) end
@@ -222,11 +223,11 @@ if eutpm >= 0 then
   local at = tonumber(t[2]) or now
   if now > at then eutu = eutu + (now - at) * eutpm end
   if eutu > cap then eutu = cap end
-  if est * 60000 > eutu then return {'eu_tpm', s(eutu)} end
+  if est * 60000 > eutu then return cjson.encode({kind = 'eu_tpm', units = s(eutu)}) end
   eutu = eutu - est * 60000
 end
-if monthly >= 0 and n(v[7]) + est > monthly then return {'tokens', 'monthly', s(n(v[7]))} end
-if daily >= 0 and n(v[8]) + est > daily then return {'tokens', 'daily', s(n(v[8]))} end
+if monthly >= 0 and n(v[7]) + est > monthly then return cjson.encode({kind = 'tokens', limit = 'monthly', value = s(n(v[7]))}) end
+if daily >= 0 and n(v[8]) + est > daily then return cjson.encode({kind = 'tokens', limit = 'daily', value = s(n(v[8]))}) end
 local units = -1
 if tpm >= 0 then
   local cap = tpm * 60000
@@ -236,7 +237,7 @@ if tpm >= 0 then
   if now > at then units = units + (now - at) * tpm; at = now end
   if units > cap then units = cap end
   redis.call('HSET', b, 'tu', s(units), 'tat', s(at))
-  if est * 60000 > units then return {'tokens', 'tpm', s(units)} end
+  if est * 60000 > units then return cjson.encode({kind = 'tokens', limit = 'tpm', value = s(units)}) end
   units = units - est * 60000
   redis.call('HSET', b, 'tu', s(units))
 end
@@ -276,7 +277,7 @@ if tcred then
   balance = n(cv[1]) - n(cv[2]) - n(cv[3])
   if balance < 0 then balance = 0 end
 end
-return {'ok', id, over, s(n(totals[1])), s(n(totals[2])), s(units), s(balance)}
+return cjson.encode({kind = 'ok', over = over == '1', committed = s(n(totals[1])), reserved = s(n(totals[2])), units = s(units), balance = s(balance)})
 end
 "
     };
@@ -286,14 +287,14 @@ end
 pub const RESERVE: &str = concat!(
     prelude!(),
     reserve_fn!(),
-    "return reserve(KEYS, cjson.decode(ARGV[1]))\n"
+    "return {reserve(KEYS, cjson.decode(ARGV[1]))}\n"
 );
 
 /// `RATE`, then `RESERVE` if the rate allows: one script where a request
 /// would otherwise take two. KEYS: those of `RESERVE` (its buckets are the
 /// rate's). ARGV: the four of `RATE`, then the one of `RESERVE`.
 /// Returns {'0', units left} when the rate refuses, else {'1', units left,
-/// then the reply of `RESERVE`...}.
+/// the reply of `RESERVE`}.
 pub const RATE_RESERVE: &str = concat!(
     prelude!(),
     rate_fn!(),
@@ -301,10 +302,7 @@ pub const RATE_RESERVE: &str = concat!(
     r"
 local r = rate({KEYS[2]}, {ARGV[1], ARGV[2], ARGV[3], ARGV[4]})
 if r[1] ~= '1' then return r end
-local v = reserve(KEYS, cjson.decode(ARGV[5]))
-table.insert(v, 1, r[2])
-table.insert(v, 1, r[1])
-return v
+return {r[1], r[2], reserve(KEYS, cjson.decode(ARGV[5]))}
 "
 );
 
