@@ -34,6 +34,8 @@ pub struct Translation {
     pub untranslated: Untranslated,
     /// It asks for thinking.
     pub asks_reasoning: bool,
+    /// Its thinking is omitted from the answer (`thinking.display`).
+    pub thinking_omitted: bool,
 }
 
 /// Translates a Messages body read by its field `table`; its shape errors
@@ -113,6 +115,11 @@ pub fn to_chat(bytes: &[u8], table: &'static Table) -> Result<Translation, ApiEr
         screen,
         untranslated: out.untranslated,
         asks_reasoning: crate::openai::chat::asks_reasoning(&body),
+        thinking_omitted: body
+            .get("thinking")
+            .and_then(|t| t.get("display"))
+            .and_then(Value::as_str)
+            == Some("omitted"),
     })
 }
 

@@ -114,6 +114,7 @@ pub(super) async fn serve(
                     gap: translation.gap,
                     screen: translation.screen,
                     asks_reasoning: translation.asks_reasoning,
+                    client_session: translation.client_session,
                     untranslated: translation.untranslated,
                 };
                 (bytes::Bytes::from(translation.chat), Some(native))

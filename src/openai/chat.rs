@@ -30,6 +30,10 @@ pub struct Native {
     pub untranslated: Untranslated,
     /// It asked the model to reason (`thinking`, `reasoning`).
     pub asks_reasoning: bool,
+    /// Its thinking is omitted from the answer (Messages' `thinking.display`).
+    pub thinking_omitted: bool,
+    /// The agent run the body names (Codex's `client_metadata.session_id`).
+    pub client_session: Option<String>,
 }
 
 /// What the Responses door hands the pipeline beside its chat translation:
@@ -43,6 +47,7 @@ pub struct ResponsesBody {
     pub gap: Option<Gap>,
     pub screen: Screen,
     pub asks_reasoning: bool,
+    pub client_session: Option<String>,
     pub untranslated: Untranslated,
 }
 
@@ -223,6 +228,8 @@ impl ChatRequest {
             gap: translation.gap,
             untranslated: translation.untranslated,
             asks_reasoning: translation.asks_reasoning,
+            thinking_omitted: translation.thinking_omitted,
+            client_session: None,
         });
         request.screen = translation.screen;
         Ok(request)
@@ -239,6 +246,8 @@ impl ChatRequest {
             gap: door.gap,
             untranslated: door.untranslated,
             asks_reasoning: door.asks_reasoning,
+            thinking_omitted: false,
+            client_session: door.client_session,
         });
         request.screen = door.screen;
         Ok(request)

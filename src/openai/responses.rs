@@ -56,6 +56,8 @@ pub struct Translation {
     pub gap: Option<Gap>,
     /// It asks for `reasoning`.
     pub asks_reasoning: bool,
+    /// The agent run its `client_metadata` names (Codex's `session_id`).
+    pub client_session: Option<String>,
     /// What the chat body carries only as text: images in tools' outputs.
     pub untranslated: Untranslated,
 }
@@ -140,6 +142,11 @@ pub fn translate(mut request: Map<String, Value>, bytes: Bytes) -> Result<Transl
         echo,
         gap,
         asks_reasoning: super::chat::asks_reasoning(&request),
+        client_session: request
+            .get("client_metadata")
+            .and_then(|m| m.get("session_id"))
+            .and_then(Value::as_str)
+            .map(str::to_owned),
         untranslated: Untranslated {
             images: images_in_outputs(request.get("input")),
             texts: left_out,

@@ -586,27 +586,14 @@ fn first_step(
 /// `thinking-token-count-…` beta, for the estimate of the tokens thought:
 /// the stream then says what it bills unseen, and the relay counts it.
 fn reports_hidden_thinking(request: &ChatRequest, ctx: &RequestContext) -> bool {
-    #[derive(serde::Deserialize)]
-    struct Thinking {
-        display: Option<String>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Body {
-        thinking: Option<Thinking>,
-    }
-    let counts = ctx.anthropic_headers.iter().any(|(name, value)| {
-        *name == "anthropic-beta"
-            && value
-                .split(',')
-                .any(|beta| beta.trim().starts_with("thinking-token-count-"))
-    });
-    let Some(native) = request.native().filter(|_| counts) else {
-        return false;
-    };
-    let body: Option<Body> = serde_json::from_slice(&native.body).ok();
-    body.and_then(|b| b.thinking)
-        .and_then(|t| t.display)
-        .is_some_and(|display| display == "omitted")
+    let omitted = request.native().is_some_and(|n| n.thinking_omitted);
+    omitted
+        && ctx.anthropic_headers.iter().any(|(name, value)| {
+            *name == "anthropic-beta"
+                && value
+                    .split(',')
+                    .any(|beta| beta.trim().starts_with("thinking-token-count-"))
+        })
 }
 
 /// The most the request's provider-run tools may bill in fees at any of `prices`.

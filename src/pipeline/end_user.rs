@@ -7,7 +7,6 @@ use sha2::{Digest, Sha256};
 
 use crate::config::{END_USER_MAX_BYTES, EndUserSource, Tier};
 use crate::error::{ApiError, ErrorCode};
-use crate::ledger::Api;
 use crate::openai::chat::ChatRequest;
 
 use super::context::RequestContext;
@@ -55,16 +54,28 @@ pub fn identify(
 /// "session_id"}`; the account is the user, else the device. The session
 /// changes every run, so it is never the user.
 fn agent_account(id: &str) -> Option<String> {
-    if !id.starts_with('{') {
-        return None;
-    }
-    let fields: serde_json::Map<String, serde_json::Value> = serde_json::from_str(id).ok()?;
-    ["account_uuid", "device_id"]
-        .iter()
-        .filter_map(|field| fields.get(*field)?.as_str())
-        .map(str::trim)
+    let ids = AgentIds::read(id)?;
+    [ids.account_uuid, ids.device_id]
+        .into_iter()
+        .flatten()
+        .map(|value| value.trim().to_owned())
         .find(|value| !value.is_empty())
-        .map(str::to_owned)
+}
+
+/// Claude Code's JSON `metadata.user_id`.
+#[derive(serde::Deserialize)]
+struct AgentIds {
+    account_uuid: Option<String>,
+    device_id: Option<String>,
+    session_id: Option<String>,
+}
+
+impl AgentIds {
+    fn read(id: &str) -> Option<AgentIds> {
+        id.starts_with('{')
+            .then(|| serde_json::from_str(id).ok())
+            .flatten()
+    }
 }
 
 /// The id as kept: past the length cap, a stable hash of it (the same id
@@ -85,30 +96,14 @@ fn checked(id: &str, param: &str) -> Result<String, ApiError> {
 /// door hands it over as `user`), or Codex's `client_metadata.session_id`
 /// on the Responses door.
 pub fn body_session(request: &ChatRequest) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct Metadata {
-        session_id: Option<String>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Responses {
-        client_metadata: Option<Metadata>,
-    }
     let from_user = request
         .body()
         .get("user")
         .and_then(|v| v.as_str())
-        .filter(|user| user.starts_with('{'))
-        .and_then(|user| serde_json::from_str::<Metadata>(user).ok())
-        .and_then(|m| m.session_id);
-    let from_metadata = || {
-        let native = request
-            .native()
-            .filter(|_| request.api() == Api::Responses)?;
-        let body: Responses = serde_json::from_slice(&native.body).ok()?;
-        body.client_metadata?.session_id
-    };
-    let id = from_user.or_else(from_metadata)?;
-    kept_id(id.trim()).filter(|id| !id.is_empty())
+        .and_then(AgentIds::read)
+        .and_then(|ids| ids.session_id);
+    let id = from_user.or_else(|| request.native()?.client_session.clone())?;
+    kept_id(id.trim())
 }
 
 /// An id as kept where a bad one is no id rather than a refusal (a session):

@@ -326,17 +326,17 @@ impl Relay {
     /// generating until a cancel reaches it; that step is what covers it.
     fn allowed_tokens(&self) -> u64 {
         match &self.growth {
-            Some(growth) if self.held_output_tokens < self.output_tokens(growth.limit) => {
-                let step = self.output_tokens(growth.step.request.max_tokens);
-                self.held_output_tokens.saturating_sub(step)
+            Some(growth) => {
+                let step = &growth.step.request;
+                if self.held_output_tokens < step.output_tokens(growth.limit) {
+                    let ahead = step.output_tokens(step.max_tokens);
+                    self.held_output_tokens.saturating_sub(ahead)
+                } else {
+                    self.held_output_tokens
+                }
             }
-            _ => self.held_output_tokens,
+            None => self.held_output_tokens,
         }
-    }
-
-    /// `max_tokens` of every choice.
-    fn output_tokens(&self, max_tokens: u32) -> u64 {
-        u64::from(max_tokens).saturating_mul(u64::from(self.choices.max(1)))
     }
 
     /// Reserves the hold's next step in the tenant's one atomic decision;
@@ -346,12 +346,12 @@ impl Relay {
         let Some(growth) = &self.growth else {
             return false;
         };
-        let limit = self.output_tokens(growth.limit);
+        let mut request = growth.step.request.clone();
+        let limit = request.output_tokens(growth.limit);
         if self.held_output_tokens >= limit {
             return false;
         }
-        let left = (limit - self.held_output_tokens).div_ceil(u64::from(self.choices.max(1)));
-        let mut request = growth.step.request.clone();
+        let left = (limit - self.held_output_tokens).div_ceil(u64::from(request.choices.max(1)));
         request.max_tokens = request
             .max_tokens
             .min(u32::try_from(left).unwrap_or(u32::MAX));
@@ -361,9 +361,11 @@ impl Relay {
             .await;
         let granted = match reserved {
             Ok(guard) if guard.granted().max_tokens > 0 => {
-                self.held_output_tokens = self
-                    .held_output_tokens
-                    .saturating_add(self.output_tokens(guard.granted().max_tokens));
+                let added = growth
+                    .step
+                    .request
+                    .output_tokens(guard.granted().max_tokens);
+                self.held_output_tokens = self.held_output_tokens.saturating_add(added);
                 self.steps.push(guard);
                 true
             }
