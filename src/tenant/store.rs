@@ -67,6 +67,18 @@ pub struct Closed {
     pub fired: Vec<u32>,
 }
 
+impl Closed {
+    /// A close that moved nothing: the hold was closed before, or lost.
+    pub fn unchanged(settled: Settled) -> Closed {
+        Closed {
+            settled,
+            committed: Nanos::ZERO,
+            reserved: Nanos::ZERO,
+            fired: Vec::new(),
+        }
+    }
+}
+
 pub trait QuotaStore {
     /// The limits the next decisions apply.
     fn set_limits(&mut self, limits: Limits);

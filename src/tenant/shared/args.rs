@@ -1,9 +1,12 @@
-//! The arguments and the reply of the `RESERVE` script, by name: the script
-//! reads each field of one JSON object as `A.<field>` and answers one JSON
-//! object named by its `kind` (`scripts.rs`), so no position is written on
-//! either side. Money, counts and times are decimal strings, which Lua hands
-//! to `HINCRBY` exactly; `-1` is no limit.
+//! The arguments and replies of the scripts, by name: a script reads each
+//! field of one JSON object as `A.<field>` and the ones that answer more than
+//! a word answer one JSON object named by its `kind` (`scripts.rs`), so no
+//! position is written on either side. Money, counts and times are decimal
+//! strings, which Lua hands to `HINCRBY` exactly; `-1` is no limit.
 
+use std::collections::BTreeMap;
+
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::calendar::Period;
@@ -66,12 +69,185 @@ pub struct SessionArgs {
     pub ttl: String,
 }
 
-impl ReserveArgs<'_> {
-    /// The script's one argument.
-    pub fn json(&self) -> String {
-        // Strings, booleans and periods only: serializing cannot fail.
-        serde_json::to_string(self).unwrap_or_default()
-    }
+/// A script's one argument: the JSON object of its arguments.
+pub fn json(args: &impl Serialize) -> String {
+    // Strings, booleans, periods, lists and string maps only: serializing
+    // cannot fail.
+    serde_json::to_string(args).unwrap_or_default()
+}
+
+/// Reads a script's JSON reply (`None`: not one it can give).
+pub fn reply<R: DeserializeOwned>(text: &str) -> Option<R> {
+    serde_json::from_str(text).ok()
+}
+
+/// Where the end users' windows are now, for a script that closes holds
+/// (their own window's hash takes what a hold of theirs leaves).
+#[derive(Debug, Serialize)]
+pub struct EndUserWindows {
+    /// The end users' hash prefix.
+    pub prefix: String,
+    /// The current day, week and month window keys.
+    pub day: String,
+    pub week: String,
+    pub month: String,
+    /// How long each window's hash lives from now.
+    pub ttl: WindowTtls,
+    /// The local day key.
+    pub today: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct WindowTtls {
+    pub day: String,
+    pub week: String,
+    pub month: String,
+    pub lifetime: String,
+}
+
+/// `SETTLE`: closes one hold at what its call cost.
+#[derive(Debug, Serialize)]
+pub struct SettleArgs {
+    pub id: String,
+    pub charged: String,
+    pub used_tokens: String,
+    /// This month's and today's keys.
+    pub month: String,
+    pub day: String,
+    pub tpm: String,
+    pub end_users: EndUserWindows,
+    /// The period of the tenant's budget, whose alerts this settle may fire.
+    pub period: Period,
+    pub thresholds: Vec<Threshold>,
+}
+
+/// An alert: its percent and the committed amount that reaches it.
+#[derive(Debug, Serialize)]
+pub struct Threshold {
+    pub percent: String,
+    pub amount: String,
+}
+
+/// What `SETTLE` answered.
+#[derive(Debug, Deserialize, PartialEq, Eq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum SettleReply {
+    /// Closed before: settled, or committed as an orphan.
+    Closed,
+    /// Neither held nor closed here: the store lost its state.
+    Lost,
+    Ok {
+        /// What the hold held.
+        held: String,
+        committed: String,
+        reserved: String,
+        /// The alert percents this settle reached first (absent: none).
+        #[serde(default)]
+        fired: Vec<String>,
+    },
+}
+
+/// `CLOSE_REQUEST`: closes what one request still holds after a journal replay.
+#[derive(Debug, Serialize)]
+pub struct CloseRequestArgs<'a> {
+    pub request: &'a str,
+    /// `-1`: at the hold's own amount and tokens (an orphan).
+    pub charged: String,
+    pub used_tokens: String,
+    pub month: String,
+    pub day: String,
+    pub end_users: EndUserWindows,
+}
+
+/// What `CLOSE_REQUEST` answered.
+#[derive(Debug, Deserialize, PartialEq, Eq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum CloseRequestReply {
+    Closed { id: String },
+    None,
+}
+
+/// Spend by scope, as the ledger sums it: the tenant's, each key's, each feature's.
+#[derive(Debug, Serialize)]
+pub struct ScopeSpend {
+    pub tenant: String,
+    pub keys: BTreeMap<String, String>,
+    pub features: BTreeMap<String, String>,
+}
+
+/// `SEED`: starts the month from the ledger.
+#[derive(Debug, Serialize)]
+pub struct SeedArgs {
+    pub ttl: String,
+    pub committed: ScopeSpend,
+    pub tokens_month: String,
+    pub day: String,
+    pub tokens_today: String,
+    /// Alert percents already reached (not fired again).
+    pub reached: Vec<String>,
+}
+
+/// `RAISE`: raises the month's counters to the ledger's.
+#[derive(Debug, Serialize)]
+pub struct RaiseArgs {
+    pub committed: ScopeSpend,
+    pub tokens_month: String,
+    pub day: String,
+    pub tokens_today: String,
+}
+
+/// What `RAISE` answered.
+#[derive(Debug, Deserialize, PartialEq, Eq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RaiseReply {
+    /// The month is not started: nothing to raise.
+    Unseeded,
+    /// Redis's committed spend before.
+    Ok { before: String },
+}
+
+/// `SEED_WINDOW`: starts a day, week or lifetime window from the ledger.
+#[derive(Debug, Serialize)]
+pub struct SeedWindowArgs {
+    pub ttl: String,
+    pub committed: ScopeSpend,
+}
+
+/// `ABSORB`: spend settled on a local store while the shared one was away.
+#[derive(Debug, Serialize)]
+pub struct AbsorbArgs<'a> {
+    pub charged: String,
+    pub key: &'a str,
+    pub feature: &'a str,
+    pub tokens: String,
+    pub day: String,
+}
+
+/// `SEED_END_USER`: starts an end user's window from the ledger.
+#[derive(Debug, Serialize)]
+pub struct SeedEndUserArgs {
+    pub committed: String,
+    pub ttl: String,
+    pub day: String,
+    pub tokens_today: String,
+}
+
+/// `SEED_CREDIT`: starts the balances from the ledger.
+#[derive(Debug, Serialize)]
+pub struct SeedCreditArgs {
+    /// The tenant's and each key's lifetime spend.
+    pub tenant_spent: String,
+    pub keys_spent: BTreeMap<String, String>,
+    pub top_ups: Vec<TopUp>,
+}
+
+/// One top-up row (`CREDIT` takes one alone).
+#[derive(Debug, Serialize)]
+pub struct TopUp {
+    pub row: String,
+    /// Empty: the tenant's balance.
+    pub key: String,
+    pub amount: String,
 }
 
 /// What `RESERVE` answered.
@@ -108,12 +284,6 @@ pub enum ReserveReply {
     },
 }
 
-impl ReserveReply {
-    pub fn parse(json: &str) -> Option<ReserveReply> {
-        serde_json::from_str(json).ok()
-    }
-}
-
 /// A decimal the script wrote.
 pub fn decimal(text: &str) -> Option<i64> {
     text.parse().ok()
@@ -127,7 +297,7 @@ mod tests {
     fn a_reply_is_read_by_its_kind_and_names() {
         let ok = r#"{"kind":"ok","over":false,"committed":"12","reserved":"3","units":"-1","balance":"-1"}"#;
         assert_eq!(
-            ReserveReply::parse(ok),
+            reply::<ReserveReply>(ok),
             Some(ReserveReply::Ok {
                 over: false,
                 committed: "12".into(),
@@ -138,11 +308,26 @@ mod tests {
         );
         let window = r#"{"kind":"seed_w","period":"week"}"#;
         assert_eq!(
-            ReserveReply::parse(window),
+            reply::<ReserveReply>(window),
             Some(ReserveReply::SeedW {
                 period: Period::Week
             })
         );
-        assert_eq!(ReserveReply::parse(r#"{"kind":"nonsense"}"#), None);
+        assert_eq!(reply::<ReserveReply>(r#"{"kind":"nonsense"}"#), None);
+    }
+
+    #[test]
+    fn a_settle_without_alerts_reads_as_none_fired() {
+        // Lua's JSON writes an empty list as `{}`, so the script leaves it out.
+        let ok = r#"{"kind":"ok","held":"5","committed":"12","reserved":"3"}"#;
+        assert_eq!(
+            reply::<SettleReply>(ok),
+            Some(SettleReply::Ok {
+                held: "5".into(),
+                committed: "12".into(),
+                reserved: "3".into(),
+                fired: Vec::new(),
+            })
+        );
     }
 }

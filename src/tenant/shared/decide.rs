@@ -1,12 +1,12 @@
 //! The decisions: rate, reserve (the typed `RESERVE` call and its reply),
 //! settle, and what a tenant, end user or balance has left.
 
-use super::args::{ReserveReply, decimal};
+use super::args::{self, ReserveReply, SettleArgs, SettleReply, Threshold, decimal};
 use super::{
     BalanceStatus, BudgetMode, Closed, EndUserArgs, EndUserHold, EndUserRateLimited,
     EndUserTokensLimited, Granted, KeyId, Limits, MONTH_TTL_MS, Nanos, Period, RateDecision,
     Refusal, Refused, ReservationId, ReserveArgs, ReserveRequest, Reserved, Scope, SessionArgs,
-    Settled, SharedQuota, StoreFailure, TokenLimitKind, UNITS_PER_REQUEST, Unseeded,
+    Settled, SharedQuota, StoreFailure, TokenLimitKind, UNITS_PER_REQUEST, Unseeded, amount,
     bucket_capacity, clamped_max_tokens, daily_refusal, end_user_ttl_ms, field, keys,
     monthly_refusal, nanos, number, per_minute_refusal, threshold_amount, window, worst_case,
 };
@@ -255,7 +255,7 @@ impl SharedQuota {
         };
         ScriptCall {
             keys,
-            args: vec![args.json()],
+            args: vec![args::json(&args)],
         }
     }
 
@@ -275,7 +275,7 @@ impl SharedQuota {
         now_ms: u64,
     ) -> Result<Attempt, StoreFailure> {
         let text = field(reply, 0)?;
-        let reply = ReserveReply::parse(text)
+        let reply = args::reply::<ReserveReply>(text)
             .ok_or_else(|| StoreFailure(format!("unexpected reserve reply `{text}`")))?;
         let tokens = request
             .input_tokens
@@ -371,54 +371,50 @@ impl SharedQuota {
         now_ms: u64,
     ) -> Result<Closed, StoreFailure> {
         let (keys, month) = self.book_keys(now_ms);
-        let mut args = vec![
-            id.0.to_string(),
-            charged.get().to_string(),
-            used_tokens.to_string(),
+        let args = SettleArgs {
+            id: id.0.to_string(),
+            charged: charged.get().to_string(),
+            used_tokens: used_tokens.to_string(),
             month,
-            self.today(now_ms),
-            limits
+            day: self.today(now_ms),
+            tpm: limits
                 .tokens
                 .tpm
                 .map_or_else(|| "-1".to_owned(), |t| t.to_string()),
-        ];
-        args.extend(self.end_user_context(now_ms));
-        args.push(limits.period.as_str().to_owned());
-        if let Some(budget) = limits.budget {
-            for percent in thresholds {
-                args.push(percent.to_string());
-                args.push(threshold_amount(budget, *percent).get().to_string());
-            }
-        }
+            end_users: self.end_user_windows(now_ms),
+            period: limits.period,
+            thresholds: limits.budget.map_or_else(Vec::new, |budget| {
+                thresholds
+                    .iter()
+                    .map(|percent| Threshold {
+                        percent: percent.to_string(),
+                        amount: threshold_amount(budget, *percent).get().to_string(),
+                    })
+                    .collect()
+            }),
+        };
         let reply = self
             .store
-            .run(&self.store.scripts.settle, &keys, &args)
+            .run_for(&self.store.scripts.settle, &keys, &args)
             .await?;
         self.store.epochs.closed(id.0);
-        let unclosed = match field(&reply, 0)? {
-            "closed" => Some(Settled::AlreadyClosed),
-            "lost" => Some(Settled::Lost),
-            _ => None,
+        let (held, committed, reserved, fired) = match reply {
+            SettleReply::Closed => return Ok(Closed::unchanged(Settled::AlreadyClosed)),
+            SettleReply::Lost => return Ok(Closed::unchanged(Settled::Lost)),
+            SettleReply::Ok {
+                held,
+                committed,
+                reserved,
+                fired,
+            } => (held, committed, reserved, fired),
         };
-        if let Some(settled) = unclosed {
-            return Ok(Closed {
-                settled,
-                committed: Nanos::ZERO,
-                reserved: Nanos::ZERO,
-                fired: Vec::new(),
-            });
-        }
         Ok(Closed {
             settled: Settled::Committed {
-                reserved: nanos(&reply, 1)?,
+                reserved: amount(&held)?,
             },
-            committed: nanos(&reply, 2)?,
-            reserved: nanos(&reply, 3)?,
-            fired: reply
-                .iter()
-                .skip(4)
-                .filter_map(|p| p.parse().ok())
-                .collect(),
+            committed: amount(&committed)?,
+            reserved: amount(&reserved)?,
+            fired: fired.iter().filter_map(|p| p.parse().ok()).collect(),
         })
     }
 

@@ -4,8 +4,9 @@
 //! Each call gives up after `storage.redis_timeout_ms`; a failure marks the
 //! store down (`health.rs`) and the actor falls back to its tenant's policy.
 //!
-//! By what each part does: `decide.rs` (rate, reserve with its typed
-//! arguments from `args.rs`, settle, status), `seeding.rs` (counters started
+//! Every script takes its arguments as one JSON object and the ones that
+//! answer more than a word answer one, typed on this side in `args.rs`.
+//! By what each part does: `decide.rs` (rate, reserve, settle, status), `seeding.rs` (counters started
 //! or raised from the ledger), `upkeep.rs` (holds past their expiry, and
 //! those a journal replay closed); this file keeps the connection, the keys
 //! of a tenant's hashes and what the parts share.
@@ -31,7 +32,7 @@ use std::time::Duration;
 
 use redis::Script;
 
-use args::{EndUserArgs, ReserveArgs, SessionArgs};
+use args::{EndUserArgs, EndUserWindows, ReserveArgs, SessionArgs, WindowTtls};
 use connection::{Backend, Conn};
 pub use epoch::RestartPolicy;
 use epoch::{Epochs, Next};
@@ -331,6 +332,28 @@ impl SharedStore {
             .await
     }
 
+    /// Runs a script whose one argument is `args` as JSON (`args.rs`).
+    async fn run_args(
+        &self,
+        script: &Script,
+        keys: &[String],
+        args: &impl serde::Serialize,
+    ) -> Result<Vec<String>, StoreFailure> {
+        self.run(script, keys, &[args::json(args)]).await
+    }
+
+    /// `run_args` for a script that answers one JSON object (`args.rs`).
+    async fn run_for<R: serde::de::DeserializeOwned>(
+        &self,
+        script: &Script,
+        keys: &[String],
+        args: &impl serde::Serialize,
+    ) -> Result<R, StoreFailure> {
+        let reply = self.run_args(script, keys, args).await?;
+        let text = field(&reply, 0)?;
+        args::reply(text).ok_or_else(|| StoreFailure(format!("unexpected script reply `{text}`")))
+    }
+
     /// `run` for the prober: tried while the store is marked down too (it
     /// reads the epoch before marking the store up), and a failure leaves the
     /// marking to the calls that wait for answers.
@@ -619,24 +642,25 @@ impl SharedQuota {
         self.store.calendar.day_key(now_ms)
     }
 
-    /// The end-user context of a script that closes (see `euctx` in `scripts.rs`).
-    fn end_user_context(&self, now_ms: u64) -> Vec<String> {
+    /// The end users' windows now, for a script that closes (see `euctx` in `scripts.rs`).
+    fn end_user_windows(&self, now_ms: u64) -> EndUserWindows {
         let calendar = &self.store.calendar;
-        let periods = [Period::Day, Period::Week, Period::Month];
-        let windows: Vec<Window> = periods
-            .iter()
-            .map(|p| calendar.window(*p, now_ms))
-            .collect();
-        let mut args = vec![self.keys.end_user_prefix()];
-        args.extend(windows.iter().map(|w| w.key.clone()));
-        args.extend(
-            windows
-                .iter()
-                .map(|w| end_user_ttl_ms(w, now_ms).to_string()),
-        );
-        args.push(LIFETIME_IDLE_TTL_MS.to_string());
-        args.push(calendar.day_key(now_ms));
-        args
+        let [day, week, month] =
+            [Period::Day, Period::Week, Period::Month].map(|p| calendar.window(p, now_ms));
+        let ttl = |w: &Window| end_user_ttl_ms(w, now_ms).to_string();
+        EndUserWindows {
+            prefix: self.keys.end_user_prefix(),
+            ttl: WindowTtls {
+                day: ttl(&day),
+                week: ttl(&week),
+                month: ttl(&month),
+                lifetime: LIFETIME_IDLE_TTL_MS.to_string(),
+            },
+            day: day.key,
+            week: week.key,
+            month: month.key,
+            today: calendar.day_key(now_ms),
+        }
     }
 
     /// The local day key of `now_ms` in the billing time zone.
@@ -678,9 +702,15 @@ fn number(reply: &[String], index: usize) -> Result<i64, StoreFailure> {
 }
 
 fn nanos(reply: &[String], index: usize) -> Result<Nanos, StoreFailure> {
-    Ok(Nanos::new(
-        u64::try_from(number(reply, index)?.max(0)).unwrap_or(0),
-    ))
+    amount(field(reply, index)?)
+}
+
+/// An amount a script wrote as a decimal (a negative one is none).
+fn amount(text: &str) -> Result<Nanos, StoreFailure> {
+    let value: i64 = text
+        .parse()
+        .map_err(|_| StoreFailure(format!("not a number in script reply: `{text}`")))?;
+    Ok(Nanos::new(u64::try_from(value.max(0)).unwrap_or(0)))
 }
 
 #[cfg(test)]

@@ -79,10 +79,16 @@ local function add_top_up(cr, row, key, amount)
   if key ~= '' then f = 'k:' .. key .. ':b' end
   redis.call('HINCRBY', cr, f, amount)
 end
-local function euctx(A, i)
-  if not A[i] then return nil end
-  return {prefix = A[i], day = A[i + 1], week = A[i + 2], month = A[i + 3], lifetime = 'lifetime',
-    ttl = {day = A[i + 4], week = A[i + 5], month = A[i + 6], lifetime = A[i + 7]}, today = A[i + 8]}
+-- The end users' windows now (`EndUserWindows`): a lifetime's key is itself.
+local function euctx(E)
+  E.lifetime = 'lifetime'
+  return E
+end
+-- Applies `set(field, amount)` to each scope of a `ScopeSpend`.
+local function each_scope(C, set)
+  set('c', C.tenant)
+  for key, amount in pairs(C.keys) do set('k:' .. key .. ':c', amount) end
+  for feature, amount in pairs(C.features) do set('f:' .. feature .. ':c', amount) end
 end
 "
     };
@@ -388,49 +394,51 @@ end
 
 /// KEYS: month, buckets, held, expiry, credit, previous month, the day, week
 /// and lifetime window hashes.
-/// ARGV: id, charged, used tokens, month, day, tpm (-1: none), the end-user
-/// context (prefix, day, week and month windows, their ttls and the
-/// lifetime's: see `euctx`), the period of the tenant's budget, then pairs of
-/// (alert percent, committed amount that reaches it), once per occurrence of
-/// that period.
-/// Returns {'closed'} (closed before: settled, or committed as an orphan) |
-/// {'lost'} (neither held nor closed here: the store lost its state) |
-/// {'ok', reserved amount, committed, reserved, fired percents...}.
+/// ARGV: one JSON object, `SettleArgs` in `args.rs`: `id`, `charged`,
+/// `used_tokens`, `month`, `day`, `tpm` (-1: none), `end_users` (see
+/// `euctx`), `period` (of the tenant's budget) and `thresholds` (`percent`,
+/// the committed `amount` that reaches it, in that period).
+/// Returns one JSON object, `SettleReply`: `closed` (closed before: settled,
+/// or committed as an orphan), `lost` (neither held nor closed here: the
+/// store lost its state) or `ok` (`held`, `committed`, `reserved`, `fired`
+/// percents, absent when none).
 pub const SETTLE: &str = concat!(
     prelude!(),
     close!(),
     r"
-local rec = redis.call('HGET', KEYS[3], ARGV[1])
+local A = cjson.decode(ARGV[1])
+local rec = redis.call('HGET', KEYS[3], A.id)
 if not rec then
-  if redis.call('EXISTS', closed_mark(KEYS[3], ARGV[1])) == 1 then return {'closed'} end
+  if redis.call('EXISTS', closed_mark(KEYS[3], A.id)) == 1 then return {cjson.encode({kind = 'closed'})} end
   -- Redis lost the hold (a restart): the call happened, so its charge counts
   -- where it can without the hold's record, the tenant's month and windows;
   -- the mark keeps a retried settle from counting it twice.
-  redis.call('HINCRBY', KEYS[1], 'c', ARGV[2])
-  redis.call('HINCRBY', KEYS[1], 'tm', ARGV[3])
-  redis.call('HINCRBY', KEYS[1], 'td:' .. ARGV[5], ARGV[3])
+  redis.call('HINCRBY', KEYS[1], 'c', A.charged)
+  redis.call('HINCRBY', KEYS[1], 'tm', A.used_tokens)
+  redis.call('HINCRBY', KEYS[1], 'td:' .. A.day, A.used_tokens)
   for _, w in ipairs({KEYS[7], KEYS[8], KEYS[9]}) do
-    if redis.call('HEXISTS', w, 'seeded') == 1 then redis.call('HINCRBY', w, 'c', ARGV[2]) end
+    if redis.call('HEXISTS', w, 'seeded') == 1 then redis.call('HINCRBY', w, 'c', A.charged) end
   end
-  mark_closed(KEYS[3], ARGV[1])
-  return {'lost'}
+  mark_closed(KEYS[3], A.id)
+  return {cjson.encode({kind = 'lost'})}
 end
-redis.call('HDEL', KEYS[3], ARGV[1])
-redis.call('ZREM', KEYS[4], ARGV[1])
-mark_closed(KEYS[3], ARGV[1])
-local a = close(rec, ARGV[2], ARGV[3], KEYS[1], KEYS[6], ARGV[4], ARGV[5], KEYS[2], tonumber(ARGV[6]), euctx(ARGV, 7), KEYS[5], {KEYS[7], KEYS[8], KEYS[9]})
-local th = ({day = KEYS[7], week = KEYS[8], lifetime = KEYS[9]})[ARGV[16]] or KEYS[1]
+redis.call('HDEL', KEYS[3], A.id)
+redis.call('ZREM', KEYS[4], A.id)
+mark_closed(KEYS[3], A.id)
+local a = close(rec, A.charged, A.used_tokens, KEYS[1], KEYS[6], A.month, A.day, KEYS[2], tonumber(A.tpm), euctx(A.end_users), KEYS[5], {KEYS[7], KEYS[8], KEYS[9]})
+local th = ({day = KEYS[7], week = KEYS[8], lifetime = KEYS[9]})[A.period] or KEYS[1]
 local committed = n(redis.call('HGET', th, 'c'))
 local reserved = n(redis.call('HGET', KEYS[1], 'r')) + n(redis.call('HGET', KEYS[6], 'r'))
-local out = {'ok', a, s(committed), s(reserved)}
-local i = 17
-while ARGV[i + 1] do
-  if committed >= tonumber(ARGV[i + 1]) and redis.call('HSETNX', th, 'a:' .. ARGV[i], '1') == 1 then
-    out[#out + 1] = ARGV[i]
+local out = {kind = 'ok', held = a, committed = s(committed), reserved = s(reserved)}
+local fired = {}
+for _, t in ipairs(A.thresholds) do
+  if committed >= tonumber(t.amount) and redis.call('HSETNX', th, 'a:' .. t.percent, '1') == 1 then
+    fired[#fired + 1] = t.percent
   end
-  i = i + 2
 end
-return out
+-- Lua's JSON cannot tell an empty list from an empty object: none is absent.
+if #fired > 0 then out.fired = fired end
+return {cjson.encode(out)}
 "
 );
 
@@ -458,30 +466,20 @@ return out
 /// lost); the ledger has their rows once written (the seeding replica flushes
 /// its own first), so each counter starts from the larger of the two sums:
 /// never below either, and a call counted in both is not counted twice.
-/// KEYS: month. ARGV: ttl, committed, tokens this month, day, tokens today,
-/// key count, (key, committed)..., feature count, (feature, committed)...,
-/// alert percents already reached...
+/// KEYS: month. ARGV: one JSON object, `SeedArgs` in `args.rs`: `ttl`,
+/// `committed` (a `ScopeSpend`), `tokens_month`, `day`, `tokens_today`,
+/// `reached` (alert percents already reached).
 pub const SEED: &str = concat!(
     prelude!(),
     r"
+local A = cjson.decode(ARGV[1])
 local m = KEYS[1]
 if redis.call('HSETNX', m, 'seeded', '1') == 0 then return {'already'} end
-raise(m, 'c', ARGV[2])
-raise(m, 'tm', ARGV[3])
-raise(m, 'td:' .. ARGV[4], ARGV[5])
-local i = 6
-for _, prefix in ipairs({'k:', 'f:'}) do
-  local count = tonumber(ARGV[i])
-  for j = 1, count do
-    raise(m, prefix .. ARGV[i + 2 * j - 1] .. ':c', ARGV[i + 2 * j])
-  end
-  i = i + 2 * count + 1
-end
-while ARGV[i] do
-  redis.call('HSETNX', m, 'a:' .. ARGV[i], '1')
-  i = i + 1
-end
-redis.call('PEXPIRE', m, ARGV[1])
+each_scope(A.committed, function(f, v) raise(m, f, v) end)
+raise(m, 'tm', A.tokens_month)
+raise(m, 'td:' .. A.day, A.tokens_today)
+for _, percent in ipairs(A.reached) do redis.call('HSETNX', m, 'a:' .. percent, '1') end
+redis.call('PEXPIRE', m, A.ttl)
 return {'seeded'}
 "
 );
@@ -489,46 +487,39 @@ return {'seeded'}
 /// Raises committed counters to the ledger's where the ledger is higher
 /// (Redis lost writes, or spend happened on local stores during an outage);
 /// never lowers them, since the ledger lags by its unflushed batches.
-/// KEYS: month. ARGV: committed, tokens this month, day, tokens today, key
-/// count, (key, committed)..., feature count, (feature, committed)...
-/// Returns {'unseeded'} | {'ok', committed before}.
+/// KEYS: month. ARGV: one JSON object, `RaiseArgs` in `args.rs`:
+/// `committed` (a `ScopeSpend`), `tokens_month`, `day`, `tokens_today`.
+/// Returns one JSON object, `RaiseReply`: `unseeded` | `ok` (`before`: the
+/// committed spend before).
 pub const RAISE: &str = concat!(
     prelude!(),
     r"
+local A = cjson.decode(ARGV[1])
 local m = KEYS[1]
-if redis.call('HEXISTS', m, 'seeded') == 0 then return {'unseeded'} end
+if redis.call('HEXISTS', m, 'seeded') == 0 then return {cjson.encode({kind = 'unseeded'})} end
 local before = n(redis.call('HGET', m, 'c'))
-local function raise(field, value)
-  if n(redis.call('HGET', m, field)) < tonumber(value) then redis.call('HSET', m, field, value) end
-end
-raise('c', ARGV[1])
-raise('tm', ARGV[2])
-raise('td:' .. ARGV[3], ARGV[4])
-local i = 5
-for _, prefix in ipairs({'k:', 'f:'}) do
-  local count = tonumber(ARGV[i])
-  for j = 1, count do
-    raise(prefix .. ARGV[i + 2 * j - 1] .. ':c', ARGV[i + 2 * j])
-  end
-  i = i + 2 * count + 1
-end
-return {'ok', s(before)}
+each_scope(A.committed, function(f, v) raise(m, f, v) end)
+raise(m, 'tm', A.tokens_month)
+raise(m, 'td:' .. A.day, A.tokens_today)
+return {cjson.encode({kind = 'ok', before = s(before)})}
 "
 );
 
 /// Adds spend settled on a local store after the shared one came back.
 /// KEYS: month, then the day, week and lifetime window hashes (those seeded
-/// take it too). ARGV: charged, key, feature, tokens, day.
+/// take it too). ARGV: one JSON object, `AbsorbArgs` in `args.rs`:
+/// `charged`, `key`, `feature`, `tokens`, `day`.
 pub const ABSORB: &str = r"
+local A = cjson.decode(ARGV[1])
 for i, hash in ipairs(KEYS) do
   if i == 1 or redis.call('HEXISTS', hash, 'seeded') == 1 then
-    for _, f in ipairs({'c', 'k:' .. ARGV[2] .. ':c', 'f:' .. ARGV[3] .. ':c'}) do
-      redis.call('HINCRBY', hash, f, ARGV[1])
+    for _, f in ipairs({'c', 'k:' .. A.key .. ':c', 'f:' .. A.feature .. ':c'}) do
+      redis.call('HINCRBY', hash, f, A.charged)
     end
   end
 end
-redis.call('HINCRBY', KEYS[1], 'tm', ARGV[4])
-redis.call('HINCRBY', KEYS[1], 'td:' .. ARGV[5], ARGV[4])
+redis.call('HINCRBY', KEYS[1], 'tm', A.tokens)
+redis.call('HINCRBY', KEYS[1], 'td:' .. A.day, A.tokens)
 return {'ok'}
 ";
 
@@ -551,37 +542,35 @@ return {'ok', s(c), s(n(v[3]) + n(redis.call('HGET', KEYS[2], 'r')))}
 );
 
 /// Starts a window hash from the ledger, once (as `SEED` does a month).
-/// KEYS: the window hash. ARGV: ttl ms, committed, key count, (key,
-/// committed)..., feature count, (feature, committed)...
-pub const SEED_WINDOW: &str = r"
+/// KEYS: the window hash. ARGV: one JSON object, `SeedWindowArgs` in
+/// `args.rs`: `ttl` (ms) and `committed` (a `ScopeSpend`).
+pub const SEED_WINDOW: &str = concat!(
+    prelude!(),
+    r"
+local A = cjson.decode(ARGV[1])
 local w = KEYS[1]
 if redis.call('HSETNX', w, 'seeded', '1') == 0 then return {'already'} end
-redis.call('HINCRBY', w, 'c', ARGV[2])
-local i = 3
-for _, prefix in ipairs({'k:', 'f:'}) do
-  local count = tonumber(ARGV[i])
-  for j = 1, count do
-    redis.call('HINCRBY', w, prefix .. ARGV[i + 2 * j - 1] .. ':c', ARGV[i + 2 * j])
-  end
-  i = i + 2 * count + 1
-end
-redis.call('PEXPIRE', w, ARGV[1])
+each_scope(A.committed, function(f, v) redis.call('HINCRBY', w, f, v) end)
+redis.call('PEXPIRE', w, A.ttl)
 return {'seeded'}
-";
+"
+);
 
 /// Closes the held reservation of one request, found by the request id in
 /// its meta, after a journal replay: at `charged` (a settle the replica wrote
 /// to its journal but not to Redis before it died) or, with `-1`, at its
 /// reserved amount (an orphan). Held reservations are few (in flight only).
 /// KEYS: those of `SETTLE`.
-/// ARGV: request id, charged or -1, used tokens or -1, month, day, the
-/// end-user context (see `SETTLE`).
-/// Returns {'closed', id} | {'none'}.
+/// ARGV: one JSON object, `CloseRequestArgs` in `args.rs`: `request` (its
+/// id), `charged` and `used_tokens` (-1: the hold's), `month`, `day`,
+/// `end_users` (see `SETTLE`).
+/// Returns one JSON object, `CloseRequestReply`: `closed` (`id`) | `none`.
 pub const CLOSE_REQUEST: &str = concat!(
     prelude!(),
     close!(),
     r#"
-local needle = '"request_id":"' .. ARGV[1] .. '"'
+local A = cjson.decode(ARGV[1])
+local needle = '"request_id":"' .. A.request .. '"'
 local all = redis.call('HGETALL', KEYS[3])
 for i = 1, #all, 2 do
   local id, rec = all[i], all[i + 1]
@@ -590,14 +579,14 @@ for i = 1, #all, 2 do
     redis.call('ZREM', KEYS[4], id)
     mark_closed(KEYS[3], id)
     local a, est = parse(rec)
-    local charged, used = ARGV[2], ARGV[3]
+    local charged, used = A.charged, A.used_tokens
     if charged == '-1' then charged = a end
     if used == '-1' then used = est end
-    close(rec, charged, used, KEYS[1], KEYS[6], ARGV[4], ARGV[5], KEYS[2], -1, euctx(ARGV, 6), KEYS[5], {KEYS[7], KEYS[8], KEYS[9]})
-    return {'closed', id}
+    close(rec, charged, used, KEYS[1], KEYS[6], A.month, A.day, KEYS[2], -1, euctx(A.end_users), KEYS[5], {KEYS[7], KEYS[8], KEYS[9]})
+    return {cjson.encode({kind = 'closed', id = id})}
   end
 end
-return {'none'}
+return {cjson.encode({kind = 'none'})}
 "#
 );
 
@@ -606,18 +595,20 @@ return {'none'}
 /// their rows too once they are written (the seeding replica flushes its own
 /// first), so the window starts from the larger of the two sums: never below
 /// either, and not the double of a call counted in both.
-/// KEYS: the end user's hash. ARGV: committed, ttl ms, the local day, tokens that day.
-pub const SEED_END_USER: &str = r"
+/// KEYS: the end user's hash. ARGV: one JSON object, `SeedEndUserArgs` in
+/// `args.rs`: `committed`, `ttl` (ms), `day` (local), `tokens_today`.
+pub const SEED_END_USER: &str = concat!(
+    prelude!(),
+    r"
+local A = cjson.decode(ARGV[1])
 if redis.call('HSETNX', KEYS[1], 'seeded', '1') == 1 then
-  local before = tonumber(redis.call('HGET', KEYS[1], 'c') or '0')
-  if tonumber(ARGV[1]) > before then redis.call('HSET', KEYS[1], 'c', ARGV[1]) end
-  local day = 'td:' .. ARGV[3]
-  local used = tonumber(redis.call('HGET', KEYS[1], day) or '0')
-  if tonumber(ARGV[4]) > used then redis.call('HSET', KEYS[1], day, ARGV[4]) end
+  raise(KEYS[1], 'c', A.committed)
+  raise(KEYS[1], 'td:' .. A.day, A.tokens_today)
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], A.ttl)
 return {'seeded'}
-";
+"
+);
 
 /// KEYS: the end user's hash, and the one of their previous window (whose
 /// calls still held count as reserved). Returns {'seed', reserved} (the
@@ -634,23 +625,18 @@ return {'ok', v[2] or '0', r}
 /// Starts the credit hash from the ledger, once: the tenant's and keys'
 /// lifetime spend, every top-up not added yet (by its row), and what the
 /// reservations held now amount to, which are marked as counted.
-/// KEYS: credit, held. ARGV: tenant lifetime spend, key count, (key, lifetime
-/// spend)..., then (top-up row, key or '', amount)...
+/// KEYS: credit, held. ARGV: one JSON object, `SeedCreditArgs` in `args.rs`:
+/// `tenant_spent`, `keys_spent` (key: lifetime spend), `top_ups` (`row`,
+/// `key` or '', `amount`).
 pub const SEED_CREDIT: &str = concat!(
     prelude!(),
     r"
+local A = cjson.decode(ARGV[1])
 local cr, h = KEYS[1], KEYS[2]
 if redis.call('HSETNX', cr, 'seeded', '1') == 0 then return {'already'} end
-redis.call('HINCRBY', cr, 'c', ARGV[1])
-local count = tonumber(ARGV[2])
-for j = 1, count do
-  redis.call('HINCRBY', cr, 'k:' .. ARGV[1 + 2 * j] .. ':c', ARGV[2 + 2 * j])
-end
-local i = 3 + 2 * count
-while ARGV[i] do
-  add_top_up(cr, ARGV[i], ARGV[i + 1], ARGV[i + 2])
-  i = i + 3
-end
+redis.call('HINCRBY', cr, 'c', A.tenant_spent)
+for key, spent in pairs(A.keys_spent) do redis.call('HINCRBY', cr, 'k:' .. key .. ':c', spent) end
+for _, t in ipairs(A.top_ups) do add_top_up(cr, t.row, t.key, t.amount) end
 local all = redis.call('HGETALL', h)
 for j = 1, #all, 2 do
   local rec = all[j + 1]
@@ -666,11 +652,13 @@ return {'seeded'}
 );
 
 /// Adds one top-up the ledger has written, once by its row, seeded or not (a
-/// later seed skips it). KEYS: credit. ARGV: row, key or '', amount.
+/// later seed skips it). KEYS: credit. ARGV: one JSON object, a `TopUp` in
+/// `args.rs`: `row`, `key` or '', `amount`.
 pub const CREDIT: &str = concat!(
     prelude!(),
     r"
-add_top_up(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
+local T = cjson.decode(ARGV[1])
+add_top_up(KEYS[1], T.row, T.key, T.amount)
 return {'ok'}
 "
 );

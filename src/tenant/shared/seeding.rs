@@ -2,9 +2,15 @@
 //! user, the balances; raising them where the ledger has more; taking in what
 //! a replica settled alone while the store was away.
 
+use std::collections::{BTreeMap, HashMap};
+
+use super::args::{
+    AbsorbArgs, RaiseArgs, RaiseReply, ScopeSpend, SeedArgs, SeedCreditArgs, SeedEndUserArgs,
+    SeedWindowArgs, TopUp,
+};
 use super::{
     EndUserHold, EndUserSeed, KeyId, LIFETIME_IDLE_TTL_MS, MONTH_TTL_MS, Nanos, Period, Seed,
-    SharedQuota, StoreFailure, end_user_ttl_ms, field, nanos,
+    SharedQuota, StoreFailure, amount, end_user_ttl_ms,
 };
 
 impl SharedQuota {
@@ -16,17 +22,16 @@ impl SharedQuota {
         now_ms: u64,
     ) -> Result<(), StoreFailure> {
         let (month_key, _, _) = self.month_keys(now_ms);
-        let mut args = vec![
-            MONTH_TTL_MS.to_string(),
-            seed.committed.get().to_string(),
-            seed.tokens_this_month.to_string(),
-            self.today(now_ms),
-            seed.tokens_today.to_string(),
-        ];
-        push_scopes(&mut args, &seed.keys, &seed.features);
-        args.extend(reached.iter().map(ToString::to_string));
+        let args = SeedArgs {
+            ttl: MONTH_TTL_MS.to_string(),
+            committed: scope_spend(seed.committed, &seed.keys, &seed.features),
+            tokens_month: seed.tokens_this_month.to_string(),
+            day: self.today(now_ms),
+            tokens_today: seed.tokens_today.to_string(),
+            reached: reached.iter().map(ToString::to_string).collect(),
+        };
         self.store
-            .run(&self.store.scripts.seed, &[month_key], &args)
+            .run_args(&self.store.scripts.seed, &[month_key], &args)
             .await?;
         Ok(())
     }
@@ -35,21 +40,20 @@ impl SharedQuota {
     /// Redis's committed spend before (`None`: the month is not seeded).
     pub async fn raise(&self, seed: &Seed, now_ms: u64) -> Result<Option<Nanos>, StoreFailure> {
         let (month_key, _, _) = self.month_keys(now_ms);
-        let mut args = vec![
-            seed.committed.get().to_string(),
-            seed.tokens_this_month.to_string(),
-            self.today(now_ms),
-            seed.tokens_today.to_string(),
-        ];
-        push_scopes(&mut args, &seed.keys, &seed.features);
-        let reply = self
+        let args = RaiseArgs {
+            committed: scope_spend(seed.committed, &seed.keys, &seed.features),
+            tokens_month: seed.tokens_this_month.to_string(),
+            day: self.today(now_ms),
+            tokens_today: seed.tokens_today.to_string(),
+        };
+        match self
             .store
-            .run(&self.store.scripts.raise, &[month_key], &args)
-            .await?;
-        if field(&reply, 0)? == "unseeded" {
-            return Ok(None);
+            .run_for(&self.store.scripts.raise, &[month_key], &args)
+            .await?
+        {
+            RaiseReply::Unseeded => Ok(None),
+            RaiseReply::Ok { before } => amount(&before).map(Some),
         }
-        nanos(&reply, 1).map(Some)
     }
 
     /// Adds spend settled locally after the store came back.
@@ -64,18 +68,15 @@ impl SharedQuota {
         let (month_key, _, _) = self.month_keys(now_ms);
         let mut keys = vec![month_key];
         keys.extend(self.window_keys(now_ms));
+        let args = AbsorbArgs {
+            charged: charged.get().to_string(),
+            key,
+            feature,
+            tokens: tokens.to_string(),
+            day: self.today(now_ms),
+        };
         self.store
-            .run(
-                &self.store.scripts.absorb,
-                &keys,
-                &[
-                    charged.get().to_string(),
-                    key.to_owned(),
-                    feature.to_owned(),
-                    tokens.to_string(),
-                    self.today(now_ms),
-                ],
-            )
+            .run_args(&self.store.scripts.absorb, &keys, &args)
             .await?;
         Ok(())
     }
@@ -89,35 +90,32 @@ impl SharedQuota {
     ) -> Result<(), StoreFailure> {
         let window = self.store.calendar.window(hold.limits.period, now_ms);
         let key = self.keys.end_user(&hold.id, &window.key);
-        let args = [
-            seed.committed.get().to_string(),
-            end_user_ttl_ms(&window, now_ms).to_string(),
-            self.local_day(now_ms),
-            seed.tokens_today.to_string(),
-        ];
+        let args = SeedEndUserArgs {
+            committed: seed.committed.get().to_string(),
+            ttl: end_user_ttl_ms(&window, now_ms).to_string(),
+            day: self.local_day(now_ms),
+            tokens_today: seed.tokens_today.to_string(),
+        };
         self.store
-            .run(&self.store.scripts.seed_end_user, &[key], &args)
+            .run_args(&self.store.scripts.seed_end_user, &[key], &args)
             .await?;
         Ok(())
     }
 
     /// Starts the tenant's balances from the ledger unless another replica did.
     pub async fn seed_credit(&self, seed: &Seed) -> Result<(), StoreFailure> {
-        let mut args = vec![
-            seed.lifetime.tenant.get().to_string(),
-            seed.lifetime.keys.len().to_string(),
-        ];
-        for (key, spent) in &seed.lifetime.keys {
-            args.push(key.to_string());
-            args.push(spent.get().to_string());
-        }
-        for (row, key, amount) in &seed.credits.rows {
-            args.push(row.to_string());
-            args.push(key.as_ref().map(ToString::to_string).unwrap_or_default());
-            args.push(amount.get().to_string());
-        }
+        let args = SeedCreditArgs {
+            tenant_spent: seed.lifetime.tenant.get().to_string(),
+            keys_spent: amounts(&seed.lifetime.keys),
+            top_ups: seed
+                .credits
+                .rows
+                .iter()
+                .map(|(row, key, amount)| top_up(*row, key.as_ref(), *amount))
+                .collect(),
+        };
         self.store
-            .run(
+            .run_args(
                 &self.store.scripts.seed_credit,
                 &[self.keys.credit(), self.keys.held()],
                 &args,
@@ -133,13 +131,12 @@ impl SharedQuota {
         key: Option<&KeyId>,
         amount: Nanos,
     ) -> Result<(), StoreFailure> {
-        let args = [
-            row.to_string(),
-            key.map(ToString::to_string).unwrap_or_default(),
-            amount.get().to_string(),
-        ];
         self.store
-            .run(&self.store.scripts.credit, &[self.keys.credit()], &args)
+            .run_args(
+                &self.store.scripts.credit,
+                &[self.keys.credit()],
+                &top_up(row, key, amount),
+            )
             .await?;
         Ok(())
     }
@@ -158,10 +155,12 @@ impl SharedQuota {
             end_user_ttl_ms(&window, now_ms)
         };
         let spend = seed.spend(period);
-        let mut args = vec![ttl.to_string(), spend.tenant.get().to_string()];
-        push_scopes(&mut args, &spend.keys, &spend.features);
+        let args = SeedWindowArgs {
+            ttl: ttl.to_string(),
+            committed: scope_spend(spend.tenant, &spend.keys, &spend.features),
+        };
         self.store
-            .run(
+            .run_args(
                 &self.store.scripts.seed_window,
                 &[self.keys.window(&window.key)],
                 &args,
@@ -171,20 +170,30 @@ impl SharedQuota {
     }
 }
 
-/// Keys' and features' spend as a script takes it: a count, then (name, amount) pairs, for each.
-fn push_scopes(
-    args: &mut Vec<String>,
-    keys: &std::collections::HashMap<KeyId, Nanos>,
-    features: &std::collections::HashMap<String, Nanos>,
-) {
-    args.push(keys.len().to_string());
-    for (key, committed) in keys {
-        args.push(key.to_string());
-        args.push(committed.get().to_string());
+/// The tenant's, keys' and features' spend as a script takes it.
+fn scope_spend(
+    tenant: Nanos,
+    keys: &HashMap<KeyId, Nanos>,
+    features: &HashMap<String, Nanos>,
+) -> ScopeSpend {
+    ScopeSpend {
+        tenant: tenant.get().to_string(),
+        keys: amounts(keys),
+        features: amounts(features),
     }
-    args.push(features.len().to_string());
-    for (feature, committed) in features {
-        args.push(feature.clone());
-        args.push(committed.get().to_string());
+}
+
+/// Amounts by name, as decimals.
+fn amounts<K: ToString>(by: &HashMap<K, Nanos>) -> BTreeMap<String, String> {
+    by.iter()
+        .map(|(name, amount)| (name.to_string(), amount.get().to_string()))
+        .collect()
+}
+
+fn top_up(row: i64, key: Option<&KeyId>, amount: Nanos) -> TopUp {
+    TopUp {
+        row: row.to_string(),
+        key: key.map(ToString::to_string).unwrap_or_default(),
+        amount: amount.get().to_string(),
     }
 }

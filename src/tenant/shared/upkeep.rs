@@ -1,6 +1,7 @@
 //! Upkeep of what the store holds: holds past their expiry, and the holds of a
 //! request a journal replay closed.
 
+use super::args::{CloseRequestArgs, CloseRequestReply};
 use super::{Expired, Nanos, ReservationId, SharedQuota, StoreFailure, field, number};
 
 impl SharedQuota {
@@ -42,18 +43,18 @@ impl SharedQuota {
         now_ms: u64,
     ) -> Result<bool, StoreFailure> {
         let (keys, month) = self.book_keys(now_ms);
-        let mut args = vec![
-            request.to_owned(),
-            charged.map_or_else(|| "-1".to_owned(), |c| c.get().to_string()),
-            tokens.map_or_else(|| "-1".to_owned(), |t| t.to_string()),
+        let args = CloseRequestArgs {
+            request,
+            charged: charged.map_or_else(|| "-1".to_owned(), |c| c.get().to_string()),
+            used_tokens: tokens.map_or_else(|| "-1".to_owned(), |t| t.to_string()),
             month,
-            self.today(now_ms),
-        ];
-        args.extend(self.end_user_context(now_ms));
+            day: self.today(now_ms),
+            end_users: self.end_user_windows(now_ms),
+        };
         let reply = self
             .store
-            .run(&self.store.scripts.close_request, &keys, &args)
+            .run_for(&self.store.scripts.close_request, &keys, &args)
             .await?;
-        Ok(field(&reply, 0)? == "closed")
+        Ok(matches!(reply, CloseRequestReply::Closed { .. }))
     }
 }
