@@ -360,7 +360,7 @@ async fn open_quota_store(
             config
                 .server
                 .request_timeout_ms
-                .saturating_add(crate::pipeline::attempt::RESERVATION_MARGIN_MS),
+                .saturating_add(crate::pipeline::dispatch::RESERVATION_MARGIN_MS),
         ),
         notice: SharedStore::PROBE_INTERVAL * 2,
     });

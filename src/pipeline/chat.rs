@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::attempt::{Dispatch, RESERVATION_MARGIN_MS};
 use super::context::{RequestContext, RequestMeter};
+use super::dispatch::{Dispatch, RESERVATION_MARGIN_MS};
 use super::hold::{Hold, Step};
 use super::record::{self, AttemptRow};
 use super::semantic::{self, Consulted};

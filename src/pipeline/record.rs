@@ -74,9 +74,9 @@ pub async fn record(
         .await;
 }
 
-/// Records the row of an attempt whose reserve (`reserve`, same event id) is
+/// Records the row of an attempt whose intent (`journal_intent`, same event id) is
 /// already durable. It does not wait for the fsync: if the machine loses power
-/// before this row reaches the disk, replay writes the reserve's row instead,
+/// before this row reaches the disk, replay writes the intent's row instead,
 /// charged at the reserved amount, so the attempt is never without a row and
 /// the budget is never under-charged.
 pub fn record_attempt(
@@ -93,7 +93,7 @@ pub fn record_attempt(
 /// gateway dies before the attempt's own row, replay writes this one: the
 /// upstream may have billed the call, so it is charged at the reserved amount.
 /// The attempt's row must then carry the returned event id.
-pub async fn reserve(
+pub async fn journal_intent(
     gw: &Gateway,
     ctx: &RequestContext,
     route: &str,
