@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::{ConfigError, RawPrice, invalid};
+use super::errors::{ConfigError, invalid};
+use super::prices::RawPrice;
 use crate::period::Date;
 
 /// A `[[prices]]` entry and the name its errors carry: `prices[3]` in the
