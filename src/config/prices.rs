@@ -107,27 +107,6 @@ pub struct LongContext {
     pub output: PricePerMTok,
 }
 
-impl Price {
-    /// The rates a call with this many prompt tokens is charged at.
-    #[must_use]
-    pub fn for_prompt(&self, prompt_tokens: u64) -> Price {
-        match self.long_context {
-            Some(long) if prompt_tokens > long.above_tokens => Price {
-                input: long.input,
-                cached_input: long.cached_input,
-                cache_write: long.cache_write,
-                output: long.output,
-                long_context: None,
-                web_search: self.web_search,
-                hidden_output: self.hidden_output,
-            },
-            _ => Price {
-                long_context: None,
-                ..*self
-            },
-        }
-    }
-}
 /// Only the prices of a file (a full configuration, a prices-only file or a
 /// catalog): its `[[prices]]` and those of the catalogs it includes.
 #[derive(Debug, Deserialize)]

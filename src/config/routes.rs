@@ -11,7 +11,6 @@ use super::providers::Provider;
 use super::semantic_cache::{RawSemanticRoute, SemanticRoute};
 use super::server_tools;
 use crate::ids::{ProviderName, RouteName};
-use crate::money::PricePerMTok;
 use crate::tokenize::Counting;
 
 #[derive(Debug, Deserialize)]
@@ -155,32 +154,6 @@ impl Route {
             .iter()
             .find(|t| t.price.output == UNPRICED_OUTPUT)
     }
-
-    /// The highest input (cache-write where higher) and output rates the
-    /// tenant is charged over every target, at the price tier a prompt of
-    /// `input_tokens` reaches: what a hold is made at.
-    pub fn worst_prices(&self, input_tokens: u64) -> (PricePerMTok, PricePerMTok) {
-        worst_of(self.targets.iter().map(|t| &t.charge), input_tokens)
-    }
-
-    /// The same rates at the providers' prices: what a hold would be at cost.
-    pub fn worst_cost_prices(&self, input_tokens: u64) -> (PricePerMTok, PricePerMTok) {
-        worst_of(self.targets.iter().map(|t| &t.price), input_tokens)
-    }
-}
-
-fn worst_of<'a>(
-    prices: impl Iterator<Item = &'a Price>,
-    input_tokens: u64,
-) -> (PricePerMTok, PricePerMTok) {
-    let mut input = PricePerMTok::default();
-    let mut output = PricePerMTok::default();
-    for price in prices {
-        let price = price.for_prompt(input_tokens);
-        input = input.max(price.input).max(price.cache_write);
-        output = output.max(price.output);
-    }
-    (input, output)
 }
 
 /// The routes a complexity route hands each class of request to.

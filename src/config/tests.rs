@@ -116,7 +116,7 @@ fn loads_the_contract_shape_and_takes_worst_prices_over_targets() {
     let config = Config::from_toml(BASE, &pepper()).unwrap();
     let route = config.route("fast").unwrap();
     assert_eq!(
-        route.worst_prices(1000),
+        crate::routing::worst_prices(route, 1000),
         (
             PricePerMTok::parse_decimal("3").unwrap(),
             PricePerMTok::parse_decimal("8").unwrap()
