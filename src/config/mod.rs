@@ -18,6 +18,7 @@ mod env;
 mod errors;
 mod ledger;
 mod plans;
+mod price_file;
 mod prices;
 mod prompt_cache;
 mod providers;
@@ -50,9 +51,9 @@ pub use env::{
 pub use errors::{ConfigError, ConfigErrors};
 pub use ledger::{FsyncMode, LedgerConfig, OnBacklogFull};
 pub use plans::{COST, Plan};
+pub use price_file::{Billing, load_billing, load_price_table};
 pub use prices::{
-    Billing, HiddenOutput, LongContext, Price, PriceChanges, PriceTable, UNPRICED_OUTPUT,
-    load_billing, load_price_table, price_at,
+    HiddenOutput, LongContext, Price, PriceChanges, PriceTable, UNPRICED_OUTPUT, price_at,
 };
 pub use prompt_cache::PromptCacheConfig;
 pub use providers::{OnClientDisconnect, Provider, ProviderKind, TenantIdField};
@@ -273,7 +274,7 @@ fn validate(raw: RawConfig, dir: &Path, env: &dyn EnvSource) -> Result<Config, C
         routes,
         tiers,
         calendar,
-        price_version: prices::price_version(&merged.entries, &plans),
+        price_version: price_file::price_version(&merged.entries, &plans),
         prices,
         price_changes,
         plans,

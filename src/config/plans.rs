@@ -18,7 +18,7 @@ use super::routes::Route;
 use crate::calendar::Calendar;
 use crate::money::{Nanos, PricePerMTok};
 
-use super::catalog::PriceEntry;
+use super::prices::PriceEntry;
 
 /// The name a tenant on no plan is billed under: the providers' own prices.
 pub const COST: &str = "cost";
