@@ -24,10 +24,13 @@ fn body(text: &str) -> Map<String, Value> {
 }
 
 fn tokenize(c: &mut Criterion) {
-    let estimator = Estimator::new(&TokenizerConfig {
-        encoding: "o200k_base".into(),
-        safety_percent: 110,
-    });
+    let estimator = Estimator::new(
+        TokenizerConfig {
+            encoding: "o200k_base".into(),
+            safety_percent: 110,
+        }
+        .counting(),
+    );
     estimator.warm_up([]);
     let english = "The quick brown fox jumps over the lazy dog. ".repeat(24);
     let cjk = "敏捷的棕色狐狸跳过了懒狗。".repeat(28);

@@ -147,7 +147,7 @@ impl Application {
         );
         let (providers, _) = reload::start_providers(&config, &clock, None, quota_store.as_ref());
         zero_metrics(&config);
-        let estimator = Estimator::new(&config.tokenizer);
+        let estimator = Estimator::new(config.tokenizer.counting());
         estimator.warm_up(config.routes.values().flat_map(|route| &route.countings));
 
         let tracer = start_tracer(&config)?;

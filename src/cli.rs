@@ -398,8 +398,20 @@ async fn dispatch(cli: Cli) -> Result<()> {
 /// what a start would warn about, so a deployment's config can be checked
 /// before it ships.
 fn check_config(file: &Path) -> Result<()> {
-    let config = Config::load(file, &ProcessEnv)
-        .with_context(|| format!("{} is not a valid configuration", file.display()))?;
+    let config = match Config::load(file, &ProcessEnv) {
+        Ok(config) => config,
+        Err(errors) => {
+            for error in errors.iter() {
+                let _ = writeln!(std::io::stderr(), "{error}");
+            }
+            anyhow::bail!(
+                "{} is not a valid configuration: {} problem{} above",
+                file.display(),
+                errors.len(),
+                if errors.len() == 1 { "" } else { "s" }
+            );
+        }
+    };
     out(&format!(
         "{}: ok ({} providers, {} routes, {} tiers)",
         file.display(),

@@ -64,14 +64,7 @@ pub struct Table {
 }
 
 /// What a route says of fields no table names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Unknown {
-    /// Refused (the default).
-    #[default]
-    Refuse,
-    /// Forwarded uncounted, at the operator's risk (`forward_unknown_fields`).
-    Forward,
-}
+pub use crate::config::UnknownFields as Unknown;
 
 /// The route setting a refusal of an unknown field names.
 pub const FORWARD_SETTING: &str = "forward_unknown_fields = true";

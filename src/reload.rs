@@ -13,7 +13,7 @@ use std::sync::{Arc, PoisonError};
 use serde::Serialize;
 
 use crate::clock::SharedClock;
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigErrors};
 use crate::ids::ProviderName;
 use crate::provider::ProviderHandle;
 use crate::state::{Gateway, Live};
@@ -24,7 +24,7 @@ pub enum ReloadError {
     #[error("this gateway was started without a configuration file to reload")]
     NoSource,
     #[error("the new configuration was refused, the running one is kept: {0}")]
-    Invalid(#[from] ConfigError),
+    Invalid(#[from] ConfigErrors),
 }
 
 /// What a reload changed, for the operator who asked.

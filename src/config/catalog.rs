@@ -8,16 +8,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::{ConfigError, RawPrice, invalid};
+use super::errors::{ConfigError, invalid};
+use super::prices::{PriceEntry, RawPrice};
 use crate::period::Date;
-
-/// A `[[prices]]` entry and the name its errors carry: `prices[3]` in the
-/// configuration itself, `prices/openai.toml: prices[3]` in a catalog.
-#[derive(Debug)]
-pub(super) struct PriceEntry {
-    pub(super) entry: String,
-    pub(super) price: RawPrice,
-}
 
 /// An included catalog as loaded, so `check-config` can say how old it is.
 #[derive(Debug, Clone, PartialEq, Eq)]

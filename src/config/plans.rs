@@ -12,14 +12,13 @@ use std::fmt::Write as _;
 
 use serde::Deserialize;
 
-use super::{
-    ConfigError, LongContext, Price, PriceChanges, RawPrice, Route, invalid, price_at,
-    validate_dated_prices,
-};
+use super::errors::{ConfigError, Problems, invalid};
+use super::prices::{LongContext, Price, PriceChanges, RawPrice, price_at, validate_dated_prices};
+use super::routes::Route;
 use crate::calendar::Calendar;
 use crate::money::{Nanos, PricePerMTok};
 
-use super::catalog::PriceEntry;
+use super::prices::PriceEntry;
 
 /// The name a tenant on no plan is billed under: the providers' own prices.
 pub const COST: &str = "cost";
@@ -147,26 +146,27 @@ pub(super) fn validate(
     raw: Vec<RawPlan>,
     prices: &HashMap<(String, String), Price>,
     calendar: &Calendar,
-) -> Result<BTreeMap<String, Plan>, ConfigError> {
+    problems: &mut Problems,
+) -> BTreeMap<String, Plan> {
     let mut plans = BTreeMap::new();
     for (i, plan) in raw.into_iter().enumerate() {
         let entry = format!("plans[{i}]");
         if !crate::ids::is_slug(&plan.name) {
-            return Err(invalid(
+            problems.add(
                 format!("{entry}.name"),
                 "use 1-64 lowercase letters, digits, `-` or `_`",
-            ));
+            );
         }
         if plan.name == COST {
-            return Err(invalid(
+            problems.add(
                 format!("{entry}.name"),
                 "`cost` is the name of no plan (the providers' own prices)",
-            ));
+            );
         }
         let markup_ppm = plan
             .markup_percent
             .as_ref()
-            .map_or(Ok(0), |p| parse_percent(&entry, p))?;
+            .map_or(0, |p| problems.ok(parse_percent(&entry, p)).unwrap_or(0));
         let entries: Vec<PriceEntry> = plan
             .prices
             .into_iter()
@@ -178,16 +178,16 @@ pub(super) fn validate(
             .collect();
         for PriceEntry { entry, price } in &entries {
             if !prices.contains_key(&(price.provider.clone(), price.model.clone())) {
-                return Err(invalid(
+                problems.add(
                     entry,
                     format!(
                         "{}/{} has no [[prices]] entry: a plan prices only models the gateway prices",
                         price.provider, price.model
                     ),
-                ));
+                );
             }
         }
-        let (mut negotiated, changes) = validate_dated_prices(&entries, calendar)?;
+        let (mut negotiated, changes) = validate_dated_prices(&entries, calendar, problems);
         // A model negotiated only from a date is at the markup before it.
         negotiated.retain(|key, _| {
             entries.iter().any(|e| {
@@ -203,13 +203,10 @@ pub(super) fn validate(
             changes,
         };
         if plans.insert(name.clone(), plan).is_some() {
-            return Err(invalid(
-                format!("{entry}.name"),
-                format!("a second plan `{name}`"),
-            ));
+            problems.add(format!("{entry}.name"), format!("a second plan `{name}`"));
         }
     }
-    Ok(plans)
+    plans
 }
 
 /// What the price version hashes of the plans: their names, markups and prices.

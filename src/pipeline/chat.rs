@@ -487,7 +487,7 @@ impl Admission<'_> {
     }
 
     fn reserve_request(&self, input_tokens: u64) -> ReserveRequest {
-        let (input_price, output_price) = self.route.worst_prices(input_tokens);
+        let (input_price, output_price) = crate::routing::worst_prices(self.route, input_tokens);
         let now = self.gw.clock.now_ms();
         ReserveRequest {
             input_tokens,
@@ -515,7 +515,8 @@ impl Admission<'_> {
             fees: Nanos::ZERO,
             ..first.clone()
         };
-        let (input_price, output_price) = self.route.worst_cost_prices(first.input_tokens);
+        let (input_price, output_price) =
+            crate::routing::worst_cost_prices(self.route, first.input_tokens);
         let at_cost = ReserveRequest {
             input_price,
             output_price,
@@ -530,7 +531,8 @@ impl Admission<'_> {
     /// The tenant actor keeps the one it was reserved with: a hold clamped
     /// lower keeps the cost of the unclamped one should it expire.
     fn meta(&self, request: &ReserveRequest, max_tokens: u32) -> ReservationMeta {
-        let (input_price, output_price) = self.route.worst_cost_prices(request.input_tokens);
+        let (input_price, output_price) =
+            crate::routing::worst_cost_prices(self.route, request.input_tokens);
         let at_cost = ReserveRequest {
             input_price,
             output_price,

@@ -607,7 +607,6 @@ impl Relay {
 #[cfg(test)]
 mod tests {
     use super::word_boundary;
-    use crate::config::TokenizerConfig;
     use crate::tokenize::Estimator;
 
     #[test]
@@ -616,9 +615,10 @@ mod tests {
         assert_eq!(word_boundary("one  two"), None);
         assert_eq!(word_boundary("one\ntwo "), None);
         assert_eq!(word_boundary(" lead"), None);
-        let estimator = Estimator::new(&TokenizerConfig {
-            encoding: "o200k_base".into(),
+        let estimator = Estimator::new(crate::tokenize::Counting {
+            encoding: crate::tokenize::Encoding::O200kBase,
             safety_percent: 0,
+            image_tokens: crate::tokenize::WORST_IMAGE_TOKENS,
         });
         let text = "The quick brown fox, it said; jumped over 12,345 lazy dogs!\n\
                     Then it wrote fn main() { println!(\"hi\"); } and   left. Done?";

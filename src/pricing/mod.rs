@@ -20,10 +20,31 @@ pub struct Usage {
     pub web_searches: u64,
 }
 
+/// The rates a call with this many prompt tokens is charged at: a
+/// long-context model's higher ones past its threshold.
+#[must_use]
+pub fn for_prompt(price: &Price, prompt_tokens: u64) -> Price {
+    match price.long_context {
+        Some(long) if prompt_tokens > long.above_tokens => Price {
+            input: long.input,
+            cached_input: long.cached_input,
+            cache_write: long.cache_write,
+            output: long.output,
+            long_context: None,
+            web_search: price.web_search,
+            hidden_output: price.hidden_output,
+        },
+        _ => Price {
+            long_context: None,
+            ..*price
+        },
+    }
+}
+
 /// The real cost of a call at one target's prices (at the tier its prompt
 /// length reaches, with its searches' fees), rounded up once.
 pub fn charge(price: &Price, usage: &Usage) -> Nanos {
-    let price = price.for_prompt(usage.prompt_tokens);
+    let price = for_prompt(price, usage.prompt_tokens);
     let cached = usage.cached_tokens.min(usage.prompt_tokens);
     let cache_write = usage.cache_write_tokens.min(usage.prompt_tokens - cached);
     let uncached = usage.prompt_tokens - cached - cache_write;

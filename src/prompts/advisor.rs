@@ -19,9 +19,10 @@ use sea_orm::sea_query::Expr;
 use sea_orm::{
     ColumnTrait, DatabaseConnection, DbErr, EntityTrait, FromQueryResult, QueryFilter, QuerySelect,
 };
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::config::PriceTable;
+pub use crate::config::PromptCacheConfig;
 use crate::money::{CostAccumulator, Nanos, PricePerMTok};
 use crate::state::Gateway;
 use crate::telemetry::metrics::{Metric, gauge_set};
@@ -56,28 +57,6 @@ impl FromStr for Breakpoints {
             "on" => Ok(Breakpoints::On),
             "off" => Ok(Breakpoints::Off),
             other => Err(format!("`{other}` is not auto, on or off")),
-        }
-    }
-}
-
-/// `[prompt_cache]`: how the ledger's review runs.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct PromptCacheConfig {
-    /// How often the review runs; 0 turns it off (breakpoints stay on in `auto`).
-    pub review_interval_ms: u64,
-    /// How far back a review reads the ledger.
-    pub window_hours: u64,
-    /// Writing calls a window needs before it may turn breakpoints off.
-    pub min_writes: u64,
-}
-
-impl Default for PromptCacheConfig {
-    fn default() -> Self {
-        PromptCacheConfig {
-            review_interval_ms: 300_000,
-            window_hours: 24,
-            min_writes: 20,
         }
     }
 }

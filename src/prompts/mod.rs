@@ -21,9 +21,7 @@ use crate::tokenize::{Counting, Estimator};
 
 pub use self::advisor::{Advisor, Breakpoints};
 
-/// The longest platform or tenant prompt (a long system prompt is a few
-/// thousand tokens; this leaves room for ten times that).
-pub const MAX_PROMPT_BYTES: usize = 256 * 1024;
+pub use crate::config::MAX_PROMPT_BYTES;
 
 /// The key of a tenant prompt that applies to every route without one of its own.
 pub const EVERY_ROUTE: &str = "*";

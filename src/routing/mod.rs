@@ -7,7 +7,34 @@
 
 use serde_json::{Map, Value};
 
-use crate::config::Target;
+use crate::config::{Price, Route, Target};
+use crate::money::PricePerMTok;
+
+/// The highest input (cache-write where higher) and output rates the tenant
+/// is charged over every target of `route`, at the price tier a prompt of
+/// `input_tokens` reaches: what a hold is made at.
+pub fn worst_prices(route: &Route, input_tokens: u64) -> (PricePerMTok, PricePerMTok) {
+    worst_of(route.targets.iter().map(|t| &t.charge), input_tokens)
+}
+
+/// The same rates at the providers' prices: what a hold would be at cost.
+pub fn worst_cost_prices(route: &Route, input_tokens: u64) -> (PricePerMTok, PricePerMTok) {
+    worst_of(route.targets.iter().map(|t| &t.price), input_tokens)
+}
+
+fn worst_of<'a>(
+    prices: impl Iterator<Item = &'a Price>,
+    input_tokens: u64,
+) -> (PricePerMTok, PricePerMTok) {
+    let mut input = PricePerMTok::default();
+    let mut output = PricePerMTok::default();
+    for price in prices {
+        let price = crate::pricing::for_prompt(price, input_tokens);
+        input = input.max(price.input).max(price.cache_write);
+        output = output.max(price.output);
+    }
+    (input, output)
+}
 
 /// Above this many bytes of message text a request is at least `moderate`.
 pub const MODERATE_TEXT_BYTES: usize = 2_000;

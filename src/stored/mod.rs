@@ -17,35 +17,16 @@ mod stream;
 mod writer;
 
 use sea_orm::{ActiveValue::Set, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter};
-use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
+pub use crate::config::StoreConfig;
 pub use expand::Expanded;
 pub use stream::relay;
 
 use crate::error::{ApiError, ErrorCode};
 
 const DAY_MS: u64 = 24 * 60 * 60 * 1000;
-
-/// `[responses]`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct StoreConfig {
-    /// A stored response is forgotten this long after it was answered.
-    pub retention_days: u32,
-    /// What one tenant's stored responses may take; the oldest make room.
-    pub max_bytes_per_tenant: u64,
-}
-
-impl Default for StoreConfig {
-    fn default() -> Self {
-        StoreConfig {
-            retention_days: 30,
-            max_bytes_per_tenant: 64 * 1024 * 1024,
-        }
-    }
-}
 
 /// The stored responses, in the gateway's database.
 #[derive(Clone)]

@@ -15,8 +15,6 @@ use std::sync::LazyLock;
 use serde_json::{Map, Value};
 use tiktoken_rs::CoreBPE;
 
-use crate::config::TokenizerConfig;
-
 mod bounded;
 
 /// Chat format overhead: role and separators per message (OpenAI's cookbook counts 3 plus
@@ -189,12 +187,11 @@ impl std::fmt::Debug for Estimator {
 }
 
 impl Estimator {
-    pub fn new(config: &TokenizerConfig) -> Estimator {
+    pub fn new(counting: Counting) -> Estimator {
         Estimator {
-            // config validation admits only known encodings
-            encoding: Encoding::parse(&config.encoding).unwrap_or(Encoding::O200kBase),
-            safety_percent: config.safety_percent,
-            image_tokens: WORST_IMAGE_TOKENS,
+            encoding: counting.encoding,
+            safety_percent: counting.safety_percent,
+            image_tokens: counting.image_tokens,
             bound_new_texts: false,
         }
     }
@@ -420,9 +417,10 @@ mod tests {
     use serde_json::json;
 
     fn estimator(safety_percent: u32) -> Estimator {
-        Estimator::new(&TokenizerConfig {
-            encoding: "o200k_base".into(),
+        Estimator::new(Counting {
+            encoding: Encoding::O200kBase,
             safety_percent,
+            image_tokens: WORST_IMAGE_TOKENS,
         })
     }
 

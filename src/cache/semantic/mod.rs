@@ -6,13 +6,14 @@
 
 mod memory;
 mod postgres;
-pub mod settings;
 pub mod vector;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use settings::{RawSemanticRoute, SemanticCacheConfig, SemanticRoute, SemanticStore};
+pub use crate::config::semantic_cache::{
+    RawSemanticRoute, SemanticCacheConfig, SemanticRoute, SemanticStore,
+};
 use vector::Quantized;
 
 /// What a lookup (and the put after a miss) is about.

@@ -10,8 +10,7 @@
 /// 1e-4, and 64 products of two such values still fit an `i32`.
 const SCALE: i16 = 4095;
 const CHUNK: usize = 64;
-/// Similarities are in millionths: 1,000,000 is the same direction.
-pub const ONE: u32 = 1_000_000;
+pub use crate::config::semantic_cache::ONE;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Quantized {

@@ -3,29 +3,25 @@
 
 use serde::Deserialize;
 
-use super::vector::ONE;
+/// Similarities are in millionths: 1,000,000 is the same direction.
+pub const ONE: u32 = 1_000_000;
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct SemanticCacheConfig {
     /// `memory` (one process) or `postgres` (shared by replicas; the
     /// server needs the pgvector extension).
-    #[serde(default)]
     pub store: SemanticStore,
     /// The store's database; default `storage.database_url` when that is PostgreSQL.
     pub database_url: Option<String>,
-    #[serde(default = "default_max_entries_per_tenant")]
     pub max_entries_per_tenant: usize,
     /// In process only: the shared store is bounded by entries and TTL.
-    #[serde(default = "default_max_bytes_per_tenant")]
     pub max_bytes_per_tenant: usize,
     /// A lookup or store slower than this is a miss.
-    #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
     /// In process only: a conversation context with more cached answers than
     /// this is searched approximately (sign bits first, then the nearest
     /// exactly); up to it, exactly.
-    #[serde(default = "default_exact_search_max_entries")]
     pub exact_search_max_entries: usize,
 }
 
@@ -37,30 +33,17 @@ pub enum SemanticStore {
     Postgres,
 }
 
-fn default_max_entries_per_tenant() -> usize {
-    10_000
-}
-fn default_max_bytes_per_tenant() -> usize {
-    64 * 1024 * 1024
-}
-fn default_timeout_ms() -> u64 {
-    100
-}
-/// An exact comparison costs about half a microsecond at 1,536 dimensions:
-/// 256 of them are about the cost of the approximate search of 10,000.
-fn default_exact_search_max_entries() -> usize {
-    256
-}
-
 impl Default for SemanticCacheConfig {
     fn default() -> Self {
         SemanticCacheConfig {
             store: SemanticStore::Memory,
             database_url: None,
-            max_entries_per_tenant: default_max_entries_per_tenant(),
-            exact_search_max_entries: default_exact_search_max_entries(),
-            max_bytes_per_tenant: default_max_bytes_per_tenant(),
-            timeout_ms: default_timeout_ms(),
+            max_entries_per_tenant: 10_000,
+            // An exact comparison costs about half a microsecond at 1,536
+            // dimensions: 256 of them cost about the approximate search of 10,000.
+            exact_search_max_entries: 256,
+            max_bytes_per_tenant: 64 * 1024 * 1024,
+            timeout_ms: 100,
         }
     }
 }
