@@ -17,12 +17,14 @@ use crate::admin::{keys, report, spend, tenants};
 use crate::app::{Application, BuildOptions};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{ADMIN_TOKEN_ENV, Config, EnvSource, KEY_PEPPER_ENV, ProcessEnv, Secret};
-use crate::fake_upstream::{self, FakeArgs, FakeConfig};
 use crate::period::Date;
 use crate::probe;
 use crate::state::ConfigSource;
 use crate::storage;
 use crate::telemetry;
+use fakes::{FakeArgs, Mock};
+
+mod fakes;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -378,7 +380,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
             )
             .await
         }
-        Command::FakeUpstream(args) => Ok(fake_upstream::serve(&args).await?),
+        Command::FakeUpstream(args) => fakes::serve(&args).await,
         Command::Healthcheck { url, timeout_ms } => {
             // With an explicit URL the probe needs no configuration at all.
             let url = match url {
@@ -662,32 +664,15 @@ fn demo_config(path: &Path) -> Result<(Arc<Config>, std::path::PathBuf)> {
 }
 
 async fn demo(path: Option<&Path>, listen: Option<std::net::SocketAddr>) -> Result<()> {
+    // First, so that a build without the fakes fails before writing anything.
+    let mock = Mock::start()?;
     let (config, path) = demo_config(path.unwrap_or(Path::new("tollgate.example.toml")))?;
     let path = path.as_path();
     let mut config = (*config).clone();
     if let Some(listen) = listen {
         config.server.listen = listen;
     }
-    // Agent clients (Claude Code, Codex, the SDKs' tool loops) get a tool call, then text.
-    let mock_config = FakeConfig {
-        agent: true,
-        ..FakeConfig::default()
-    };
-    let mock = fake_upstream::start(mock_config, ([127, 0, 0, 1], 0).into(), 1)
-        .context("starting the mock upstream")?;
-    let mut mocked = Vec::new();
-    for provider in config.providers.values_mut() {
-        if let Some(env) = provider.missing_key_env() {
-            tracing::info!(provider = %provider.name, env, "{env} is not set; the demo serves this provider from the built-in mock upstream.");
-            mocked.push(provider.name.to_string());
-            provider.base_url = mock.base_url();
-            provider.chat_url = format!("{}/chat/completions", mock.base_url());
-            provider.embeddings_url = format!("{}/embeddings", mock.base_url());
-            provider.responses_url = format!("{}/responses", mock.base_url());
-            provider.api_key = Some(Secret::new("mock"));
-        }
-    }
-    mocked.sort();
+    let mocked = stand_in(&mut config, &mock.base_url());
     let config = Arc::new(config);
     let options = BuildOptions {
         clock: Arc::new(SystemClock),
@@ -757,6 +742,24 @@ async fn demo(path: Option<&Path>, listen: Option<std::net::SocketAddr>) -> Resu
     app.run_until_stopped().await?;
     mock.stop().await;
     Ok(())
+}
+
+/// Points every provider without a key at the mock upstream; their names, sorted.
+fn stand_in(config: &mut Config, mock_url: &str) -> Vec<String> {
+    let mut mocked = Vec::new();
+    for provider in config.providers.values_mut() {
+        if let Some(env) = provider.missing_key_env() {
+            tracing::info!(provider = %provider.name, env, "{env} is not set; the demo serves this provider from the built-in mock upstream.");
+            mocked.push(provider.name.to_string());
+            mock_url.clone_into(&mut provider.base_url);
+            provider.chat_url = format!("{mock_url}/chat/completions");
+            provider.embeddings_url = format!("{mock_url}/embeddings");
+            provider.responses_url = format!("{mock_url}/responses");
+            provider.api_key = Some(Secret::new("mock"));
+        }
+    }
+    mocked.sort();
+    mocked
 }
 
 fn demo_banner(

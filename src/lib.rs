@@ -15,7 +15,6 @@ pub mod clock;
 pub mod config;
 pub mod directory;
 pub mod error;
-pub mod fake_upstream;
 pub mod fields;
 pub mod ids;
 pub mod journal;

@@ -298,8 +298,8 @@ async fn admin_call(
 
 #[actix_web::test]
 async fn the_balance_is_the_ledgers_sum_after_a_kill_9_and_a_restart() {
-    let fake = tollgate::fake_upstream::start(
-        tollgate::fake_upstream::FakeConfig::default(),
+    let fake = fake_upstream::start(
+        fake_upstream::FakeConfig::default(),
         ([127, 0, 0, 1], 0).into(),
         1,
     )

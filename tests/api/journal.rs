@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use fake_upstream::{self, FakeConfig};
 use tollgate::config::FsyncMode;
-use tollgate::fake_upstream::{self, FakeConfig};
 use tollgate::ids::{EventId, KeyId, RequestId, TenantId};
 use tollgate::journal::{Journal, JournalOptions};
 use tollgate::ledger::{AttemptStatus, Journaled, UsageEvent, UsageKind, repo};

@@ -1,7 +1,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use tollgate::fake_upstream::{self, FakeConfig};
+use fake_upstream::{self, FakeConfig};
 use tollgate::ids::TenantId;
 
 use crate::support::process::{GatewayProcess, cli, free_port, tenant_with_key};

@@ -339,7 +339,7 @@ async fn an_openai_stream_comes_back_as_anthropic_events_with_the_charged_usage(
         .as_u64()
         .unwrap();
     assert!(start_input > 0, "message_start reports the counted prompt");
-    let expected: String = (0..4).map(tollgate::fake_upstream::chunk_text).collect();
+    let expected: String = (0..4).map(fake_upstream::chunk_text).collect();
     assert_eq!(text_of(&seen), expected);
     let usage = &seen[seen.len() - 2].1["usage"];
     assert_eq!(
@@ -583,7 +583,7 @@ async fn the_official_anthropic_python_sdk_creates_streams_uses_tools_and_counts
     assert_eq!(seen["tool"]["name"], "lookup");
     assert_eq!(seen["tool_result"]["type"], "message", "{seen}");
     assert!(seen["count"].as_u64().is_some_and(|n| n > 0), "{seen}");
-    let expected: String = (0..4).map(tollgate::fake_upstream::chunk_text).collect();
+    let expected: String = (0..4).map(fake_upstream::chunk_text).collect();
     assert_eq!(seen["stream"]["text"], expected.as_str(), "{seen}");
     assert_eq!(seen["stream"]["final_text"], expected.as_str(), "{seen}");
 

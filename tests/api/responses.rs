@@ -62,7 +62,7 @@ async fn the_official_openai_python_sdk_creates_streams_and_uses_tools_through_r
         (&json!(100), &json!(30), &json!(20))
     );
     assert_eq!(seen["tool"]["tools"], json!(["lookup"]));
-    let expected: String = (0..4).map(tollgate::fake_upstream::chunk_text).collect();
+    let expected: String = (0..4).map(fake_upstream::chunk_text).collect();
     assert_eq!(seen["stream"]["text"], expected.as_str());
     assert_eq!(seen["stream"]["final_text"], expected.as_str());
     assert_eq!(seen["poor"], json!([402, "budget_exceeded"]));
@@ -195,7 +195,7 @@ async fn the_official_openai_node_sdk_streams_chat_and_responses() {
         vec![base.clone(), key.clone()],
     )
     .await;
-    let expected: String = (0..4).map(tollgate::fake_upstream::chunk_text).collect();
+    let expected: String = (0..4).map(fake_upstream::chunk_text).collect();
     assert_eq!(seen["chat"]["text"], expected.as_str(), "{seen}");
     assert_eq!(seen["chat"]["completion_tokens"], 30);
     assert_eq!(seen["responses"]["text"], expected.as_str(), "{seen}");
@@ -636,7 +636,7 @@ async fn a_responses_stream_is_forwarded_unchanged_and_billed_from_its_completed
     let events = typed_events(&reply.raw);
     assert_numbered_in_order(&events, &reply.raw);
     assert_eq!(events[0].0, "response.created");
-    let expected: String = (0..6).map(tollgate::fake_upstream::chunk_text).collect();
+    let expected: String = (0..6).map(fake_upstream::chunk_text).collect();
     assert_eq!(output_text(&events), expected);
     let (last, completed) = events.last().unwrap();
     assert_eq!(last, "response.completed");
@@ -758,7 +758,7 @@ async fn a_responses_stream_the_upstream_breaks_through_the_passthrough_ends_wit
         "{}",
         reply.raw
     );
-    let expected: String = (0..3).map(tollgate::fake_upstream::chunk_text).collect();
+    let expected: String = (0..3).map(fake_upstream::chunk_text).collect();
     assert_eq!(output_text(&events), expected);
     let (last, error) = events.last().unwrap();
     assert_eq!(last, "error", "{}", reply.raw);

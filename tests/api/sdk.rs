@@ -19,7 +19,7 @@ async fn the_official_openai_python_sdk_streams_calls_and_raises_the_right_error
         vec![base.clone(), key.clone(), limited_key.clone()],
     )
     .await;
-    let expected: String = (0..4).map(tollgate::fake_upstream::chunk_text).collect();
+    let expected: String = (0..4).map(fake_upstream::chunk_text).collect();
     assert_eq!(seen["streamed"], expected.as_str());
     assert!(seen["content"].as_str().is_some_and(|c| !c.is_empty()));
     assert_eq!(seen["cost"], "0.0004008");

@@ -7,6 +7,8 @@
 //! `openai` provider with `responses = true` (`responses.rs`).
 
 pub mod anthropic;
+#[cfg(test)]
+mod anthropic_round_trip;
 pub mod openai;
 pub mod passthrough;
 pub mod responses;

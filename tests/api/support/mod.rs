@@ -21,10 +21,10 @@ use awc::ClientResponse;
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
+use fake_upstream::{self, FakeConfig, RunningFake};
 use tollgate::app::{Application, BuildOptions};
 use tollgate::clock::{Clock, ManualClock, SharedClock, SystemClock};
 use tollgate::config::Config;
-use tollgate::fake_upstream::{self, FakeConfig, RunningFake};
 use tollgate::ids::{EventId, KeyId, RequestId, TenantId};
 use tollgate::ledger::{AttemptStatus, UsageEvent, UsageKind, repo};
 use tollgate::state::{ConfigSource, Gateway};
@@ -366,7 +366,7 @@ pub struct TestApp {
     pub admin_url: String,
     pub gateway: Arc<Gateway>,
     pub fake: RunningFake,
-    pub anthropic: tollgate::fake_upstream::anthropic::RunningAnthropicFake,
+    pub anthropic: fake_upstream::anthropic::RunningAnthropicFake,
     pub config_path: std::path::PathBuf,
     /// The gateway's `storage.database_url` (SQLite or PostgreSQL, see [`Backend`]).
     pub database_url: String,
@@ -454,7 +454,7 @@ pub async fn spawn_app(setup: TestSetup) -> TestApp {
 
 pub async fn spawn_app_with_logs(setup: TestSetup, logs: Option<&LogCapture>) -> TestApp {
     let fake = fake_upstream::start(FakeConfig::default(), ([127, 0, 0, 1], 0).into(), 1).unwrap();
-    let anthropic = tollgate::fake_upstream::anthropic::start(([127, 0, 0, 1], 0).into()).unwrap();
+    let anthropic = fake_upstream::anthropic::start(([127, 0, 0, 1], 0).into()).unwrap();
     let (dir, config_path) = write_config_with(&setup, &fake.base_url(), &anthropic.base_url());
     let config = Config::load(&config_path, &setup.env).unwrap();
     let database_url = config.storage.database_url.clone();
@@ -504,7 +504,7 @@ pub async fn spawn_app_with_logs(setup: TestSetup, logs: Option<&LogCapture>) ->
 /// (a replica); its own fakes are idle, the configuration routes to `first`'s.
 pub async fn spawn_replica(first: &TestApp, setup: &TestSetup) -> TestApp {
     let fake = fake_upstream::start(FakeConfig::default(), ([127, 0, 0, 1], 0).into(), 1).unwrap();
-    let anthropic = tollgate::fake_upstream::anthropic::start(([127, 0, 0, 1], 0).into()).unwrap();
+    let anthropic = fake_upstream::anthropic::start(([127, 0, 0, 1], 0).into()).unwrap();
     let shared = Config::load(&first.config_path, &setup.env).unwrap();
     // A journal belongs to one process: each replica writes its own.
     let dir = tempfile::tempdir().unwrap();

@@ -17,7 +17,7 @@ const MAX_DIMENSIONS: usize = 4_096;
 const BYTES_PER_TOKEN: u64 = 4;
 
 /// The answer body for a successful embeddings request.
-pub(super) fn body(request: &Value, model: &str, usage: UsageMode) -> Value {
+pub(crate) fn body(request: &Value, model: &str, usage: UsageMode) -> Value {
     let inputs = count_inputs(request.get("input"));
     let from_model = model
         .split('+')

@@ -1,31 +1,29 @@
-//! HTTP side of the fake upstream: the routes (chat, embeddings, Responses), capturing each
-//! request before anything can fail, applying its scenario, and the actix server lifecycle,
-//! embedded in the caller's actix System (`start`) or standalone until a signal (`serve`).
+//! The OpenAI-compatible fake: its routes (chat completions, embeddings, Responses, and its
+//! own `/fake/stats`), applying each request's scenario and the instance-wide faults, and its
+//! server, embedded in the caller's actix System (`start`) or standalone until a signal
+//! (`serve`).
+
+mod chat;
+mod embeddings;
+mod responses;
+pub(crate) mod scenario;
+pub(crate) mod stream;
 
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
-use actix_web::dev::{Server, ServerHandle};
 use actix_web::http::StatusCode;
 use actix_web::http::header;
-use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use serde_json::{Value, json};
 
-use super::agent::{self, Choice, Conversation, Tool, Turn};
-use super::scenario::{self, Failure, Scenario};
-use super::stats::{CapturedRequest, FakeStats};
-use super::stream::Script;
-use super::{FakeArgs, FakeConfig, FakeError};
+use crate::http::{self, Launch, Received, Spawned};
+use crate::stats::FakeStats;
+use crate::{FakeArgs, FakeConfig, FakeError};
+use scenario::{Failure, Scenario};
 
-/// Far above any realistic prompt, so large-context tests are not cut off by actix's 256 KiB
-/// default before the request is captured.
-const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
-/// Slow scenarios (`delay-…`) should not keep a test waiting long on `stop`.
-const SHUTDOWN_TIMEOUT_SECS: u64 = 1;
 const DELAY_HEADER: &str = "x-fake-delay-ms";
-const REPLY_TEXT: &str = "This is a canned reply from the Tollgate fake upstream.";
 
 struct AppState {
     config: FakeConfig,
@@ -36,38 +34,37 @@ struct AppState {
 pub struct RunningFake {
     pub addr: SocketAddr,
     pub stats: Arc<FakeStats>,
-    handle: ServerHandle,
+    server: Spawned,
 }
 
 impl RunningFake {
     /// Base URL without a trailing slash, e.g. `http://127.0.0.1:41234`.
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.server.base_url()
     }
 
     /// Stops accepting, lets in-flight requests finish (bounded by a short timeout) and waits.
     pub async fn stop(self) {
-        self.handle.stop(true).await;
+        self.server.stop().await;
     }
 }
 
 /// Binds `listen` (port 0 picks a free port) and spawns the server on the current actix System,
 /// returning at once. Signals are left to the caller; `workers` is clamped to at least 1.
 pub fn start(config: FakeConfig, listen: SocketAddr, workers: usize) -> io::Result<RunningFake> {
-    // `actix_rt::spawn` panics outside an actix System; report that as an error instead.
-    if actix_rt::Arbiter::try_current().is_none() {
-        return Err(io::Error::other(
-            "the fake upstream must be started from within an actix system",
-        ));
-    }
     let stats = Arc::new(FakeStats::default());
-    let (server, addr) = launch(config, Arc::clone(&stats), listen, Some(workers), false)?;
-    let handle = server.handle();
-    actix_rt::spawn(server);
+    let launch = Launch {
+        name: "the fake upstream",
+        listen,
+        workers: Some(workers),
+        handle_signals: false,
+        connections: Some(Arc::clone(&stats)),
+    };
+    let server = launch.spawn(routes(config, Arc::clone(&stats)))?;
     Ok(RunningFake {
-        addr,
+        addr: server.addr,
         stats,
-        handle,
+        server,
     })
 }
 
@@ -75,8 +72,16 @@ pub fn start(config: FakeConfig, listen: SocketAddr, workers: usize) -> io::Resu
 pub async fn serve(args: &FakeArgs) -> Result<(), FakeError> {
     let config = args.to_config()?;
     let stats = Arc::new(FakeStats::default());
-    let (server, addr) =
-        launch(config, stats, args.listen, None, true).map_err(|source| FakeError::Bind {
+    let launch = Launch {
+        name: "the fake upstream",
+        listen: args.listen,
+        workers: None,
+        handle_signals: true,
+        connections: Some(Arc::clone(&stats)),
+    };
+    let (server, addr) = launch
+        .bind(routes(config, stats))
+        .map_err(|source| FakeError::Bind {
             addr: args.listen,
             source,
         })?;
@@ -84,73 +89,34 @@ pub async fn serve(args: &FakeArgs) -> Result<(), FakeError> {
     server.await.map_err(FakeError::Server)
 }
 
-fn launch(
+fn routes(
     config: FakeConfig,
     stats: Arc<FakeStats>,
-    listen: SocketAddr,
-    workers: Option<usize>,
-    handle_signals: bool,
-) -> io::Result<(Server, SocketAddr)> {
-    if !listen.ip().is_loopback() {
-        tracing::warn!(%listen, "fake upstream bound to a non-loopback address");
-    }
-    let connections = Arc::clone(&stats);
+) -> impl Fn(&mut web::ServiceConfig) + Clone + Send + 'static {
     let app_state = web::Data::new(AppState { config, stats });
-    let mut server = HttpServer::new(move || {
-        let app_state = app_state.clone();
-        App::new().configure(|cfg| routes(cfg, app_state))
-    })
-    .on_connect(move |_, _| connections.connection_accepted())
-    .shutdown_timeout(SHUTDOWN_TIMEOUT_SECS);
-    if let Some(workers) = workers {
-        server = server.workers(workers.max(1));
+    move |cfg| {
+        cfg.app_data(app_state.clone())
+            .app_data(web::PayloadConfig::new(http::MAX_BODY_BYTES))
+            .route("/chat/completions", web::post().to(answer))
+            .route("/v1/chat/completions", web::post().to(answer))
+            .route("/embeddings", web::post().to(answer))
+            .route("/v1/embeddings", web::post().to(answer))
+            .route("/responses", web::post().to(answer))
+            .route("/v1/responses", web::post().to(answer))
+            .route("/fake/stats", web::get().to(stats_of))
+            .default_service(web::to(not_found));
     }
-    if !handle_signals {
-        server = server.disable_signals();
-    }
-    let server = server.bind(listen)?;
-    let addr = server
-        .addrs()
-        .first()
-        .copied()
-        .ok_or_else(|| io::Error::other("the fake upstream bound no address"))?;
-    Ok((server.run(), addr))
 }
 
-fn routes(cfg: &mut web::ServiceConfig, state: web::Data<AppState>) {
-    cfg.app_data(state)
-        .app_data(web::PayloadConfig::new(MAX_BODY_BYTES))
-        .route("/chat/completions", web::post().to(chat))
-        .route("/v1/chat/completions", web::post().to(chat))
-        .route("/embeddings", web::post().to(chat))
-        .route("/v1/embeddings", web::post().to(chat))
-        .route("/responses", web::post().to(chat))
-        .route("/v1/responses", web::post().to(chat))
-        .route("/fake/stats", web::get().to(stats))
-        .default_service(web::to(not_found));
-}
-
-async fn chat(req: HttpRequest, body: web::Bytes, state: web::Data<AppState>) -> HttpResponse {
-    let parsed = serde_json::from_slice::<Value>(&body);
-    let model = parsed
-        .as_ref()
-        .ok()
-        .and_then(|request| request.get("model"))
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let captured_body = match &parsed {
-        Ok(request) => request.clone(),
-        Err(_) => Value::String(String::from_utf8_lossy(&body).into_owned()),
-    };
-    let ordinals = state.stats.record(
-        CapturedRequest {
-            path: req.path().to_owned(),
-            headers: headers(&req),
-            body: captured_body,
-        },
-        model.as_deref(),
-    );
-    let request = match parsed {
+/// Any of the fake's `POST` routes: the request recorded, its delay waited, then a failure
+/// (scenario or injected) or the answer its path asks for.
+async fn answer(req: HttpRequest, body: web::Bytes, state: web::Data<AppState>) -> HttpResponse {
+    let Received {
+        request,
+        model,
+        ordinals,
+    } = Received::record(&req, &body, &state.stats);
+    let request = match request {
         Ok(request) => request,
         Err(err) => {
             let message = format!("we could not parse the JSON body of your request: {err}");
@@ -161,69 +127,21 @@ async fn chat(req: HttpRequest, body: web::Bytes, state: web::Data<AppState>) ->
     let config = state.config;
     let mut scenario = Scenario::parse(&model);
     scenario.agent |= config.agent;
-    // ThreadRng is not held across the await below.
-    let (random_error, latency_ms) = {
-        let mut rng = rand::rng();
-        let random_error = scenario::roll_random_error(config.error_rate_ppm, &mut rng);
-        (
-            random_error,
-            scenario::sample_latency_ms(config.latency, &mut rng),
-        )
-    };
-    let delay_ms = scenario
-        .delay_ms
-        .saturating_add(latency_ms)
-        .min(scenario::MAX_DELAY_MS);
+    let (random_error, delay_ms) = scenario::roll(&config, &scenario);
     tracing::debug!(%model, delay_ms, "fake upstream chat request");
-    if delay_ms > 0 {
-        actix_rt::time::sleep(Duration::from_millis(delay_ms)).await;
-    }
+    http::sleep_ms(delay_ms).await;
     let failure = scenario::failure(&config, &scenario, &model, ordinals.for_model, random_error);
+    let call = Call {
+        path: req.path(),
+        request: &request,
+        model: &model,
+        scenario: &scenario,
+        number: ordinals.request,
+        stats: &state.stats,
+    };
     let mut response = match failure {
-        Some(Failure {
-            status,
-            message,
-            retry_after_secs,
-        }) => {
-            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-            let mut response = error_response(status, &message);
-            if let Some(secs) = retry_after_secs
-                && let Ok(value) = header::HeaderValue::from_str(&secs.to_string())
-            {
-                response.headers_mut().insert(header::RETRY_AFTER, value);
-            }
-            response
-        }
-        None if req.path().ends_with("/responses") => {
-            let answer = super::responses::Answer::new(
-                &request,
-                &model,
-                &scenario,
-                ordinals.request,
-                unix_now_secs(),
-            );
-            if request.get("stream").and_then(Value::as_bool) == Some(true) {
-                answer.stream(Arc::clone(&state.stats))
-            } else {
-                answer.complete()
-            }
-        }
-        None if request.get("stream").and_then(Value::as_bool) == Some(true) => {
-            let id = format!("chatcmpl-fake-{}", ordinals.request);
-            let turn = agent_turn(&request, &scenario);
-            super::stream::response(
-                super::stream::StreamPlan::parse(&model),
-                Script::of(&turn, &call_id(ordinals.request)),
-                &request,
-                super::stream::chunk_base(&id, unix_now_secs(), &model),
-                scenario::usage(scenario.usage, &request),
-                Arc::clone(&state.stats),
-            )
-        }
-        None if req.path().ends_with("/embeddings") => {
-            HttpResponse::Ok().json(super::embeddings::body(&request, &model, scenario.usage))
-        }
-        None => success(&request, &model, &scenario, ordinals.request, delay_ms),
+        Some(failure) => failure_response(failure),
+        None => call.success(delay_ms),
     };
     response.headers_mut().insert(
         header::HeaderName::from_static(DELAY_HEADER),
@@ -232,116 +150,56 @@ async fn chat(req: HttpRequest, body: web::Bytes, state: web::Data<AppState>) ->
     response
 }
 
-fn success(
-    request: &Value,
-    model: &str,
-    scenario: &Scenario,
-    request_number: u64,
-    delay_ms: u64,
-) -> HttpResponse {
-    let mut body = json!({
-        "id": format!("chatcmpl-fake-{request_number}"),
-        "object": "chat.completion",
-        "created": unix_now_secs(),
-        "model": model,
-        // Every field the published schema requires, as the API sends them.
-        "choices": [{
-            "index": 0,
-            "message": {"role": "assistant", "content": REPLY_TEXT, "refusal": null},
-            "logprobs": null,
-            "finish_reason": "stop",
-        }],
-    });
-    match agent_turn(request, scenario) {
-        Turn::Canned => {
-            let first_tool = request["tools"][0]["function"]["name"].as_str();
-            if let (true, Some(name)) = (scenario.tool, first_tool) {
-                body["choices"][0]["message"]["tool_calls"] = json!([{"id": call_id(request_number),
-                    "type": "function", "function": {"name": name, "arguments": "{\"word\":\"fake\"}"}}]);
-                body["choices"][0]["finish_reason"] = json!("tool_calls");
+/// One request the fake answers successfully.
+struct Call<'a> {
+    path: &'a str,
+    request: &'a Value,
+    model: &'a str,
+    scenario: &'a Scenario,
+    /// Its 1-based number among this fake's requests.
+    number: u64,
+    stats: &'a Arc<FakeStats>,
+}
+
+impl Call<'_> {
+    fn success(&self, delay_ms: u64) -> HttpResponse {
+        let streamed = self.request.get("stream").and_then(Value::as_bool) == Some(true);
+        if self.path.ends_with("/responses") {
+            let answer = responses::Answer::new(
+                self.request,
+                self.model,
+                self.scenario,
+                self.number,
+                unix_now_secs(),
+            );
+            if streamed {
+                answer.stream(Arc::clone(self.stats))
+            } else {
+                answer.complete()
             }
+        } else if streamed {
+            chat::stream(self, Arc::clone(self.stats))
+        } else if self.path.ends_with("/embeddings") {
+            let body = embeddings::body(self.request, self.model, self.scenario.usage);
+            HttpResponse::Ok().json(body)
+        } else {
+            HttpResponse::Ok().json(chat::completion(self, delay_ms))
         }
-        Turn::Text(text) => body["choices"][0]["message"]["content"] = json!(text),
-        Turn::Call(call) => {
-            body["choices"][0]["message"] = json!({"role": "assistant", "content": null, "refusal": null,
-                "tool_calls": [{"id": call_id(request_number), "type": "function",
-                    "function": {"name": call.name, "arguments": call.arguments()}}]});
-            body["choices"][0]["finish_reason"] = json!("tool_calls");
-        }
-    }
-    if let Some(usage) = scenario::usage(scenario.usage, request)
-        && let Some(object) = body.as_object_mut()
-    {
-        object.insert("usage".to_owned(), usage);
-    }
-    if let Some(object) = body.as_object_mut() {
-        object.insert("x_fake_delay_ms".to_owned(), delay_ms.into());
-    }
-    HttpResponse::Ok().json(body)
-}
-
-fn call_id(request_number: u64) -> String {
-    format!("call_fake_{request_number}")
-}
-
-/// What an `agent` model does with this chat request; `Canned` without `agent`.
-fn agent_turn(request: &Value, scenario: &Scenario) -> Turn {
-    if scenario.agent {
-        agent::turn(&conversation(request))
-    } else {
-        Turn::Canned
     }
 }
 
-/// A chat request as `agent::turn` reads it.
-fn conversation(request: &Value) -> Conversation<'_> {
-    let messages = request["messages"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    let tools = request["tools"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|tool| tool["type"] == "function")
-        .filter_map(|tool| {
-            Some(Tool {
-                name: tool["function"]["name"].as_str()?,
-                namespace: None,
-                schema: tool["function"].get("parameters"),
-                custom: false,
-            })
-        })
-        .collect();
-    let choice = match &request["tool_choice"] {
-        Value::String(choice) if choice == "none" => Choice::None,
-        choice => choice["function"]["name"]
-            .as_str()
-            .map_or(Choice::Auto, Choice::Named),
-    };
-    let user_text = agent::last_user_text(messages);
-    // Results answer the model's last calls even with a user message after them, as a
-    // Messages turn translated to chat puts its text after its tool results.
-    let since_model = messages
-        .iter()
-        .rposition(|message| message["role"] == "assistant")
-        .map_or(0, |at| at + 1);
-    let tool_result = messages[since_model..]
-        .iter()
-        .rev()
-        .find(|message| message["role"] == "tool")
-        .map(|message| agent::text_of(&message["content"]));
-    let format = &request["response_format"];
-    let schema = (format["type"] == "json_schema")
-        .then(|| &format["json_schema"]["schema"])
-        .filter(|schema| schema.is_object());
-    Conversation {
-        tools,
-        choice,
-        user_text,
-        tool_result,
-        schema,
+fn failure_response(failure: Failure) -> HttpResponse {
+    let Failure {
+        status,
+        message,
+        retry_after_secs,
+    } = failure;
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+    let mut response = error_response(status, &message);
+    if let Some(secs) = retry_after_secs {
+        http::retry_after(&mut response, secs);
     }
+    response
 }
 
 /// OpenAI's error envelope, which the gateway's upstream error handling parses.
@@ -356,7 +214,7 @@ fn error_response(status: StatusCode, message: &str) -> HttpResponse {
     }))
 }
 
-async fn stats(state: web::Data<AppState>) -> HttpResponse {
+async fn stats_of(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok().json(json!({ "requests": state.stats.requests() }))
 }
 
@@ -369,33 +227,23 @@ async fn not_found(req: HttpRequest) -> HttpResponse {
     error_response(StatusCode::NOT_FOUND, &message)
 }
 
-fn headers(req: &HttpRequest) -> Vec<(String, String)> {
-    // `HeaderName` is already lower-case; sorting makes captures comparable across runs
-    // because the header map iterates in hash order.
-    let mut headers: Vec<(String, String)> = req
-        .headers()
-        .iter()
-        .map(|(name, value)| {
-            (
-                name.as_str().to_owned(),
-                String::from_utf8_lossy(value.as_bytes()).into_owned(),
-            )
-        })
-        .collect();
-    headers.sort_by(|(a, _), (b, _)| a.cmp(b));
-    headers
-}
-
+/// What the answers stamp as `created`: the fake has no injected clock, and nothing reads the
+/// stamp but a check that it is plausible.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the fakes are outside the gateway's injected clock; only `created` stamps read it"
+)]
 fn unix_now_secs() -> u64 {
-    use crate::clock::Clock;
-    // the fake upstream has no injected clock: it only stamps `created`
-    crate::clock::SystemClock.now_ms() / 1000
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs())
 }
 
 #[cfg(test)]
 mod tests {
+    use super::chat::REPLY_TEXT;
     use super::*;
-    use crate::fake_upstream::Latency;
+    use crate::Latency;
 
     async fn post(
         client: &awc::Client,

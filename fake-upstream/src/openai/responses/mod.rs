@@ -13,18 +13,18 @@
 //! (`agent.rs`): its tool call is the only output item (a `function_call`,
 //! with its `namespace` for a namespace's function, or a `custom_tool_call`).
 
-use std::fmt::Write as _;
+mod stream;
+
 use std::sync::Arc;
 
 use actix_web::HttpResponse;
-use bytes::Bytes;
-use futures_util::stream;
 use serde_json::{Value, json};
 
-use super::agent::{self, Call, Choice, Conversation, Tool, Turn};
 use super::scenario::{self, Scenario};
-use super::stats::FakeStats;
-use super::stream::{CUT_FLUSH_MS, Fault, StreamPlan, Watch, chunk_text, halves, sleep_ms};
+use super::stream::{StreamPlan, chunk_text};
+use crate::agent::{self, Call, Choice, Conversation, Tool, Turn};
+use crate::model_string::{self, number};
+use crate::stats::FakeStats;
 
 const REPLY_TEXT: &str = "This is a canned response from the Tollgate fake upstream.";
 /// A typo in a `words-…` segment must not build a gigabyte reply.
@@ -44,12 +44,12 @@ struct Extras {
 impl Extras {
     fn parse(model: &str) -> Extras {
         let mut extras = Extras::default();
-        for segment in model.split('+').map(str::trim) {
-            if let Some(rest) = segment.strip_prefix("usage-") {
-                let counts: Option<Vec<u64>> = rest.split('-').map(number).collect();
-                if let Some(Ok(counts)) = counts.map(<[u64; 4]>::try_from) {
-                    extras.usage = Some(counts);
-                }
+        for segment in model_string::segments(model) {
+            if let Some(counts) = segment
+                .strip_prefix("usage-")
+                .and_then(model_string::numbers)
+            {
+                extras.usage = Some(counts);
             } else if let Some(n) = segment.strip_prefix("reasoning-").and_then(number) {
                 extras.reasoning = n;
             } else if let Some(n) = segment.strip_prefix("words-").and_then(number) {
@@ -62,16 +62,8 @@ impl Extras {
     }
 }
 
-/// Strict decimal: `u64::from_str` would also accept a leading `+`.
-fn number(text: &str) -> Option<u64> {
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    text.parse().ok()
-}
-
 /// One successful answer, as a `response` object or as its event stream.
-pub(super) struct Answer {
+pub(crate) struct Answer {
     id: String,
     created_at: u64,
     model: String,
@@ -268,20 +260,7 @@ impl Answer {
 
     /// The event stream, paced and faulted by the model string.
     pub fn stream(self, stats: Arc<FakeStats>) -> HttpResponse {
-        let streaming = Streaming {
-            answer: self,
-            step: Step::Start,
-            sequence: 0,
-            watch: Watch::start(stats),
-        };
-        let body = stream::unfold(streaming, |mut streaming| async move {
-            let item = streaming.next().await?;
-            Some((item, streaming))
-        });
-        HttpResponse::Ok()
-            .content_type("text/event-stream")
-            .insert_header(("cache-control", "no-cache"))
-            .streaming(body)
+        stream::response(self, stats)
     }
 }
 
@@ -407,248 +386,10 @@ fn chat_view(request: &Value) -> Value {
     json!({"messages": messages, "max_tokens": request["max_output_tokens"]})
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Step {
-    Start,
-    /// The next text delta to send (past the last: the closing events).
-    Delta(u32),
-    End,
-}
-
-struct Streaming {
-    answer: Answer,
-    step: Step,
-    sequence: u64,
-    watch: Watch,
-}
-
-impl Streaming {
-    fn event(&mut self, out: &mut String, kind: &str, mut data: Value) {
-        data["type"] = json!(kind);
-        data["sequence_number"] = json!(self.sequence);
-        self.sequence += 1;
-        // Writing to a String cannot fail.
-        let _ = write!(out, "event: {kind}\ndata: {data}\n\n");
-    }
-
-    fn message_id(&self) -> String {
-        format!("msg_{}", self.answer.id)
-    }
-
-    async fn next(&mut self) -> Option<Result<Bytes, std::io::Error>> {
-        let mut out = String::new();
-        match self.step {
-            Step::Start => {
-                sleep_ms(self.answer.plan.ttft_ms).await;
-                if let Some(call) = self.answer.agent_call.clone() {
-                    self.agent_call(&mut out, &call);
-                    self.step = Step::End;
-                    self.watch.finished = true;
-                } else {
-                    self.start(&mut out);
-                    self.step = Step::Delta(0);
-                }
-            }
-            Step::Delta(i) => {
-                if let Some(fault) = self.fault(i).await {
-                    return fault;
-                }
-                let word = self
-                    .answer
-                    .words
-                    .get(usize::try_from(i).unwrap_or(usize::MAX))
-                    .cloned();
-                if let Some(word) = word {
-                    if i > 0 {
-                        sleep_ms(self.answer.plan.chunk_delay_ms).await;
-                    }
-                    let delta = json!({"item_id": self.message_id(), "output_index": 0,
-                        "content_index": 0, "delta": word, "logprobs": []});
-                    self.event(&mut out, "response.output_text.delta", delta);
-                    self.step = Step::Delta(i + 1);
-                } else {
-                    self.finish(&mut out);
-                    self.step = Step::End;
-                    self.watch.finished = true;
-                }
-            }
-            Step::End => return None,
-        }
-        Some(Ok(Bytes::from(out)))
-    }
-
-    /// The scripted fault due after `i` text deltas, if any: what the stream yields instead.
-    async fn fault(&mut self, i: u32) -> Option<Option<Result<Bytes, std::io::Error>>> {
-        match self.answer.plan.fault {
-            Some(Fault::Cut(n)) if i == n => {
-                sleep_ms(self.answer.plan.chunk_delay_ms.max(CUT_FLUSH_MS)).await;
-                self.step = Step::End;
-                Some(Some(Err(std::io::Error::other("fake upstream: cut-after"))))
-            }
-            Some(Fault::Hang(n)) if i == n => {
-                sleep_ms(scenario::MAX_DELAY_MS).await;
-                self.step = Step::End;
-                Some(None)
-            }
-            Some(Fault::Malformed(n)) if i == n => {
-                self.step = Step::End;
-                self.watch.finished = true;
-                Some(Some(Ok(Bytes::from_static(
-                    b"event: response.output_text.delta\ndata: {\"type\": oops\n\n",
-                ))))
-            }
-            Some(Fault::Failed(n)) if i == n => {
-                self.step = Step::End;
-                self.watch.finished = true;
-                let mut response = self
-                    .answer
-                    .response("failed", &[], self.answer.usage.as_ref());
-                response["error"] = json!({"code": "server_error", "message": "the model failed"});
-                let mut out = String::new();
-                self.event(&mut out, "response.failed", json!({"response": response}));
-                Some(Some(Ok(Bytes::from(out))))
-            }
-            _ => None,
-        }
-    }
-
-    fn start(&mut self, out: &mut String) {
-        let response = self.answer.response("in_progress", &[], None);
-        self.event(out, "response.created", json!({"response": response}));
-        self.event(out, "response.in_progress", json!({"response": response}));
-        let mut item = self.answer.message("", "in_progress");
-        item["content"] = json!([]);
-        self.event(
-            out,
-            "response.output_item.added",
-            json!({"output_index": 0, "item": item}),
-        );
-        self.event(
-            out,
-            "response.content_part.added",
-            json!({"item_id": self.message_id(), "output_index": 0, "content_index": 0,
-                   "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}),
-        );
-    }
-
-    fn finish(&mut self, out: &mut String) {
-        let text = self.answer.text();
-        let id = self.message_id();
-        self.event(
-            out,
-            "response.output_text.done",
-            json!({"item_id": id, "output_index": 0, "content_index": 0,
-                   "text": text, "logprobs": []}),
-        );
-        self.event(
-            out,
-            "response.content_part.done",
-            json!({"item_id": id, "output_index": 0, "content_index": 0,
-                   "part": {"type": "output_text", "text": text, "annotations": [], "logprobs": []}}),
-        );
-        let message = self.answer.message(&text, "completed");
-        self.event(
-            out,
-            "response.output_item.done",
-            json!({"output_index": 0, "item": message}),
-        );
-        let mut output = self.answer.search_calls();
-        output.push(message);
-        if let Some(name) = self.answer.tool.clone() {
-            output.push(self.call(out, &name));
-        }
-        let response = self
-            .answer
-            .response("completed", &output, self.answer.usage.as_ref());
-        self.event(out, "response.completed", json!({"response": response}));
-    }
-
-    /// The whole stream of an agent's tool call: the response opened, the call item with its
-    /// input in two deltas, the response completed.
-    fn agent_call(&mut self, out: &mut String, call: &Call) {
-        let response = self.answer.response("in_progress", &[], None);
-        self.event(out, "response.created", json!({"response": response}));
-        self.event(out, "response.in_progress", json!({"response": response}));
-        let added = self.answer.agent_item(call, "in_progress");
-        let item_id = added["id"].clone();
-        self.event(
-            out,
-            "response.output_item.added",
-            json!({"output_index": 0, "item": added}),
-        );
-        let (delta_kind, done_kind, field) = if call.is_custom() {
-            let prefix = "response.custom_tool_call_input";
-            (format!("{prefix}.delta"), format!("{prefix}.done"), "input")
-        } else {
-            let prefix = "response.function_call_arguments";
-            (
-                format!("{prefix}.delta"),
-                format!("{prefix}.done"),
-                "arguments",
-            )
-        };
-        let input = call.arguments();
-        let (head, tail) = halves(&input);
-        for delta in [head, tail] {
-            let data = json!({"item_id": item_id, "output_index": 0, "delta": delta});
-            self.event(out, &delta_kind, data);
-        }
-        let item = self.answer.agent_item(call, "completed");
-        let mut done = json!({"item_id": item_id, "output_index": 0});
-        done[field] = json!(input);
-        if !item["name"].is_null() && field == "arguments" {
-            done["name"] = item["name"].clone();
-        }
-        self.event(out, &done_kind, done);
-        self.event(
-            out,
-            "response.output_item.done",
-            json!({"output_index": 0, "item": item}),
-        );
-        let output = [item];
-        let response = self
-            .answer
-            .response("completed", &output, self.answer.usage.as_ref());
-        self.event(out, "response.completed", json!({"response": response}));
-    }
-
-    /// A function call item, its arguments in two deltas.
-    fn call(&mut self, out: &mut String, name: &str) -> Value {
-        let item_id = format!("fc_{}", self.answer.id);
-        let added = self.answer.call(name, "", "in_progress");
-        self.event(
-            out,
-            "response.output_item.added",
-            json!({"output_index": 1, "item": added}),
-        );
-        let arguments = Answer::arguments();
-        let (head, tail) = arguments.split_at(arguments.len() / 2);
-        for delta in [head, tail] {
-            self.event(
-                out,
-                "response.function_call_arguments.delta",
-                json!({"item_id": item_id, "output_index": 1, "delta": delta}),
-            );
-        }
-        self.event(
-            out,
-            "response.function_call_arguments.done",
-            json!({"item_id": item_id, "output_index": 1, "name": name, "arguments": arguments}),
-        );
-        let done = self.answer.call(name, arguments, "completed");
-        self.event(
-            out,
-            "response.output_item.done",
-            json!({"output_index": 1, "item": done}),
-        );
-        done
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fake_upstream::{FakeConfig, start};
+    use crate::{FakeConfig, start};
 
     #[test]
     fn parses_the_responses_segments_and_leaves_the_rest_to_the_chat_scenario() {

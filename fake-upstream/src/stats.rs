@@ -50,7 +50,7 @@ struct Inner {
 
 /// 1-based positions of a request, returned when it is recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Ordinals {
+pub(crate) struct Ordinals {
     /// Among all chat requests of this instance.
     pub request: u64,
     /// Among the requests for the same `model` string (0 when the body names no model).
@@ -63,7 +63,7 @@ impl FakeStats {
         self.connections.load(Ordering::SeqCst)
     }
 
-    pub(super) fn connection_accepted(&self) {
+    pub(crate) fn connection_accepted(&self) {
         self.connections.fetch_add(1, Ordering::SeqCst);
     }
 
@@ -82,15 +82,15 @@ impl FakeStats {
         self.streams_completed.load(Ordering::SeqCst)
     }
 
-    pub(super) fn stream_completed(&self) {
+    pub(crate) fn stream_completed(&self) {
         self.streams_completed.fetch_add(1, Ordering::SeqCst);
     }
 
-    pub(super) fn stream_started(&self) {
+    pub(crate) fn stream_started(&self) {
         self.streams_started.fetch_add(1, Ordering::SeqCst);
     }
 
-    pub(super) fn stream_cancelled(&self) {
+    pub(crate) fn stream_cancelled(&self) {
         self.streams_cancelled.fetch_add(1, Ordering::SeqCst);
     }
 
@@ -109,7 +109,7 @@ impl FakeStats {
         self.lock().captured.clone()
     }
 
-    pub(super) fn record(&self, request: CapturedRequest, model: Option<&str>) -> Ordinals {
+    pub(crate) fn record(&self, request: CapturedRequest, model: Option<&str>) -> Ordinals {
         let mut inner = self.lock();
         inner.requests = inner.requests.saturating_add(1);
         let for_model = model.map_or(0, |model| {

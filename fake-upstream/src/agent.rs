@@ -21,7 +21,7 @@ static NULL: Value = Value::Null;
 
 /// A tool the request offers.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Tool<'a> {
+pub(crate) struct Tool<'a> {
     pub name: &'a str,
     /// The namespace it is offered in (a Responses `namespace` tool); its calls carry it.
     pub namespace: Option<&'a str>,
@@ -33,7 +33,7 @@ pub(super) struct Tool<'a> {
 
 /// The request's `tool_choice`, read in each API's shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Choice<'a> {
+pub(crate) enum Choice<'a> {
     Auto,
     /// No tool may be called: the model answers in text.
     None,
@@ -43,7 +43,7 @@ pub(super) enum Choice<'a> {
 
 /// What `turn` needs to know of a request.
 #[derive(Debug, Clone)]
-pub(super) struct Conversation<'a> {
+pub(crate) struct Conversation<'a> {
     /// The tools offered, in the request's order.
     pub tools: Vec<Tool<'a>>,
     pub choice: Choice<'a>,
@@ -58,7 +58,7 @@ pub(super) struct Conversation<'a> {
 
 /// What the model does next.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Turn {
+pub(crate) enum Turn {
     Call(Call),
     /// A text answer other than the fake's canned one.
     Text(String),
@@ -68,14 +68,14 @@ pub(super) enum Turn {
 
 /// One tool call.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Call {
+pub(crate) struct Call {
     pub name: String,
     pub namespace: Option<String>,
     pub input: CallInput,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum CallInput {
+pub(crate) enum CallInput {
     /// A JSON object for the tool's schema.
     Arguments(Value),
     /// A custom tool's free-form text.
@@ -106,7 +106,7 @@ impl Call {
 
 /// The model's next step: a tool call while tools are offered and none has answered yet;
 /// otherwise text, as JSON for the schema if one is asked for, else quoting the tool result.
-pub(super) fn turn(conversation: &Conversation) -> Turn {
+pub(crate) fn turn(conversation: &Conversation) -> Turn {
     if conversation.tool_result.is_none()
         && let Some(tool) = chosen(conversation)
     {
@@ -151,7 +151,7 @@ fn call(tool: &Tool) -> Call {
 }
 
 /// Whether `text` names `tool` as a whole word, whatever the case.
-pub(super) fn names(text: &str, tool: &str) -> bool {
+pub(crate) fn names(text: &str, tool: &str) -> bool {
     if tool.is_empty() {
         return false;
     }
@@ -174,7 +174,7 @@ fn done(result: &str) -> String {
 }
 
 /// The text of the last user message: where a prompt names the tool to call.
-pub(super) fn last_user_text(messages: &[Value]) -> String {
+pub(crate) fn last_user_text(messages: &[Value]) -> String {
     messages
         .iter()
         .rev()
@@ -185,7 +185,7 @@ pub(super) fn last_user_text(messages: &[Value]) -> String {
 
 /// The text a message's content carries: a string, or the `text` of each part of a list
 /// (chat parts, Messages blocks and Responses parts all name it so).
-pub(super) fn text_of(content: &Value) -> String {
+pub(crate) fn text_of(content: &Value) -> String {
     match content {
         Value::String(text) => text.clone(),
         Value::Array(parts) => parts
@@ -200,7 +200,7 @@ pub(super) fn text_of(content: &Value) -> String {
 
 /// Which properties of an object the generator fills.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Fill {
+pub(crate) enum Fill {
     /// The required ones only: a tool call sends no optional arguments.
     Required,
     /// The required ones, or every one where the schema lists none: a structured answer is
@@ -212,7 +212,7 @@ pub(super) enum Fill {
 /// (`"echo tollgate"` for a `command` or `cmd`), numbers 1 within the bounds, booleans false,
 /// arrays empty (`minItems` items where asked), objects filled as `fill` says, recursively.
 /// `$ref`s within the schema are followed; the first non-null variant of a union is taken.
-pub(super) fn value(schema: &Value, fill: Fill) -> Value {
+pub(crate) fn value(schema: &Value, fill: Fill) -> Value {
     Generator { root: schema, fill }.value(schema, None, 0)
 }
 

@@ -5,11 +5,8 @@
 use rand::Rng;
 use serde_json::{Value, json};
 
-use super::{FakeConfig, Latency};
-
-/// Upper bound on the total delay of one request, so a typo in a model string or a heavy
-/// lognormal tail cannot hold a connection open for hours.
-pub(super) const MAX_DELAY_MS: u64 = 600_000;
+use crate::model_string::{self, MAX_DELAY_MS, number};
+use crate::{FakeConfig, Latency};
 const DEFAULT_COMPLETION_TOKENS: u64 = 12;
 const TOKENS_PER_MESSAGE: u64 = 4;
 const BYTES_PER_TOKEN: u64 = 4;
@@ -19,7 +16,7 @@ const PPM_SCALE: u32 = 1_000_000;
 /// What a `model` string such as `status-503+delay-20ms` asks for. Later segments override
 /// earlier ones of the same kind; unknown segments are ignored so real model names pass through.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) struct Scenario {
+pub(crate) struct Scenario {
     pub status: Option<u16>,
     pub retry_after_secs: Option<u64>,
     pub delay_ms: u64,
@@ -33,7 +30,7 @@ pub(super) struct Scenario {
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) enum UsageMode {
+pub(crate) enum UsageMode {
     /// Estimated from the request itself.
     #[default]
     Estimate,
@@ -55,8 +52,8 @@ pub(super) enum UsageMode {
 impl Scenario {
     pub fn parse(model: &str) -> Self {
         let mut scenario = Self::default();
-        for segment in model.split('+') {
-            scenario.apply(segment.trim());
+        for segment in model_string::segments(model) {
+            scenario.apply(segment);
         }
         scenario
     }
@@ -69,10 +66,7 @@ impl Scenario {
             "agent" => self.agent = true,
             _ => {
                 if let Some(rest) = segment.strip_prefix("status-") {
-                    if let Some(status) = number(rest)
-                        .and_then(|n| u16::try_from(n).ok())
-                        .filter(|s| is_error_status(*s))
-                    {
+                    if let Some(status) = model_string::error_status(rest) {
                         self.status = Some(status);
                     }
                 } else if let Some(rest) = segment.strip_prefix("retry-after-") {
@@ -80,7 +74,7 @@ impl Scenario {
                         self.retry_after_secs = Some(secs);
                     }
                 } else if let Some(rest) = segment.strip_prefix("delay-") {
-                    if let Some(ms) = rest.strip_suffix("ms").and_then(number) {
+                    if let Some(ms) = model_string::millis(rest) {
                         self.delay_ms = ms;
                     }
                 } else if let Some(rest) = segment.strip_prefix("flaky-") {
@@ -88,7 +82,7 @@ impl Scenario {
                         self.flaky = count;
                     }
                 } else if let Some(rest) = segment.strip_prefix("usage-") {
-                    if let Some([prompt, cached, completion]) = triple(rest) {
+                    if let Some([prompt, cached, completion]) = model_string::numbers(rest) {
                         self.usage = UsageMode::OpenAi {
                             prompt,
                             cached,
@@ -96,7 +90,7 @@ impl Scenario {
                         };
                     }
                 } else if let Some(rest) = segment.strip_prefix("deepseek-")
-                    && let Some([prompt, cached, completion]) = triple(rest)
+                    && let Some([prompt, cached, completion]) = model_string::numbers(rest)
                 {
                     self.usage = UsageMode::DeepSeek {
                         prompt,
@@ -109,32 +103,9 @@ impl Scenario {
     }
 }
 
-/// Strict decimal: `u64::from_str` would also accept a leading `+`.
-fn number(text: &str) -> Option<u64> {
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    text.parse().ok()
-}
-
-fn triple(text: &str) -> Option<[u64; 3]> {
-    let mut parts = text.split('-');
-    let values = [
-        number(parts.next()?)?,
-        number(parts.next()?)?,
-        number(parts.next()?)?,
-    ];
-    parts.next().is_none().then_some(values)
-}
-
-/// Only error statuses can be injected: a 1xx/2xx/3xx "failure" would confuse HTTP clients.
-pub(super) fn is_error_status(status: u16) -> bool {
-    (400..=599).contains(&status)
-}
-
 /// A failure to answer with instead of a completion.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Failure {
+pub(crate) struct Failure {
     pub status: u16,
     pub message: String,
     pub retry_after_secs: Option<u64>,
@@ -143,7 +114,7 @@ pub(super) struct Failure {
 /// Picks the failure for a request, most deliberate first: the instance's forced status, the
 /// model's `status-…`, its `flaky-…` warm-up, then the random error rate.
 /// `model_ordinal` is this request's 1-based position among requests for the same model.
-pub(super) fn failure(
+pub(crate) fn failure(
     config: &FakeConfig,
     scenario: &Scenario,
     model: &str,
@@ -186,7 +157,7 @@ pub(super) fn failure(
 
 /// OpenAI's `error.type` closest to the status, so clients classifying errors behave as they
 /// would against the real API.
-pub(super) fn error_type(status: u16) -> &'static str {
+pub(crate) fn error_type(status: u16) -> &'static str {
     match status {
         401 => "authentication_error",
         403 => "permission_error",
@@ -197,11 +168,24 @@ pub(super) fn error_type(status: u16) -> &'static str {
     }
 }
 
-pub(super) fn roll_random_error(error_rate_ppm: u32, rng: &mut impl Rng) -> bool {
+/// This request's injected faults: whether it fails at random, and how long it waits in all
+/// (its `delay-…` and the instance's latency, within `MAX_DELAY_MS`).
+pub(crate) fn roll(config: &FakeConfig, scenario: &Scenario) -> (bool, u64) {
+    let mut rng = rand::rng();
+    let random_error = roll_random_error(config.error_rate_ppm, &mut rng);
+    let latency_ms = sample_latency_ms(config.latency, &mut rng);
+    let delay_ms = scenario
+        .delay_ms
+        .saturating_add(latency_ms)
+        .min(MAX_DELAY_MS);
+    (random_error, delay_ms)
+}
+
+fn roll_random_error(error_rate_ppm: u32, rng: &mut impl Rng) -> bool {
     error_rate_ppm > 0 && rng.random_range(0..PPM_SCALE) < error_rate_ppm
 }
 
-pub(super) fn sample_latency_ms(latency: Latency, rng: &mut impl Rng) -> u64 {
+fn sample_latency_ms(latency: Latency, rng: &mut impl Rng) -> u64 {
     match latency {
         Latency::None => 0,
         Latency::Fixed { ms } => ms,
@@ -229,7 +213,7 @@ fn lognormal_ms(median_ms: u64, sigma_milli: u32, uniform_a: f64, uniform_b: f64
 }
 
 /// The `usage` block for a successful answer, or `None` when the scenario omits it.
-pub(super) fn usage(mode: UsageMode, request: &Value) -> Option<Value> {
+pub(crate) fn usage(mode: UsageMode, request: &Value) -> Option<Value> {
     let max_tokens = requested_max_tokens(request);
     match mode {
         UsageMode::Estimate => {

@@ -1,34 +1,37 @@
-//! Streaming answers of the fake upstream: OpenAI SSE chunks, with scripted
+//! Streaming answers of the OpenAI fake: chat completions' SSE chunks, with scripted
 //! pacing (`chunks-N`, `chunk-delay-Nms`, `ttft-Nms`) and faults after N
 //! content chunks (`cut-after-N` drops the connection, `hang-after-N` stops
 //! sending, `malformed-after-N` sends a broken line and ends without
 //! `[DONE]`). A stream dropped before its end counts as cancelled. An
 //! `agent` answer (`Script`) replaces the canned words with its text or its
-//! tool call, the faults counting its chunks alike.
+//! tool call, the faults counting its chunks alike. The pacing and faults
+//! (`StreamPlan`) are the Responses stream's too.
 
+use std::io;
 use std::sync::Arc;
-use std::time::Duration;
 
 use actix_web::HttpResponse;
 use bytes::Bytes;
 use futures_util::stream;
 use serde_json::{Value, json};
 
-use super::agent::Turn;
-use super::scenario::MAX_DELAY_MS;
-use super::stats::FakeStats;
+use crate::agent::Turn;
+use crate::http::sleep_ms;
+use crate::model_string::{self, MAX_DELAY_MS, number};
+use crate::sse::{self, Watch, halves};
+use crate::stats::FakeStats;
 
 const DEFAULT_CHUNKS: u32 = 5;
 /// A real cut happens after the earlier chunks left; without a pause the
 /// server would drop them, unflushed, with the connection.
-pub(super) const CUT_FLUSH_MS: u64 = 50;
+const CUT_FLUSH_MS: u64 = 50;
 const WORDS: [&str; 8] = [
     "This", "is", "a", "streamed", "reply", "from", "the", "fake.",
 ];
 
 /// A fault injected after this many content chunks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Fault {
+pub(crate) enum Fault {
     Cut(u32),
     Hang(u32),
     Malformed(u32),
@@ -38,7 +41,7 @@ pub(super) enum Fault {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct StreamPlan {
+pub(crate) struct StreamPlan {
     pub chunks: u32,
     pub chunk_delay_ms: u64,
     pub ttft_ms: u64,
@@ -53,37 +56,40 @@ impl StreamPlan {
             ttft_ms: 0,
             fault: None,
         };
-        let ms = |s: &str| s.strip_suffix("ms").and_then(|n| n.parse::<u64>().ok());
-        for segment in model.split('+') {
-            if let Some(n) = segment.strip_prefix("chunks-").and_then(|n| n.parse().ok()) {
+        let count = |text: &str| number(text).and_then(|n| u32::try_from(n).ok());
+        for segment in model_string::segments(model) {
+            if let Some(n) = segment.strip_prefix("chunks-").and_then(count) {
                 plan.chunks = n;
-            } else if let Some(n) = segment.strip_prefix("chunk-delay-").and_then(ms) {
-                plan.chunk_delay_ms = n.min(MAX_DELAY_MS);
-            } else if let Some(n) = segment.strip_prefix("ttft-").and_then(ms) {
-                plan.ttft_ms = n.min(MAX_DELAY_MS);
-            } else if let Some(n) = segment
-                .strip_prefix("cut-after-")
-                .and_then(|n| n.parse().ok())
+            } else if let Some(ms) = segment
+                .strip_prefix("chunk-delay-")
+                .and_then(model_string::millis)
             {
+                plan.chunk_delay_ms = ms;
+            } else if let Some(ms) = segment.strip_prefix("ttft-").and_then(model_string::millis) {
+                plan.ttft_ms = ms;
+            } else if let Some(n) = segment.strip_prefix("cut-after-").and_then(count) {
                 plan.fault = Some(Fault::Cut(n));
-            } else if let Some(n) = segment
-                .strip_prefix("hang-after-")
-                .and_then(|n| n.parse().ok())
-            {
+            } else if let Some(n) = segment.strip_prefix("hang-after-").and_then(count) {
                 plan.fault = Some(Fault::Hang(n));
-            } else if let Some(n) = segment
-                .strip_prefix("malformed-after-")
-                .and_then(|n| n.parse().ok())
-            {
+            } else if let Some(n) = segment.strip_prefix("malformed-after-").and_then(count) {
                 plan.fault = Some(Fault::Malformed(n));
-            } else if let Some(n) = segment
-                .strip_prefix("failed-after-")
-                .and_then(|n| n.parse().ok())
-            {
+            } else if let Some(n) = segment.strip_prefix("failed-after-").and_then(count) {
                 plan.fault = Some(Fault::Failed(n));
             }
         }
         plan
+    }
+
+    /// The `cut-after-N` fault: the error that drops the connection, once the chunks before
+    /// it had time to leave.
+    pub async fn cut(&self) -> io::Error {
+        sleep_ms(self.chunk_delay_ms.max(CUT_FLUSH_MS)).await;
+        io::Error::other("fake upstream: cut-after")
+    }
+
+    /// The `hang-after-N` fault: nothing more for as long as any delay may last.
+    pub async fn hang() {
+        sleep_ms(MAX_DELAY_MS).await;
     }
 }
 
@@ -93,36 +99,8 @@ pub fn chunk_text(i: u32) -> String {
     format!("{word} ")
 }
 
-/// Marks the stream cancelled if it is dropped before it finished.
-pub(super) struct Watch {
-    stats: Arc<FakeStats>,
-    /// Set when the stream was sent to its end (or its scripted fault's).
-    pub finished: bool,
-}
-
-impl Watch {
-    /// Counts a stream begun; its drop counts how it ended.
-    pub fn start(stats: Arc<FakeStats>) -> Watch {
-        stats.stream_started();
-        Watch {
-            stats,
-            finished: false,
-        }
-    }
-}
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        if self.finished {
-            self.stats.stream_completed();
-        } else {
-            self.stats.stream_cancelled();
-        }
-    }
-}
-
 /// What a stream says after its first chunk: the canned words, or an agent's turn.
-pub(super) struct Script {
+pub(crate) struct Script {
     /// The first chunk's delta.
     first: Value,
     /// The content chunks' deltas; `None`: `chunks-N` canned words.
@@ -184,14 +162,6 @@ impl Script {
     }
 }
 
-/// `text` cut in two near its middle, on a character boundary.
-pub(super) fn halves(text: &str) -> (&str, &str) {
-    let middle = (text.len() / 2..=text.len())
-        .find(|i| text.is_char_boundary(*i))
-        .unwrap_or(text.len());
-    text.split_at(middle)
-}
-
 enum Step {
     First,
     Content(u32),
@@ -211,10 +181,6 @@ struct State {
     watch: Watch,
 }
 
-fn event(value: &Value) -> Bytes {
-    Bytes::from(format!("data: {value}\n\n"))
-}
-
 fn chunk(base: &Value, choices: Value) -> Value {
     let mut value = base.clone();
     if let Some(object) = value.as_object_mut() {
@@ -224,11 +190,11 @@ fn chunk(base: &Value, choices: Value) -> Value {
 }
 
 /// The fields every chunk of one stream repeats.
-pub(super) fn chunk_base(id: &str, created: u64, model: &str) -> Value {
+pub(crate) fn chunk_base(id: &str, created: u64, model: &str) -> Value {
     json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model})
 }
 
-pub(super) fn response(
+pub(crate) fn response(
     plan: StreamPlan,
     script: Script,
     request: &Value,
@@ -254,19 +220,10 @@ pub(super) fn response(
         let item = next(&mut state).await?;
         Some((item, state))
     });
-    HttpResponse::Ok()
-        .content_type("text/event-stream")
-        .insert_header(("cache-control", "no-cache"))
-        .streaming(body)
+    sse::ok().streaming(body)
 }
 
-pub(super) async fn sleep_ms(ms: u64) {
-    if ms > 0 {
-        actix_rt::time::sleep(Duration::from_millis(ms)).await;
-    }
-}
-
-async fn next(state: &mut State) -> Option<Result<Bytes, std::io::Error>> {
+async fn next(state: &mut State) -> Option<Result<Bytes, io::Error>> {
     loop {
         match state.step {
             Step::First => {
@@ -274,17 +231,16 @@ async fn next(state: &mut State) -> Option<Result<Bytes, std::io::Error>> {
                 state.step = Step::Content(0);
                 let choices =
                     json!([{"index": 0, "delta": state.script.first, "finish_reason": null}]);
-                return Some(Ok(event(&chunk(&state.base, choices))));
+                return Some(Ok(sse::data(&chunk(&state.base, choices))));
             }
             Step::Content(i) => {
                 match state.plan.fault {
                     Some(Fault::Cut(n)) if i == n => {
-                        sleep_ms(state.plan.chunk_delay_ms.max(CUT_FLUSH_MS)).await;
                         state.step = Step::End;
-                        return Some(Err(std::io::Error::other("fake upstream: cut-after")));
+                        return Some(Err(state.plan.cut().await));
                     }
                     Some(Fault::Hang(n)) if i == n => {
-                        sleep_ms(MAX_DELAY_MS).await;
+                        StreamPlan::hang().await;
                         state.step = Step::End;
                         continue;
                     }
@@ -305,13 +261,13 @@ async fn next(state: &mut State) -> Option<Result<Bytes, std::io::Error>> {
                 state.step = Step::Content(i + 1);
                 let choices =
                     json!([{"index": 0, "delta": state.script.delta(i), "finish_reason": null}]);
-                return Some(Ok(event(&chunk(&state.base, choices))));
+                return Some(Ok(sse::data(&chunk(&state.base, choices))));
             }
             Step::Finish => {
                 state.step = Step::Usage;
                 let choices =
                     json!([{"index": 0, "delta": {}, "finish_reason": state.script.finish_reason}]);
-                return Some(Ok(event(&chunk(&state.base, choices))));
+                return Some(Ok(sse::data(&chunk(&state.base, choices))));
             }
             Step::Usage => {
                 state.step = Step::Done;
@@ -320,7 +276,7 @@ async fn next(state: &mut State) -> Option<Result<Bytes, std::io::Error>> {
                     if let Some(object) = value.as_object_mut() {
                         object.insert("usage".to_owned(), usage);
                     }
-                    return Some(Ok(event(&value)));
+                    return Some(Ok(sse::data(&value)));
                 }
             }
             Step::Done => {
@@ -354,12 +310,5 @@ mod tests {
             StreamPlan::parse("hang-after-2").fault,
             Some(Fault::Hang(2))
         );
-    }
-
-    #[test]
-    fn halves_split_on_a_character_boundary() {
-        assert_eq!(halves("{\"a\":1}"), ("{\"a", "\":1}"));
-        assert_eq!(halves("aé"), ("a", "é"));
-        assert_eq!(halves(""), ("", ""));
     }
 }

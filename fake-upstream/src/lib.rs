@@ -1,29 +1,32 @@
-//! In-process fake of an OpenAI-compatible upstream (chat completions, embeddings and the
-//! Responses API) for the demo, integration tests and load harness. It owns the scenario
-//! language carried in the request's `model` string (forced statuses, delays, flaky starts,
-//! usage shapes), the instance-wide fault injection (latency, random errors, forced status),
-//! the request capture/counters, and the server lifecycle both embedded (`start`) and
-//! standalone (`serve`). With `agent` (a model segment, or `FakeConfig::agent` for every
-//! model) the fakes play a model in a tool loop (`agent.rs`).
+//! Fake upstreams for Tollgate's demo, integration tests and load harness: an OpenAI-compatible
+//! one (chat completions, embeddings and the Responses API, in `openai`) and Anthropic's
+//! Messages API (`anthropic`). Each owns a scenario language carried in the request's `model`
+//! string (forced statuses, delays, flaky starts, usage shapes, stream pacing and faults); the
+//! OpenAI fake adds instance-wide fault injection (latency, random errors, forced status). Both
+//! capture every request and count what they answered, and run embedded in the caller's actix
+//! System (`start`) or standalone until a signal (`serve`). With `agent` (a model segment, or
+//! `FakeConfig::agent` for every model) they play a model in a tool loop (`agent.rs`).
+//!
+//! What the fakes share lives in `http` (server setup, request capture, delays, error
+//! statuses), `sse` (event-stream writing and stream accounting) and `model_string` (the
+//! segment grammar of the scenarios).
 
 mod agent;
 pub mod anthropic;
 mod args;
-mod embeddings;
-mod prompt_cache;
-mod responses;
-mod scenario;
-mod server;
+mod http;
+mod model_string;
+mod openai;
+mod sse;
 mod stats;
-mod stream;
 
 use std::io;
 use std::net::SocketAddr;
 
 pub use args::FakeArgs;
-pub use server::{RunningFake, serve, start};
+pub use openai::stream::chunk_text;
+pub use openai::{RunningFake, serve, start};
 pub use stats::{CapturedRequest, FakeStats};
-pub use stream::chunk_text;
 
 /// Instance-wide behaviour, applied on top of whatever the request's `model` string asks for.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use std::sync::{Mutex, PoisonError};
 
 use serde_json::Value;
 
-use super::anthropic::text_bytes;
+use super::reply::text_bytes;
 
 const BYTES_PER_TOKEN: u64 = 4;
 

@@ -4,8 +4,8 @@
 
 use std::net::SocketAddr;
 
-use super::scenario::is_error_status;
-use super::{FakeConfig, FakeError, Latency};
+use crate::model_string::is_error_status;
+use crate::{FakeConfig, FakeError, Latency};
 
 /// Flags of the `fake-upstream` subcommand.
 #[derive(clap::Args, Debug, Clone)]
