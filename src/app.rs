@@ -115,86 +115,27 @@ impl Application {
         config: Arc<Config>,
         options: BuildOptions,
     ) -> Result<Application, AppError> {
-        let metrics = telemetry::metrics::install();
-        let pepper = config.require_pepper()?.clone();
-        let db =
-            storage::connect_and_migrate(&config.storage.database_url, config.storage.pool_size())
-                .await?;
-        let clock = options.clock;
-        crate::ledger::retention::prepare(&db, clock.now_ms()).await?;
-        // An unknown key id is remembered as long as a change elsewhere takes to arrive.
-        let unknown_ttl = config.storage.sync_interval_ms;
-        let directory = Directory::load(db.clone(), pepper, clock.clone(), unknown_ttl).await?;
-        let ledger = open_ledger(&config, &db, &clock).await?;
-        let replica_id = restart::replica_id(config.journal_dir().as_deref());
-        let tenant_labels = Arc::new(TenantLabels::new(
-            config.telemetry.tenant_labels.clone(),
-            config.telemetry.tenant_label_limit,
-        ));
-        let quota_store = open_quota_store(&config, &db, &replica_id, &clock).await?;
-        let ledger = if quota_store.is_some() {
-            ledger.with_shared_quotas()
-        } else {
-            ledger
-        };
-        let tenants = TenantRegistry::new(
-            config.clone(),
-            clock.clone(),
-            ledger.clone(),
-            db,
-            tenant_labels.clone(),
-            quota_store.clone(),
-        );
-        let (providers, _) = reload::start_providers(&config, &clock, None, quota_store.as_ref());
-        zero_metrics(&config);
-        let estimator = Estimator::new(config.tokenizer.counting());
-        estimator.warm_up(config.routes.values().flat_map(|route| &route.countings));
+        let handle_signals = options.handle_signals;
+        // Boxed: the assembly's future is large, and built once.
+        let gateway = Box::pin(assemble(&config, options)).await?;
+        Application::listen(gateway, &config, handle_signals)
+    }
 
-        let tracer = start_tracer(&config)?;
-        let semantic_cache = crate::cache::semantic::SemanticCache::new(
-            &config.cache.semantic,
-            &config.storage.database_url,
-        )
-        .map_err(AppError::SemanticCache)?;
-        let tables_db = directory.db().clone();
-        let audit = Arc::new(crate::audit::AuditLog::start(
-            tables_db.clone(),
-            config.audit.max_body_bytes,
-        ));
-        let gateway = Arc::new(Gateway {
-            config: config.clone(),
-            directory,
-            tenants,
-            live: RwLock::new(Arc::new(Live {
-                config: config.clone(),
-                providers,
-            })),
-            reload_source: options.reload_source,
-            reloading: Mutex::new(()),
-            ledger,
-            estimator,
-            clock,
-            metrics,
-            active_drains: std::sync::atomic::AtomicUsize::new(0),
-            tenant_labels,
-            cache: crate::cache::ResponseCache::new(&config.cache),
-            semantic_cache,
-            prompt_advisor: crate::prompts::Advisor::default(),
-            audit,
-            responses: crate::stored::ResponseStore::new(tables_db, config.responses.clone()),
-            retention: crate::ledger::retention::Retention::default(),
-            quota_store,
-            replica_id: replica_id.into(),
-            tracer,
-        });
+    /// Binds the API's (and the admin's) address and starts serving, with
+    /// the background tasks beside them.
+    fn listen(
+        gateway: Arc<Gateway>,
+        config: &Config,
+        handle_signals: bool,
+    ) -> Result<Application, AppError> {
         let (surface, admin) = match config.server.admin_listen {
             Some(admin) => (Surface::Api, Some(admin)),
             None => (Surface::All, None),
         };
         // Both addresses are bound before either serves, so a bad one stops the start cleanly.
-        let api = bind(&gateway, &config, config.server.listen, surface)?;
+        let api = bind(&gateway, config, config.server.listen, surface)?;
         let admin = admin
-            .map(|admin| bind(&gateway, &config, admin, Surface::Admin))
+            .map(|admin| bind(&gateway, config, admin, Surface::Admin))
             .transpose()?;
         let addr = api.addr;
         let admin_addr = admin.as_ref().map(|admin| admin.addr);
@@ -214,10 +155,9 @@ impl Application {
             admin_server,
             sync_task,
             background,
-            handle_signals: options.handle_signals,
+            handle_signals,
         })
     }
-
     pub fn handle(&self) -> ServerHandle {
         self.server.handle()
     }
@@ -484,4 +424,81 @@ fn spawn_sync(gateway: Arc<Gateway>) -> actix_rt::task::JoinHandle<()> {
             gateway.tenants.roll_resting_gauges(gateway.clock.now_ms());
         }
     })
+}
+
+/// The gateway with everything it decides with: the database migrated, the
+/// directory, the ledger and its journal, the quota store, the tenants and
+/// providers, the caches and the tracer.
+async fn assemble(config: &Arc<Config>, options: BuildOptions) -> Result<Arc<Gateway>, AppError> {
+    let metrics = telemetry::metrics::install();
+    let pepper = config.require_pepper()?.clone();
+    let db = storage::connect_and_migrate(&config.storage.database_url, config.storage.pool_size())
+        .await?;
+    let clock = options.clock;
+    crate::ledger::retention::prepare(&db, clock.now_ms()).await?;
+    // An unknown key id is remembered as long as a change elsewhere takes to arrive.
+    let unknown_ttl = config.storage.sync_interval_ms;
+    let directory = Directory::load(db.clone(), pepper, clock.clone(), unknown_ttl).await?;
+    let ledger = open_ledger(config, &db, &clock).await?;
+    let replica_id = restart::replica_id(config.journal_dir().as_deref());
+    let tenant_labels = Arc::new(TenantLabels::new(
+        config.telemetry.tenant_labels.clone(),
+        config.telemetry.tenant_label_limit,
+    ));
+    let quota_store = open_quota_store(config, &db, &replica_id, &clock).await?;
+    let ledger = if quota_store.is_some() {
+        ledger.with_shared_quotas()
+    } else {
+        ledger
+    };
+    let tenants = TenantRegistry::new(
+        config.clone(),
+        clock.clone(),
+        ledger.clone(),
+        db,
+        tenant_labels.clone(),
+        quota_store.clone(),
+    );
+    let (providers, _) = reload::start_providers(config, &clock, None, quota_store.as_ref());
+    zero_metrics(config);
+    let estimator = Estimator::new(config.tokenizer.counting());
+    estimator.warm_up(config.routes.values().flat_map(|route| &route.countings));
+
+    let tracer = start_tracer(config)?;
+    let semantic_cache = crate::cache::semantic::SemanticCache::new(
+        &config.cache.semantic,
+        &config.storage.database_url,
+    )
+    .map_err(AppError::SemanticCache)?;
+    let tables_db = directory.db().clone();
+    let audit = Arc::new(crate::audit::AuditLog::start(
+        tables_db.clone(),
+        config.audit.max_body_bytes,
+    ));
+    Ok(Arc::new(Gateway {
+        config: config.clone(),
+        directory,
+        tenants,
+        live: RwLock::new(Arc::new(Live {
+            config: config.clone(),
+            providers,
+        })),
+        reload_source: options.reload_source,
+        reloading: Mutex::new(()),
+        ledger,
+        estimator,
+        clock,
+        metrics,
+        active_drains: std::sync::atomic::AtomicUsize::new(0),
+        tenant_labels,
+        cache: crate::cache::ResponseCache::new(&config.cache),
+        semantic_cache,
+        prompt_advisor: crate::prompts::Advisor::default(),
+        audit,
+        responses: crate::stored::ResponseStore::new(tables_db, config.responses.clone()),
+        retention: crate::ledger::retention::Retention::default(),
+        quota_store,
+        replica_id: replica_id.into(),
+        tracer,
+    }))
 }

@@ -298,22 +298,7 @@ fn load(path: Option<&Path>, env: &dyn EnvSource) -> Result<Arc<Config>> {
 async fn dispatch(cli: Cli) -> Result<()> {
     let config_path = cli.config.as_deref();
     match cli.command {
-        Command::Serve => {
-            let config = load(config_path, &ProcessEnv)?;
-            let options = BuildOptions {
-                clock: Arc::new(SystemClock),
-                handle_signals: true,
-                reload_source: Some(ConfigSource {
-                    path: config_path.unwrap_or(Path::new("tollgate.toml")).to_owned(),
-                    env: Box::new(ProcessEnv),
-                }),
-            };
-            Application::build(config, options)
-                .await?
-                .run_until_stopped()
-                .await?;
-            Ok(())
-        }
+        Command::Serve => serve(config_path).await,
         Command::Demo { listen } => demo(config_path, listen).await,
         Command::Migrate => {
             let config = load(config_path, &ProcessEnv)?;
@@ -324,44 +309,10 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Command::Tenant(command) => tenant(load(config_path, &ProcessEnv)?, command).await,
         Command::Key(command) => key(load(config_path, &ProcessEnv)?, command).await,
         Command::Spend(args) => spend_report(load(config_path, &ProcessEnv)?, args).await,
-        Command::Reprice {
-            prices,
-            range: LedgerRange { tenant, from, to },
-        } => {
-            let config = load(config_path, &ProcessEnv)?;
-            let billing = match prices {
-                Some(path) => {
-                    crate::config::load_billing(&path, &config.billing.currency, &config.calendar)?
-                }
-                None => config.billing(),
-            };
-            let db = storage::connect_and_migrate(&config.storage.database_url, 1).await?;
-            let day = |text: Option<String>| {
-                text.map(|t| {
-                    Date::parse(&t).with_context(|| format!("`{t}` is not a YYYY-MM-DD date"))
-                })
-                .transpose()
-            };
-            let report = crate::admin::reprice::reprice(
-                &db,
-                &billing,
-                tenant.as_deref(),
-                day(from)?,
-                day(to)?,
-            )
-            .await?;
-            json_out(&report)
+        Command::Reprice { prices, range } => {
+            reprice(load(config_path, &ProcessEnv)?, prices.as_deref(), range).await
         }
-        Command::Reconcile {
-            range: LedgerRange { tenant, from, to },
-        } => {
-            let config = load(config_path, &ProcessEnv)?;
-            let db = storage::connect_and_migrate(&config.storage.database_url, 1).await?;
-            let query = crate::admin::reconcile::ReconcileQuery { tenant, from, to };
-            let report =
-                crate::admin::reconcile::report(&db, &config.billing.currency, query).await?;
-            json_out(&report)
-        }
+        Command::Reconcile { range } => reconcile(load(config_path, &ProcessEnv)?, range).await,
         Command::Report { date, json } => {
             daily_report(load(config_path, &ProcessEnv)?, date.as_deref(), json).await
         }
@@ -394,6 +345,53 @@ async fn dispatch(cli: Cli) -> Result<()> {
             None => anyhow::bail!("name the file: `tollgate check-config FILE` or `--config FILE`"),
         },
     }
+}
+
+/// Serves until a signal, reloading the configuration file on SIGHUP.
+async fn serve(config_path: Option<&Path>) -> Result<()> {
+    let config = load(config_path, &ProcessEnv)?;
+    let options = BuildOptions {
+        clock: Arc::new(SystemClock),
+        handle_signals: true,
+        reload_source: Some(ConfigSource {
+            path: config_path.unwrap_or(Path::new("tollgate.toml")).to_owned(),
+            env: Box::new(ProcessEnv),
+        }),
+    };
+    Application::build(config, options)
+        .await?
+        .run_until_stopped()
+        .await?;
+    Ok(())
+}
+
+/// Prices the ledger's rows again (at `prices`, else the configured ones).
+async fn reprice(config: Arc<Config>, prices: Option<&Path>, range: LedgerRange) -> Result<()> {
+    let LedgerRange { tenant, from, to } = range;
+    let billing = match prices {
+        Some(path) => {
+            crate::config::load_billing(path, &config.billing.currency, &config.calendar)?
+        }
+        None => config.billing(),
+    };
+    let db = storage::connect_and_migrate(&config.storage.database_url, 1).await?;
+    let day = |text: Option<String>| {
+        text.map(|t| Date::parse(&t).with_context(|| format!("`{t}` is not a YYYY-MM-DD date")))
+            .transpose()
+    };
+    let report =
+        crate::admin::reprice::reprice(&db, &billing, tenant.as_deref(), day(from)?, day(to)?)
+            .await?;
+    json_out(&report)
+}
+
+/// What the ledger charged beside what the providers' usage says it cost.
+async fn reconcile(config: Arc<Config>, range: LedgerRange) -> Result<()> {
+    let LedgerRange { tenant, from, to } = range;
+    let db = storage::connect_and_migrate(&config.storage.database_url, 1).await?;
+    let query = crate::admin::reconcile::ReconcileQuery { tenant, from, to };
+    let report = crate::admin::reconcile::report(&db, &config.billing.currency, query).await?;
+    json_out(&report)
 }
 
 /// Loads `file` as `serve` would (secrets from the environment) and names

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use actix_web::http::header::{HeaderName, HeaderValue};
-use actix_web::{HttpRequest, HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, HttpResponseBuilder, web};
 use tracing::Instrument;
 
 use super::extract::{TenantAuth, read_body};
@@ -167,99 +167,117 @@ async fn respond(
     latency: Duration,
     answer: Answer,
 ) -> Result<HttpResponse, ApiError> {
-    let Answer {
-        echoed: echoed_value,
-        door,
-        audit,
-        stored,
-    } = answer;
     match result {
         Ok(outcome) => {
             let status = if outcome.degraded { "degraded" } else { "ok" };
             // A stream's final status is known when it ends: its relay counts it.
             let streamed = matches!(outcome.body, OutcomeBody::Stream { .. });
             observe_request(meter, (!streamed).then_some(status), latency);
-            let mut response = HttpResponse::Ok();
-            if let Some(value) = echoed_value {
-                response.insert_header((HeaderName::from_static(headers::REQUEST_ID), value));
-            }
-            response
-                .insert_header((headers::PROVIDER, outcome.provider.as_str()))
-                .insert_header((headers::MODEL, outcome.model.as_str()));
-            if outcome.degraded {
-                response.insert_header((headers::DEGRADED, "true"));
-            }
-            let removed = meter.removed_tools.borrow().join(", ");
-            if !removed.is_empty() {
-                response.insert_header((headers::REMOVED_TOOLS, removed));
-            }
-            if let Some(cache) = outcome.cache {
-                response.insert_header((headers::CACHE, cache));
-            }
-            if let Some(max_tokens) = outcome.clamped_max_tokens {
-                response.insert_header((headers::MAX_TOKENS_CLAMPED, max_tokens.to_string()));
-            }
-            for header in rate_headers(&outcome.rate) {
-                response.insert_header(header);
-            }
-            for header in outcome.tokens.iter().flat_map(token_headers) {
-                response.insert_header(header);
-            }
-            match outcome.body {
-                OutcomeBody::Complete {
-                    body,
-                    cost,
-                    remaining,
-                } => {
-                    response.content_type("application/json");
-                    response.insert_header((headers::COST, cost.to_string()));
-                    if let Some(remaining) = remaining {
-                        response.insert_header((headers::BUDGET_REMAINING, remaining.to_string()));
-                    }
-                    let body = door.complete(&body, outcome.native);
-                    // Stored before it is answered: the next turn may name it at once.
-                    if let Some((store, keep)) = stored
-                        && let Ok(response) = serde_json::from_slice::<serde_json::Value>(&body)
-                    {
-                        store.save(&keep, &response).await;
-                    }
-                    if let Some(audit) = audit {
-                        audit.finish(200, outcome.cache, body.clone(), false);
-                    }
-                    Ok(response.body(body))
-                }
-                OutcomeBody::Stream {
-                    body,
-                    prompt_tokens,
-                } => {
-                    response
-                        .content_type("text/event-stream")
-                        .insert_header(("cache-control", "no-cache"));
-                    let door = if outcome.native { Door::Same } else { door };
-                    let mut events = door.stream(body, prompt_tokens);
-                    if let Some((store, keep)) = stored {
-                        events = crate::stored::relay(events, store, keep);
-                    }
-                    Ok(match audit {
-                        Some(audit) => {
-                            response.streaming(Audited::new(events, audit, outcome.cache))
-                        }
-                        None => response.streaming(events),
-                    })
-                }
-            }
+            let response = outcome_headers(&outcome, meter, answer.echoed.clone());
+            Ok(answer_body(response, outcome, answer).await)
         }
         Err(mut error) => {
             observe_request(meter, Some(error.code().as_str()), latency);
-            if let Some(audit) = audit {
+            if let Some(audit) = answer.audit {
                 let status = actix_web::ResponseError::status_code(&error).as_u16();
-                let anthropic = matches!(door, Door::Messages { .. });
+                let anthropic = matches!(answer.door, Door::Messages { .. });
                 audit.finish(status, None, error.wire_body(anthropic).into(), false);
             }
-            if let Some(value) = echoed_value {
+            if let Some(value) = answer.echoed {
                 error = error.with_header(HeaderName::from_static(headers::REQUEST_ID), value);
             }
             Err(error)
+        }
+    }
+}
+
+/// The headers every answer carries: who served it, how, and what is left.
+fn outcome_headers(
+    outcome: &crate::pipeline::ChatOutcome,
+    meter: &RequestMeter,
+    echoed: Option<HeaderValue>,
+) -> HttpResponseBuilder {
+    let mut response = HttpResponse::Ok();
+    if let Some(value) = echoed {
+        response.insert_header((HeaderName::from_static(headers::REQUEST_ID), value));
+    }
+    response
+        .insert_header((headers::PROVIDER, outcome.provider.as_str()))
+        .insert_header((headers::MODEL, outcome.model.as_str()));
+    if outcome.degraded {
+        response.insert_header((headers::DEGRADED, "true"));
+    }
+    let removed = meter.removed_tools.borrow().join(", ");
+    if !removed.is_empty() {
+        response.insert_header((headers::REMOVED_TOOLS, removed));
+    }
+    if let Some(cache) = outcome.cache {
+        response.insert_header((headers::CACHE, cache));
+    }
+    if let Some(max_tokens) = outcome.clamped_max_tokens {
+        response.insert_header((headers::MAX_TOKENS_CLAMPED, max_tokens.to_string()));
+    }
+    for header in rate_headers(&outcome.rate) {
+        response.insert_header(header);
+    }
+    for header in outcome.tokens.iter().flat_map(token_headers) {
+        response.insert_header(header);
+    }
+    response
+}
+
+/// The answer's body in its door's format: whole (stored and audited before
+/// it is answered) or streamed (stored and audited as it passes).
+async fn answer_body(
+    mut response: HttpResponseBuilder,
+    outcome: crate::pipeline::ChatOutcome,
+    answer: Answer,
+) -> HttpResponse {
+    let Answer {
+        door,
+        audit,
+        stored,
+        ..
+    } = answer;
+    match outcome.body {
+        OutcomeBody::Complete {
+            body,
+            cost,
+            remaining,
+        } => {
+            response.content_type("application/json");
+            response.insert_header((headers::COST, cost.to_string()));
+            if let Some(remaining) = remaining {
+                response.insert_header((headers::BUDGET_REMAINING, remaining.to_string()));
+            }
+            let body = door.complete(&body, outcome.native);
+            // Stored before it is answered: the next turn may name it at once.
+            if let Some((store, keep)) = stored
+                && let Ok(response) = serde_json::from_slice::<serde_json::Value>(&body)
+            {
+                store.save(&keep, &response).await;
+            }
+            if let Some(audit) = audit {
+                audit.finish(200, outcome.cache, body.clone(), false);
+            }
+            response.body(body)
+        }
+        OutcomeBody::Stream {
+            body,
+            prompt_tokens,
+        } => {
+            response
+                .content_type("text/event-stream")
+                .insert_header(("cache-control", "no-cache"));
+            let door = if outcome.native { Door::Same } else { door };
+            let mut events = door.stream(body, prompt_tokens);
+            if let Some((store, keep)) = stored {
+                events = crate::stored::relay(events, store, keep);
+            }
+            match audit {
+                Some(audit) => response.streaming(Audited::new(events, audit, outcome.cache)),
+                None => response.streaming(events),
+            }
         }
     }
 }

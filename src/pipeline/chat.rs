@@ -65,6 +65,36 @@ pub enum OutcomeBody {
     },
 }
 
+/// The gates a request that will be paid for passes before its hold: the
+/// tenant's rate while it is being limited (its refusals come before any
+/// other work), and a ledger with room (a cache hit costs nothing, so only
+/// paid requests wait for a full ledger to drain).
+async fn paid_gate(gw: &Gateway, tenant: &TenantHandle) -> Result<Option<RateDecision>, ApiError> {
+    let limited = if tenant.rate_limited() {
+        Some(allowed_rate(tenant).await?)
+    } else {
+        None
+    };
+    if !gw.ledger.admit_paid() {
+        return Err(ApiError::new(
+            ErrorCode::Overloaded,
+            "the usage ledger is behind; try again shortly",
+        )
+        .with_retry_after(1));
+    }
+    Ok(limited)
+}
+
+/// The output limit the request is held at (embeddings generate nothing:
+/// only their input is held).
+fn output_limit(request: &ChatRequest, ctx: &RequestContext, tier: &Tier, route: &Route) -> u32 {
+    if request.generates() {
+        wanted_max_tokens(request.max_tokens(), ctx, tier.default_max_tokens, route)
+    } else {
+        0
+    }
+}
+
 /// `body` is the caller's, except at the Responses door, which hands over its
 /// chat translation with the caller's own bytes as `native`.
 pub async fn handle_chat(
@@ -117,28 +147,8 @@ pub async fn handle_chat(
         Cached::Served(outcome) => return Ok(outcome),
         Cached::Missed(missed) => missed,
     };
-    // While the tenant is being rate limited its refusals come before any other work.
-    let limited = if tenant.rate_limited() {
-        Some(allowed_rate(&tenant).await?)
-    } else {
-        None
-    };
-
-    // A cache hit costs nothing, so only paid requests wait for a full ledger to drain.
-    if !gw.ledger.admit_paid() {
-        return Err(ApiError::new(
-            ErrorCode::Overloaded,
-            "the usage ledger is behind; try again shortly",
-        )
-        .with_retry_after(1));
-    }
-
-    // Embeddings generate nothing: only their input is held.
-    let max_tokens = if request.generates() {
-        wanted_max_tokens(request.max_tokens(), ctx, tier.default_max_tokens, route)
-    } else {
-        0
-    };
+    let limited = paid_gate(gw, &tenant).await?;
+    let max_tokens = output_limit(&request, ctx, tier, route);
     // The request's deadline bounds every attempt and wait; its holds expire after it.
     let deadline = monotonic() + Duration::from_millis(gw.config.server.request_timeout_ms);
     let admission = Admission {

@@ -260,16 +260,10 @@ impl Relay {
                 }
                 draining = true;
             }
-            let to_deadline = self.deadline.saturating_duration_since(monotonic());
-            if to_deadline.is_zero() {
-                break 'relay End::Broken("the request's deadline passed".to_owned());
-            }
-            let wait = if let Some(at) = gone_at {
-                drain_deadline.saturating_sub(monotonic().saturating_duration_since(at))
-            } else {
-                idle
-            }
-            .min(to_deadline);
+            let wait = match self.wait(gone_at, idle, drain_deadline) {
+                Ok(wait) => wait,
+                Err(end) => break 'relay end,
+            };
             let next = tokio::select! {
                 next = actix_rt::time::timeout(wait, upstream.next()) => next,
                 () = tx.closed(), if !client_gone => {
@@ -277,23 +271,9 @@ impl Relay {
                     continue 'relay;
                 }
             };
-            match next {
-                Ok(Some(Ok(bytes))) => splitter.push(&bytes),
-                Ok(Some(Err(error))) => {
-                    break 'relay End::Broken(format!("upstream stream failed: {error}"));
-                }
-                Ok(None) => {
-                    break 'relay End::Broken("the upstream ended without [DONE]".to_owned());
-                }
-                Err(_) if self.deadline <= monotonic() => {
-                    break 'relay End::Broken("the request's deadline passed".to_owned());
-                }
-                Err(_) if gone_at.is_some() => {
-                    break 'relay End::Broken("drain timed out".to_owned());
-                }
-                Err(_) => {
-                    break 'relay End::Broken(format!("no chunk for {} ms", idle.as_millis()));
-                }
+            match self.read(next, gone_at.is_some(), idle) {
+                Ok(bytes) => splitter.push(&bytes),
+                Err(end) => break 'relay end,
             }
         };
         if draining {
@@ -319,6 +299,45 @@ impl Relay {
         if let Some(upstream) = finished {
             read_to_end(upstream).await;
         }
+    }
+
+    /// How long to wait for the upstream's next bytes: until the chunk
+    /// timeout, or the drain's end once the caller is gone, never past the
+    /// request's deadline (`Err`: it has passed).
+    fn wait(
+        &self,
+        gone_at: Option<std::time::Instant>,
+        idle: Duration,
+        drain_deadline: Duration,
+    ) -> Result<Duration, End> {
+        let to_deadline = self.deadline.saturating_duration_since(monotonic());
+        if to_deadline.is_zero() {
+            return Err(End::Broken("the request's deadline passed".to_owned()));
+        }
+        let wait = match gone_at {
+            Some(at) => drain_deadline.saturating_sub(monotonic().saturating_duration_since(at)),
+            None => idle,
+        };
+        Ok(wait.min(to_deadline))
+    }
+
+    /// The upstream's next bytes, or why the stream ends (`draining`: the
+    /// caller is gone and the wait was the drain's).
+    fn read<E: std::fmt::Display, T>(
+        &self,
+        next: Result<Option<Result<Bytes, E>>, T>,
+        draining: bool,
+        idle: Duration,
+    ) -> Result<Bytes, End> {
+        let reason = match next {
+            Ok(Some(Ok(bytes))) => return Ok(bytes),
+            Ok(Some(Err(error))) => format!("upstream stream failed: {error}"),
+            Ok(None) => "the upstream ended without [DONE]".to_owned(),
+            Err(_) if self.deadline <= monotonic() => "the request's deadline passed".to_owned(),
+            Err(_) if draining => "drain timed out".to_owned(),
+            Err(_) => format!("no chunk for {} ms", idle.as_millis()),
+        };
+        Err(End::Broken(reason))
     }
 
     /// What may be passed on: all that is held, less the step kept ahead of
