@@ -45,7 +45,7 @@ pub enum Outcome {
 }
 
 /// What a request whose key id is not in memory does next.
-pub enum Admission<'a> {
+pub enum KeyLookup<'a> {
     /// The database did not know this id a moment ago.
     KnownUnknown,
     /// `MAX_IN_FLIGHT` lookups are running.
@@ -79,13 +79,13 @@ impl KeyMisses {
         }
     }
 
-    pub fn admit(&self, id: &KeyId, now_ms: u64) -> Admission<'_> {
+    pub fn admit(&self, id: &KeyId, now_ms: u64) -> KeyLookup<'_> {
         let mut state = self.lock();
         match state.unknown.get(id) {
             Some(&expires) if now_ms < expires => {
                 drop(state);
                 record("cached_unknown");
-                return Admission::KnownUnknown;
+                return KeyLookup::KnownUnknown;
             }
             Some(_) => {
                 state.unknown.remove(id);
@@ -93,17 +93,17 @@ impl KeyMisses {
             None => {}
         }
         if let Some(waiting) = state.in_flight.get(id) {
-            return Admission::Follow(waiting.clone());
+            return KeyLookup::Follow(waiting.clone());
         }
         if state.in_flight.len() >= MAX_IN_FLIGHT {
             drop(state);
             record("busy");
-            return Admission::Busy;
+            return KeyLookup::Busy;
         }
         let (sender, receiver) = watch::channel(None);
         state.in_flight.insert(id.clone(), receiver);
         self.queries.fetch_add(1, Ordering::Relaxed);
-        Admission::Lead(Ticket {
+        KeyLookup::Lead(Ticket {
             misses: self,
             id: id.clone(),
             sender: Some(sender),
@@ -195,9 +195,9 @@ mod tests {
         KeyId::new(s)
     }
 
-    fn lead(admission: Admission<'_>) -> Ticket<'_> {
+    fn lead(admission: KeyLookup<'_>) -> Ticket<'_> {
         match admission {
-            Admission::Lead(ticket) => ticket,
+            KeyLookup::Lead(ticket) => ticket,
             _ => panic!("expected to lead the lookup"),
         }
     }
@@ -208,7 +208,7 @@ mod tests {
         lead(misses.admit(&id("a"), 0)).finish(Outcome::Unknown, 0);
         assert!(matches!(
             misses.admit(&id("a"), 999),
-            Admission::KnownUnknown
+            KeyLookup::KnownUnknown
         ));
         assert_eq!(misses.queries(), 1);
         lead(misses.admit(&id("a"), 1_000)).finish(Outcome::Unknown, 1_000);
@@ -220,19 +220,19 @@ mod tests {
         let misses = KeyMisses::new(1_000);
         lead(misses.admit(&id("a"), 0)).finish(Outcome::Unknown, 0);
         misses.forget(&id("a"));
-        assert!(matches!(misses.admit(&id("a"), 1), Admission::Lead(_)));
+        assert!(matches!(misses.admit(&id("a"), 1), KeyLookup::Lead(_)));
     }
 
     #[test]
     fn concurrent_misses_share_a_lookup_and_the_rest_are_refused() {
         let misses = KeyMisses::new(1_000);
         let first = lead(misses.admit(&id("a"), 0));
-        let Admission::Follow(waiting) = misses.admit(&id("a"), 0) else {
+        let KeyLookup::Follow(waiting) = misses.admit(&id("a"), 0) else {
             panic!("a second miss for the same id waits for the first");
         };
         let _second = lead(misses.admit(&id("b"), 0));
         assert_eq!(MAX_IN_FLIGHT, 2);
-        assert!(matches!(misses.admit(&id("c"), 0), Admission::Busy));
+        assert!(matches!(misses.admit(&id("c"), 0), KeyLookup::Busy));
         let record = Arc::new(KeyRecord {
             id: id("a"),
             tenant: TenantId::new("t"),
@@ -245,19 +245,19 @@ mod tests {
         first.finish(Outcome::Found(record), 0);
         assert!(matches!(waiting.borrow().as_ref(), Some(Outcome::Found(_))));
         assert_eq!(misses.queries(), 2);
-        assert!(matches!(misses.admit(&id("c"), 0), Admission::Lead(_)));
+        assert!(matches!(misses.admit(&id("c"), 0), KeyLookup::Lead(_)));
     }
 
     #[test]
     fn a_cancelled_lookup_frees_its_slot_and_its_followers() {
         let misses = KeyMisses::new(1_000);
         let ticket = lead(misses.admit(&id("a"), 0));
-        let Admission::Follow(waiting) = misses.admit(&id("a"), 0) else {
+        let KeyLookup::Follow(waiting) = misses.admit(&id("a"), 0) else {
             panic!("expected to follow");
         };
         drop(ticket);
         assert!(waiting.has_changed().is_err(), "the followers are woken");
-        assert!(matches!(misses.admit(&id("a"), 0), Admission::Lead(_)));
+        assert!(matches!(misses.admit(&id("a"), 0), KeyLookup::Lead(_)));
     }
 
     #[test]

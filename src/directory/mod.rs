@@ -18,7 +18,7 @@ use sea_orm::DatabaseConnection;
 
 pub use tenant::{BudgetMode, TenantRecord};
 
-use self::misses::{Admission, KeyMisses, Outcome};
+use self::misses::{KeyLookup, KeyMisses, Outcome};
 use crate::auth::{self, PresentedKey};
 use crate::clock::SharedClock;
 use crate::config::Secret;
@@ -169,10 +169,10 @@ impl Directory {
     /// A key issued on another replica (or by the CLI) since this one loaded.
     async fn fetch_key(&self, key_id: &KeyId) -> Result<Arc<KeyRecord>, AuthError> {
         let outcome = match self.misses.admit(key_id, self.clock.now_ms()) {
-            Admission::KnownUnknown => Outcome::Unknown,
-            Admission::Busy => return Err(AuthError::Busy),
-            Admission::Follow(waiting) => misses::follow(waiting).await,
-            Admission::Lead(ticket) => {
+            KeyLookup::KnownUnknown => Outcome::Unknown,
+            KeyLookup::Busy => return Err(AuthError::Busy),
+            KeyLookup::Follow(waiting) => misses::follow(waiting).await,
+            KeyLookup::Lead(ticket) => {
                 let outcome = match repo::active_key(&self.db, key_id).await {
                     Ok(Some(key)) => {
                         let key = Arc::new(key);

@@ -1,4 +1,4 @@
-//! The ledger's local journal: every attempt leaves a `reserve` record before
+//! The ledger's local journal: every attempt leaves an `intent` record before
 //! it is sent upstream and a `settle` record (its ledger row) when it ends,
 //! each reaching the OS before the gateway moves on. The database is written
 //! from memory; the journal is what a restart replays, so a killed process or

@@ -20,14 +20,16 @@ use crate::pricing::Usage;
     bound(deserialize = "S: Deserialize<'de>")
 )]
 pub enum Record<S = String> {
-    /// An attempt about to be sent upstream. Without a later `settle` of the
-    /// same event id it becomes its `orphan` row on replay.
-    Reserve {
+    /// An attempt about to be sent upstream (its intent). Without a later
+    /// `settle` of the same event id it becomes its `orphan` row on replay.
+    /// Its wire name predates the word, and journals on disk keep it.
+    #[serde(rename = "reserve")]
+    Intent {
         deadline_ms: u64,
         orphan: EventRecord<S>,
     },
     /// An attempt's own row, journaled just before its charge is committed in
-    /// the shared quota store. It supersedes the attempt's reserve: without a
+    /// the shared quota store. It supersedes the attempt's intent: without a
     /// later `settle` replay writes this row, so the ledger charges what the
     /// store may have committed, not the reserved amount.
     Settling { event: EventRecord<S> },

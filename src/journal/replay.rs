@@ -1,7 +1,7 @@
 //! Reading back what an earlier process left: the settles past its last
 //! checkpoint (their rows may not be in the database yet), and one `orphaned`
-//! row per reserve that never got a settle (the attempt was in flight when the
-//! process died; the upstream may have billed it). A reserve superseded by a
+//! row per intent that never got a settle (the attempt was in flight when the
+//! process died; the upstream may have billed it). An intent superseded by a
 //! `settling` record yields that record's row instead: the shared quota store
 //! may have committed its cost. Either takes its request's orphan id
 //! (`EventId::orphan_of`), so replaying twice, after a crash during replay, or
@@ -39,9 +39,9 @@ pub fn recover(dir: &Path) -> std::io::Result<Recovered> {
     };
     let mut checkpoint = 0;
     let mut settles: Vec<(u64, EventRecord)> = Vec::new();
-    // The last reserve or settling of each attempt, in the order attempts began.
-    let mut reserves: Vec<EventRecord> = Vec::new();
-    let mut reserve_at: HashMap<String, usize> = HashMap::new();
+    // The last intent or settling of each attempt, in the order attempts began.
+    let mut intents: Vec<EventRecord> = Vec::new();
+    let mut intent_at: HashMap<String, usize> = HashMap::new();
     let mut settled: HashSet<String> = HashSet::new();
     let mut orphaned_requests: HashSet<String> = HashSet::new();
     for path in &recovered.segments {
@@ -61,12 +61,12 @@ pub fn recover(dir: &Path) -> std::io::Result<Recovered> {
                     }
                     settles.push((seq, event));
                 }
-                Ok(Record::Reserve { orphan: row, .. } | Record::Settling { event: row }) => {
-                    if let Some(&at) = reserve_at.get(&row.event_id) {
-                        reserves[at] = row;
+                Ok(Record::Intent { orphan: row, .. } | Record::Settling { event: row }) => {
+                    if let Some(&at) = intent_at.get(&row.event_id) {
+                        intents[at] = row;
                     } else {
-                        reserve_at.insert(row.event_id.clone(), reserves.len());
-                        reserves.push(row);
+                        intent_at.insert(row.event_id.clone(), intents.len());
+                        intents.push(row);
                     }
                 }
                 Ok(Record::Checkpoint { upto }) => checkpoint = checkpoint.max(upto),
@@ -88,7 +88,7 @@ pub fn recover(dir: &Path) -> std::io::Result<Recovered> {
             recovered.settles += 1;
         }
     }
-    for record in reserves {
+    for record in intents {
         let open =
             !settled.contains(&record.event_id) && !orphaned_requests.contains(&record.request_id);
         if !open || !seen.insert(record.event_id.clone()) {

@@ -72,7 +72,7 @@ struct Inner {
     current_bytes: u64,
     /// The current segment's length: zeros past `current_bytes`.
     prepared_bytes: u64,
-    /// Bytes of reserves carried into the current segment when it began: they
+    /// Bytes of intents carried into the current segment when it began: they
     /// do not count towards its size, or many long streams would rotate it on
     /// every append.
     carried_bytes: u64,
@@ -80,14 +80,14 @@ struct Inner {
     sealed: Vec<(PathBuf, u64)>,
     last_seq: u64,
     /// Reserves without a settle yet, with their payload for carrying forward.
-    open: HashMap<EventId, OpenReserve>,
+    open: HashMap<EventId, OpenIntent>,
     segment_bytes: u64,
     fsync: FsyncMode,
     /// Held for the life of the journal: the advisory lock lives on this handle.
     _lock: File,
 }
 
-struct OpenReserve {
+struct OpenIntent {
     request_id: String,
     payload: Vec<u8>,
 }
@@ -191,7 +191,7 @@ impl Journal {
     /// replay writes if no settle of the same event id follows. Returns once
     /// the record is as durable as the fsync mode makes it.
     pub async fn append_reserve(&self, orphan: &UsageEvent, deadline_ms: u64) {
-        let record = Record::Reserve {
+        let record = Record::Intent {
             deadline_ms,
             orphan: EventRecord::from(orphan),
         };
@@ -203,7 +203,7 @@ impl Journal {
             // Opened before the append: a rotation inside it carries this reserve forward.
             inner.open.insert(
                 orphan.event_id,
-                OpenReserve {
+                OpenIntent {
                     request_id: orphan.request_id.to_string(),
                     payload: payload.clone(),
                 },

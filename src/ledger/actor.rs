@@ -529,7 +529,7 @@ impl LedgerHandle {
     /// Journals an attempt about to be sent upstream; `orphan` is its row if
     /// the process dies before the attempt's own row is recorded. Returns once
     /// the record is as durable as `ledger.fsync` makes it.
-    pub async fn reserve(&self, orphan: &UsageEvent, deadline_ms: u64) {
+    pub async fn journal_intent(&self, orphan: &UsageEvent, deadline_ms: u64) {
         if let Some(journal) = &self.journal {
             journal.append_reserve(orphan, deadline_ms).await;
         }

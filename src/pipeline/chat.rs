@@ -10,7 +10,7 @@ use bytes::Bytes;
 
 use super::context::{RequestContext, RequestMeter};
 use super::dispatch::{Dispatch, RESERVATION_MARGIN_MS};
-use super::hold::{Hold, Step};
+use super::hold::{GrowthStep, Hold};
 use super::record::{self, AttemptRow};
 use super::semantic::{self, Consulted};
 use super::stream::ClientBody;
@@ -519,7 +519,7 @@ impl Admission<'_> {
 
     /// A growing hold's next step: the output of the first grant again, at
     /// the price tier the prompt reached, with no input and no fees.
-    fn step(&self, first: &ReserveRequest) -> Step {
+    fn step(&self, first: &ReserveRequest) -> GrowthStep {
         let request = ReserveRequest {
             input_tokens: 0,
             fees: Nanos::ZERO,
@@ -534,7 +534,7 @@ impl Admission<'_> {
         };
         let mut meta = self.meta(&request, request.max_tokens);
         meta.cost_nanos = Some(crate::tenant::book::worst_case(&at_cost, request.max_tokens).get());
-        Step { request, meta }
+        GrowthStep { request, meta }
     }
 
     /// What a reservation of `request` at `max_tokens` records beside it.

@@ -25,12 +25,12 @@ pub struct Hold {
     granted: Granted,
     /// Where the hold grows with the stream: the output limit sent upstream
     /// (the caller's), and what each further step reserves.
-    grows: Option<(u32, Box<Step>)>,
+    grows: Option<(u32, Box<GrowthStep>)>,
 }
 
 /// What one more step of a growing hold reserves, and records beside it.
 #[derive(Clone)]
-pub struct Step {
+pub struct GrowthStep {
     pub request: ReserveRequest,
     pub meta: ReservationMeta,
 }
@@ -38,7 +38,7 @@ pub struct Step {
 /// What a relay needs to grow its stream's hold.
 pub struct Growth {
     pub tenant: TenantHandle,
-    pub step: Step,
+    pub step: GrowthStep,
     /// The output limit sent upstream: past it nothing more is held.
     pub limit: u32,
 }
@@ -64,7 +64,7 @@ impl Hold {
 
     /// Sends the upstream `limit` while the hold covers only its first step,
     /// unless that step was clamped: then the clamp is the limit sent.
-    pub fn grow_to(&mut self, limit: u32, step: Step) {
+    pub fn grow_to(&mut self, limit: u32, step: GrowthStep) {
         if !self.granted.clamped && limit > self.granted.max_tokens {
             self.grows = Some((limit, Box::new(step)));
         }

@@ -111,7 +111,7 @@ pub async fn journal_intent(
     let deadline_ms = orphan
         .created_at_ms
         .saturating_add(gw.config.server.request_timeout_ms);
-    gw.ledger.reserve(&orphan, deadline_ms).await;
+    gw.ledger.journal_intent(&orphan, deadline_ms).await;
     event_id
 }
 
@@ -158,7 +158,7 @@ fn event(
 
 /// What a settled attempt left: the budget left, and what its row charged.
 #[derive(Debug, Clone, Copy)]
-pub struct Settled {
+pub struct Settlement {
     pub remaining: Option<Nanos>,
     pub charged: Nanos,
 }
@@ -174,7 +174,7 @@ pub fn settle<'a>(
     reservation: ReservationGuard,
     cost: Nanos,
     row: AttemptRow,
-) -> impl Future<Output = Settled> + 'a {
+) -> impl Future<Output = Settlement> + 'a {
     let tokens = row
         .usage
         .prompt_tokens
@@ -198,7 +198,7 @@ pub fn settle_holds<'a>(
     holds: Holds,
     cost: Nanos,
     row: AttemptRow,
-) -> impl Future<Output = Settled> + 'a {
+) -> impl Future<Output = Settlement> + 'a {
     let tokens = row
         .usage
         .prompt_tokens
@@ -216,7 +216,7 @@ pub fn settle_tokens<'a>(
     cost: Nanos,
     tokens: u64,
     row: AttemptRow,
-) -> impl Future<Output = Settled> + 'a {
+) -> impl Future<Output = Settlement> + 'a {
     let holds = Holds {
         first: reservation,
         steps: Vec::new(),
@@ -232,7 +232,7 @@ async fn settle_held(
     cost: Nanos,
     tokens: u64,
     mut row: AttemptRow,
-) -> Settled {
+) -> Settlement {
     let Holds { first, steps } = holds;
     let reserved = steps.iter().fold(first.granted().amount, |sum, step| {
         sum.saturating_add(step.granted().amount)
@@ -255,7 +255,7 @@ async fn settle_held(
     for step in steps {
         step.release();
     }
-    Settled {
+    Settlement {
         remaining,
         charged: recorded.charged,
     }

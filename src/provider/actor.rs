@@ -59,13 +59,13 @@ pub enum Verdict {
 struct SlotFreed;
 
 /// A slot now, or a place in the queue.
-enum Admission {
+enum Slot {
     Now,
     Queued(oneshot::Receiver<Permit>),
 }
 
 #[derive(Message)]
-#[rtype(result = "Result<Admission, Skip>")]
+#[rtype(result = "Result<Slot, Skip>")]
 struct Admit;
 
 #[derive(Message)]
@@ -218,7 +218,7 @@ impl Actor for ProviderActor {
 }
 
 impl Handler<Admit> for ProviderActor {
-    type Result = Result<Admission, Skip>;
+    type Result = Result<Slot, Skip>;
 
     fn handle(&mut self, _msg: Admit, ctx: &mut Context<Self>) -> Self::Result {
         // The breaker decides first: an open one refuses at once, without queueing.
@@ -240,10 +240,10 @@ impl Handler<Admit> for ProviderActor {
             self.slots.set_queued(self.queue.len());
             self.hand_over(ctx);
             self.publish();
-            return Ok(Admission::Queued(receiver));
+            return Ok(Slot::Queued(receiver));
         }
         self.publish();
-        Ok(Admission::Now)
+        Ok(Slot::Now)
     }
 }
 
@@ -382,9 +382,9 @@ impl ProviderHandle {
             return Ok(permit());
         }
         match self.addr.send(Admit).await.map_err(|_| Skip::Stopped)?? {
-            Admission::Now => Ok(permit()),
+            Slot::Now => Ok(permit()),
             // A permit sent just as the timeout fires is dropped with the receiver, freeing its slot.
-            Admission::Queued(receiver) => {
+            Slot::Queued(receiver) => {
                 match actix_rt::time::timeout(self.queue_timeout, receiver).await {
                     Ok(Ok(permit)) => Ok(permit),
                     Ok(Err(_)) => Err(Skip::Stopped),

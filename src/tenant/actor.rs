@@ -37,7 +37,7 @@ use super::seed::SeedSource;
 use super::share::local_share;
 use super::shared::expiry;
 use super::shared::{RedisQuota, SharedQuota, SharedStore};
-use super::store::{Close, Closed, QuotaStore, Reservation, Step, Verdict};
+use super::store::{Close, Closed, QuotaAnswer, QuotaStore, Reservation, StoreReply};
 use crate::clock::SharedClock;
 use crate::config::{AlertsConfig, StoreErrorPolicy};
 use crate::ids::{EventId, ReservationId, TenantId};
@@ -71,8 +71,8 @@ pub struct TenantDeps {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
-    /// Decisions in Redis (or, without Redis, in the book).
-    Shared,
+    /// Decisions in the configured store: Redis, or without it the book.
+    Configured,
     /// Redis failed and the tenant is `local`: the book decides with this replica's share.
     Local,
 }
@@ -167,7 +167,7 @@ impl TenantActor {
             registry,
             alerts: AlertBook::new(&alerts_config.thresholds_percent),
             alerts_config,
-            mode: Mode::Shared,
+            mode: Mode::Configured,
             replicas,
             seed: Seed::default(),
             pending: Vec::new(),
@@ -206,13 +206,13 @@ impl TenantActor {
         match (self.mode, quota.health().is_up()) {
             // A Redis back empty decides nothing until the holds it lost have
             // settled (`shared/epoch.rs`); no replica's share is safer meanwhile.
-            (Mode::Shared, true) if quota.paused() => Path::Closed,
+            (Mode::Configured, true) if quota.paused() => Path::Closed,
             (Mode::Local, true) if quota.paused() => Path::Book,
-            (Mode::Shared, true) => Path::Redis { rejoin: false },
+            (Mode::Configured, true) => Path::Redis { rejoin: false },
             (Mode::Local, true) => Path::Redis { rejoin: true },
             (Mode::Local, false) => Path::Book,
             // Straight to the policy: a store marked down is not waited for.
-            (Mode::Shared, false) => match self.limits.on_store_error {
+            (Mode::Configured, false) => match self.limits.on_store_error {
                 StoreErrorPolicy::Local => Path::Redis { rejoin: false },
                 StoreErrorPolicy::FailClosed => Path::Closed,
             },
@@ -234,10 +234,10 @@ impl TenantActor {
     fn decide<T: 'static>(
         &mut self,
         now: u64,
-        ask: impl Fn(&mut dyn QuotaStore, u64) -> Step<T> + 'static,
+        ask: impl Fn(&mut dyn QuotaStore, u64) -> StoreReply<T> + 'static,
         // A reservation Redis may hold although its reply is lost.
         lost: Option<ReservationId>,
-    ) -> Decision<Self, Verdict<T>> {
+    ) -> Decision<Self, QuotaAnswer<T>> {
         let mut redis = match self.path() {
             Path::Book => {
                 if self.redis.is_some() {
@@ -254,7 +254,7 @@ impl TenantActor {
                 None => return Decision::Now(Err(QuotaError::Unavailable)),
             },
         };
-        let Step::Pending(step) = ask(&mut redis, now) else {
+        let StoreReply::Pending(step) = ask(&mut redis, now) else {
             return Decision::Now(Err(QuotaError::Unavailable));
         };
         let source = self.seed_source();
@@ -268,7 +268,7 @@ impl TenantActor {
                 }),
             }
         };
-        Decision::wait(
+        Decision::later(
             asked
                 .into_actor(self)
                 .map(move |asked, act, _ctx| match asked {
@@ -331,7 +331,7 @@ impl TenantActor {
     }
 
     fn rejoined(&mut self) {
-        self.mode = Mode::Shared;
+        self.mode = Mode::Configured;
         self.book.set_limits(self.limits.clone());
         self.book.share_keys(None);
         tracing::info!(tenant = %self.tenant, "The tenant's decisions are back on the shared quota store.");
@@ -370,7 +370,7 @@ impl TenantActor {
             return;
         }
         let (committed, reserved) = match (self.mode, self.shared_totals) {
-            (Mode::Shared, Some(totals)) if self.redis.is_some() => totals,
+            (Mode::Configured, Some(totals)) if self.redis.is_some() => totals,
             _ => {
                 let status = self.book.status(now);
                 (status.committed, status.reserved)
@@ -583,7 +583,7 @@ impl TenantActor {
         close: Close,
         now: u64,
         ctx: &mut Context<Self>,
-    ) -> Decision<Self, Verdict<SettleReply>> {
+    ) -> Decision<Self, QuotaAnswer<SettleReply>> {
         let on_book = self.redis.is_none() || self.book.holds(close.id);
         if on_book {
             let scopes = self.book.scopes_of(close.id);
@@ -595,7 +595,7 @@ impl TenantActor {
                     ..
                 })
             );
-            if let Some(scopes) = scopes.filter(|_| committed && self.mode == Mode::Shared) {
+            if let Some(scopes) = scopes.filter(|_| committed && self.mode == Mode::Configured) {
                 self.absorb(close, scopes, now, ctx);
             }
             return Decision::Now(closed.map(|closed| self.closed(&closed, true, now)));
@@ -603,10 +603,10 @@ impl TenantActor {
         let Some(mut redis) = self.redis.clone() else {
             return Decision::Now(Err(QuotaError::Unavailable));
         };
-        let Step::Pending(step) = QuotaStore::settle(&mut redis, close, now) else {
+        let StoreReply::Pending(step) = QuotaStore::settle(&mut redis, close, now) else {
             return Decision::Now(Err(QuotaError::Unavailable));
         };
-        Decision::wait(step.into_actor(self).map(move |result, act, _| {
+        Decision::later(step.into_actor(self).map(move |result, act, _| {
             let Ok(closed) = result else {
                 act.pending.push(close);
                 return Err(QuotaError::Unavailable);
@@ -657,7 +657,7 @@ impl Actor for TenantActor {
 }
 
 impl Handler<CheckRate> for TenantActor {
-    type Result = Decision<Self, Verdict<RateDecision>>;
+    type Result = Decision<Self, QuotaAnswer<RateDecision>>;
 
     fn handle(&mut self, _msg: CheckRate, _ctx: &mut Context<Self>) -> Self::Result {
         let now = self.touch();
@@ -666,7 +666,7 @@ impl Handler<CheckRate> for TenantActor {
 }
 
 impl Handler<Reserve> for TenantActor {
-    type Result = Decision<Self, Verdict<Granted>>;
+    type Result = Decision<Self, QuotaAnswer<Granted>>;
 
     fn handle(&mut self, msg: Reserve, _ctx: &mut Context<Self>) -> Self::Result {
         let now = self.touch();
@@ -685,7 +685,7 @@ impl Handler<Reserve> for TenantActor {
 }
 
 impl Handler<RateAndReserve> for TenantActor {
-    type Result = Decision<Self, Verdict<Admitted>>;
+    type Result = Decision<Self, QuotaAnswer<Admitted>>;
 
     fn handle(&mut self, msg: RateAndReserve, _ctx: &mut Context<Self>) -> Self::Result {
         let now = self.touch();
@@ -720,8 +720,8 @@ impl TenantActor {
         &mut self,
         hold: Option<&EndUserHold>,
         now: u64,
-        decide: impl FnOnce(&mut Self, u64) -> Decision<Self, Verdict<T>> + 'static,
-    ) -> Decision<Self, Verdict<T>> {
+        decide: impl FnOnce(&mut Self, u64) -> Decision<Self, QuotaAnswer<T>> + 'static,
+    ) -> Decision<Self, QuotaAnswer<T>> {
         let unknown = match self.path() {
             Path::Book => hold
                 .filter(|h| !self.book.end_users().knows(&h.id, h.limits.period))
@@ -734,7 +734,7 @@ impl TenantActor {
         let window = self.book.end_users().window(&hold.limits, now);
         let today = self.book.end_users().today(now);
         let load = self.seed_source().end_user(hold.id.clone(), window, today);
-        Decision::wait(load.into_actor(self).then(move |loaded, act, _ctx| {
+        Decision::later(load.into_actor(self).then(move |loaded, act, _ctx| {
             let now = act.clock.now_ms();
             match loaded {
                 Ok(seed) => {
@@ -752,9 +752,9 @@ impl TenantActor {
     /// The book's gauges move with every reservation it takes (Redis's with its settles).
     fn published<T>(
         &mut self,
-        decision: Decision<Self, Verdict<T>>,
+        decision: Decision<Self, QuotaAnswer<T>>,
         now: u64,
-    ) -> Decision<Self, Verdict<T>> {
+    ) -> Decision<Self, QuotaAnswer<T>> {
         if matches!(decision, Decision::Now(Ok(_))) {
             self.publish(now);
         }
@@ -763,7 +763,7 @@ impl TenantActor {
 }
 
 impl Handler<Settle> for TenantActor {
-    type Result = Decision<Self, Verdict<SettleReply>>;
+    type Result = Decision<Self, QuotaAnswer<SettleReply>>;
 
     fn handle(&mut self, msg: Settle, ctx: &mut Context<Self>) -> Self::Result {
         let now = self.touch();
@@ -788,14 +788,14 @@ impl Handler<Release> for TenantActor {
         };
         // Nobody waits for a release's reply; the actor does, so the next
         // decision sees the money back.
-        if let Decision::Wait(released) = self.close(close, now, ctx) {
+        if let Decision::Later(released) = self.close(close, now, ctx) {
             ctx.wait(released.map(|_, _, _| ()));
         }
     }
 }
 
 impl Handler<GetStatus> for TenantActor {
-    type Result = Decision<Self, Verdict<BudgetStatus>>;
+    type Result = Decision<Self, QuotaAnswer<BudgetStatus>>;
 
     fn handle(&mut self, _msg: GetStatus, _ctx: &mut Context<Self>) -> Self::Result {
         let now = self.clock.now_ms();
@@ -810,15 +810,15 @@ impl Handler<GetStatus> for TenantActor {
         };
         match decision {
             Decision::Now(status) => Decision::Now(status.map(tenant_view)),
-            Decision::Wait(status) => {
-                Decision::wait(status.map(move |status, _, _| status.map(tenant_view)))
+            Decision::Later(status) => {
+                Decision::later(status.map(move |status, _, _| status.map(tenant_view)))
             }
         }
     }
 }
 
 impl Handler<GetEndUser> for TenantActor {
-    type Result = Decision<Self, Verdict<EndUserStatus>>;
+    type Result = Decision<Self, QuotaAnswer<EndUserStatus>>;
 
     fn handle(&mut self, msg: GetEndUser, _ctx: &mut Context<Self>) -> Self::Result {
         let now = self.touch();
@@ -850,7 +850,7 @@ impl Handler<GetEndUser> for TenantActor {
                         period: window.key,
                     })
                 };
-                Decision::wait(asked.into_actor(self))
+                Decision::later(asked.into_actor(self))
             }
             Path::Book => {
                 let request_hold = hold.clone();
@@ -864,7 +864,7 @@ impl Handler<GetEndUser> for TenantActor {
 }
 
 impl Handler<AddCredit> for TenantActor {
-    type Result = Decision<Self, Verdict<()>>;
+    type Result = Decision<Self, QuotaAnswer<()>>;
 
     fn handle(&mut self, msg: AddCredit, _ctx: &mut Context<Self>) -> Self::Result {
         let now = self.touch();
@@ -876,7 +876,7 @@ impl Handler<AddCredit> for TenantActor {
 }
 
 impl Handler<GetBalance> for TenantActor {
-    type Result = Decision<Self, Verdict<BalanceStatus>>;
+    type Result = Decision<Self, QuotaAnswer<BalanceStatus>>;
 
     fn handle(&mut self, msg: GetBalance, _ctx: &mut Context<Self>) -> Self::Result {
         let now = self.touch();
@@ -895,7 +895,7 @@ impl Handler<UpdateLimits> for TenantActor {
         }
         let limits = match self.mode {
             Mode::Local => local_share(&self.limits, &self.seed, self.replicas),
-            Mode::Shared => self.limits.clone(),
+            Mode::Configured => self.limits.clone(),
         };
         QuotaStore::set_limits(&mut self.book, limits);
         let now = self.clock.now_ms();

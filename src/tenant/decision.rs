@@ -12,21 +12,23 @@ use std::pin::Pin;
 use actix::dev::{MessageResponse, OneshotSender};
 use actix::{Actor, ActorFuture, ActorFutureExt, AsyncContext, Message};
 
+/// `Now`: decided on the spot; `Later`: a future the actor runs (it does
+/// not wait for it before the next message).
 pub enum Decision<A: Actor, T> {
     Now(T),
-    Wait(Pin<Box<dyn ActorFuture<A, Output = T>>>),
+    Later(Pin<Box<dyn ActorFuture<A, Output = T>>>),
 }
 
 impl<A: Actor, T: 'static> Decision<A, T> {
-    pub fn wait(future: impl ActorFuture<A, Output = T> + 'static) -> Self {
-        Decision::Wait(Box::pin(future))
+    pub fn later(future: impl ActorFuture<A, Output = T> + 'static) -> Self {
+        Decision::Later(Box::pin(future))
     }
 
     /// The decision as a future, to follow another one.
     pub fn into_future(self) -> Pin<Box<dyn ActorFuture<A, Output = T>>> {
         match self {
             Decision::Now(result) => Box::pin(actix::fut::ready(result)),
-            Decision::Wait(future) => future,
+            Decision::Later(future) => future,
         }
     }
 }
@@ -45,7 +47,7 @@ where
                     let _ = tx.send(result);
                 }
             }
-            Decision::Wait(future) => {
+            Decision::Later(future) => {
                 ctx.spawn(future.map(move |result, _, _| {
                     if let Some(tx) = tx {
                         let _ = tx.send(result);

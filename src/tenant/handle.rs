@@ -53,7 +53,7 @@ pub struct TenantHandle {
 }
 
 /// The rate decision, and the reservation when the rate allowed one.
-pub struct Admission {
+pub struct RateAndHold {
     pub rate: RateDecision,
     pub reservation: Option<Result<ReservationGuard, QuotaError>>,
 }
@@ -131,13 +131,13 @@ impl TenantHandle {
         &self,
         request: ReserveRequest,
         meta: ReservationMeta,
-    ) -> Result<Admission, QuotaError> {
+    ) -> Result<RateAndHold, QuotaError> {
         let (admitted, actor) = self
             .call_on(RateAndReserve(Reserve { request, meta }))
             .await?;
         let Admitted { rate, reservation } = admitted?;
         actor.rate_limited.store(!rate.allowed, Ordering::Relaxed);
-        Ok(Admission {
+        Ok(RateAndHold {
             rate,
             reservation: reservation
                 .map(|granted| granted.map(|granted| self.guard(granted, &actor))),

@@ -20,7 +20,7 @@ pub mod store;
 pub mod tokens;
 
 pub use book::{BudgetStatus, Granted, Limits, RateDecision, Refusal, Refused, ReserveRequest};
-pub use handle::{Admission, QuotaError, ReservationGuard, TenantHandle};
+pub use handle::{QuotaError, RateAndHold, ReservationGuard, TenantHandle};
 pub use messages::ReservationMeta;
 pub use registry::TenantRegistry;
 pub use shared::SharedStore;

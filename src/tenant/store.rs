@@ -18,22 +18,22 @@ use super::shared::StoreFailure;
 use crate::ids::{KeyId, ReservationId};
 use crate::money::Nanos;
 
-/// A decision: the store's answer, or its refusal (`QuotaError`).
-pub type Verdict<T> = Result<T, QuotaError>;
+/// A store's answer, or its refusal (`QuotaError`).
+pub type QuotaAnswer<T> = Result<T, QuotaError>;
 
-/// A step on a store: decided on the spot (the book), or by a script whose
+/// A store's reply: decided on the spot (the book), or by a script whose
 /// reply is on its way (Redis, which may fail as a store: `StoreFailure`).
-pub enum Step<T> {
-    Done(Verdict<T>),
-    Pending(LocalBoxFuture<'static, Result<Verdict<T>, StoreFailure>>),
+pub enum StoreReply<T> {
+    Done(QuotaAnswer<T>),
+    Pending(LocalBoxFuture<'static, Result<QuotaAnswer<T>, StoreFailure>>),
 }
 
-impl<T> Step<T> {
-    /// The verdict of a step that cannot wait (the book's).
-    pub fn now(self) -> Verdict<T> {
+impl<T> StoreReply<T> {
+    /// The answer of a reply that cannot wait (the book's).
+    pub fn now(self) -> QuotaAnswer<T> {
         match self {
-            Step::Done(verdict) => verdict,
-            Step::Pending(_) => Err(QuotaError::Unavailable),
+            StoreReply::Done(verdict) => verdict,
+            StoreReply::Pending(_) => Err(QuotaError::Unavailable),
         }
     }
 }
@@ -83,19 +83,23 @@ pub trait QuotaStore {
     /// The limits the next decisions apply.
     fn set_limits(&mut self, limits: Limits);
     /// Takes one request from the requests/min bucket.
-    fn check_rate(&mut self, now_ms: u64) -> Step<RateDecision>;
+    fn check_rate(&mut self, now_ms: u64) -> StoreReply<RateDecision>;
     /// Holds the worst case against every scope that applies, all or nothing.
-    fn reserve(&mut self, reservation: &Reservation, now_ms: u64) -> Step<Granted>;
+    fn reserve(&mut self, reservation: &Reservation, now_ms: u64) -> StoreReply<Granted>;
     /// `check_rate`, then `reserve` if the rate allows: one step for both.
-    fn check_rate_and_reserve(&mut self, reservation: &Reservation, now_ms: u64) -> Step<Admitted>;
+    fn check_rate_and_reserve(
+        &mut self,
+        reservation: &Reservation,
+        now_ms: u64,
+    ) -> StoreReply<Admitted>;
     /// Closes a reservation; closing one twice changes nothing.
-    fn settle(&mut self, close: Close, now_ms: u64) -> Step<Closed>;
+    fn settle(&mut self, close: Close, now_ms: u64) -> StoreReply<Closed>;
     /// The tenant's period: committed, reserved, what is left.
-    fn status(&mut self, now_ms: u64) -> Step<BudgetStatus>;
+    fn status(&mut self, now_ms: u64) -> StoreReply<BudgetStatus>;
     /// Adds a top-up the ledger wrote (row `id`); one added before changes nothing.
-    fn add_credit(&mut self, top_up: &CreditAdded) -> Step<()>;
+    fn add_credit(&mut self, top_up: &CreditAdded) -> StoreReply<()>;
     /// The tenant's prepaid balance (`None`) or a key's.
-    fn balance(&mut self, key: Option<KeyId>, now_ms: u64) -> Step<BalanceStatus>;
+    fn balance(&mut self, key: Option<KeyId>, now_ms: u64) -> StoreReply<BalanceStatus>;
 }
 
 /// A top-up as written to the ledger.
@@ -111,30 +115,34 @@ impl QuotaStore for QuotaBook {
         QuotaBook::set_limits(self, limits);
     }
 
-    fn check_rate(&mut self, now_ms: u64) -> Step<RateDecision> {
-        Step::Done(Ok(QuotaBook::check_rate(self, now_ms)))
+    fn check_rate(&mut self, now_ms: u64) -> StoreReply<RateDecision> {
+        StoreReply::Done(Ok(QuotaBook::check_rate(self, now_ms)))
     }
 
-    fn reserve(&mut self, reservation: &Reservation, now_ms: u64) -> Step<Granted> {
-        Step::Done(
+    fn reserve(&mut self, reservation: &Reservation, now_ms: u64) -> StoreReply<Granted> {
+        StoreReply::Done(
             self.reserve_as(reservation, now_ms)
                 .map_err(QuotaError::from),
         )
     }
 
-    fn check_rate_and_reserve(&mut self, reservation: &Reservation, now_ms: u64) -> Step<Admitted> {
+    fn check_rate_and_reserve(
+        &mut self,
+        reservation: &Reservation,
+        now_ms: u64,
+    ) -> StoreReply<Admitted> {
         let rate = QuotaBook::check_rate(self, now_ms);
         let reservation = rate.allowed.then(|| {
             self.reserve_as(reservation, now_ms)
                 .map_err(QuotaError::from)
         });
-        Step::Done(Ok(Admitted { rate, reservation }))
+        StoreReply::Done(Ok(Admitted { rate, reservation }))
     }
 
-    fn settle(&mut self, close: Close, now_ms: u64) -> Step<Closed> {
+    fn settle(&mut self, close: Close, now_ms: u64) -> StoreReply<Closed> {
         let settled = QuotaBook::settle(self, close.id, close.charged, close.tokens, now_ms);
         let status = QuotaBook::status(self, now_ms);
-        Step::Done(Ok(Closed {
+        StoreReply::Done(Ok(Closed {
             settled,
             committed: status.committed,
             reserved: status.reserved,
@@ -144,16 +152,16 @@ impl QuotaStore for QuotaBook {
         }))
     }
 
-    fn status(&mut self, now_ms: u64) -> Step<BudgetStatus> {
-        Step::Done(Ok(QuotaBook::status(self, now_ms)))
+    fn status(&mut self, now_ms: u64) -> StoreReply<BudgetStatus> {
+        StoreReply::Done(Ok(QuotaBook::status(self, now_ms)))
     }
 
-    fn add_credit(&mut self, top_up: &CreditAdded) -> Step<()> {
+    fn add_credit(&mut self, top_up: &CreditAdded) -> StoreReply<()> {
         QuotaBook::add_credit(self, top_up.id, top_up.key.clone(), top_up.amount);
-        Step::Done(Ok(()))
+        StoreReply::Done(Ok(()))
     }
 
-    fn balance(&mut self, key: Option<KeyId>, _now_ms: u64) -> Step<BalanceStatus> {
-        Step::Done(Ok(QuotaBook::balance(self, key.as_ref())))
+    fn balance(&mut self, key: Option<KeyId>, _now_ms: u64) -> StoreReply<BalanceStatus> {
+        StoreReply::Done(Ok(QuotaBook::balance(self, key.as_ref())))
     }
 }

@@ -14,7 +14,9 @@ use crate::tenant::book::{BudgetStatus, Granted, Limits, RateDecision};
 use crate::tenant::handle::QuotaError;
 use crate::tenant::messages::Admitted;
 use crate::tenant::seed::SeedSource;
-use crate::tenant::store::{Close, Closed, CreditAdded, QuotaStore, Reservation, Step, Verdict};
+use crate::tenant::store::{
+    Close, Closed, CreditAdded, QuotaAnswer, QuotaStore, Reservation, StoreReply,
+};
 
 /// One tenant's decisions on Redis.
 #[derive(Clone)]
@@ -64,12 +66,12 @@ impl RedisQuota {
         &self,
         now_ms: u64,
         step: impl FnOnce(RedisQuota) -> F + 'static,
-    ) -> Step<T>
+    ) -> StoreReply<T>
     where
-        F: Future<Output = Result<Verdict<T>, StoreFailure>> + 'static,
+        F: Future<Output = Result<QuotaAnswer<T>, StoreFailure>> + 'static,
     {
         let store = self.clone();
-        Step::Pending(
+        StoreReply::Pending(
             async move {
                 if store.rejoin {
                     let seed = store.source.clone().load(now_ms).await;
@@ -83,7 +85,7 @@ impl RedisQuota {
     }
 
     /// Seeds the month from the ledger unless another replica already did.
-    async fn seed(&self, now_ms: u64) -> Result<Verdict<()>, StoreFailure> {
+    async fn seed(&self, now_ms: u64) -> Result<QuotaAnswer<()>, StoreFailure> {
         let seed = match self.ledger_seed(now_ms).await {
             Ok(seed) => seed,
             Err(refused) => return Ok(Err(refused)),
@@ -107,7 +109,7 @@ impl RedisQuota {
         &self,
         reservation: &Reservation,
         now_ms: u64,
-    ) -> Result<Verdict<()>, StoreFailure> {
+    ) -> Result<QuotaAnswer<()>, StoreFailure> {
         let Some(hold) = &reservation.request.end_user else {
             return Ok(Err(QuotaError::Unavailable));
         };
@@ -131,7 +133,11 @@ impl RedisQuota {
 
     /// Starts a day, week or lifetime of the tenant's budgets from the ledger
     /// unless another replica did.
-    async fn seed_window(&self, period: Period, now_ms: u64) -> Result<Verdict<()>, StoreFailure> {
+    async fn seed_window(
+        &self,
+        period: Period,
+        now_ms: u64,
+    ) -> Result<QuotaAnswer<()>, StoreFailure> {
         match self.ledger_seed(now_ms).await {
             Ok(seed) => self.quota.seed_window(period, &seed, now_ms).await.map(Ok),
             Err(refused) => Ok(Err(refused)),
@@ -139,7 +145,7 @@ impl RedisQuota {
     }
 
     /// Starts the tenant's balances from the ledger unless another replica did.
-    async fn seed_credit(&self, now_ms: u64) -> Result<Verdict<()>, StoreFailure> {
+    async fn seed_credit(&self, now_ms: u64) -> Result<QuotaAnswer<()>, StoreFailure> {
         match self.ledger_seed(now_ms).await {
             Ok(seed) => self.quota.seed_credit(&seed).await.map(Ok),
             Err(refused) => Ok(Err(refused)),
@@ -154,7 +160,7 @@ impl RedisQuota {
         reservation: &Reservation,
         meta: &str,
         now_ms: u64,
-    ) -> Result<Verdict<Granted>, StoreFailure> {
+    ) -> Result<QuotaAnswer<Granted>, StoreFailure> {
         // The month, up to three windows, the end user and the balances: each at most once.
         for _ in 0..6 {
             let seeded = match reserved {
@@ -206,13 +212,13 @@ impl QuotaStore for RedisQuota {
         self.limits = limits;
     }
 
-    fn check_rate(&mut self, now_ms: u64) -> Step<RateDecision> {
+    fn check_rate(&mut self, now_ms: u64) -> StoreReply<RateDecision> {
         self.pending(now_ms, move |store| async move {
             store.quota.check_rate(&store.limits, now_ms).await.map(Ok)
         })
     }
 
-    fn reserve(&mut self, reservation: &Reservation, now_ms: u64) -> Step<Granted> {
+    fn reserve(&mut self, reservation: &Reservation, now_ms: u64) -> StoreReply<Granted> {
         let reservation = reservation.clone();
         self.pending(now_ms, move |store| async move {
             let meta = meta_json(&reservation);
@@ -225,7 +231,11 @@ impl QuotaStore for RedisQuota {
         })
     }
 
-    fn check_rate_and_reserve(&mut self, reservation: &Reservation, now_ms: u64) -> Step<Admitted> {
+    fn check_rate_and_reserve(
+        &mut self,
+        reservation: &Reservation,
+        now_ms: u64,
+    ) -> StoreReply<Admitted> {
         let reservation = reservation.clone();
         self.pending(now_ms, move |store| async move {
             let meta = meta_json(&reservation);
@@ -242,11 +252,11 @@ impl QuotaStore for RedisQuota {
         })
     }
 
-    fn settle(&mut self, close: Close, now_ms: u64) -> Step<Closed> {
+    fn settle(&mut self, close: Close, now_ms: u64) -> StoreReply<Closed> {
         if !self.quota.health().is_up() {
             // Not waited for: the actor keeps the close and retries it.
             let down = StoreFailure("marked down".to_owned());
-            return Step::Pending(std::future::ready(Err(down)).boxed_local());
+            return StoreReply::Pending(std::future::ready(Err(down)).boxed_local());
         }
         self.pending(now_ms, move |store| async move {
             let Close {
@@ -269,7 +279,7 @@ impl QuotaStore for RedisQuota {
         })
     }
 
-    fn status(&mut self, now_ms: u64) -> Step<BudgetStatus> {
+    fn status(&mut self, now_ms: u64) -> StoreReply<BudgetStatus> {
         self.pending(now_ms, move |store| async move {
             let period = store.limits.period;
             let mut totals = store.quota.status(period, now_ms).await?;
@@ -297,7 +307,7 @@ impl QuotaStore for RedisQuota {
         })
     }
 
-    fn add_credit(&mut self, top_up: &CreditAdded) -> Step<()> {
+    fn add_credit(&mut self, top_up: &CreditAdded) -> StoreReply<()> {
         let top_up = top_up.clone();
         self.pending(0, move |store| async move {
             store
@@ -308,7 +318,7 @@ impl QuotaStore for RedisQuota {
         })
     }
 
-    fn balance(&mut self, key: Option<KeyId>, now_ms: u64) -> Step<BalanceStatus> {
+    fn balance(&mut self, key: Option<KeyId>, now_ms: u64) -> StoreReply<BalanceStatus> {
         self.pending(now_ms, move |store| async move {
             let mut balance = store.quota.balance(key.as_ref()).await?;
             if balance.is_none() {
