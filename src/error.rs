@@ -39,108 +39,87 @@ pub enum ErrorCode {
     Internal,
 }
 
+/// One error code: its wire `code` (also the metric label), its status, and
+/// its `error.type` in OpenAI's envelope and in Anthropic's.
+struct Row {
+    code: &'static str,
+    status: StatusCode,
+    openai: &'static str,
+    anthropic: &'static str,
+}
+
+const fn row(
+    code: &'static str,
+    status: StatusCode,
+    openai: &'static str,
+    anthropic: &'static str,
+) -> Row {
+    Row {
+        code,
+        status,
+        openai,
+        anthropic,
+    }
+}
+
+// OpenAI's and Anthropic's `error.type` values used more than once.
+const INVALID: &str = "invalid_request_error";
+const PERMISSION: &str = "permission_error";
+const RATE: &str = "rate_limit_error";
+const SERVER: &str = "server_error";
+const OVERLOADED: &str = "overloaded_error";
+const AUTH: &str = "authentication_error";
+
 impl ErrorCode {
-    pub const fn status(self) -> StatusCode {
+    /// The table, one line per code. An upstream refusal carries its real
+    /// status; `BAD_REQUEST` is only its fallback. A budget refusal is
+    /// Anthropic's `billing_error` (its own type for 402), so its SDKs raise a
+    /// status error the caller can tell apart from a malformed request.
+    #[rustfmt::skip]
+    const fn row(self) -> Row {
+        use StatusCode as S;
         match self {
-            // An upstream refusal carries its real status; BAD_REQUEST is only the fallback.
-            ErrorCode::InvalidRequest
-            | ErrorCode::EndUserRequired
-            | ErrorCode::UpstreamRejected => StatusCode::BAD_REQUEST,
-            ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorCode::InvalidApiKey | ErrorCode::KeyExpired | ErrorCode::InvalidAdminToken => {
-                StatusCode::UNAUTHORIZED
-            }
-            ErrorCode::RouteNotAllowed | ErrorCode::EndUserBlocked => StatusCode::FORBIDDEN,
-            ErrorCode::ModelNotFound | ErrorCode::NotFound => StatusCode::NOT_FOUND,
-            ErrorCode::Conflict => StatusCode::CONFLICT,
-            ErrorCode::RateLimited | ErrorCode::TokenLimited => StatusCode::TOO_MANY_REQUESTS,
-            ErrorCode::BudgetExceeded => StatusCode::PAYMENT_REQUIRED,
-            ErrorCode::ProviderMisconfigured | ErrorCode::Internal => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
-            ErrorCode::ProviderUnavailable
-            | ErrorCode::Overloaded
-            | ErrorCode::QuotaUnavailable => StatusCode::SERVICE_UNAVAILABLE,
-            ErrorCode::UpstreamFailed => StatusCode::BAD_GATEWAY,
+            ErrorCode::InvalidRequest        => row("invalid_request",        S::BAD_REQUEST,           INVALID,                INVALID),
+            ErrorCode::EndUserRequired       => row("end_user_required",      S::BAD_REQUEST,           INVALID,                INVALID),
+            ErrorCode::PayloadTooLarge       => row("payload_too_large",      S::PAYLOAD_TOO_LARGE,     INVALID,                "request_too_large"),
+            ErrorCode::InvalidApiKey         => row("invalid_api_key",        S::UNAUTHORIZED,          INVALID,                AUTH),
+            ErrorCode::KeyExpired            => row("key_expired",            S::UNAUTHORIZED,          INVALID,                AUTH),
+            ErrorCode::InvalidAdminToken     => row("invalid_admin_token",    S::UNAUTHORIZED,          INVALID,                AUTH),
+            ErrorCode::ModelNotFound         => row("model_not_found",        S::NOT_FOUND,             INVALID,                "not_found_error"),
+            ErrorCode::RouteNotAllowed       => row("model_not_allowed",      S::FORBIDDEN,             PERMISSION,             PERMISSION),
+            ErrorCode::EndUserBlocked        => row("end_user_blocked",       S::FORBIDDEN,             PERMISSION,             PERMISSION),
+            ErrorCode::NotFound              => row("not_found",              S::NOT_FOUND,             INVALID,                "not_found_error"),
+            ErrorCode::Conflict              => row("conflict",               S::CONFLICT,              INVALID,                INVALID),
+            ErrorCode::RateLimited           => row("rate_limit_exceeded",    S::TOO_MANY_REQUESTS,     RATE,                   RATE),
+            ErrorCode::TokenLimited          => row("token_limit_exceeded",   S::TOO_MANY_REQUESTS,     RATE,                   RATE),
+            ErrorCode::BudgetExceeded        => row("budget_exceeded",        S::PAYMENT_REQUIRED,      "insufficient_quota",   "billing_error"),
+            ErrorCode::UpstreamRejected      => row("upstream_rejected",      S::BAD_REQUEST,           INVALID,                INVALID),
+            ErrorCode::ProviderMisconfigured => row("provider_misconfigured", S::INTERNAL_SERVER_ERROR, SERVER,                 "api_error"),
+            ErrorCode::ProviderUnavailable   => row("provider_unavailable",   S::SERVICE_UNAVAILABLE,   SERVER,                 OVERLOADED),
+            ErrorCode::UpstreamFailed        => row("upstream_failed",        S::BAD_GATEWAY,           SERVER,                 "api_error"),
+            ErrorCode::Overloaded            => row("overloaded",             S::SERVICE_UNAVAILABLE,   SERVER,                 OVERLOADED),
+            ErrorCode::QuotaUnavailable      => row("quota_unavailable",      S::SERVICE_UNAVAILABLE,   SERVER,                 OVERLOADED),
+            ErrorCode::Internal              => row("internal_error",         S::INTERNAL_SERVER_ERROR, SERVER,                 "api_error"),
         }
+    }
+
+    pub const fn status(self) -> StatusCode {
+        self.row().status
     }
 
     /// OpenAI's `error.type`.
     pub const fn openai_type(self) -> &'static str {
-        match self {
-            ErrorCode::InvalidRequest
-            | ErrorCode::EndUserRequired
-            | ErrorCode::PayloadTooLarge
-            | ErrorCode::InvalidApiKey
-            | ErrorCode::KeyExpired
-            | ErrorCode::InvalidAdminToken
-            | ErrorCode::ModelNotFound
-            | ErrorCode::NotFound
-            | ErrorCode::Conflict
-            | ErrorCode::UpstreamRejected => "invalid_request_error",
-            ErrorCode::RouteNotAllowed | ErrorCode::EndUserBlocked => "permission_error",
-            ErrorCode::RateLimited | ErrorCode::TokenLimited => "rate_limit_error",
-            ErrorCode::BudgetExceeded => "insufficient_quota",
-            ErrorCode::ProviderMisconfigured
-            | ErrorCode::ProviderUnavailable
-            | ErrorCode::UpstreamFailed
-            | ErrorCode::Overloaded
-            | ErrorCode::QuotaUnavailable
-            | ErrorCode::Internal => "server_error",
-        }
+        self.row().openai
     }
 
-    /// Anthropic's `error.type`, for the Messages door. A budget refusal is
-    /// `billing_error`: Anthropic's own type for 402, so its SDKs raise a
-    /// status error the caller can tell apart from a malformed request.
+    /// Anthropic's `error.type`, for the Messages door.
     pub const fn anthropic_type(self) -> &'static str {
-        match self {
-            ErrorCode::InvalidRequest
-            | ErrorCode::EndUserRequired
-            | ErrorCode::Conflict
-            | ErrorCode::UpstreamRejected => "invalid_request_error",
-            ErrorCode::PayloadTooLarge => "request_too_large",
-            ErrorCode::InvalidApiKey | ErrorCode::KeyExpired | ErrorCode::InvalidAdminToken => {
-                "authentication_error"
-            }
-            ErrorCode::RouteNotAllowed | ErrorCode::EndUserBlocked => "permission_error",
-            ErrorCode::ModelNotFound | ErrorCode::NotFound => "not_found_error",
-            ErrorCode::RateLimited | ErrorCode::TokenLimited => "rate_limit_error",
-            ErrorCode::BudgetExceeded => "billing_error",
-            ErrorCode::ProviderMisconfigured | ErrorCode::UpstreamFailed | ErrorCode::Internal => {
-                "api_error"
-            }
-            ErrorCode::ProviderUnavailable
-            | ErrorCode::Overloaded
-            | ErrorCode::QuotaUnavailable => "overloaded_error",
-        }
+        self.row().anthropic
     }
 
     /// The wire `error.code`, and the `status` label of metrics.
     pub const fn as_str(self) -> &'static str {
-        match self {
-            ErrorCode::InvalidRequest => "invalid_request",
-            ErrorCode::EndUserRequired => "end_user_required",
-            ErrorCode::PayloadTooLarge => "payload_too_large",
-            ErrorCode::InvalidApiKey => "invalid_api_key",
-            ErrorCode::KeyExpired => "key_expired",
-            ErrorCode::InvalidAdminToken => "invalid_admin_token",
-            ErrorCode::ModelNotFound => "model_not_found",
-            ErrorCode::RouteNotAllowed => "model_not_allowed",
-            ErrorCode::EndUserBlocked => "end_user_blocked",
-            ErrorCode::NotFound => "not_found",
-            ErrorCode::Conflict => "conflict",
-            ErrorCode::RateLimited => "rate_limit_exceeded",
-            ErrorCode::TokenLimited => "token_limit_exceeded",
-            ErrorCode::BudgetExceeded => "budget_exceeded",
-            ErrorCode::UpstreamRejected => "upstream_rejected",
-            ErrorCode::ProviderMisconfigured => "provider_misconfigured",
-            ErrorCode::ProviderUnavailable => "provider_unavailable",
-            ErrorCode::UpstreamFailed => "upstream_failed",
-            ErrorCode::Overloaded => "overloaded",
-            ErrorCode::QuotaUnavailable => "quota_unavailable",
-            ErrorCode::Internal => "internal_error",
-        }
+        self.row().code
     }
 }
 
