@@ -83,27 +83,7 @@ impl Consult<'_> {
             );
         };
         let question = match question(self.ctx, self.request, self.settings) {
-            Ok(mut question) => {
-                // An identified end user's answers are theirs unless the route shares them.
-                let end_user = self
-                    .ctx
-                    .end_user
-                    .as_deref()
-                    .filter(|_| !self.settings.share_across_end_users);
-                if self.placed.is_some() || end_user.is_some() {
-                    let mut hasher = Sha256::new();
-                    hasher.update(question.context);
-                    if let Some(placed) = &self.placed {
-                        hasher.update(placed);
-                    }
-                    if let Some(id) = end_user {
-                        hasher.update(b"end user\0");
-                        hasher.update(id.as_bytes());
-                    }
-                    question.context = hasher.finalize().into();
-                }
-                question
-            }
+            Ok(question) => self.scoped(question),
             Err(reason) => {
                 count("bypass");
                 let labels = [("route", route), ("reason", reason)];
@@ -157,6 +137,30 @@ impl Consult<'_> {
                 Ok(miss(keep, cost, "miss"))
             }
         }
+    }
+
+    /// `question` with its context narrowed to whom an answer may be reused
+    /// for: the prompts the gateway placed first change the conversation, and
+    /// an identified end user's answers are theirs unless the route shares them.
+    fn scoped(&self, mut question: Question) -> Question {
+        let end_user = self
+            .ctx
+            .end_user
+            .as_deref()
+            .filter(|_| !self.settings.share_across_end_users);
+        if self.placed.is_some() || end_user.is_some() {
+            let mut hasher = Sha256::new();
+            hasher.update(question.context);
+            if let Some(placed) = &self.placed {
+                hasher.update(placed);
+            }
+            if let Some(id) = end_user {
+                hasher.update(b"end user\0");
+                hasher.update(id.as_bytes());
+            }
+            question.context = hasher.finalize().into();
+        }
+        question
     }
 
     /// The question's embedding, through the tenant's own embeddings call.

@@ -262,87 +262,102 @@ impl Translator {
         match self {
             Translator::Passthrough(relay) => relay.on_event(event),
             Translator::Responses(relay) => relay.on_event(event),
-            Translator::OpenAi { include_usage } => match inspect(event) {
-                Inspected::Done => Translated::Done(Vec::new()),
-                Inspected::Chunk {
-                    content,
-                    usage,
-                    usage_only,
-                } => {
-                    let forward = !usage_only || *include_usage;
-                    let bytes = forward.then(|| {
-                        let mut bytes = Vec::with_capacity(event.len() + 2);
-                        bytes.extend_from_slice(event);
-                        bytes.extend_from_slice(b"\n\n");
-                        Bytes::from(bytes)
-                    });
-                    Translated::Events(vec![Relayed {
-                        bytes,
-                        content,
-                        usage,
-                        unseen_tokens: 0,
-                    }])
-                }
-                Inspected::Error(error) => {
-                    Translated::Broken(format!("upstream error event: {error}"))
-                }
-                Inspected::Malformed => Translated::Broken("malformed SSE line".to_owned()),
-                Inspected::Other => {
-                    let mut bytes = event.to_vec();
-                    bytes.extend_from_slice(b"\n\n");
-                    Translated::Events(vec![Relayed {
-                        bytes: Some(Bytes::from(bytes)),
-                        content: String::new(),
-                        usage: None,
-                        unseen_tokens: 0,
-                    }])
-                }
-            },
+            Translator::OpenAi { include_usage } => openai_event(event, *include_usage),
             Translator::Anthropic {
                 mapper,
                 include_usage,
-            } => {
-                let (name, data) = event_fields(event);
-                if data.is_empty() {
-                    return Translated::Events(Vec::new());
-                }
-                let chunks = match mapper.on_event(&name, &data) {
-                    Ok(chunks) => chunks,
-                    Err(error) => return Translated::Broken(error.to_string()),
-                };
-                let mut relayed: Vec<Relayed> = chunks
-                    .iter()
-                    .map(|chunk| {
-                        let content = match inspect(&framed(chunk)) {
-                            Inspected::Chunk { content, .. } => content,
-                            _ => String::new(),
-                        };
-                        Relayed {
-                            bytes: Some(framed(chunk)),
-                            content,
-                            usage: None,
-                            unseen_tokens: 0,
-                        }
-                    })
-                    .collect();
-                if let Some(last) = relayed.last_mut() {
-                    last.usage = mapper.usage();
-                }
-                if mapper.is_finished() {
-                    let usage = mapper.usage();
-                    let usage_chunk = mapper.usage_chunk().filter(|_| *include_usage);
-                    relayed.push(Relayed {
-                        bytes: usage_chunk.map(|c| framed(&c)),
-                        content: String::new(),
-                        usage,
-                        unseen_tokens: 0,
-                    });
-                    return Translated::Done(relayed);
-                }
-                Translated::Events(relayed)
-            }
+            } => anthropic_event(mapper, *include_usage, event),
         }
     }
+}
+
+/// An OpenAI-compatible upstream's event, relayed as it came: only read for
+/// what billing needs, and a usage-only chunk held back from a caller who
+/// did not ask for usage.
+fn openai_event(event: &[u8], include_usage: bool) -> Translated {
+    match inspect(event) {
+        Inspected::Done => Translated::Done(Vec::new()),
+        Inspected::Chunk {
+            content,
+            usage,
+            usage_only,
+        } => {
+            let forward = !usage_only || include_usage;
+            let bytes = forward.then(|| {
+                let mut bytes = Vec::with_capacity(event.len() + 2);
+                bytes.extend_from_slice(event);
+                bytes.extend_from_slice(b"\n\n");
+                Bytes::from(bytes)
+            });
+            Translated::Events(vec![Relayed {
+                bytes,
+                content,
+                usage,
+                unseen_tokens: 0,
+            }])
+        }
+        Inspected::Error(error) => Translated::Broken(format!("upstream error event: {error}")),
+        Inspected::Malformed => Translated::Broken("malformed SSE line".to_owned()),
+        Inspected::Other => {
+            let mut bytes = event.to_vec();
+            bytes.extend_from_slice(b"\n\n");
+            Translated::Events(vec![Relayed {
+                bytes: Some(Bytes::from(bytes)),
+                content: String::new(),
+                usage: None,
+                unseen_tokens: 0,
+            }])
+        }
+    }
+}
+
+/// An Anthropic event as the OpenAI chunks it maps to. Anthropic reports
+/// usage as the stream goes rather than in a last chunk, so the running
+/// usage rides on the last chunk of each event, and the finished stream
+/// ends with OpenAI's usage chunk (sent only to a caller who asked for it).
+fn anthropic_event(
+    mapper: &mut anthropic::StreamMapper,
+    include_usage: bool,
+    event: &[u8],
+) -> Translated {
+    let (name, data) = event_fields(event);
+    if data.is_empty() {
+        return Translated::Events(Vec::new());
+    }
+    let chunks = match mapper.on_event(&name, &data) {
+        Ok(chunks) => chunks,
+        Err(error) => return Translated::Broken(error.to_string()),
+    };
+    let mut relayed: Vec<Relayed> = chunks
+        .iter()
+        .map(|chunk| {
+            let content = match inspect(&framed(chunk)) {
+                Inspected::Chunk { content, .. } => content,
+                _ => String::new(),
+            };
+            Relayed {
+                bytes: Some(framed(chunk)),
+                content,
+                usage: None,
+                unseen_tokens: 0,
+            }
+        })
+        .collect();
+    if let Some(last) = relayed.last_mut() {
+        last.usage = mapper.usage();
+    }
+    if mapper.is_finished() {
+        let usage = mapper.usage();
+        let usage_chunk = mapper.usage_chunk().filter(|_| include_usage);
+        relayed.push(Relayed {
+            bytes: usage_chunk.map(|c| framed(&c)),
+            content: String::new(),
+            usage,
+            unseen_tokens: 0,
+        });
+        return Translated::Done(relayed);
+    }
+    Translated::Events(relayed)
 }
 
 /// The `event:` name and the joined `data:` lines of one SSE event.

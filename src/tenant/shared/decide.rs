@@ -10,6 +10,7 @@ use super::{
     bucket_capacity, clamped_max_tokens, daily_refusal, end_user_ttl_ms, field, keys,
     monthly_refusal, nanos, number, per_minute_refusal, threshold_amount, window, worst_case,
 };
+use crate::tenant::tokens::TokenRefusal;
 
 impl SharedQuota {
     pub async fn check_rate(
@@ -335,29 +336,34 @@ impl SharedQuota {
             }
             ReserveReply::Tokens { limit, value } => {
                 let value = count(&value)?;
-                let calendar = &self.store.calendar;
-                let refusal = match limit.as_str() {
-                    "monthly" => monthly_refusal(
-                        limits.tokens.monthly.unwrap_or(0),
-                        tokens,
-                        calendar,
-                        now_ms,
-                    ),
-                    "daily" => {
-                        daily_refusal(limits.tokens.daily.unwrap_or(0), tokens, calendar, now_ms)
-                    }
-                    _ => per_minute_refusal(
-                        limits.tokens.tpm.unwrap_or(0),
-                        tokens,
-                        i128::from(value),
-                    ),
-                };
+                let refusal = self.tokens_refusal(&limit, value, limits, tokens, now_ms);
                 Attempt::Refused(Refusal::Tokens(refusal))
             }
             ok @ ReserveReply::Ok { .. } => {
                 Attempt::Ok(granted(&ok, id, limits, max_tokens, amount)?)
             }
         })
+    }
+
+    /// The refusal for the tenant's token limit a `RESERVE` reply names,
+    /// built as the book builds its own, so an answer does not depend on
+    /// which store gave it. Only the per-minute wait needs the script's count
+    /// (`value`, the bucket's units); a day's or month's runs to its end.
+    fn tokens_refusal(
+        &self,
+        limit: &str,
+        value: i64,
+        limits: &Limits,
+        tokens: u64,
+        now_ms: u64,
+    ) -> TokenRefusal {
+        let calendar = &self.store.calendar;
+        let counts = &limits.tokens;
+        match limit {
+            "monthly" => monthly_refusal(counts.monthly.unwrap_or(0), tokens, calendar, now_ms),
+            "daily" => daily_refusal(counts.daily.unwrap_or(0), tokens, calendar, now_ms),
+            _ => per_minute_refusal(counts.tpm.unwrap_or(0), tokens, i128::from(value)),
+        }
     }
 
     /// Commits `charged`, releases the rest; a second settle of the same id is a no-op.
