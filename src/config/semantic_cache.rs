@@ -33,6 +33,16 @@ pub enum SemanticStore {
     Postgres,
 }
 
+impl SemanticStore {
+    /// The `store` label of the semantic cache's metrics.
+    pub const fn name(self) -> &'static str {
+        match self {
+            SemanticStore::Memory => "memory",
+            SemanticStore::Postgres => "postgres",
+        }
+    }
+}
+
 impl Default for SemanticCacheConfig {
     fn default() -> Self {
         SemanticCacheConfig {

@@ -11,340 +11,44 @@ use metrics::{Label, Unit, describe_counter, describe_gauge, describe_histogram}
 use super::handles::{self, Handle};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Metric {
-    RequestsTotal,
-    RequestDurationSeconds,
-    GatewayOverheadSeconds,
-    UpstreamDurationSeconds,
-    UpstreamTtftSeconds,
-    UpstreamAttemptsTotal,
-    FallbacksTotal,
-    TokensTotal,
-    CostNanosTotal,
-    BudgetUtilizationRatio,
-    ReservedNanos,
-    ReservationChargeRatio,
-    ReservationOverrunNanosTotal,
-    ReservationsOrphanedTotal,
-    EndUserLoadsTotal,
-    UnknownOutcomesTotal,
-    BudgetAlertsTotal,
-    RejectionsTotal,
-    StreamInterruptionsTotal,
-    StreamHoldStepsTotal,
-    TokenizerFailuresTotal,
-    FieldRefusalsTotal,
-    QuotaHoldsLostTotal,
-    CacheRequestsTotal,
-    LedgerEventsFlushed,
-    LedgerWriteErrors,
-    LedgerBacklogEvents,
-    LedgerBatchRows,
-    LedgerLagSeconds,
-    LedgerBacklogFullTotal,
-    JournalFsyncSeconds,
-    JournalErrorsTotal,
-    JournalReplayedTotal,
-    ProviderInFlight,
-    ProviderQueued,
-    BreakerState,
-    QuotaStoreUp,
-    QuotaStoreErrorsTotal,
-    QuotaStoreFallbacksTotal,
-    QuotaDriftNanos,
-    ProviderConcurrencyLimit,
-    AuthKeyLookupsTotal,
-    RetryBackoffSeconds,
-    ProviderQueueWaitSeconds,
-    TraceSpansExportedTotal,
-    TraceSpansDroppedTotal,
-    ProviderPromptTokensTotal,
-    SemanticCacheRequestsTotal,
-    SemanticCacheBypassesTotal,
-    SemanticCacheLookupSeconds,
-    SemanticCacheSavedNanosTotal,
-    PromptBreakpointsOffTenants,
-    AuditPayloadsDroppedTotal,
-}
-
-impl Metric {
-    pub const ALL: [Metric; 53] = [
-        Metric::RequestsTotal,
-        Metric::RequestDurationSeconds,
-        Metric::GatewayOverheadSeconds,
-        Metric::UpstreamDurationSeconds,
-        Metric::UpstreamTtftSeconds,
-        Metric::UpstreamAttemptsTotal,
-        Metric::FallbacksTotal,
-        Metric::TokensTotal,
-        Metric::CostNanosTotal,
-        Metric::BudgetUtilizationRatio,
-        Metric::ReservedNanos,
-        Metric::ReservationChargeRatio,
-        Metric::ReservationOverrunNanosTotal,
-        Metric::ReservationsOrphanedTotal,
-        Metric::EndUserLoadsTotal,
-        Metric::UnknownOutcomesTotal,
-        Metric::BudgetAlertsTotal,
-        Metric::RejectionsTotal,
-        Metric::StreamInterruptionsTotal,
-        Metric::StreamHoldStepsTotal,
-        Metric::TokenizerFailuresTotal,
-        Metric::FieldRefusalsTotal,
-        Metric::QuotaHoldsLostTotal,
-        Metric::CacheRequestsTotal,
-        Metric::LedgerEventsFlushed,
-        Metric::LedgerWriteErrors,
-        Metric::LedgerBacklogEvents,
-        Metric::LedgerBatchRows,
-        Metric::LedgerLagSeconds,
-        Metric::LedgerBacklogFullTotal,
-        Metric::JournalFsyncSeconds,
-        Metric::JournalErrorsTotal,
-        Metric::JournalReplayedTotal,
-        Metric::ProviderInFlight,
-        Metric::ProviderQueued,
-        Metric::BreakerState,
-        Metric::QuotaStoreUp,
-        Metric::QuotaStoreErrorsTotal,
-        Metric::QuotaStoreFallbacksTotal,
-        Metric::QuotaDriftNanos,
-        Metric::ProviderConcurrencyLimit,
-        Metric::AuthKeyLookupsTotal,
-        Metric::RetryBackoffSeconds,
-        Metric::ProviderQueueWaitSeconds,
-        Metric::TraceSpansExportedTotal,
-        Metric::TraceSpansDroppedTotal,
-        Metric::ProviderPromptTokensTotal,
-        Metric::SemanticCacheRequestsTotal,
-        Metric::SemanticCacheBypassesTotal,
-        Metric::SemanticCacheLookupSeconds,
-        Metric::SemanticCacheSavedNanosTotal,
-        Metric::PromptBreakpointsOffTenants,
-        Metric::AuditPayloadsDroppedTotal,
-    ];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Metric::RequestsTotal => "tollgate_requests_total",
-            Metric::RequestDurationSeconds => "tollgate_request_duration_seconds",
-            Metric::GatewayOverheadSeconds => "tollgate_gateway_overhead_seconds",
-            Metric::UpstreamDurationSeconds => "tollgate_upstream_duration_seconds",
-            Metric::UpstreamTtftSeconds => "tollgate_upstream_ttft_seconds",
-            Metric::UpstreamAttemptsTotal => "tollgate_upstream_attempts_total",
-            Metric::FallbacksTotal => "tollgate_fallbacks_total",
-            Metric::TokensTotal => "tollgate_tokens_total",
-            Metric::CostNanosTotal => "tollgate_cost_nanos_total",
-            Metric::BudgetUtilizationRatio => "tollgate_budget_utilization_ratio",
-            Metric::ReservedNanos => "tollgate_reserved_nanos",
-            Metric::ReservationChargeRatio => "tollgate_reservation_charge_ratio",
-            Metric::ReservationOverrunNanosTotal => "tollgate_reservation_overrun_nanos_total",
-            Metric::ReservationsOrphanedTotal => "tollgate_reservations_orphaned_total",
-            Metric::EndUserLoadsTotal => "tollgate_end_user_loads_total",
-            Metric::UnknownOutcomesTotal => "tollgate_upstream_unknown_outcomes_total",
-            Metric::BudgetAlertsTotal => "tollgate_budget_alerts_total",
-            Metric::RejectionsTotal => "tollgate_rejections_total",
-            Metric::StreamInterruptionsTotal => "tollgate_stream_interruptions_total",
-            Metric::StreamHoldStepsTotal => "tollgate_stream_hold_steps_total",
-            Metric::TokenizerFailuresTotal => "tollgate_tokenizer_failures_total",
-            Metric::FieldRefusalsTotal => "tollgate_field_refusals_total",
-            Metric::QuotaHoldsLostTotal => "tollgate_quota_holds_lost_total",
-            Metric::CacheRequestsTotal => "tollgate_cache_requests_total",
-            Metric::SemanticCacheRequestsTotal => "tollgate_semantic_cache_requests_total",
-            Metric::SemanticCacheBypassesTotal => "tollgate_semantic_cache_bypasses_total",
-            Metric::SemanticCacheLookupSeconds => "tollgate_semantic_cache_lookup_seconds",
-            Metric::SemanticCacheSavedNanosTotal => "tollgate_semantic_cache_saved_nanos_total",
-            Metric::PromptBreakpointsOffTenants => "tollgate_prompt_breakpoints_off_tenants",
-            Metric::AuditPayloadsDroppedTotal => "tollgate_audit_payloads_dropped_total",
-            Metric::LedgerEventsFlushed => "tollgate_ledger_events_flushed_total",
-            Metric::LedgerWriteErrors => "tollgate_ledger_write_errors_total",
-            Metric::LedgerBacklogEvents => "tollgate_ledger_backlog_events",
-            Metric::LedgerBatchRows => "tollgate_ledger_batch_rows",
-            Metric::LedgerLagSeconds => "tollgate_ledger_lag_seconds",
-            Metric::LedgerBacklogFullTotal => "tollgate_ledger_backlog_full_total",
-            Metric::JournalFsyncSeconds => "tollgate_journal_fsync_seconds",
-            Metric::RetryBackoffSeconds => "tollgate_retry_backoff_seconds",
-            Metric::ProviderQueueWaitSeconds => "tollgate_provider_queue_wait_seconds",
-            Metric::TraceSpansExportedTotal => "tollgate_trace_spans_exported_total",
-            Metric::TraceSpansDroppedTotal => "tollgate_trace_spans_dropped_total",
-            Metric::ProviderPromptTokensTotal => "tollgate_provider_prompt_tokens_total",
-            Metric::JournalErrorsTotal => "tollgate_journal_errors_total",
-            Metric::JournalReplayedTotal => "tollgate_journal_replayed_events_total",
-            Metric::ProviderInFlight => "tollgate_provider_in_flight",
-            Metric::ProviderConcurrencyLimit => "tollgate_provider_concurrency_limit",
-            Metric::ProviderQueued => "tollgate_provider_queued",
-            Metric::BreakerState => "tollgate_breaker_state",
-            Metric::QuotaStoreUp => "tollgate_quota_store_up",
-            Metric::QuotaStoreErrorsTotal => "tollgate_quota_store_errors_total",
-            Metric::QuotaStoreFallbacksTotal => "tollgate_quota_store_fallbacks_total",
-            Metric::QuotaDriftNanos => "tollgate_quota_drift_nanos",
-            Metric::AuthKeyLookupsTotal => "tollgate_auth_key_lookups_total",
+/// Declares every metric once: its variant, name, kind, when its series
+/// first appears, and its help text. The enum, `ALL` and every accessor
+/// follow from this one list.
+macro_rules! metrics {
+    ($($variant:ident => $name:literal, $kind:ident, $zero:ident, $help:literal;)*) => {
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Metric {
+            $($variant,)*
         }
-    }
 
-    const fn help(self) -> &'static str {
-        match self {
-            Metric::RequestsTotal => {
-                "Chat requests by route and final status (`ok` or the error code)."
-            }
-            Metric::RequestDurationSeconds => "Time from request to response headers, by route.",
-            Metric::GatewayOverheadSeconds => {
-                "Time spent in the gateway itself (request time minus upstream time), by route."
-            }
-            Metric::UpstreamDurationSeconds => {
-                "Upstream call latency (to the full body, or to the first chunk of a stream) by provider, model and outcome."
-            }
-            Metric::UpstreamTtftSeconds => {
-                "Time to the first streamed chunk, by provider and model."
-            }
-            Metric::UpstreamAttemptsTotal => {
-                "Upstream attempts by provider and outcome: ok, retryable (timeouts, connection errors, 5xx), rate_limited (429), rejected (other 4xx), local_error."
-            }
-            Metric::FallbacksTotal => {
-                "Requests served by a later target, by route, failed provider and serving provider."
-            }
-            Metric::TokensTotal => {
-                "Tokens metered, by tenant and type (prompt, cached, cache_write, completion)."
-            }
-            Metric::CostNanosTotal => {
-                "Charged cost in nano-units of the billing currency, by tenant (and feature when enabled)."
-            }
-            Metric::BudgetUtilizationRatio => {
-                "Committed spend over the monthly budget, by tenant (tenants with a budget)."
-            }
-            Metric::ReservedNanos => "Budget held by outstanding reservations, by tenant.",
-            Metric::ReservationChargeRatio => {
-                "Charged cost over reserved worst case per call (above 1: overrun)."
-            }
-            Metric::ReservationOverrunNanosTotal => "Charged cost above its reservation.",
-            Metric::ReservationsOrphanedTotal => {
-                "Reservations that expired unsettled and were committed."
-            }
-            Metric::EndUserLoadsTotal => {
-                "End users' period spend read from the ledger (new in a period, evicted from memory, or expired in Redis)."
-            }
-            Metric::UnknownOutcomesTotal => {
-                "Attempts that reached the provider and ended without a usage report, charged their hold, by provider."
-            }
-            Metric::BudgetAlertsTotal => {
-                "Budget thresholds crossed, by threshold percent (once per tenant and period)."
-            }
-            Metric::RejectionsTotal => "Requests refused before the upstream, by kind.",
-            Metric::StreamInterruptionsTotal => {
-                "Streams that did not end normally, by provider and reason (partial, client_cancelled, cut_at_hold)."
-            }
-            Metric::StreamHoldStepsTotal => {
-                "Steps a growing stream hold asked for, by route and outcome (granted; refused, which ends the stream)."
-            }
-            Metric::TokenizerFailuresTotal => {
-                "Texts the tokenizer failed on, counted by their bytes instead (expected to stay 0)."
-            }
-            Metric::QuotaHoldsLostTotal => {
-                "Settles of holds the shared quota store had no record of (it restarted empty); their rows keep their charge."
-            }
-            Metric::FieldRefusalsTotal => {
-                "Requests refused for a body field, header or value the gateway cannot price, by door and field."
-            }
-            Metric::CacheRequestsTotal => "Response cache lookups by route and result (hit, miss).",
-            Metric::SemanticCacheRequestsTotal => {
-                "Semantic cache requests by route and result: hit, miss, bypass (not looked up), error (the embedding or the store failed: served as a miss)."
-            }
-            Metric::SemanticCacheBypassesTotal => {
-                "Requests not looked up in the semantic cache, by route and reason (header, tools, temperature, rule, no_question)."
-            }
-            Metric::SemanticCacheLookupSeconds => {
-                "Time to search the semantic cache's index (after the embedding call), by route and store."
-            }
-            Metric::SemanticCacheSavedNanosTotal => {
-                "What the answers served from the semantic cache cost when they were bought, by route."
-            }
-            other => other.help_storage_and_telemetry(),
-        }
-    }
+        impl Metric {
+            pub const ALL: &[Metric] = &[$(Metric::$variant,)*];
 
-    /// `help` of the ledger, journal, quota store, provider and telemetry metrics.
-    const fn help_storage_and_telemetry(self) -> &'static str {
-        match self {
-            Metric::LedgerEventsFlushed => "Ledger events written to the database.",
-            Metric::LedgerWriteErrors => "Failed ledger batch writes (kept and retried).",
-            Metric::LedgerBacklogEvents => "Ledger events recorded and not yet in the database.",
-            Metric::LedgerBatchRows => "Rows per ledger database write.",
-            Metric::LedgerLagSeconds => {
-                "Age of the oldest event of a ledger batch when it was written."
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(Metric::$variant => $name,)*
+                }
             }
-            Metric::LedgerBacklogFullTotal => {
-                "Paid requests that found the ledger backlog full, by action (refused, continued)."
-            }
-            Metric::JournalFsyncSeconds => "Duration of one journal fsync (shared by a group).",
-            Metric::RetryBackoffSeconds => {
-                "Time a request slept before retrying the same provider, by provider (not in the gateway's overhead)."
-            }
-            Metric::ProviderQueueWaitSeconds => {
-                "Time a request waited for a provider's concurrency permit, by provider (not in the gateway's overhead)."
-            }
-            Metric::TraceSpansExportedTotal => "Spans the OTLP collector accepted.",
-            Metric::AuditPayloadsDroppedTotal => {
-                "Audit payloads of opted-in tenants not kept: the writer's queue was full or the database refused them."
-            }
-            Metric::PromptBreakpointsOffTenants => {
-                "Tenants in `auto` whose cache breakpoints the ledger's last review turned off (their cache writes cost more than their reads saved)."
-            }
-            Metric::ProviderPromptTokensTotal => {
-                "Prompt tokens by provider and type: prompt (uncached), cached (read from the provider's prompt cache), cache_write."
-            }
-            Metric::TraceSpansDroppedTotal => {
-                "Spans dropped, by reason: queue_full (the exporter fell behind) or export_failed (the collector did not accept them)."
-            }
-            Metric::JournalErrorsTotal => {
-                "Journal I/O failures by operation (write, fsync, rotate, delete, encode, read)."
-            }
-            Metric::JournalReplayedTotal => {
-                "Events replayed from the journal at start, by kind (settle, orphan)."
-            }
-            Metric::ProviderInFlight => "Upstream calls in flight, by provider.",
-            Metric::ProviderConcurrencyLimit => {
-                "Calls a provider may have in flight (moves when its limit is adaptive)."
-            }
-            Metric::ProviderQueued => "Calls waiting for a provider slot, by provider.",
-            Metric::BreakerState => {
-                "Circuit breaker state by provider: 0 closed, 1 half-open, 2 open."
-            }
-            Metric::QuotaStoreUp => {
-                "Whether the shared quota store (Redis) answers: 1 up, 0 down (absent without Redis)."
-            }
-            Metric::QuotaStoreErrorsTotal => "Shared quota store calls that failed or timed out.",
-            Metric::QuotaStoreFallbacksTotal => {
-                "Quota decisions made without the shared store, by policy (local, fail_closed)."
-            }
-            Metric::QuotaDriftNanos => {
-                "Shared store committed spend minus the ledger's at the last reconciliation, by tenant."
-            }
-            Metric::AuthKeyLookupsTotal => {
-                "Key ids not in memory, by result: found, unknown and error queried the database; cached_unknown and busy were refused without a query."
-            }
-            _ => "",
-        }
-    }
 
-    /// Histograms are named by their unit; `_total` are counters; the rest gauges.
-    pub fn kind(self) -> MetricKind {
-        match self {
-            Metric::RequestDurationSeconds
-            | Metric::GatewayOverheadSeconds
-            | Metric::UpstreamDurationSeconds
-            | Metric::UpstreamTtftSeconds
-            | Metric::ReservationChargeRatio
-            | Metric::LedgerBatchRows
-            | Metric::LedgerLagSeconds
-            | Metric::JournalFsyncSeconds
-            | Metric::RetryBackoffSeconds
-            | Metric::ProviderQueueWaitSeconds
-            | Metric::SemanticCacheLookupSeconds => MetricKind::Histogram,
-            m if m.as_str().ends_with("_total") => MetricKind::Counter,
-            _ => MetricKind::Gauge,
+            pub const fn help(self) -> &'static str {
+                match self {
+                    $(Metric::$variant => $help,)*
+                }
+            }
+
+            pub const fn kind(self) -> MetricKind {
+                match self {
+                    $(Metric::$variant => MetricKind::$kind,)*
+                }
+            }
+
+            pub const fn zero(self) -> Zero {
+                match self {
+                    $(Metric::$variant => Zero::$zero,)*
+                }
+            }
         }
-    }
+    };
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -354,8 +58,134 @@ pub enum MetricKind {
     Histogram,
 }
 
+/// When a metric's series exist before its first event, so a panel or an
+/// alert that selects one reads 0 rather than "No data".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Zero {
+    /// At 0 from the start (`zero_unlabeled`, or the fixed label sets
+    /// `zeros.rs` exports whatever the configuration).
+    Start,
+    /// At 0 for each label value the configuration names (`zeros.rs`), from
+    /// the start and after each reload.
+    Configured,
+    /// At 0 for each named tenant when its actor starts on a shared store.
+    TenantStart,
+    /// Only from the first event: its labels are values only the event
+    /// knows (a tenant, a model, an error code, a provider's live state).
+    Event,
+}
+
+metrics! {
+    RequestsTotal => "tollgate_requests_total", Counter, Configured,
+        "Chat requests by route and final status (`ok` or the error code).";
+    RequestDurationSeconds => "tollgate_request_duration_seconds", Histogram, Event,
+        "Time from request to response headers, by route.";
+    GatewayOverheadSeconds => "tollgate_gateway_overhead_seconds", Histogram, Event,
+        "Time spent in the gateway itself (request time minus upstream time), by route.";
+    UpstreamDurationSeconds => "tollgate_upstream_duration_seconds", Histogram, Event,
+        "Upstream call latency (to the full body, or to the first chunk of a stream) by provider, model and outcome.";
+    UpstreamTtftSeconds => "tollgate_upstream_ttft_seconds", Histogram, Event,
+        "Time to the first streamed chunk, by provider and model.";
+    UpstreamAttemptsTotal => "tollgate_upstream_attempts_total", Counter, Configured,
+        "Upstream attempts by provider and outcome: ok, retryable (timeouts, connection errors, 5xx), rate_limited (429), rejected (other 4xx), local_error.";
+    FallbacksTotal => "tollgate_fallbacks_total", Counter, Configured,
+        "Requests served by a later target, by route, failed provider and serving provider.";
+    TokensTotal => "tollgate_tokens_total", Counter, Event,
+        "Tokens metered, by tenant and type (prompt, cached, cache_write, completion).";
+    CostNanosTotal => "tollgate_cost_nanos_total", Counter, Event,
+        "Charged cost in nano-units of the billing currency, by tenant (and feature when enabled).";
+    BudgetUtilizationRatio => "tollgate_budget_utilization_ratio", Gauge, Event,
+        "Committed spend over the monthly budget, by tenant (tenants with a budget).";
+    ReservedNanos => "tollgate_reserved_nanos", Gauge, Event,
+        "Budget held by outstanding reservations, by tenant.";
+    ReservationChargeRatio => "tollgate_reservation_charge_ratio", Histogram, Event,
+        "Charged cost over reserved worst case per call (above 1: overrun).";
+    ReservationOverrunNanosTotal => "tollgate_reservation_overrun_nanos_total", Counter, Start,
+        "Charged cost above its reservation.";
+    ReservationsOrphanedTotal => "tollgate_reservations_orphaned_total", Counter, Start,
+        "Reservations that expired unsettled and were committed.";
+    EndUserLoadsTotal => "tollgate_end_user_loads_total", Counter, Start,
+        "End users' period spend read from the ledger (new in a period, evicted from memory, or expired in Redis).";
+    UnknownOutcomesTotal => "tollgate_upstream_unknown_outcomes_total", Counter, Event,
+        "Attempts that reached the provider and ended without a usage report, charged their hold, by provider.";
+    BudgetAlertsTotal => "tollgate_budget_alerts_total", Counter, Configured,
+        "Budget thresholds crossed, by threshold percent (once per tenant and period).";
+    RejectionsTotal => "tollgate_rejections_total", Counter, Event,
+        "Requests refused before the upstream, by kind.";
+    StreamInterruptionsTotal => "tollgate_stream_interruptions_total", Counter, Configured,
+        "Streams that did not end normally, by provider and reason (partial, client_cancelled, cut_at_hold).";
+    StreamHoldStepsTotal => "tollgate_stream_hold_steps_total", Counter, Configured,
+        "Steps a growing stream hold asked for, by route and outcome (granted; refused, which ends the stream).";
+    TokenizerFailuresTotal => "tollgate_tokenizer_failures_total", Counter, Start,
+        "Texts the tokenizer failed on, counted by their bytes instead (expected to stay 0).";
+    FieldRefusalsTotal => "tollgate_field_refusals_total", Counter, Event,
+        "Requests refused for a body field, header or value the gateway cannot price, by door and field.";
+    QuotaHoldsLostTotal => "tollgate_quota_holds_lost_total", Counter, Start,
+        "Settles of holds the shared quota store had no record of (it restarted empty); their rows keep their charge.";
+    CacheRequestsTotal => "tollgate_cache_requests_total", Counter, Configured,
+        "Response cache lookups by route and result (hit, miss).";
+    LedgerEventsFlushed => "tollgate_ledger_events_flushed_total", Counter, Start,
+        "Ledger events written to the database.";
+    LedgerWriteErrors => "tollgate_ledger_write_errors_total", Counter, Start,
+        "Failed ledger batch writes (kept and retried).";
+    LedgerBacklogEvents => "tollgate_ledger_backlog_events", Gauge, Start,
+        "Ledger events recorded and not yet in the database.";
+    LedgerBatchRows => "tollgate_ledger_batch_rows", Histogram, Event,
+        "Rows per ledger database write.";
+    LedgerLagSeconds => "tollgate_ledger_lag_seconds", Histogram, Event,
+        "Age of the oldest event of a ledger batch when it was written.";
+    LedgerBacklogFullTotal => "tollgate_ledger_backlog_full_total", Counter, Start,
+        "Paid requests that found the ledger backlog full, by action (refused, continued).";
+    JournalFsyncSeconds => "tollgate_journal_fsync_seconds", Histogram, Event,
+        "Duration of one journal fsync (shared by a group).";
+    JournalErrorsTotal => "tollgate_journal_errors_total", Counter, Start,
+        "Journal I/O failures by operation (write, fsync, rotate, delete, encode, read).";
+    JournalReplayedTotal => "tollgate_journal_replayed_events_total", Counter, Start,
+        "Events replayed from the journal at start, by kind (settle, orphan).";
+    ProviderInFlight => "tollgate_provider_in_flight", Gauge, Event,
+        "Upstream calls in flight, by provider.";
+    ProviderQueued => "tollgate_provider_queued", Gauge, Event,
+        "Calls waiting for a provider slot, by provider.";
+    BreakerState => "tollgate_breaker_state", Gauge, Event,
+        "Circuit breaker state by provider: 0 closed, 1 half-open, 2 open.";
+    QuotaStoreUp => "tollgate_quota_store_up", Gauge, Event,
+        "Whether the shared quota store (Redis) answers: 1 up, 0 down (absent without Redis).";
+    QuotaStoreErrorsTotal => "tollgate_quota_store_errors_total", Counter, Event,
+        "Shared quota store calls that failed or timed out.";
+    QuotaStoreFallbacksTotal => "tollgate_quota_store_fallbacks_total", Counter, Event,
+        "Quota decisions made without the shared store, by policy (local, fail_closed).";
+    QuotaDriftNanos => "tollgate_quota_drift_nanos", Gauge, TenantStart,
+        "Shared store committed spend minus the ledger's at the last reconciliation, by tenant.";
+    ProviderConcurrencyLimit => "tollgate_provider_concurrency_limit", Gauge, Event,
+        "Calls a provider may have in flight (moves when its limit is adaptive).";
+    AuthKeyLookupsTotal => "tollgate_auth_key_lookups_total", Counter, Start,
+        "Key ids not in memory, by result: found, unknown and error queried the database; cached_unknown and busy were refused without a query.";
+    RetryBackoffSeconds => "tollgate_retry_backoff_seconds", Histogram, Event,
+        "Time a request slept before retrying the same provider, by provider (not in the gateway's overhead).";
+    ProviderQueueWaitSeconds => "tollgate_provider_queue_wait_seconds", Histogram, Event,
+        "Time a request waited for a provider's concurrency permit, by provider (not in the gateway's overhead).";
+    TraceSpansExportedTotal => "tollgate_trace_spans_exported_total", Counter, Start,
+        "Spans the OTLP collector accepted.";
+    TraceSpansDroppedTotal => "tollgate_trace_spans_dropped_total", Counter, Start,
+        "Spans dropped, by reason: queue_full (the exporter fell behind) or export_failed (the collector did not accept them).";
+    ProviderPromptTokensTotal => "tollgate_provider_prompt_tokens_total", Counter, Configured,
+        "Prompt tokens by provider and type: prompt (uncached), cached (read from the provider's prompt cache), cache_write.";
+    SemanticCacheRequestsTotal => "tollgate_semantic_cache_requests_total", Counter, Configured,
+        "Semantic cache requests by route and result: hit, miss, bypass (not looked up), error (the embedding or the store failed: served as a miss).";
+    SemanticCacheBypassesTotal => "tollgate_semantic_cache_bypasses_total", Counter, Configured,
+        "Requests not looked up in the semantic cache, by route and reason (header, tools, temperature, rule, no_question).";
+    SemanticCacheLookupSeconds => "tollgate_semantic_cache_lookup_seconds", Histogram, Configured,
+        "Time to search the semantic cache's index (after the embedding call), by route and store.";
+    SemanticCacheSavedNanosTotal => "tollgate_semantic_cache_saved_nanos_total", Counter, Configured,
+        "What the answers served from the semantic cache cost when they were bought, by route.";
+    PromptBreakpointsOffTenants => "tollgate_prompt_breakpoints_off_tenants", Gauge, Event,
+        "Tenants in `auto` whose cache breakpoints the ledger's last review turned off (their cache writes cost more than their reads saved).";
+    AuditPayloadsDroppedTotal => "tollgate_audit_payloads_dropped_total", Counter, Start,
+        "Audit payloads of opted-in tenants not kept: the writer's queue was full or the database refused them.";
+}
+
 pub fn describe_all() {
-    for metric in Metric::ALL {
+    for &metric in Metric::ALL {
         let name = metric.as_str();
         let help = metric.help();
         match metric.kind() {
@@ -445,6 +275,23 @@ pub fn observe(metric: Metric, pairs: &[(&'static str, &str)], value: f64) {
     let make = || Handle::Histogram(metrics::histogram!(metric.as_str(), labels(pairs)));
     if let Handle::Histogram(histogram) = handle(metric, pairs, make) {
         histogram.record(value);
+    }
+}
+
+/// Exports `metric` with `pairs` before its first event: a counter or a
+/// gauge at 0, a histogram with no sample (its buckets at 0).
+#[expect(
+    clippy::disallowed_macros,
+    reason = "the one place a histogram is registered without a sample"
+)]
+pub fn zero(metric: Metric, pairs: &[(&'static str, &str)]) {
+    match metric.kind() {
+        MetricKind::Counter => counter_add(metric, pairs, 0),
+        MetricKind::Gauge => gauge_set(metric, pairs, 0.0),
+        MetricKind::Histogram => {
+            let make = || Handle::Histogram(metrics::histogram!(metric.as_str(), labels(pairs)));
+            handle(metric, pairs, make);
+        }
     }
 }
 
@@ -707,7 +554,7 @@ mod tests {
 
     #[test]
     fn every_metric_is_named_for_its_kind() {
-        for metric in Metric::ALL {
+        for &metric in Metric::ALL {
             let name = metric.as_str();
             assert!(name.starts_with("tollgate_"), "{name}");
             assert_eq!(

@@ -4,7 +4,7 @@
 //! panel or alert rule that selects one of them has a series before the
 //! first event, and `increase()` sees the first one.
 
-use super::metrics::{Metric, counter_add};
+use super::metrics::{Metric, counter_add, zero};
 use crate::config::Config;
 
 /// `tollgate_upstream_attempts_total`'s outcomes (see `pipeline::attempt`).
@@ -46,6 +46,11 @@ pub fn zero_configured(config: &Config) {
                 Metric::SemanticCacheSavedNanosTotal,
                 &[("route", route_name)],
                 0,
+            );
+            let store = config.cache.semantic.store.name();
+            zero(
+                Metric::SemanticCacheLookupSeconds,
+                &[("route", route_name), ("store", store)],
             );
         }
         // A fallback goes from a failed target to any later one.
@@ -94,5 +99,72 @@ pub fn zero_configured(config: &Config) {
             &[("threshold", threshold.as_str())],
             0,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::config::KEY_PEPPER_ENV;
+    use crate::telemetry::metrics::{Zero, install};
+
+    /// Every part whose counters the configuration names: two providers on a
+    /// route (a fallback pair), the exact and the semantic cache, alerts.
+    const EVERY_PART: &str = r#"
+        [alerts]
+        thresholds_percent = [80, 100]
+        [providers.first]
+        kind = "openai"
+        base_url = "http://127.0.0.1:9/v1"
+        api_key_env = "FIRST_KEY"
+        [providers.second]
+        kind = "openai"
+        base_url = "http://127.0.0.1:9/v1"
+        api_key_env = "SECOND_KEY"
+        [routes.chat]
+        targets = ["first/chat-model", "second/chat-model"]
+        cache_ttl_ms = 60000
+        semantic_cache = { threshold = 0.92, ttl_ms = 60000, embedding_route = "embed" }
+        [routes.embed]
+        targets = ["first/embed-model"]
+        [tiers.free]
+        routes = ["chat", "embed"]
+        rpm = 60
+        default_max_tokens = 100
+        [[prices]]
+        provider = "first"
+        model = "chat-model"
+        input = "1"
+        output = "1"
+        [[prices]]
+        provider = "second"
+        model = "chat-model"
+        input = "1"
+        output = "1"
+        [[prices]]
+        provider = "first"
+        model = "embed-model"
+        input = "1"
+        output = "0"
+    "#;
+
+    #[test]
+    fn every_metric_declared_to_start_at_zero_has_a_series_before_any_event() {
+        let handle = install();
+        let env = HashMap::from([(KEY_PEPPER_ENV.to_owned(), "pepper".to_owned())]);
+        let config = Config::from_toml(EVERY_PART, &env).unwrap();
+        zero_configured(&config);
+        let scrape = handle.render();
+        for &metric in Metric::ALL {
+            if matches!(metric.zero(), Zero::Start | Zero::Configured) {
+                let name = metric.as_str();
+                assert!(
+                    scrape.lines().any(|line| line.starts_with(name) && !line.starts_with('#')),
+                    "{name} is declared to start at 0 but has no series"
+                );
+            }
+        }
     }
 }

@@ -45,7 +45,7 @@ use crate::ledger::{AttemptStatus, LedgerHandle, UsageEvent, UsageKind};
 use crate::money::Nanos;
 use crate::pricing::Usage;
 use crate::telemetry::metrics::{
-    Metric, OTHER_TENANTS, as_gauge_u64, counter_add, gauge_set, ratio, signed_difference,
+    Metric, OTHER_TENANTS, as_gauge_u64, counter_add, gauge_set, ratio, signed_difference, zero,
 };
 
 /// How often expired reservations are swept.
@@ -153,6 +153,10 @@ impl TenantActor {
         let redis = shared.map(|store| {
             RedisQuota::new(store.tenant(&tenant), limits.clone(), source, thresholds)
         });
+        // Its drift panel reads 0 until the first reconcile measures one.
+        if redis.is_some() && label != OTHER_TENANTS {
+            zero(Metric::QuotaDriftNanos, &[("tenant", label.as_str())]);
+        }
         TenantActor {
             tenant,
             label,

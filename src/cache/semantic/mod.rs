@@ -77,8 +77,8 @@ impl SemanticCache {
 
     pub fn store_name(&self) -> &'static str {
         match self.store {
-            Store::Memory(_) => "memory",
-            Store::Postgres(_) => "postgres",
+            Store::Memory(_) => SemanticStore::Memory.name(),
+            Store::Postgres(_) => SemanticStore::Postgres.name(),
         }
     }
 
