@@ -37,45 +37,58 @@ fn setup() -> TestSetup {
         .tier("free", &["fast", "claude-fast", "native"], 1000, 512)
 }
 
+/// A client's process, killed if the test fails while it runs.
+struct Client(Option<std::process::Child>);
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// Runs `program` in a fresh home and working directory with `env`, and
 /// returns its output once it ends (or fails the test past the timeout).
 async fn run(program: PathBuf, args: Vec<String>, env: Vec<(String, String)>) -> Output {
     let home = tempfile::tempdir().unwrap();
     let work = home.path().join("work");
     std::fs::create_dir(&work).unwrap();
-    let home_path = home.path().to_owned();
-    actix_web::rt::task::spawn_blocking(move || {
-        let mut child = Command::new(&program)
-            .args(&args)
-            .current_dir(&work)
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", &home_path)
-            .envs(env)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "{}: {e} (scripts/test.sh installs the agents)",
-                    program.display()
-                )
-            });
-        let started = tollgate::clock::monotonic();
-        while child.try_wait().unwrap().is_none() {
-            if started.elapsed() > CLIENT_TIMEOUT {
-                let _ = child.kill();
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let output = child.wait_with_output().unwrap();
-        drop(home);
-        output
-    })
-    .await
-    .unwrap()
+    let child = Command::new(&program)
+        .args(&args)
+        .current_dir(&work)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home.path())
+        .envs(env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (scripts/test.sh installs the agents)",
+                program.display()
+            )
+        });
+    let mut client = Client(Some(child));
+    crate::support::wait_until(
+        CLIENT_TIMEOUT,
+        &format!("{} to end", program.display()),
+        async || {
+            let child = client.0.as_mut().unwrap();
+            child.try_wait().unwrap().ok_or("still running")
+        },
+    )
+    .await;
+    let child = client.0.take().unwrap();
+    let output = actix_web::rt::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    drop(home);
+    output
 }
 
 fn text(output: &Output) -> String {

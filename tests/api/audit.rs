@@ -35,14 +35,15 @@ async fn payloads(app: &TestApp, tenant: &str) -> Vec<audit_payload::Model> {
 
 /// The writer is off the request path: wait (boundedly) for `count` rows.
 async fn wait_for(app: &TestApp, tenant: &str, count: usize) -> Vec<audit_payload::Model> {
-    for _ in 0..100 {
-        let rows = payloads(app, tenant).await;
-        if rows.len() >= count {
-            return rows;
-        }
-        actix_rt::time::sleep(Duration::from_millis(50)).await;
-    }
-    payloads(app, tenant).await
+    crate::support::wait_until(
+        Duration::from_secs(5),
+        &format!("{count} audit payloads of {tenant}"),
+        async || {
+            let rows = payloads(app, tenant).await;
+            crate::support::done_if(rows.len() >= count, rows)
+        },
+    )
+    .await
 }
 
 #[actix_web::test]

@@ -184,9 +184,15 @@ async fn a_reservation_that_expires_unsettled_is_committed_as_orphaned_never_twi
     let body = chat_body("slow");
     let call = app.chat(&key, &body);
     let expire = async {
-        while app.fake.stats.requests() == 0 {
-            actix_rt::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        crate::support::wait_until(
+            std::time::Duration::from_secs(5),
+            "the call to reach the upstream",
+            async || {
+                let requests = app.fake.stats.requests();
+                crate::support::done_if(requests > 0, requests)
+            },
+        )
+        .await;
         let held = app.budget(&tenant).await;
         // Past the request deadline (20 s) and the margin (30 s): the sweep must act.
         clock.advance_ms(60_000);
@@ -366,14 +372,17 @@ async fn alert_mode_passes_and_the_webhook_fires_once_at_80_and_once_at_100_perc
         assert_eq!(app.chat(&key, &chat_body("fast")).await.status, 200);
     }
 
-    for _ in 0..100 {
-        if received.lock().unwrap().len() >= 2 {
-            break;
-        }
-        actix_rt::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    // Give a duplicate the chance to arrive before counting.
-    actix_rt::time::sleep(std::time::Duration::from_millis(300)).await;
+    crate::support::wait_until(
+        std::time::Duration::from_secs(5),
+        "two alerts",
+        async || {
+            let received = received.lock().unwrap().len();
+            crate::support::done_if(received >= 2, received)
+        },
+    )
+    .await;
+    // A pause on the real clock: a duplicate alert would arrive within it.
+    crate::support::let_real_time_pass(std::time::Duration::from_millis(300)).await;
     let alerts = received.lock().unwrap().clone();
     let thresholds: Vec<u64> = alerts
         .iter()

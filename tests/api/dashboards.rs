@@ -330,7 +330,7 @@ async fn drive_shared_store() {
             .storage("reconcile_interval_ms = 100"),
     )
     .await;
-    let (_closed, closed_key) = shared
+    let (closed, closed_key) = shared
         .tenant_with_key("closed", json!({"monthly_budget": "5"}))
         .await;
     let (_local, local_key) = shared.tenant_with_key("shared_out", json!({})).await;
@@ -339,7 +339,19 @@ async fn drive_shared_store() {
         200
     );
     // A sweep after the reconcile interval publishes the drift.
-    actix_rt::time::sleep(Duration::from_millis(1500)).await;
+    crate::support::wait_until(
+        Duration::from_secs(5),
+        "the closed tenant's quota drift",
+        async || {
+            let scrape = shared.gateway.metrics.render();
+            let published = scrape.lines().any(|line| {
+                line.starts_with("tollgate_quota_drift_nanos{")
+                    && line.contains(&format!("tenant=\"{closed}\""))
+            });
+            crate::support::done_if(published, "not in the scrape")
+        },
+    )
+    .await;
     redis.kill();
     assert_eq!(
         shared.chat(&closed_key, &chat_body("fast")).await.status,
@@ -415,19 +427,23 @@ async fn drive_traffic(app: &TestApp) {
 }
 
 /// A scrape once every referenced family is in it (stream and ledger metrics
-/// are recorded after the caller's response), or the last one after 5 s.
+/// are recorded after the caller's response); the test fails after 5 s without one.
 async fn scrape_when_complete(app: &TestApp, refs: &[Reference]) -> String {
-    let mut scrape = String::new();
-    for _ in 0..100 {
-        let reply = app.get("/metrics", "").await;
-        assert_eq!(reply.status, 200, "{}", reply.raw);
-        scrape = reply.raw;
-        if problems(refs, &scrape).is_empty() {
-            break;
-        }
-        actix_rt::time::sleep(Duration::from_millis(50)).await;
-    }
-    scrape
+    crate::support::wait_until(
+        Duration::from_secs(5),
+        "every referenced family in a scrape",
+        async || {
+            let reply = app.get("/metrics", "").await;
+            assert_eq!(reply.status, 200, "{}", reply.raw);
+            let missing = problems(refs, &reply.raw);
+            if missing.is_empty() {
+                Ok(reply.raw)
+            } else {
+                Err(missing)
+            }
+        },
+    )
+    .await
 }
 
 // ---------------------------------------------------------------- tests

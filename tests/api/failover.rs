@@ -234,9 +234,15 @@ async fn a_full_provider_queue_fails_fast_to_the_next_target() {
     let body = chat_body("fast");
     let (slow, fast) = tokio::join!(app.chat(&key, &body), async {
         // The second call arrives while the first holds narrow's only slot.
-        while app.fake.stats.requests_for_model("delay-800ms") == 0 {
-            actix_rt::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        crate::support::wait_until(
+            std::time::Duration::from_secs(5),
+            "the first call upstream",
+            async || {
+                let requests = app.fake.stats.requests_for_model("delay-800ms");
+                crate::support::done_if(requests > 0, requests)
+            },
+        )
+        .await;
         app.chat(&key, &body).await
     });
 

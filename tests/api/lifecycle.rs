@@ -151,13 +151,15 @@ async fn sigterm_lets_in_flight_requests_finish_and_flushes_the_ledger() {
         (response.status().as_u16(), response.body().await.unwrap())
     });
     // Wait until the upstream holds the request, then ask the gateway to stop.
-    for _ in 0..100 {
-        if fake.stats.requests() == 1 {
-            break;
-        }
-        actix_rt::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(fake.stats.requests(), 1);
+    wait_until(
+        Duration::from_secs(5),
+        "the upstream to hold the call",
+        async || {
+            let requests = fake.stats.requests();
+            crate::support::done_if(requests == 1, requests)
+        },
+    )
+    .await;
     gateway.terminate();
 
     let (status, body) = in_flight.await.unwrap();
@@ -227,27 +229,23 @@ async fn sighup_reloads_the_configuration_and_a_bad_file_is_logged_and_ignored()
     )
     .unwrap();
     gateway.hangup();
-    let mut seen = String::new();
-    for _ in 0..50 {
-        seen = model().await;
-        if seen == "after-hup" {
-            break;
-        }
-        actix_rt::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(seen, "after-hup");
+    wait_until(Duration::from_secs(5), "the reloaded route", async || {
+        let seen = model().await;
+        crate::support::done_if(seen == "after-hup", seen)
+    })
+    .await;
 
     std::fs::write(&config, "this is = not [valid").unwrap();
     gateway.hangup();
-    let mut logs = String::new();
-    for _ in 0..50 {
-        logs = std::fs::read_to_string(&log_path).unwrap();
-        if logs.contains("Configuration reload failed.") {
-            break;
-        }
-        actix_rt::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(logs.contains("Configuration reload failed."), "{logs}");
+    wait_until(
+        Duration::from_secs(5),
+        "the failed reload's log",
+        async || {
+            let logs = std::fs::read_to_string(&log_path).unwrap();
+            crate::support::done_if(logs.contains("Configuration reload failed."), logs)
+        },
+    )
+    .await;
     assert_eq!(
         model().await,
         "after-hup",
@@ -286,9 +284,12 @@ async fn sigterm_waits_for_a_settle_still_on_its_way_to_redis() {
     let answer = actix_rt::spawn(async move { request.await.unwrap().status().as_u16() });
     // Redis stops answering once the call is admitted: its settle is all that is left.
     wait_until(
-        || fake.stats.requests() == 1,
         Duration::from_secs(5),
         "the upstream to receive the call",
+        async || {
+            let requests = fake.stats.requests();
+            crate::support::done_if(requests == 1, requests)
+        },
     )
     .await;
     redis.freeze();
@@ -296,7 +297,8 @@ async fn sigterm_waits_for_a_settle_still_on_its_way_to_redis() {
 
     gateway.terminate();
     // The stop waits on the frozen store; it can end only once Redis answers.
-    actix_rt::time::sleep(Duration::from_millis(300)).await;
+    // A pause on the real clock: the stop is under way while Redis is frozen.
+    crate::support::let_real_time_pass(Duration::from_millis(300)).await;
     redis.thaw();
     assert_eq!(gateway.exit_status().await.code(), Some(0));
 
@@ -388,11 +390,10 @@ async fn the_demo_s_printed_spend_line_shows_the_call_just_made() {
                 .map(|rest| rest.trim().to_owned())
         })
     };
-    wait_until(
-        || printed("Spend:").is_some(),
-        Duration::from_secs(30),
-        "the demo's banner",
-    )
+    wait_until(Duration::from_secs(30), "the demo's banner", async || {
+        let spend = printed("Spend:");
+        crate::support::done_if(spend.is_some(), spend)
+    })
     .await;
     let key = printed("API key").unwrap();
     let reply = awc::Client::default()

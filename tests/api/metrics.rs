@@ -116,15 +116,17 @@ async fn budget_utilization_follows_committed_spend() {
 const DECEMBER_MS: u64 = 1_796_083_200_000;
 
 async fn utilization_becomes(app: &TestApp, tenant: &str, expected: f64, what: &str) {
-    for _ in 0..100 {
-        let text = scrape(app).await;
-        let labels = [("tenant", tenant)];
-        if series(&text, "tollgate_budget_utilization_ratio", &labels) == Some(expected) {
-            return;
-        }
-        actix_rt::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    panic!("budget utilization of {tenant} never became {expected}: {what}");
+    crate::support::wait_until(
+        std::time::Duration::from_secs(5),
+        &format!("budget utilization of {tenant} to become {expected}: {what}"),
+        async || {
+            let text = scrape(app).await;
+            let labels = [("tenant", tenant)];
+            let seen = series(&text, "tollgate_budget_utilization_ratio", &labels);
+            crate::support::done_if(seen == Some(expected), seen)
+        },
+    )
+    .await;
 }
 
 #[actix_web::test]
@@ -159,13 +161,15 @@ async fn budget_utilization_starts_again_at_zero_in_a_new_month_busy_or_idle() {
     // The idle tenant's actor stops in December showing December's 0; the busy one
     // keeps its December spend through the month, after its actor stopped too.
     clock.advance_ms(10 * 60_000);
-    for _ in 0..100 {
-        if app.gateway.tenants.running() == 0 {
-            break;
-        }
-        actix_rt::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert_eq!(app.gateway.tenants.running(), 0, "idle actors stop");
+    crate::support::wait_until(
+        std::time::Duration::from_secs(5),
+        "idle actors to stop",
+        async || {
+            let running = app.gateway.tenants.running();
+            crate::support::done_if(running == 0, running)
+        },
+    )
+    .await;
     utilization_becomes(&app, &busy, 0.5, "a stopped actor's gauge, same month").await;
 
     // January: nobody runs for these tenants, and their gauges still start again at 0.

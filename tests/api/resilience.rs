@@ -505,9 +505,15 @@ async fn a_reload_switches_a_route_primary_without_failing_an_in_flight_request(
 
     let body = chat_body("fast");
     let (in_flight, (reloaded, after)) = tokio::join!(app.chat(&key, &body), async {
-        while app.fake.stats.requests_for_model("delay-800ms") < 2 {
-            actix_rt::time::sleep(Duration::from_millis(10)).await;
-        }
+        crate::support::wait_until(
+            Duration::from_secs(5),
+            "the in-flight call upstream",
+            async || {
+                let requests = app.fake.stats.requests_for_model("delay-800ms");
+                crate::support::done_if(requests >= 2, requests)
+            },
+        )
+        .await;
         edit_config(&app, |text| {
             let text = text
                 .replace(

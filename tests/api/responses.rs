@@ -728,9 +728,12 @@ async fn a_runaway_responses_stream_is_cut_at_the_hold_and_ends_incomplete() {
     assert!(row.charged_nanos <= row.reserved_nanos, "{row:?}");
     assert_eq!(app.budget(&tenant).await["reserved"], "0");
     crate::support::wait_until(
-        || app.fake.stats.streams_cancelled() >= 1,
         std::time::Duration::from_secs(5),
         "the upstream's cancel",
+        async || {
+            let cancelled = app.fake.stats.streams_cancelled();
+            crate::support::done_if(cancelled >= 1, cancelled)
+        },
     )
     .await;
 }

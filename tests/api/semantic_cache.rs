@@ -309,15 +309,20 @@ async fn ask_until_cached(
     text: &str,
     header: &str,
 ) -> crate::support::Reply {
-    for _ in 0..100 {
-        let reply = app.chat(key, &ask(SHARED, text)).await;
-        assert_eq!(reply.status, 200, "{}", reply.raw);
-        if reply.header("x-tollgate-cache") == Some(header) {
-            return reply;
-        }
-        actix_rt::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("never answered `{header}` for {text}");
+    crate::support::wait_until(
+        Duration::from_secs(15),
+        &format!("`{header}` for {text}"),
+        async || {
+            let reply = app.chat(key, &ask(SHARED, text)).await;
+            assert_eq!(reply.status, 200, "{}", reply.raw);
+            if reply.header("x-tollgate-cache") == Some(header) {
+                Ok(reply)
+            } else {
+                Err(reply.raw)
+            }
+        },
+    )
+    .await
 }
 
 #[actix_web::test]
@@ -331,13 +336,21 @@ async fn replicas_share_answers_through_postgres_and_a_store_that_is_down_is_a_m
 
     // The store connects in the background: until then questions are misses, not errors.
     let mut bought = Vec::new();
-    while kept_answers(&url).await < 1 {
-        assert!(bought.len() < 100, "the store never kept an answer");
-        let reply = first.chat(&key, &ask(SHARED, FRANCE)).await;
-        assert_eq!(reply.status, 200, "{}", reply.raw);
-        bought.push(reply.body);
-        actix_rt::time::sleep(Duration::from_millis(100)).await;
-    }
+    crate::support::wait_until(
+        Duration::from_secs(15),
+        "the store to keep an answer",
+        async || {
+            let kept = kept_answers(&url).await;
+            if kept >= 1 {
+                return Ok(());
+            }
+            let reply = first.chat(&key, &ask(SHARED, FRANCE)).await;
+            assert_eq!(reply.status, 200, "{}", reply.raw);
+            bought.push(reply.body);
+            Err(kept)
+        },
+    )
+    .await;
     let hit = ask_until_cached(&second, &key, PARAPHRASE, "semantic").await;
     assert!(
         bought.contains(&hit.body),
@@ -345,14 +358,12 @@ async fn replicas_share_answers_through_postgres_and_a_store_that_is_down_is_a_m
         hit.raw
     );
 
-    let mut rows = first.ledger_rows(&tenant).await;
-    for _ in 0..100 {
-        if rows.iter().any(|r| r.status == "cache_hit") {
-            break;
-        }
-        actix_rt::time::sleep(Duration::from_millis(20)).await;
-        rows = first.ledger_rows(&tenant).await;
-    }
+    let rows =
+        crate::support::wait_until(Duration::from_secs(5), "the cache hit's row", async || {
+            let rows = first.ledger_rows(&tenant).await;
+            crate::support::done_if(rows.iter().any(|r| r.status == "cache_hit"), rows)
+        })
+        .await;
     let hit_row = rows.iter().find(|r| r.status == "cache_hit").unwrap();
     let source = rows
         .iter()

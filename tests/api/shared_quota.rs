@@ -28,13 +28,15 @@ const BUSY_MACHINE_TIMEOUT: &str = "redis_timeout_ms = 1000";
 /// Waits until every replica's key cache has the key (they poll the database).
 async fn until_known(apps: &[TestApp], key: &str) {
     for app in apps {
-        for attempt in 0.. {
-            if app.get("/v1/models", key).await.status == 200 {
-                break;
-            }
-            assert!(attempt < 100, "a replica never learned the key");
-            actix_rt::time::sleep(Duration::from_millis(50)).await;
-        }
+        crate::support::wait_until(
+            Duration::from_secs(5),
+            "a replica to learn the key",
+            async || {
+                let status = app.get("/v1/models", key).await.status;
+                crate::support::done_if(status == 200, status)
+            },
+        )
+        .await;
     }
 }
 
@@ -66,13 +68,15 @@ async fn readyz_store(app: &TestApp) -> String {
 }
 
 async fn until_store(app: &TestApp, state: &str) {
-    for _ in 0..100 {
-        if readyz_store(app).await == state {
-            return;
-        }
-        actix_rt::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("/readyz never reported quota_store = {state}");
+    crate::support::wait_until(
+        Duration::from_secs(5),
+        &format!("/readyz to report quota_store = {state}"),
+        async || {
+            let seen = readyz_store(app).await;
+            crate::support::done_if(seen == state, seen)
+        },
+    )
+    .await;
 }
 
 #[actix_web::test]
@@ -394,7 +398,23 @@ async fn a_feature_budget_in_redis_refuses_only_its_feature() {
     assert_eq!(put.status, 200, "{}", put.raw);
     until_known(&apps, &key).await;
     // The replica's directory polls the database for the new feature budget.
-    actix_rt::time::sleep(Duration::from_millis(300)).await;
+    let id = tollgate::ids::TenantId::new(tenant.as_str());
+    crate::support::wait_until(
+        Duration::from_secs(5),
+        "the feature budget on the second replica",
+        async || {
+            let budgets = apps[1]
+                .gateway
+                .directory
+                .tenant(&id)
+                .map(|t| t.feature_budgets.clone());
+            crate::support::done_if(
+                budgets.as_ref().is_some_and(|b| b.contains_key("search")),
+                budgets,
+            )
+        },
+    )
+    .await;
     let mut body = chat_body("fast");
     body["max_tokens"] = json!(100_000);
 
@@ -454,7 +474,9 @@ pub async fn a_breaker_opened_on_one_replica_is_followed_by_the_other(redis_url:
     );
 
     // The second replica never saw a failure; it follows the first within a poll or two.
-    actix_rt::time::sleep(Duration::from_secs(1)).await;
+    // A pause on the real clock: its poll shows outside only in its calls, and
+    // a call before it follows would reach the failing provider.
+    crate::support::let_real_time_pass(Duration::from_secs(1)).await;
     for _ in 0..10 {
         let reply = apps[1].chat(&key, &body).await;
         assert_eq!(reply.status, 200, "{}", reply.raw);
@@ -664,9 +686,12 @@ async fn an_answer_goes_out_before_its_settlement_reaches_redis() {
     // Redis stops answering once the second call is admitted: only its settle is left.
     let freeze = async {
         wait_until(
-            || app.fake.stats.requests() == 2,
             Duration::from_secs(5),
             "the upstream to receive the second call",
+            async || {
+                let requests = app.fake.stats.requests();
+                crate::support::done_if(requests == 2, requests)
+            },
         )
         .await;
         redis.freeze();
@@ -756,9 +781,12 @@ async fn a_call_in_flight_when_redis_restarts_empty_keeps_its_charge() {
     let call = app.chat(&key, &slow);
     let restart = async {
         wait_until(
-            || app.fake.stats.requests() == 1,
             Duration::from_secs(5),
             "the call to reach the upstream",
+            async || {
+                let requests = app.fake.stats.requests();
+                crate::support::done_if(requests == 1, requests)
+            },
         )
         .await;
         redis.restart().await;
@@ -822,11 +850,10 @@ async fn redis_restarted_empty_under_load_on_three_replicas_keeps_the_ledger_wit
 
     let first = join_all((0..6).map(|i| apps[i % 3].chat(&key, &body)));
     let restart = async {
-        wait_until(
-            || upstream() == 6,
-            Duration::from_secs(5),
-            "six calls upstream",
-        )
+        wait_until(Duration::from_secs(5), "six calls upstream", async || {
+            let calls = upstream();
+            crate::support::done_if(calls == 6, calls)
+        })
         .await;
         redis.restart().await;
         for app in &apps {
@@ -908,24 +935,19 @@ async fn a_hold_open_past_the_actor_s_idle_time_is_still_given_back() {
     // Ten quiet minutes: the actor's sweep (each second, on the test's
     // clock) would find it idle, with nothing of its own in its book.
     clock.advance_ms(10 * 60 * 1000);
-    actix_rt::time::sleep(Duration::from_millis(2_500)).await;
+    // A pause on the real clock: the sweep ticks each real second, and two
+    // ticks must pass without the actor letting go of the holds.
+    crate::support::let_real_time_pass(Duration::from_millis(2_500)).await;
     let reply = settled.settle(Nanos::new(30_000_000), 30).await;
     assert!(reply.is_ok_and(|r| tollgate::tenant::handle::committed(&r)));
     guard.release();
 
     // The release is a message: read until it has landed, a while at most.
-    let mut status = handle.status().await.unwrap();
-    for _ in 0..50 {
-        if status.reserved == Nanos::ZERO {
-            break;
-        }
-        actix_rt::time::sleep(Duration::from_millis(100)).await;
-        status = handle.status().await.unwrap();
-    }
-    assert_eq!(
-        status.reserved,
-        Nanos::ZERO,
-        "a hold is still held: {status:?}"
-    );
+    let status =
+        crate::support::wait_until(Duration::from_secs(5), "the release to land", async || {
+            let status = handle.status().await.unwrap();
+            crate::support::done_if(status.reserved == Nanos::ZERO, status)
+        })
+        .await;
     assert_eq!(status.committed, Nanos::new(30_000_000));
 }

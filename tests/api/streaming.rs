@@ -81,17 +81,9 @@ where
     String::from_utf8(raw).unwrap()
 }
 
-/// Waits up to 10 s: the whole suite shares two cores, and an upstream
-/// learns of a cancel only when its next write fails.
-async fn wait_until(mut check: impl FnMut() -> bool, what: &str) {
-    for _ in 0..500 {
-        if check() {
-            return;
-        }
-        actix_rt::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
+/// How long a test waits on the upstream: the whole suite shares two cores,
+/// and an upstream learns of a cancel only when its next write fails.
+const UPSTREAM_BOUND: Duration = Duration::from_secs(10);
 
 #[actix_web::test]
 async fn chunks_arrive_in_order_identical_to_the_upstreams_and_unbuffered() {
@@ -284,10 +276,10 @@ async fn a_caller_leaving_mid_stream_with_drain_is_billed_the_upstreams_reported
     response.next().await.unwrap().unwrap();
     drop(response);
 
-    wait_until(
-        || app.fake.stats.streams_completed() == 1,
-        "the drained stream to end",
-    )
+    crate::support::wait_until(UPSTREAM_BOUND, "the drained stream to end", async || {
+        let seen = app.fake.stats.streams_completed();
+        crate::support::done_if(seen == 1, seen)
+    })
     .await;
     let rows = app.ledger_rows_eventually(&tenant, 1).await;
     assert_eq!(rows.len(), 1);
@@ -320,9 +312,13 @@ async fn a_caller_leaving_mid_stream_with_cancel_stops_the_upstream_and_is_charg
     response.next().await.unwrap().unwrap();
     drop(response);
 
-    wait_until(
-        || app.fake.stats.streams_cancelled() == 1,
+    crate::support::wait_until(
+        UPSTREAM_BOUND,
         "the upstream to see the cancellation",
+        async || {
+            let seen = app.fake.stats.streams_cancelled();
+            crate::support::done_if(seen == 1, seen)
+        },
     )
     .await;
     let rows = app.ledger_rows_eventually(&tenant, 1).await;
@@ -391,10 +387,10 @@ async fn a_stream_that_ignores_its_limit_is_cut_at_the_hold() {
     );
     assert_eq!(app.budget(&tenant).await["reserved"], "0");
     // The upstream call was cancelled, not read to its end.
-    wait_until(
-        || app.fake.stats.streams_cancelled() >= 1,
-        "the upstream's cancel",
-    )
+    crate::support::wait_until(UPSTREAM_BOUND, "the upstream's cancel", async || {
+        let seen = app.fake.stats.streams_cancelled();
+        crate::support::done_if(seen >= 1, seen)
+    })
     .await;
 }
 
@@ -528,10 +524,10 @@ async fn a_stream_s_hold_grows_with_it_and_it_is_cut_where_the_budget_ends() {
         cut.error.as_deref().unwrap_or("").contains("hold"),
         "{cut:?}"
     );
-    wait_until(
-        || app.fake.stats.streams_cancelled() >= 1,
-        "the upstream's cancel",
-    )
+    crate::support::wait_until(UPSTREAM_BOUND, "the upstream's cancel", async || {
+        let seen = app.fake.stats.streams_cancelled();
+        crate::support::done_if(seen >= 1, seen)
+    })
     .await;
     // The upstream had the caller's limit each time.
     let sent: Vec<Value> = app

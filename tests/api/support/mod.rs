@@ -9,6 +9,7 @@ mod logs;
 pub mod postgres;
 pub mod process;
 pub mod redis;
+mod wait;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -30,6 +31,7 @@ use tollgate::ledger::{AttemptStatus, UsageEvent, UsageKind, repo};
 use tollgate::state::{ConfigSource, Gateway};
 
 pub use logs::{LogCapture, process_logs};
+pub use wait::{done_if, let_real_time_pass, wait_until};
 
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 pub const PRIMARY_KEY_ENV: &str = "TEST_PRIMARY_KEY";
@@ -715,14 +717,15 @@ impl TestApp {
         tenant: &str,
         n: usize,
     ) -> Vec<entity::usage::Model> {
-        for _ in 0..100 {
-            let rows = self.ledger_rows(tenant).await;
-            if rows.len() >= n {
-                return rows;
-            }
-            actix_rt::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-        self.ledger_rows(tenant).await
+        wait_until(
+            std::time::Duration::from_secs(10),
+            &format!("{n} ledger rows of {tenant}"),
+            async || {
+                let rows = self.ledger_rows(tenant).await;
+                done_if(rows.len() >= n, rows)
+            },
+        )
+        .await
     }
 
     pub async fn budget(&self, tenant: &str) -> Value {
@@ -731,20 +734,6 @@ impl TestApp {
             .await;
         assert_eq!(reply.status, 200, "{}", reply.raw);
         reply.body
-    }
-}
-
-/// Polls `check` with backoff until it holds; fails naming `what` after `timeout`.
-pub async fn wait_until(mut check: impl FnMut() -> bool, timeout: std::time::Duration, what: &str) {
-    let started = tollgate::clock::monotonic();
-    let mut pause = std::time::Duration::from_millis(5);
-    while !check() {
-        assert!(
-            started.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        actix_rt::time::sleep(pause).await;
-        pause = (pause * 2).min(std::time::Duration::from_millis(200));
     }
 }
 
