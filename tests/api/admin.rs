@@ -356,11 +356,10 @@ async fn the_daily_report_is_pushed_once_across_replicas_with_retries_and_a_text
     let setup = TestSetup::new()
         .route("fast", &["primary/ok"])
         .tier("free", &["fast"], 1000, 100)
-        .billing("timezone = \"Asia/Shanghai\"")
+        .set("billing.timezone", "Asia/Shanghai")
         .clock(clock)
-        .raw(&format!(
-            "[reports]\ndaily_webhook_url = \"{hook}\"\ndaily_at = \"09:00\""
-        ));
+        .set("reports.daily_webhook_url", hook)
+        .set("reports.daily_at", "09:00");
     let first = spawn_app(setup.clone()).await;
     let _second = crate::support::spawn_replica(&first, &setup).await;
     crate::support::wait_until(

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{TestApp, TestSetup, spawn_app};
+use crate::support::{TestApp, TestSetup, Upstream, spawn_app};
 
 /// A client that has not finished by then has hung: the test fails.
 const CLIENT_TIMEOUT: Duration = Duration::from_mins(2);
@@ -23,13 +23,12 @@ fn agents_dir() -> PathBuf {
 
 fn setup() -> TestSetup {
     TestSetup::new()
-        .provider(
-            "[providers.claude]\nkind = \"anthropic\"\nbase_url = \"@ANTHROPIC@\"\napi_key_env = \"TEST_ANTHROPIC_KEY\"",
-        )
+        .provider("claude", "anthropic", Upstream::Anthropic)
+        .set("providers.claude.api_key_env", "TEST_ANTHROPIC_KEY")
         .env("TEST_ANTHROPIC_KEY", "sk-ant-test")
-        .provider(
-            "[providers.responder]\nkind = \"openai\"\nbase_url = \"FAKE/v1\"\napi_key_env = \"TEST_PRIMARY_KEY\"\nresponses = true",
-        )
+        .provider("responder", "openai", Upstream::FakeV1)
+        .set("providers.responder.api_key_env", "TEST_PRIMARY_KEY")
+        .set("providers.responder.responses", true)
         // README's route name, on a model of each kind.
         .route("fast", &["primary/agent"])
         .route("claude-fast", &["claude/agent"])
@@ -175,7 +174,7 @@ async fn claude_code_runs_on_a_small_budget_until_it_is_spent_and_never_past_it(
         setup()
             .route("claude-thinking", &[model])
             .price(model, "0.3", "0.3", "10")
-            .price_extra(model, "hidden_output = \"reasoning\"")
+            .price_field(model, "hidden_output", "reasoning")
             .tier("thinking", &["claude-thinking"], 1000, 512),
     )
     .await;

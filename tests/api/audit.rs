@@ -60,7 +60,7 @@ async fn an_opted_in_tenants_calls_are_kept_redacted_and_no_one_elses() {
             .route("au-cached", &["primary/ok"])
             .cached_route("au-cached", 60_000)
             .tier("free", &["au-fast", "au-stream", "au-cached"], 1000, 100)
-            .ledger("retention_interval_ms = 0"),
+            .set("ledger.retention_interval_ms", 0),
     )
     .await;
     let (audited, key) = app

@@ -212,7 +212,7 @@ async fn three_replicas_on_one_redis_spend_one_balance_and_no_more() {
     let route = "credits-replicas";
     let setup = setup(route)
         .redis(&redis.url(), 3)
-        .storage("redis_timeout_ms = 10000");
+        .set("storage.redis_timeout_ms", 10_000);
     let first = spawn_app(setup.clone()).await;
     let others = [
         spawn_replica(&first, &setup).await,

@@ -293,7 +293,7 @@ fn problems(refs: &[Reference], scrape: &str) -> Vec<String> {
 fn setup() -> TestSetup {
     TestSetup::new()
         // The cost counter gets its `feature` label.
-        .raw("[telemetry]\nfeature_labels = true")
+        .set("telemetry.feature_labels", true)
         .route("fast", &["primary/usage-10-0-5"])
         .route("cached", &["primary/usage-10-0-5"])
         .cached_route("cached", 60_000)
@@ -302,10 +302,9 @@ fn setup() -> TestSetup {
         .route("stream", &["primary/usage-100-20-30+chunks-3"])
         .route("cut", &["primary/chunks-8+cut-after-3"])
         .route("semantic", &["primary/usage-10-0-5"])
-        .route_line(
-            "semantic",
-            r#"semantic_cache = { threshold = 0.9, ttl_ms = 60000, embedding_route = "embed" }"#,
-        )
+        .set("routes.semantic.semantic_cache.threshold", 0.9)
+        .set("routes.semantic.semantic_cache.ttl_ms", 60_000)
+        .set("routes.semantic.semantic_cache.embedding_route", "embed")
         .route("embed", &["primary/usage-50-0-0"])
         .tier(
             "free",
@@ -325,9 +324,10 @@ async fn drive_shared_store() {
         TestSetup::new()
             .route("fast", &["primary/usage-10-0-5"])
             .tier("closed", &["fast"], 1000, 100)
-            .raw("[tiers.shared_out]\nroutes = [\"fast\"]\nrpm = 1000\ndefault_max_tokens = 100\non_store_error = \"local\"\n")
+            .tier("shared_out", &["fast"], 1000, 100)
+            .set("tiers.shared_out.on_store_error", "local")
             .redis(&redis.url(), 2)
-            .storage("reconcile_interval_ms = 100"),
+            .set("storage.reconcile_interval_ms", 100),
     )
     .await;
     let (closed, closed_key) = shared

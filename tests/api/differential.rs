@@ -188,10 +188,10 @@ async fn subject(store: &Store) -> Subject {
     let setup = TestSetup::new()
         .route("fast", &["primary/ok"])
         .tier("free", &["fast"], 100_000, 100)
-        .billing("timezone = \"Asia/Shanghai\"")
+        .set("billing.timezone", "Asia/Shanghai")
         .clock(clock.clone());
     let setup = match store {
-        Store::Book => setup.storage("redis_url = \"\""),
+        Store::Book => setup.set("storage.redis_url", ""),
         Store::Redis(redis) => setup.redis(&redis.url(), 1),
         Store::Cluster(cluster) => setup.redis(&cluster.url(), 1),
     };

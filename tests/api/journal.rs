@@ -523,7 +523,7 @@ async fn a_database_outage_fills_the_backlog_then_refuses_then_backfills_every_r
             .route("fast", &["primary/usage-10-0-10"])
             .tier("free", &["fast"], 100_000, 100)
             .env("TOLLGATE_DATABASE_URL", &pg.url())
-            .ledger("max_backlog_events = 8"),
+            .set("ledger.max_backlog_events", 8),
     )
     .await;
     let (tenant, key) = app.tenant_with_key("free", json!({})).await;
@@ -640,8 +640,8 @@ async fn on_backlog_full_continue_serves_on_and_keeps_rows_past_the_bound_in_the
             .route("fast", &["primary/usage-10-0-10"])
             .tier("free", &["fast"], 100_000, 100)
             .env("TOLLGATE_DATABASE_URL", &pg.url())
-            .ledger("max_backlog_events = 2")
-            .ledger("on_backlog_full = \"continue\""),
+            .set("ledger.max_backlog_events", 2)
+            .set("ledger.on_backlog_full", "continue"),
     )
     .await;
     let (tenant, key) = app.tenant_with_key("free", json!({})).await;
@@ -779,7 +779,7 @@ async fn while_serving_segments_below_the_checkpoint_are_deleted() {
         TestSetup::new()
             .route("fast", &["primary/usage-10-0-10"])
             .tier("free", &["fast"], 100_000, 100)
-            .ledger("journal_segment_bytes = 4096"),
+            .set("ledger.journal_segment_bytes", 4096),
     )
     .await;
     let (tenant, key) = app.tenant_with_key("free", json!({})).await;

@@ -15,7 +15,7 @@ async fn logs_never_carry_keys_secrets_or_prompts_unless_a_tenant_opted_in() {
     let setup = TestSetup::new()
         .route("fast", &["primary/ok"])
         .tier("free", &["fast"], 1000, 100)
-        .raw("[telemetry]\nlog_prompts_for = [\"optin\"]")
+        .set("telemetry.log_prompts_for", vec!["optin"])
         .listen(addr)
         .env("TOLLGATE_KEY_PEPPER", "PEPPER-CANARY-7f3a")
         .env("TOLLGATE_ADMIN_TOKEN", "ADMIN-CANARY-91bc")
@@ -219,15 +219,17 @@ async fn sighup_reloads_the_configuration_and_a_bad_file_is_logged_and_ignored()
 
     assert_eq!(model().await, "before-hup");
 
-    let text = std::fs::read_to_string(&config).unwrap();
-    let changed = text
-        .replace("primary/before-hup", "secondary/after-hup")
-        .replace("model = \"before-hup\"", "model = \"after-hup\"");
-    std::fs::write(
-        &config,
-        changed.replace("provider = \"primary\"", "provider = \"secondary\""),
-    )
-    .unwrap();
+    crate::support::edit_config(&config, |doc| {
+        doc["routes"]["fast"]["targets"] = vec!["secondary/after-hup"].into();
+        let prices = doc["prices"].as_array_mut().unwrap();
+        for price in prices
+            .iter_mut()
+            .filter(|p| p["model"].as_str() == Some("before-hup"))
+        {
+            price["provider"] = "secondary".into();
+            price["model"] = "after-hup".into();
+        }
+    });
     gateway.hangup();
     wait_until(Duration::from_secs(5), "the reloaded route", async || {
         let seen = model().await;
@@ -267,7 +269,7 @@ async fn sigterm_waits_for_a_settle_still_on_its_way_to_redis() {
         .route("slow", &["primary/usage-10-0-10+delay-1000ms"])
         .tier("free", &["slow"], 1000, 100)
         .redis(&redis.url(), 1)
-        .storage("redis_timeout_ms = 30000")
+        .set("storage.redis_timeout_ms", 30_000)
         .listen(addr);
     let env = setup.env_vars().clone();
     let (_dir, config) = write_config(&setup, &fake.base_url());

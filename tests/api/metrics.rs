@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use crate::support::{TestApp, TestSetup, chat_body, spawn_app};
+use crate::support::{TestApp, TestSetup, Upstream, chat_body, spawn_app};
 
 /// The value of one series in a Prometheus text scrape, by name and labels.
 fn series(scrape: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
@@ -209,8 +209,8 @@ async fn an_upstream_429_counts_as_rate_limited_not_as_another_retryable_failure
 async fn a_scrape_before_any_call_has_the_configured_series_at_zero() {
     let app = spawn_app(
         TestSetup::new()
-            .provider("[providers.zeroes_a]\nkind = \"openai\"\nbase_url = \"FAKE\"")
-            .provider("[providers.zeroes_b]\nkind = \"openai\"\nbase_url = \"FAKE\"")
+            .provider("zeroes_a", "openai", Upstream::Fake)
+            .provider("zeroes_b", "openai", Upstream::Fake)
             .route("zeroes_route", &["zeroes_a/ok", "zeroes_b/ok"])
             .cached_route("zeroes_route", 60_000)
             .tier("free", &["zeroes_route"], 1000, 100),
@@ -258,7 +258,10 @@ async fn a_scrape_before_any_call_has_the_configured_series_at_zero() {
 async fn the_gateways_overhead_leaves_out_retry_backoff_which_has_its_own_histogram() {
     let app = spawn_app(
         TestSetup::new()
-            .provider("[providers.sleepy]\nkind = \"openai\"\nbase_url = \"FAKE\"\nmax_attempts = 2\nretry_base_delay_ms = 400\nretry_max_delay_ms = 400")
+            .provider("sleepy", "openai", Upstream::Fake)
+            .set("providers.sleepy.max_attempts", 2)
+            .set("providers.sleepy.retry_base_delay_ms", 400)
+            .set("providers.sleepy.retry_max_delay_ms", 400)
             .route("backoff", &["sleepy/status-500"])
             .route("backoff-again", &["sleepy/status-500"])
             .tier("free", &["backoff", "backoff-again"], 1000, 100),
@@ -301,7 +304,7 @@ async fn the_gateways_overhead_leaves_out_retry_backoff_which_has_its_own_histog
 async fn the_prompt_cache_hit_rate_is_in_the_spend_report_and_per_provider_metrics() {
     let app = spawn_app(
         TestSetup::new()
-            .provider("[providers.cachy]\nkind = \"openai\"\nbase_url = \"FAKE\"")
+            .provider("cachy", "openai", Upstream::Fake)
             .route("cached", &["cachy/usage-100-40-10"])
             .tier("free", &["cached"], 1000, 100),
     )

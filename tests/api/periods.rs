@@ -29,7 +29,7 @@ fn setup(route: &str, timezone: &str, clock: Arc<ManualClock>) -> TestSetup {
     TestSetup::new()
         .route(route, &["primary/usage-1-0-40"])
         .tier("periods", &[route], 100_000, 50)
-        .billing(&format!("timezone = \"{timezone}\""))
+        .set("billing.timezone", timezone)
         .clock(clock)
 }
 

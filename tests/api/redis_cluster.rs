@@ -81,7 +81,7 @@ async fn a_killed_primary_is_replaced_and_no_budget_is_passed() {
         .route("rc-max", &["primary/usage-max+delay-5ms"])
         .tier("free", &["rc-max"], 1_000_000, 100)
         .redis(&cluster.url(), 3)
-        .storage("redis_timeout_ms = 200");
+        .set("storage.redis_timeout_ms", 200);
     let first = spawn_app(setup.clone()).await;
     let apps = vec![
         spawn_replica(&first, &setup).await,

@@ -15,13 +15,23 @@ const EMBEDS: &str = "usage-50-0-0";
 /// 50 prompt tokens at 2 per 1M.
 const EMBEDDING_COST: i64 = 100_000;
 
+/// The semantic cache on `route`: answers kept a minute, questions embedded by `embed`.
+fn semantic_cache(setup: TestSetup, route: &str) -> TestSetup {
+    let field = |name: &str| format!("routes.{route}.semantic_cache.{name}");
+    setup
+        .set(&field("threshold"), 0.92)
+        .set(&field("ttl_ms"), 60_000)
+        .set(&field("embedding_route"), "embed")
+}
+
 /// Each test its own route: metrics are the process's, shared by the tests.
 fn setup(route: &str) -> TestSetup {
     TestSetup::new()
         .route(route, &["primary/usage-100-20-30"])
-        .route_line(
-            route,
-            r#"semantic_cache = { threshold = 0.92, ttl_ms = 60000, embedding_route = "embed", bypass_when = ["today"] }"#,
+        .with(|setup| semantic_cache(setup, route))
+        .set(
+            &format!("routes.{route}.semantic_cache.bypass_when"),
+            vec!["today"],
         )
         .route("embed", &["primary/usage-50-0-0"])
         .tier("free", &[route, "embed"], 1000, 100)
@@ -138,15 +148,13 @@ async fn an_end_users_answers_are_theirs_unless_the_route_shares_them() {
     let app = spawn_app(
         TestSetup::new()
             .route(R, &["primary/usage-100-20-30"])
-            .route_line(
-                R,
-                r#"semantic_cache = { threshold = 0.92, ttl_ms = 60000, embedding_route = "embed" }"#,
-            )
+            .with(|setup| semantic_cache(setup, R))
             .route("embed", &["primary/usage-50-0-0"])
             .route(SHARED, &["primary/usage-100-20-30"])
-            .route_line(
-                SHARED,
-                r#"semantic_cache = { threshold = 0.92, ttl_ms = 60000, embedding_route = "embed", share_across_end_users = true }"#,
+            .with(|setup| semantic_cache(setup, SHARED))
+            .set(
+                &format!("routes.{SHARED}.semantic_cache.share_across_end_users"),
+                true,
             )
             .tier("free", &[R, SHARED, "embed"], 1000, 100),
     )
@@ -281,9 +289,10 @@ async fn a_streamed_question_is_answered_from_the_cache_as_a_stream() {
 const SHARED: &str = "sem-shared";
 
 fn shared_store(setup: TestSetup, url: &str) -> TestSetup {
-    setup.raw(&format!(
-        "[cache.semantic]\nstore = \"postgres\"\ndatabase_url = \"{url}\"\ntimeout_ms = 2000"
-    ))
+    setup
+        .set("cache.semantic.store", "postgres")
+        .set("cache.semantic.database_url", url)
+        .set("cache.semantic.timeout_ms", 2000)
 }
 
 async fn kept_answers(url: &str) -> i64 {

@@ -4,16 +4,14 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 
-use crate::support::{TestApp, TestSetup, metric_value, spawn_app};
+use crate::support::{TestApp, TestSetup, Upstream, metric_value, spawn_app};
 
 fn setup() -> TestSetup {
     TestSetup::new()
-        .provider(
-            "[providers.slowstart]\nkind = \"openai\"\nbase_url = \"FAKE\"\nfirst_token_timeout_ms = 300",
-        )
-        .provider(
-            "[providers.canceller]\nkind = \"openai\"\nbase_url = \"FAKE\"\non_client_disconnect = \"cancel\"",
-        )
+        .provider("slowstart", "openai", Upstream::Fake)
+        .set("providers.slowstart.first_token_timeout_ms", 300)
+        .provider("canceller", "openai", Upstream::Fake)
+        .set("providers.canceller.on_client_disconnect", "cancel")
         .route("paced", &["primary/usage-100-20-30+chunks-5+chunk-delay-200ms"])
         .route("quick", &["primary/usage-100-20-30+chunks-3"])
         .route("slowfirst", &["slowstart/ttft-3000ms", "secondary/usage-10-0-5+chunks-2"])
@@ -459,22 +457,20 @@ async fn a_stream_s_hold_grows_with_it_and_it_is_cut_where_the_budget_ends() {
             )
             .route("grows-not", &["secondary/usage-1000-0-40+chunks-30"])
             .price("primary/usage-1000-0-40+chunks-30", "10", "10", "400")
-            .price_extra(
-                "primary/usage-1000-0-40+chunks-30",
-                "hidden_output = \"none\"",
-            )
+            .price_field("primary/usage-1000-0-40+chunks-30", "hidden_output", "none")
             .price(
                 "primary/usage-1000-0-40+chunks-6000+chunk-delay-1ms",
                 "10",
                 "10",
                 "400",
             )
-            .price_extra(
+            .price_field(
                 "primary/usage-1000-0-40+chunks-6000+chunk-delay-1ms",
-                "hidden_output = \"none\"",
+                "hidden_output",
+                "none",
             )
             .price("secondary/usage-1000-0-40+chunks-30", "10", "10", "400")
-            .billing("stream_step_tokens = 256")
+            .set("billing.stream_step_tokens", 256)
             .tier("free", &["grows-ok", "grows-on", "grows-not"], 1000, 100),
     )
     .await;
@@ -571,10 +567,11 @@ async fn a_growing_hold_stops_at_the_key_s_the_end_user_s_and_the_credits_limit(
         TestSetup::new()
             .route("scoped-grows", &[model])
             .price(model, "10", "10", "400")
-            .price_extra(model, "hidden_output = \"none\"")
-            .billing("stream_step_tokens = 256")
+            .price_field(model, "hidden_output", "none")
+            .set("billing.stream_step_tokens", 256)
             .tier("free", &["scoped-grows"], 1000, 100)
-            .raw("[tiers.free.end_user]\nbudget = \"0.5\"\nperiod = \"day\"")
+            .set("tiers.free.end_user.budget", "0.5")
+            .set("tiers.free.end_user.period", "day")
     };
     let mut body = stream_body("scoped-grows", true);
     body["max_tokens"] = json!(32000);

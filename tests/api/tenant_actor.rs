@@ -33,7 +33,7 @@ async fn app_on(store: &Store, clock: Arc<ManualClock>) -> TestApp {
         .clock(clock);
     let setup = match store {
         // Memory quotas even when the suite runs with Redis: this is the book's run.
-        Store::Book => setup.storage("redis_url = \"\""),
+        Store::Book => setup.set("storage.redis_url", ""),
         Store::Redis(redis) => setup.redis(&redis.url(), 1),
         Store::Cluster(cluster) => setup.redis(&cluster.url(), 1),
     };

@@ -77,7 +77,7 @@ async fn a_request_and_its_attempts_reach_the_collector_under_the_callers_trace(
         TestSetup::new()
             .route(route, &["primary/usage-7-0-11"])
             .tier("free", &[route], 1000, 100)
-            .raw(&format!("[telemetry]\notlp_endpoint = \"{endpoint}\"")),
+            .set("telemetry.otlp_endpoint", endpoint),
     )
     .await;
     let (tenant, key) = app.tenant_with_key("free", json!({})).await;
@@ -176,9 +176,8 @@ async fn a_collector_that_is_down_drops_spans_counted_and_requests_go_on() {
         TestSetup::new()
             .route(route, &["primary/usage-1-0-1"])
             .tier("free", &[route], 1000, 100)
-            .raw(&format!(
-                "[telemetry]\notlp_endpoint = \"{endpoint}\"\notlp_timeout_ms = 200"
-            )),
+            .set("telemetry.otlp_endpoint", endpoint)
+            .set("telemetry.otlp_timeout_ms", 200),
     )
     .await;
     let (_, key) = app.tenant_with_key("free", json!({})).await;
