@@ -411,23 +411,31 @@ async fn the_demo_s_printed_spend_line_shows_the_call_just_made() {
         .unwrap_or_else(|| panic!("{spend}"))
         .split_whitespace()
         .collect();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(&args)
-        .current_dir(dir.path())
-        .env_clear()
-        .output()
-        .unwrap();
-    let table = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{spend}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let total = table
-        .lines()
-        .find(|l| l.starts_with("total"))
-        .unwrap_or_default();
-    assert_eq!(total.split_whitespace().nth(1), Some("1"), "{table}");
+    // The call's row lands once the demo's ledger has written it.
+    wait_until(
+        Duration::from_secs(5),
+        "the call in the spend table",
+        async || {
+            let output = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+                .args(&args)
+                .current_dir(dir.path())
+                .env_clear()
+                .output()
+                .unwrap();
+            assert!(
+                output.status.success(),
+                "{spend}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            let table = String::from_utf8_lossy(&output.stdout).into_owned();
+            let total = table
+                .lines()
+                .find(|l| l.starts_with("total"))
+                .unwrap_or_default();
+            crate::support::done_if(total.split_whitespace().nth(1) == Some("1"), table)
+        },
+    )
+    .await;
     let _ = child.kill();
     let _ = child.wait();
 }
