@@ -356,22 +356,24 @@ async fn the_daily_report_is_pushed_once_across_replicas_with_retries_and_a_text
     let setup = TestSetup::new()
         .route("fast", &["primary/ok"])
         .tier("free", &["fast"], 1000, 100)
-        .billing("timezone = \"Asia/Shanghai\"")
+        .set("billing.timezone", "Asia/Shanghai")
         .clock(clock)
-        .raw(&format!(
-            "[reports]\ndaily_webhook_url = \"{hook}\"\ndaily_at = \"09:00\""
-        ));
+        .set("reports.daily_webhook_url", hook)
+        .set("reports.daily_at", "09:00");
     let first = spawn_app(setup.clone()).await;
     let _second = crate::support::spawn_replica(&first, &setup).await;
-    for attempt in 0.. {
-        if !received.lock().unwrap().is_empty() {
-            break;
-        }
-        assert!(attempt < 200, "the report was never delivered");
-        actix_rt::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    // Long enough for a second replica's push, had it claimed the day too.
-    actix_rt::time::sleep(std::time::Duration::from_secs(3)).await;
+    crate::support::wait_until(
+        std::time::Duration::from_secs(10),
+        "the report's delivery",
+        async || {
+            let received = received.lock().unwrap().len();
+            crate::support::done_if(received > 0, received)
+        },
+    )
+    .await;
+    // A pause on the real clock: the second replica's push, had it claimed
+    // the day too, would arrive within it.
+    crate::support::let_real_time_pass(std::time::Duration::from_secs(3)).await;
     let delivered = received.lock().unwrap().clone();
     assert_eq!(delivered.len(), 1, "{delivered:?}");
     assert_eq!(

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{TestApp, TestSetup, spawn_app};
+use crate::support::{TestApp, TestSetup, Upstream, spawn_app};
 
 /// A client that has not finished by then has hung: the test fails.
 const CLIENT_TIMEOUT: Duration = Duration::from_mins(2);
@@ -23,18 +23,29 @@ fn agents_dir() -> PathBuf {
 
 fn setup() -> TestSetup {
     TestSetup::new()
-        .provider(
-            "[providers.claude]\nkind = \"anthropic\"\nbase_url = \"@ANTHROPIC@\"\napi_key_env = \"TEST_ANTHROPIC_KEY\"",
-        )
+        .provider("claude", "anthropic", Upstream::Anthropic)
+        .set("providers.claude.api_key_env", "TEST_ANTHROPIC_KEY")
         .env("TEST_ANTHROPIC_KEY", "sk-ant-test")
-        .provider(
-            "[providers.responder]\nkind = \"openai\"\nbase_url = \"FAKE/v1\"\napi_key_env = \"TEST_PRIMARY_KEY\"\nresponses = true",
-        )
+        .provider("responder", "openai", Upstream::FakeV1)
+        .set("providers.responder.api_key_env", "TEST_PRIMARY_KEY")
+        .set("providers.responder.responses", true)
         // README's route name, on a model of each kind.
         .route("fast", &["primary/agent"])
         .route("claude-fast", &["claude/agent"])
         .route("native", &["responder/agent"])
         .tier("free", &["fast", "claude-fast", "native"], 1000, 512)
+}
+
+/// A client's process, killed if the test fails while it runs.
+struct Client(Option<std::process::Child>);
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 /// Runs `program` in a fresh home and working directory with `env`, and
@@ -43,39 +54,40 @@ async fn run(program: PathBuf, args: Vec<String>, env: Vec<(String, String)>) ->
     let home = tempfile::tempdir().unwrap();
     let work = home.path().join("work");
     std::fs::create_dir(&work).unwrap();
-    let home_path = home.path().to_owned();
-    actix_web::rt::task::spawn_blocking(move || {
-        let mut child = Command::new(&program)
-            .args(&args)
-            .current_dir(&work)
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", &home_path)
-            .envs(env)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "{}: {e} (scripts/test.sh installs the agents)",
-                    program.display()
-                )
-            });
-        let started = tollgate::clock::monotonic();
-        while child.try_wait().unwrap().is_none() {
-            if started.elapsed() > CLIENT_TIMEOUT {
-                let _ = child.kill();
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let output = child.wait_with_output().unwrap();
-        drop(home);
-        output
-    })
-    .await
-    .unwrap()
+    let child = Command::new(&program)
+        .args(&args)
+        .current_dir(&work)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home.path())
+        .envs(env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (scripts/test.sh installs the agents)",
+                program.display()
+            )
+        });
+    let mut client = Client(Some(child));
+    crate::support::wait_until(
+        CLIENT_TIMEOUT,
+        &format!("{} to end", program.display()),
+        async || {
+            let child = client.0.as_mut().unwrap();
+            child.try_wait().unwrap().ok_or("still running")
+        },
+    )
+    .await;
+    let child = client.0.take().unwrap();
+    let output = actix_web::rt::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    drop(home);
+    output
 }
 
 fn text(output: &Output) -> String {
@@ -162,7 +174,7 @@ async fn claude_code_runs_on_a_small_budget_until_it_is_spent_and_never_past_it(
         setup()
             .route("claude-thinking", &[model])
             .price(model, "0.3", "0.3", "10")
-            .price_extra(model, "hidden_output = \"reasoning\"")
+            .price_field(model, "hidden_output", "reasoning")
             .tier("thinking", &["claude-thinking"], 1000, 512),
     )
     .await;

@@ -1,20 +1,22 @@
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 
-use crate::support::{TestSetup, spawn_app};
+use crate::support::{TestSetup, Upstream, spawn_app};
 
 const CLAUDE: &str = "claude/usage-100-200-300-50";
 
 fn setup() -> TestSetup {
     TestSetup::new()
-        .provider(
-            "[providers.claude]\nkind = \"anthropic\"\nbase_url = \"@ANTHROPIC@\"\napi_key_env = \"TEST_ANTHROPIC_KEY\"",
-        )
+        .provider("claude", "anthropic", Upstream::Anthropic)
+        .set("providers.claude.api_key_env", "TEST_ANTHROPIC_KEY")
         .env("TEST_ANTHROPIC_KEY", "sk-ant-test")
         .route("claude", &[CLAUDE])
-        .route("claude-refuses", &["claude/status-400", "secondary/never-after-claude"])
+        .route(
+            "claude-refuses",
+            &["claude/status-400", "secondary/never-after-claude"],
+        )
         .price(CLAUDE, "3", "0.3", "15")
-        .cache_write_price(CLAUDE, "3.75")
+        .price_field(CLAUDE, "cache_write", "3.75")
         .tier("free", &["claude", "claude-refuses"], 1000, 100)
 }
 

@@ -35,14 +35,15 @@ async fn payloads(app: &TestApp, tenant: &str) -> Vec<audit_payload::Model> {
 
 /// The writer is off the request path: wait (boundedly) for `count` rows.
 async fn wait_for(app: &TestApp, tenant: &str, count: usize) -> Vec<audit_payload::Model> {
-    for _ in 0..100 {
-        let rows = payloads(app, tenant).await;
-        if rows.len() >= count {
-            return rows;
-        }
-        actix_rt::time::sleep(Duration::from_millis(50)).await;
-    }
-    payloads(app, tenant).await
+    crate::support::wait_until(
+        Duration::from_secs(5),
+        &format!("{count} audit payloads of {tenant}"),
+        async || {
+            let rows = payloads(app, tenant).await;
+            crate::support::done_if(rows.len() >= count, rows)
+        },
+    )
+    .await
 }
 
 #[actix_web::test]
@@ -59,7 +60,7 @@ async fn an_opted_in_tenants_calls_are_kept_redacted_and_no_one_elses() {
             .route("au-cached", &["primary/ok"])
             .cached_route("au-cached", 60_000)
             .tier("free", &["au-fast", "au-stream", "au-cached"], 1000, 100)
-            .ledger("retention_interval_ms = 0"),
+            .set("ledger.retention_interval_ms", 0),
     )
     .await;
     let (audited, key) = app

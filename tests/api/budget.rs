@@ -1,7 +1,7 @@
 use futures_util::future::join_all;
 use serde_json::json;
 
-use crate::support::{TestSetup, chat_body, spawn_app};
+use crate::support::{TestSetup, Upstream, chat_body, entry, spawn_app};
 
 #[actix_web::test]
 async fn budget_of_5_with_calls_costing_4_allows_one_then_402() {
@@ -66,7 +66,7 @@ async fn fifty_concurrent_requests_never_commit_more_than_the_budget() {
 
 #[actix_web::test]
 async fn fifty_concurrent_requests_never_commit_more_than_the_budget_with_tenant_arbiters() {
-    fifty_concurrent_requests_on_a_budget_of_one(TestSetup::new().server("tenant_arbiters = 2"))
+    fifty_concurrent_requests_on_a_budget_of_one(TestSetup::new().set("server.tenant_arbiters", 2))
         .await;
 }
 
@@ -184,9 +184,15 @@ async fn a_reservation_that_expires_unsettled_is_committed_as_orphaned_never_twi
     let body = chat_body("slow");
     let call = app.chat(&key, &body);
     let expire = async {
-        while app.fake.stats.requests() == 0 {
-            actix_rt::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        crate::support::wait_until(
+            std::time::Duration::from_secs(5),
+            "the call to reach the upstream",
+            async || {
+                let requests = app.fake.stats.requests();
+                crate::support::done_if(requests > 0, requests)
+            },
+        )
+        .await;
         let held = app.budget(&tenant).await;
         // Past the request deadline (20 s) and the margin (30 s): the sweep must act.
         clock.advance_ms(60_000);
@@ -351,7 +357,7 @@ async fn alert_mode_passes_and_the_webhook_fires_once_at_80_and_once_at_100_perc
         TestSetup::new()
             .route("fast", &["primary/usage-0-0-125000"])
             .tier("free", &["fast"], 1000, 100)
-            .raw(&format!("[alerts]\nwebhook_url = \"{hook}\"")),
+            .set("alerts.webhook_url", hook),
     )
     .await;
     let (tenant, key) = app
@@ -366,14 +372,17 @@ async fn alert_mode_passes_and_the_webhook_fires_once_at_80_and_once_at_100_perc
         assert_eq!(app.chat(&key, &chat_body("fast")).await.status, 200);
     }
 
-    for _ in 0..100 {
-        if received.lock().unwrap().len() >= 2 {
-            break;
-        }
-        actix_rt::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    // Give a duplicate the chance to arrive before counting.
-    actix_rt::time::sleep(std::time::Duration::from_millis(300)).await;
+    crate::support::wait_until(
+        std::time::Duration::from_secs(5),
+        "two alerts",
+        async || {
+            let received = received.lock().unwrap().len();
+            crate::support::done_if(received >= 2, received)
+        },
+    )
+    .await;
+    // A pause on the real clock: a duplicate alert would arrive within it.
+    crate::support::let_real_time_pass(std::time::Duration::from_millis(300)).await;
     let alerts = received.lock().unwrap().clone();
     let thresholds: Vec<u64> = alerts
         .iter()
@@ -401,7 +410,8 @@ fn needed_nanos(reply: &crate::support::Reply) -> i64 {
 async fn the_estimate_uses_each_models_encoding_and_each_providers_safety_factor() {
     let app = spawn_app(
         TestSetup::new()
-            .provider("[providers.strict_tok]\nkind = \"openai\"\nbase_url = \"FAKE\"\ntokenizer_safety_percent = 200")
+            .provider("strict_tok", "openai", Upstream::Fake)
+            .set("providers.strict_tok.tokenizer_safety_percent", 200)
             .route("o200k", &["primary/ok"])
             .route("cl100k", &["primary/cl"])
             .route("doubled", &["strict_tok/ok"])
@@ -409,7 +419,7 @@ async fn the_estimate_uses_each_models_encoding_and_each_providers_safety_factor
             .price("primary/ok", "1", "1", "0")
             .price("primary/cl", "1", "1", "0")
             .price("strict_tok/ok", "1", "1", "0")
-            .price_extra("primary/cl", "encoding = \"cl100k_base\"")
+            .price_field("primary/cl", "encoding", "cl100k_base")
             .tier("free", &["o200k", "cl100k", "doubled"], 1000, 100),
     )
     .await;
@@ -447,9 +457,14 @@ async fn a_long_prompt_reserves_and_is_charged_at_the_long_context_tier() {
             .route("long", &["primary/usage-2000-0-100"])
             .tier("free", &["long"], 1000, 100)
             .price("primary/usage-2000-0-100", "2", "2", "8")
-            .price_extra(
+            .price_field(
                 "primary/usage-2000-0-100",
-                "long_context = { above_tokens = 1000, input = \"20\", output = \"80\" }",
+                "long_context",
+                entry([
+                    ("above_tokens", 1000.into()),
+                    ("input", "20".into()),
+                    ("output", "80".into()),
+                ]),
             ),
     )
     .await;

@@ -4,10 +4,16 @@
 use futures_util::future::join_all;
 use serde_json::json;
 
-use crate::support::{TestSetup, chat_body, spawn_app};
+use crate::support::{TestSetup, Upstream, chat_body, spawn_app};
 
 /// A provider that gives up on an answer after 300 ms, once the request has left.
-const IMPATIENT: &str = "[providers.impatient]\nkind = \"openai\"\nbase_url = \"FAKE\"\ntimeout_ms = 300\nmax_attempts = 1";
+/// A provider that gives up after 300 ms, without retrying.
+fn impatient(setup: TestSetup) -> TestSetup {
+    setup
+        .provider("impatient", "openai", Upstream::Fake)
+        .set("providers.impatient.timeout_ms", 300)
+        .set("providers.impatient.max_attempts", 1)
+}
 
 fn committed_nanos(budget: &serde_json::Value) -> i64 {
     tollgate::money::Nanos::parse_decimal(budget["committed"].as_str().unwrap())
@@ -103,7 +109,7 @@ async fn a_body_with_both_output_limits_leaves_with_one_coherent_value() {
 async fn a_timed_out_primary_and_an_answering_fallback_are_charged_both_holds() {
     let app = spawn_app(
         TestSetup::new()
-            .provider(IMPATIENT)
+            .with(impatient)
             .route(
                 "fast",
                 &["impatient/delay-2000ms", "secondary/usage-10-0-5"],
@@ -165,7 +171,7 @@ async fn a_timed_out_primary_and_an_answering_fallback_are_charged_both_holds() 
 async fn with_a_budget_for_one_hold_the_fallback_after_a_timeout_is_not_tried() {
     let app = spawn_app(
         TestSetup::new()
-            .provider(IMPATIENT)
+            .with(impatient)
             .route(
                 "fast",
                 &["impatient/delay-2000ms", "secondary/never-called"],
@@ -201,7 +207,12 @@ async fn with_a_budget_for_one_hold_the_fallback_after_a_timeout_is_not_tried() 
 async fn a_refused_connection_costs_nothing_and_its_hold_serves_the_fallback() {
     let app = spawn_app(
         TestSetup::new()
-            .provider("[providers.closed]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1\"\nmax_attempts = 1")
+            .provider(
+                "closed",
+                "openai",
+                Upstream::At("http://127.0.0.1:1".to_owned()),
+            )
+            .set("providers.closed.max_attempts", 1)
             .route("fast", &["closed/ok", "secondary/usage-10-0-5"])
             .tier("free", &["fast"], 1000, 100),
     )
@@ -299,9 +310,8 @@ async fn a_garbled_answer_after_the_whole_request_left_is_charged_its_hold() {
     let (addr, read) = garbling_upstream();
     let app = spawn_app(
         TestSetup::new()
-            .provider(&format!(
-                "[providers.garbling]\nkind = \"openai\"\nbase_url = \"http://{addr}\"\nmax_attempts = 1"
-            ))
+            .provider("garbling", "openai", Upstream::At(format!("http://{addr}")))
+            .set("providers.garbling.max_attempts", 1)
             .route("fast", &["garbling/m", "secondary/usage-10-0-5"])
             .tier("free", &["fast"], 1000, 100),
     )

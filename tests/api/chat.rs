@@ -64,7 +64,7 @@ async fn deepseek_cache_hit_tokens_are_priced_as_cached_input() {
 #[actix_web::test]
 async fn the_body_passes_through_with_only_model_and_max_tokens_set() {
     // A field no table knows leaves only where the route forwards unknown fields.
-    let app = spawn_app(setup().route_line("fast", "forward_unknown_fields = true")).await;
+    let app = spawn_app(setup().set("routes.fast.forward_unknown_fields", true)).await;
     let (_tenant, key) = app.tenant_with_key("free", json!({})).await;
     let body = json!({
         "model": "fast",

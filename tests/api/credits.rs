@@ -195,13 +195,15 @@ async fn a_key_on_credits_spends_its_own_balance_inside_its_tenants_budget() {
 }
 
 async fn wait_for_key(app: &TestApp, key: &str) {
-    for attempt in 0.. {
-        if app.get("/v1/models", key).await.status == 200 {
-            return;
-        }
-        assert!(attempt < 100, "a replica never learned the key");
-        actix_rt::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    crate::support::wait_until(
+        std::time::Duration::from_secs(5),
+        "a replica to learn the key",
+        async || {
+            let status = app.get("/v1/models", key).await.status;
+            crate::support::done_if(status == 200, status)
+        },
+    )
+    .await;
 }
 
 #[actix_web::test]
@@ -210,7 +212,7 @@ async fn three_replicas_on_one_redis_spend_one_balance_and_no_more() {
     let route = "credits-replicas";
     let setup = setup(route)
         .redis(&redis.url(), 3)
-        .storage("redis_timeout_ms = 10000");
+        .set("storage.redis_timeout_ms", 10_000);
     let first = spawn_app(setup.clone()).await;
     let others = [
         spawn_replica(&first, &setup).await,
@@ -356,12 +358,15 @@ async fn the_balance_is_the_ledgers_sum_after_a_kill_9_and_a_restart() {
             })
         })
         .collect();
-    for _ in 0..300 {
-        if fake.stats.requests() >= 8 {
-            break;
-        }
-        actix_rt::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    crate::support::wait_until(
+        std::time::Duration::from_secs(10),
+        "8 calls upstream",
+        async || {
+            let requests = fake.stats.requests();
+            crate::support::done_if(requests >= 8, requests)
+        },
+    )
+    .await;
     gateway.kill_9().await;
     for caller in callers {
         let _ = caller.await;

@@ -293,7 +293,7 @@ fn problems(refs: &[Reference], scrape: &str) -> Vec<String> {
 fn setup() -> TestSetup {
     TestSetup::new()
         // The cost counter gets its `feature` label.
-        .raw("[telemetry]\nfeature_labels = true")
+        .set("telemetry.feature_labels", true)
         .route("fast", &["primary/usage-10-0-5"])
         .route("cached", &["primary/usage-10-0-5"])
         .cached_route("cached", 60_000)
@@ -302,10 +302,9 @@ fn setup() -> TestSetup {
         .route("stream", &["primary/usage-100-20-30+chunks-3"])
         .route("cut", &["primary/chunks-8+cut-after-3"])
         .route("semantic", &["primary/usage-10-0-5"])
-        .route_line(
-            "semantic",
-            r#"semantic_cache = { threshold = 0.9, ttl_ms = 60000, embedding_route = "embed" }"#,
-        )
+        .set("routes.semantic.semantic_cache.threshold", 0.9)
+        .set("routes.semantic.semantic_cache.ttl_ms", 60_000)
+        .set("routes.semantic.semantic_cache.embedding_route", "embed")
         .route("embed", &["primary/usage-50-0-0"])
         .tier(
             "free",
@@ -325,12 +324,13 @@ async fn drive_shared_store() {
         TestSetup::new()
             .route("fast", &["primary/usage-10-0-5"])
             .tier("closed", &["fast"], 1000, 100)
-            .raw("[tiers.shared_out]\nroutes = [\"fast\"]\nrpm = 1000\ndefault_max_tokens = 100\non_store_error = \"local\"\n")
+            .tier("shared_out", &["fast"], 1000, 100)
+            .set("tiers.shared_out.on_store_error", "local")
             .redis(&redis.url(), 2)
-            .storage("reconcile_interval_ms = 100"),
+            .set("storage.reconcile_interval_ms", 100),
     )
     .await;
-    let (_closed, closed_key) = shared
+    let (closed, closed_key) = shared
         .tenant_with_key("closed", json!({"monthly_budget": "5"}))
         .await;
     let (_local, local_key) = shared.tenant_with_key("shared_out", json!({})).await;
@@ -339,7 +339,19 @@ async fn drive_shared_store() {
         200
     );
     // A sweep after the reconcile interval publishes the drift.
-    actix_rt::time::sleep(Duration::from_millis(1500)).await;
+    crate::support::wait_until(
+        Duration::from_secs(5),
+        "the closed tenant's quota drift",
+        async || {
+            let scrape = shared.gateway.metrics.render();
+            let published = scrape.lines().any(|line| {
+                line.starts_with("tollgate_quota_drift_nanos{")
+                    && line.contains(&format!("tenant=\"{closed}\""))
+            });
+            crate::support::done_if(published, "not in the scrape")
+        },
+    )
+    .await;
     redis.kill();
     assert_eq!(
         shared.chat(&closed_key, &chat_body("fast")).await.status,
@@ -415,19 +427,23 @@ async fn drive_traffic(app: &TestApp) {
 }
 
 /// A scrape once every referenced family is in it (stream and ledger metrics
-/// are recorded after the caller's response), or the last one after 5 s.
+/// are recorded after the caller's response); the test fails after 5 s without one.
 async fn scrape_when_complete(app: &TestApp, refs: &[Reference]) -> String {
-    let mut scrape = String::new();
-    for _ in 0..100 {
-        let reply = app.get("/metrics", "").await;
-        assert_eq!(reply.status, 200, "{}", reply.raw);
-        scrape = reply.raw;
-        if problems(refs, &scrape).is_empty() {
-            break;
-        }
-        actix_rt::time::sleep(Duration::from_millis(50)).await;
-    }
-    scrape
+    crate::support::wait_until(
+        Duration::from_secs(5),
+        "every referenced family in a scrape",
+        async || {
+            let reply = app.get("/metrics", "").await;
+            assert_eq!(reply.status, 200, "{}", reply.raw);
+            let missing = problems(refs, &reply.raw);
+            if missing.is_empty() {
+                Ok(reply.raw)
+            } else {
+                Err(missing)
+            }
+        },
+    )
+    .await
 }
 
 // ---------------------------------------------------------------- tests

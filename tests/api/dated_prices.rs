@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::json;
 use tollgate::clock::ManualClock;
 
-use crate::support::{TestSetup, chat_body, spawn_app};
+use crate::support::{TestSetup, chat_body, entry, spawn_app};
 
 /// 2027-01-01T00:00:00Z in Unix ms.
 const NEW_YEAR_MS: u64 = 1_798_761_600_000;
@@ -20,19 +20,19 @@ async fn a_dated_price_takes_over_at_its_day_and_reprice_honours_each_rows_date(
             .clock(clock.clone())
             .route("ef-fast", &["primary/usage-100-0-10"])
             .tier("free", &["ef-fast"], 1000, 100)
-            .raw(
-                r#"
-[[prices]]
-provider = "primary"
-model = "usage-100-0-10"
-input = "4"
-output = "16"
-effective_from = "2027-01-01"
-
-[[plans]]
-name = "resale"
-markup_percent = 20
-"#,
+            .push(
+                "prices",
+                entry([
+                    ("provider", "primary".into()),
+                    ("model", "usage-100-0-10".into()),
+                    ("input", "4".into()),
+                    ("output", "16".into()),
+                    ("effective_from", "2027-01-01".into()),
+                ]),
+            )
+            .push(
+                "plans",
+                entry([("name", "resale".into()), ("markup_percent", 20.into())]),
             ),
     )
     .await;
@@ -91,19 +91,23 @@ async fn a_plans_dated_price_takes_over_at_its_day() {
             .clock(clock.clone())
             .route("ef-plan", &["primary/usage-100-0-10"])
             .tier("free", &["ef-plan"], 1000, 100)
-            .raw(
-                r#"
-[[plans]]
-name = "bigco"
-markup_percent = 50
-
-[[plans.prices]]
-provider = "primary"
-model = "usage-100-0-10"
-input = "1"
-output = "4"
-effective_from = "2027-01-01"
-"#,
+            .push(
+                "plans",
+                entry([
+                    ("name", "bigco".into()),
+                    ("markup_percent", 50.into()),
+                    (
+                        "prices",
+                        vec![entry([
+                            ("provider", "primary".into()),
+                            ("model", "usage-100-0-10".into()),
+                            ("input", "1".into()),
+                            ("output", "4".into()),
+                            ("effective_from", "2027-01-01".into()),
+                        ])]
+                        .into(),
+                    ),
+                ]),
             ),
     )
     .await;

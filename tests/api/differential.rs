@@ -188,10 +188,10 @@ async fn subject(store: &Store) -> Subject {
     let setup = TestSetup::new()
         .route("fast", &["primary/ok"])
         .tier("free", &["fast"], 100_000, 100)
-        .billing("timezone = \"Asia/Shanghai\"")
+        .set("billing.timezone", "Asia/Shanghai")
         .clock(clock.clone());
     let setup = match store {
-        Store::Book => setup.storage("redis_url = \"\""),
+        Store::Book => setup.set("storage.redis_url", ""),
         Store::Redis(redis) => setup.redis(&redis.url(), 1),
         Store::Cluster(cluster) => setup.redis(&cluster.url(), 1),
     };
@@ -614,25 +614,22 @@ impl<'a> Run<'a> {
     /// ledger has a row for every hold the sweep committed.
     async fn until_swept(&self, step: usize) {
         let held = sum(&self.open);
-        let mut waited = Duration::ZERO;
-        let pause = Duration::from_millis(20);
-        while waited < SWEEP_WAIT {
-            if self.handle.status().await.unwrap().reserved == held {
-                let rows = self.subject.app.ledger_rows(&self.tenant).await;
-                let orphaned = rows.iter().filter(|r| r.status == "orphaned").count();
-                if orphaned == self.orphans {
-                    return;
-                }
-            }
-            actix_rt::time::sleep(pause).await;
-            waited += pause;
-        }
-        panic!(
-            "seed {}, step {step} on {}: the holds that lapsed were never swept ({} orphans expected)",
+        let what = format!(
+            "seed {}, step {step} on {}: the sweep of the holds that lapsed ({held:?} still held, {} orphans)",
             self.seed,
             self.name(),
             self.orphans
         );
+        crate::support::wait_until(SWEEP_WAIT, &what, async || {
+            let reserved = self.handle.status().await.unwrap().reserved;
+            let rows = self.subject.app.ledger_rows(&self.tenant).await;
+            let orphaned = rows.iter().filter(|r| r.status == "orphaned").count();
+            crate::support::done_if(
+                reserved == held && orphaned == self.orphans,
+                (reserved, orphaned),
+            )
+        })
+        .await;
     }
 
     /// A drained restart: nothing is held when the gateway stops, and every

@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{TestSetup, chat_body, run_sdk, spawn_app};
+use crate::support::{TestSetup, Upstream, chat_body, run_sdk, spawn_app};
 
 fn setup() -> TestSetup {
     TestSetup::new()
@@ -10,10 +10,10 @@ fn setup() -> TestSetup {
         .route("embed", &["primary/usage-50-0-0"])
         .route("embed-failover", &["primary/status-503", "secondary/usage-50-0-0"])
         .route("fast", &["primary/usage-10-0-5"])
-        .provider("[providers.claude]\nkind = \"anthropic\"\nbase_url = \"@ANTHROPIC@\"")
+        .provider("claude", "anthropic", Upstream::Anthropic)
         .route("embed-claude", &["claude/claude-embeds-nothing"])
         .route("embed-only", &["primary/usage-50-0-0+input-only"])
-        .price("primary/usage-50-0-0+input-only", "2", "2", "")
+        .input_price("primary/usage-50-0-0+input-only", "2", "2")
         .tier(
             "free",
             &["embed", "embed-failover", "fast", "embed-claude", "embed-only"],

@@ -27,9 +27,8 @@ fn with_rpm(route: &str, period: &str, rpm: u32) -> TestSetup {
     TestSetup::new()
         .route(route, &["primary/usage-1-0-40"])
         .tier("free", &[route], rpm, 50)
-        .raw(&format!(
-            "[tiers.free.end_user]\nbudget = \"{CAP}\"\nperiod = \"{period}\""
-        ))
+        .set("tiers.free.end_user.budget", CAP)
+        .set("tiers.free.end_user.period", period)
 }
 
 async fn as_user(app: &TestApp, key: &str, route: &str, user: &str) -> crate::support::Reply {
@@ -139,8 +138,8 @@ async fn a_tier_that_requires_an_end_user_refuses_a_request_without_one_on_every
         TestSetup::new()
             .route(route, &["primary/usage-1-0-40"])
             .tier("free", &[route], 1000, 50)
-            .tier_line("end_user_required = true")
-            .tier_line("end_user_sources = [\"header\"]"),
+            .set("tiers.free.end_user_required", true)
+            .set("tiers.free.end_user_sources", vec!["header"]),
     )
     .await;
     let (_, key) = app.tenant_with_key("free", json!({})).await;
@@ -266,7 +265,7 @@ async fn an_end_users_requests_per_minute_are_their_own() {
         TestSetup::new()
             .route(route, &["primary/usage-1-0-40"])
             .tier("free", &[route], 1000, 50)
-            .raw("[tiers.free.end_user]\nrpm = 2"),
+            .set("tiers.free.end_user.rpm", 2),
     )
     .await;
     let (_, key) = app.tenant_with_key("free", json!({})).await;
@@ -292,7 +291,7 @@ async fn across(timezone: &str, period: &str, boundary: &str, resets: bool) {
     let route = format!("eu-{period}-{}", timezone.replace('/', "-").to_lowercase());
     let app = spawn_app(
         setup(&route, period)
-            .billing(&format!("timezone = \"{timezone}\""))
+            .set("billing.timezone", timezone)
             .clock(clock.clone()),
     )
     .await;
@@ -337,7 +336,7 @@ async fn end_users_evicted_from_memory_come_back_with_their_spend() {
     let app = spawn_app(
         // The tenant's own rate would refuse first: the manual clock hardly moves.
         with_rpm(route, "day", 1_000_000)
-            .billing("end_users_in_memory = 100")
+            .set("billing.end_users_in_memory", 100)
             .clock(clock.clone()),
     )
     .await;
@@ -376,7 +375,7 @@ async fn three_replicas_on_one_redis_keep_fifty_end_users_each_under_their_cap()
     // turn a slow Redis reply into a fail-closed 503, which is not what this checks.
     let setup = setup(route, "day")
         .redis(&redis.url(), 3)
-        .storage("redis_timeout_ms = 10000");
+        .set("storage.redis_timeout_ms", 10_000);
     let first = spawn_app(setup.clone()).await;
     let others = [
         spawn_replica(&first, &setup).await,
@@ -387,13 +386,15 @@ async fn three_replicas_on_one_redis_keep_fifty_end_users_each_under_their_cap()
         .await;
     let apps: Vec<&TestApp> = std::iter::once(&first).chain(others.iter()).collect();
     for app in &apps {
-        for attempt in 0.. {
-            if app.get("/v1/models", &key).await.status == 200 {
-                break;
-            }
-            assert!(attempt < 100, "a replica never learned the key");
-            actix_rt::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
+        crate::support::wait_until(
+            std::time::Duration::from_secs(5),
+            "a replica to learn the key",
+            async || {
+                let status = app.get("/v1/models", &key).await.status;
+                crate::support::done_if(status == 200, status)
+            },
+        )
+        .await;
     }
     let calls = (0..50).flat_map(|user| (0..20).map(move |call| (user, call)));
     let replies: Vec<(u16, String)> = join_all(calls.map(|(user, call)| {
@@ -407,7 +408,8 @@ async fn three_replicas_on_one_redis_keep_fifty_end_users_each_under_their_cap()
                     break;
                 }
                 eprintln!("retrying a 503: {}", reply.raw);
-                actix_rt::time::sleep(std::time::Duration::from_secs(1)).await;
+                // A client's back-off on the real clock, the time it gives a busy store.
+                crate::support::let_real_time_pass(std::time::Duration::from_secs(1)).await;
                 reply = as_user(app, &key, route, &format!("user-{user}")).await;
             }
             (
@@ -574,7 +576,7 @@ async fn an_end_users_daily_tokens_are_their_own_and_start_again_at_midnight() {
             .route(route, &["primary/usage-1-0-40"])
             .tier("free", &[route], 1000, 50)
             // Each call holds its prompt and 50 output tokens, then uses 41.
-            .raw("[tiers.free.end_user]\ndaily_tokens = 150")
+            .set("tiers.free.end_user.daily_tokens", 150)
             .clock(clock.clone()),
     )
     .await;
@@ -616,7 +618,7 @@ async fn an_end_users_tokens_per_minute_refill_with_the_clock() {
             .route(route, &["primary/usage-1-0-40"])
             .tier("free", &[route], 1000, 50)
             // A call holds its prompt and 50 output tokens, then gives back all but 41.
-            .raw("[tiers.free.end_user]\ntpm = 150")
+            .set("tiers.free.end_user.tpm", 150)
             .clock(clock.clone()),
     )
     .await;

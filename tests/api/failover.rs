@@ -1,6 +1,6 @@
 use serde_json::json;
 
-use crate::support::{LogCapture, TestSetup, chat_body, spawn_app, spawn_app_with_logs};
+use crate::support::{LogCapture, TestSetup, Upstream, chat_body, spawn_app, spawn_app_with_logs};
 
 #[actix_web::test]
 async fn primary_503_is_retried_then_fails_over_and_every_attempt_is_recorded() {
@@ -139,7 +139,12 @@ async fn an_unset_key_env_var_disables_the_provider_with_a_warning_and_503_namin
     let logs = LogCapture::default();
     let app = spawn_app_with_logs(
         TestSetup::new()
-            .provider("[providers.ghost]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9\"\napi_key_env = \"TOLLGATE_TEST_GHOST_KEY\"")
+            .provider(
+                "ghost",
+                "openai",
+                Upstream::At("http://127.0.0.1:9".to_owned()),
+            )
+            .set("providers.ghost.api_key_env", "TOLLGATE_TEST_GHOST_KEY")
             .route("fast", &["ghost/model-a"])
             .tier("free", &["fast"], 1000, 100),
         Some(&logs),
@@ -174,7 +179,7 @@ async fn an_unset_key_env_var_disables_the_provider_with_a_warning_and_503_namin
 async fn a_malformed_base_url_gives_500_naming_the_setting_without_failover() {
     let app = spawn_app(
         TestSetup::new()
-            .provider("[providers.broken]\nkind = \"openai\"\nbase_url = \"not a url\"")
+            .provider("broken", "openai", Upstream::At("not a url".to_owned()))
             .route("fast", &["broken/model-b", "secondary/never-after-broken"])
             .tier("free", &["fast"], 1000, 100),
     )
@@ -201,7 +206,12 @@ async fn a_malformed_base_url_gives_500_naming_the_setting_without_failover() {
 async fn an_empty_provider_key_gives_500_naming_its_env_var() {
     let app = spawn_app(
         TestSetup::new()
-            .provider("[providers.blank]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9\"\napi_key_env = \"TEST_BLANK_KEY\"")
+            .provider(
+                "blank",
+                "openai",
+                Upstream::At("http://127.0.0.1:9".to_owned()),
+            )
+            .set("providers.blank.api_key_env", "TEST_BLANK_KEY")
             .route("fast", &["blank/model-c", "secondary/never-after-blank"])
             .tier("free", &["fast"], 1000, 100)
             .env("TEST_BLANK_KEY", " "),
@@ -224,7 +234,9 @@ async fn an_empty_provider_key_gives_500_naming_its_env_var() {
 async fn a_full_provider_queue_fails_fast_to_the_next_target() {
     let app = spawn_app(
         TestSetup::new()
-            .provider("[providers.narrow]\nkind = \"openai\"\nbase_url = \"FAKE\"\nmax_concurrency = 1\nmax_queue = 0")
+            .provider("narrow", "openai", Upstream::Fake)
+            .set("providers.narrow.max_concurrency", 1)
+            .set("providers.narrow.max_queue", 0)
             .route("fast", &["narrow/delay-800ms", "secondary/usage-10-0-5"])
             .tier("free", &["fast"], 1000, 100),
     )
@@ -234,9 +246,15 @@ async fn a_full_provider_queue_fails_fast_to_the_next_target() {
     let body = chat_body("fast");
     let (slow, fast) = tokio::join!(app.chat(&key, &body), async {
         // The second call arrives while the first holds narrow's only slot.
-        while app.fake.stats.requests_for_model("delay-800ms") == 0 {
-            actix_rt::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        crate::support::wait_until(
+            std::time::Duration::from_secs(5),
+            "the first call upstream",
+            async || {
+                let requests = app.fake.stats.requests_for_model("delay-800ms");
+                crate::support::done_if(requests > 0, requests)
+            },
+        )
+        .await;
         app.chat(&key, &body).await
     });
 
@@ -255,8 +273,14 @@ async fn a_full_provider_queue_fails_fast_to_the_next_target() {
 async fn a_queued_call_gets_the_slot_when_it_frees() {
     let app = spawn_app(
         TestSetup::new()
-            .provider("[providers.narrow]\nkind = \"openai\"\nbase_url = \"FAKE\"\nmax_concurrency = 1\nmax_queue = 4\nqueue_timeout_ms = 5000")
-            .route("fast", &["narrow/delay-300ms", "secondary/never-after-queue"])
+            .provider("narrow", "openai", Upstream::Fake)
+            .set("providers.narrow.max_concurrency", 1)
+            .set("providers.narrow.max_queue", 4)
+            .set("providers.narrow.queue_timeout_ms", 5000)
+            .route(
+                "fast",
+                &["narrow/delay-300ms", "secondary/never-after-queue"],
+            )
             .tier("free", &["fast"], 1000, 100),
     )
     .await;
@@ -277,8 +301,13 @@ async fn a_queued_call_gets_the_slot_when_it_frees() {
 async fn a_flaky_provider_is_retried_before_failing_over_and_every_attempt_is_recorded() {
     let app = spawn_app(
         TestSetup::new()
-            .provider("[providers.retrier]\nkind = \"openai\"\nbase_url = \"FAKE\"\nmax_attempts = 3\nretry_base_delay_ms = 10")
-            .route("fast", &["retrier/flaky-2", "secondary/never-after-retries"])
+            .provider("retrier", "openai", Upstream::Fake)
+            .set("providers.retrier.max_attempts", 3)
+            .set("providers.retrier.retry_base_delay_ms", 10)
+            .route(
+                "fast",
+                &["retrier/flaky-2", "secondary/never-after-retries"],
+            )
             .tier("free", &["fast"], 1000, 100),
     )
     .await;
@@ -304,7 +333,13 @@ async fn a_flaky_provider_is_retried_before_failing_over_and_every_attempt_is_re
 async fn the_retry_budget_caps_retries_during_an_outage() {
     let app = spawn_app(
         TestSetup::new()
-            .provider("[providers.down]\nkind = \"openai\"\nbase_url = \"FAKE\"\nmax_attempts = 2\nretry_base_delay_ms = 1\nretry_budget_percent = 20\nretry_burst = 2\nbreaker_failures = 1000\nbreaker_error_rate_percent = 0")
+            .provider("down", "openai", Upstream::Fake)
+            .set("providers.down.max_attempts", 2)
+            .set("providers.down.retry_base_delay_ms", 1)
+            .set("providers.down.retry_budget_percent", 20)
+            .set("providers.down.retry_burst", 2)
+            .set("providers.down.breaker_failures", 1000)
+            .set("providers.down.breaker_error_rate_percent", 0)
             .route("fast", &["down/status-503", "secondary/usage-10-0-5"])
             .tier("free", &["fast"], 1000, 100),
     )
@@ -327,8 +362,13 @@ async fn the_retry_budget_caps_retries_during_an_outage() {
 async fn retry_after_from_the_upstream_is_honoured_within_the_deadline() {
     let app = spawn_app(
         TestSetup::new()
-            .provider("[providers.limited]\nkind = \"openai\"\nbase_url = \"FAKE\"\nmax_attempts = 2\nretry_base_delay_ms = 1")
-            .route("fast", &["limited/status-429+retry-after-1", "secondary/usage-10-0-5"])
+            .provider("limited", "openai", Upstream::Fake)
+            .set("providers.limited.max_attempts", 2)
+            .set("providers.limited.retry_base_delay_ms", 1)
+            .route(
+                "fast",
+                &["limited/status-429+retry-after-1", "secondary/usage-10-0-5"],
+            )
             .tier("free", &["fast"], 1000, 100),
     )
     .await;

@@ -131,13 +131,15 @@ impl Run<'_> {
 
     /// Waits (bounded) until nothing is reserved: the sweep has committed expired holds.
     async fn until_nothing_reserved(&self) {
-        for _ in 0..100 {
-            if self.status().await.reserved == Nanos::ZERO {
-                return;
-            }
-            actix_rt::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("expired holds were never swept");
+        crate::support::wait_until(
+            Duration::from_secs(5),
+            "the sweep of expired holds",
+            async || {
+                let reserved = self.status().await.reserved;
+                crate::support::done_if(reserved == Nanos::ZERO, reserved)
+            },
+        )
+        .await;
     }
 
     /// Stops the tenant's actor (idle, nothing held); the next call starts a fresh one.
@@ -148,19 +150,15 @@ impl Run<'_> {
         self.until_nothing_reserved().await;
         self.app.flush_ledger().await;
         self.clock.advance_ms(IDLE_MS);
-        for _ in 0..100 {
-            if !self
-                .app
-                .gateway
-                .tenants
-                .running_tenants()
-                .contains(&self.tenant)
-            {
-                return;
-            }
-            actix_rt::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("the idle tenant actor never stopped");
+        crate::support::wait_until(
+            Duration::from_secs(5),
+            "the idle tenant actor to stop",
+            async || {
+                let running = self.app.gateway.tenants.running_tenants();
+                crate::support::done_if(!running.contains(&self.tenant), running)
+            },
+        )
+        .await;
     }
 }
 

@@ -136,7 +136,7 @@ async fn an_invoice_totals_the_ledger_of_its_local_month_to_the_nano_unit() {
         TestSetup::new()
             .route("fast", &["primary/ok"])
             .tier("free", &["fast"], 1000, 100)
-            .billing("timezone = \"Asia/Shanghai\""),
+            .set("billing.timezone", "Asia/Shanghai"),
     )
     .await;
     let (tenant, _) = app.tenant_with_key("free", json!({})).await;
@@ -192,7 +192,7 @@ async fn the_cli_writes_the_invoice_and_its_check_proves_the_total() {
     let setup = TestSetup::new()
         .route("fast", &["primary/ok"])
         .tier("free", &["fast"], 1000, 100)
-        .billing("timezone = \"Asia/Shanghai\"");
+        .set("billing.timezone", "Asia/Shanghai");
     let env = setup.env_vars().clone();
     let (_dir, config) = write_config(&setup, "http://127.0.0.1:9");
     let tenant = crate::support::unique_tenant("invoice-cli");

@@ -314,13 +314,15 @@ async fn kill_9_under_load_leaves_exactly_one_row_per_upstream_call() {
         }));
     }
     // Kill while streams are in flight and plenty of rows are settled.
-    for _ in 0..600 {
-        if fake.stats.requests() >= 40 && fake.stats.streams_started() >= 12 {
-            break;
-        }
-        actix_rt::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(fake.stats.requests() >= 40, "the load did not start");
+    wait_until(
+        Duration::from_secs(12),
+        "40 calls upstream, 12 of them streams",
+        async || {
+            let seen = (fake.stats.requests(), fake.stats.streams_started());
+            crate::support::done_if(seen.0 >= 40 && seen.1 >= 12, seen)
+        },
+    )
+    .await;
     gateway.kill_9().await;
     for caller in callers {
         caller.await.unwrap();
@@ -462,13 +464,11 @@ async fn sigterm_lets_long_streams_finish_writes_their_rows_and_exits_0() {
             (status, response.body().limit(1 << 20).await.unwrap())
         }));
     }
-    for _ in 0..250 {
-        if fake.stats.streams_started() == 3 {
-            break;
-        }
-        actix_rt::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(fake.stats.streams_started(), 3);
+    wait_until(Duration::from_secs(5), "3 streams upstream", async || {
+        let streams = fake.stats.streams_started();
+        crate::support::done_if(streams == 3, streams)
+    })
+    .await;
     gateway.terminate();
 
     for stream in streams {
@@ -509,7 +509,9 @@ async fn readyz(app: &crate::support::TestApp) -> (u16, Value) {
 /// sync (a new one too) on their next use: one request after a sync has run
 /// leaves the key cached, so the outage below tests the ledger, not key lookup.
 async fn key_cached_across_a_sync(app: &crate::support::TestApp, key: &str) {
-    actix_rt::time::sleep(Duration::from_millis(400)).await;
+    // A pause on the real clock: the sync runs every 100 ms and shows no sign
+    // of having run, so four intervals pass.
+    crate::support::let_real_time_pass(Duration::from_millis(400)).await;
     assert_eq!(app.chat(key, &chat_body("fast")).await.status, 200);
 }
 
@@ -521,7 +523,7 @@ async fn a_database_outage_fills_the_backlog_then_refuses_then_backfills_every_r
             .route("fast", &["primary/usage-10-0-10"])
             .tier("free", &["fast"], 100_000, 100)
             .env("TOLLGATE_DATABASE_URL", &pg.url())
-            .ledger("max_backlog_events = 8"),
+            .set("ledger.max_backlog_events", 8),
     )
     .await;
     let (tenant, key) = app.tenant_with_key("free", json!({})).await;
@@ -557,9 +559,12 @@ async fn a_database_outage_fills_the_backlog_then_refuses_then_backfills_every_r
         assert_eq!(reply.status, 200, "{}", reply.raw);
     }
     wait_until(
-        || app.gateway.ledger.backlog() == 8,
         Duration::from_secs(10),
         "8 events in the backlog",
+        async || {
+            let backlog = app.gateway.ledger.backlog();
+            crate::support::done_if(backlog == 8, backlog)
+        },
     )
     .await;
     let (status, body) = readyz(&app).await;
@@ -586,14 +591,15 @@ async fn a_database_outage_fills_the_backlog_then_refuses_then_backfills_every_r
     );
     // The backlog can fill before the first write attempt has timed out.
     wait_until(
-        || {
-            metric_value(
-                &app.gateway.metrics.render(),
-                "tollgate_ledger_write_errors_total",
-            ) >= 1
-        },
         Duration::from_secs(30),
         "a failed ledger write",
+        async || {
+            let errors = metric_value(
+                &app.gateway.metrics.render(),
+                "tollgate_ledger_write_errors_total",
+            );
+            crate::support::done_if(errors >= 1, errors)
+        },
     )
     .await;
 
@@ -603,11 +609,10 @@ async fn a_database_outage_fills_the_backlog_then_refuses_then_backfills_every_r
         pg
     })
     .await;
-    wait_until(
-        || app.gateway.ledger.backlog() == 0,
-        Duration::from_mins(1),
-        "the backfill",
-    )
+    wait_until(Duration::from_mins(1), "the backfill", async || {
+        let backlog = app.gateway.ledger.backlog();
+        crate::support::done_if(backlog == 0, backlog)
+    })
     .await;
     let rows = app.ledger_rows(&tenant).await;
     assert_eq!(rows.len(), 11);
@@ -635,8 +640,8 @@ async fn on_backlog_full_continue_serves_on_and_keeps_rows_past_the_bound_in_the
             .route("fast", &["primary/usage-10-0-10"])
             .tier("free", &["fast"], 100_000, 100)
             .env("TOLLGATE_DATABASE_URL", &pg.url())
-            .ledger("max_backlog_events = 2")
-            .ledger("on_backlog_full = \"continue\""),
+            .set("ledger.max_backlog_events", 2)
+            .set("ledger.on_backlog_full", "continue"),
     )
     .await;
     let (tenant, key) = app.tenant_with_key("free", json!({})).await;
@@ -675,11 +680,10 @@ async fn on_backlog_full_continue_serves_on_and_keeps_rows_past_the_bound_in_the
         pg
     })
     .await;
-    wait_until(
-        || app.gateway.ledger.backlog() == 0,
-        Duration::from_mins(1),
-        "the backfill",
-    )
+    wait_until(Duration::from_mins(1), "the backfill", async || {
+        let backlog = app.gateway.ledger.backlog();
+        crate::support::done_if(backlog == 0, backlog)
+    })
     .await;
     let rows = app.ledger_rows(&tenant).await;
     assert_eq!(rows.len(), 6);
@@ -710,14 +714,16 @@ async fn a_caller_that_leaves_mid_call_still_leaves_one_row_for_the_upstream_cal
         .send_json(&chat_body("slow"))
         .await;
     assert!(left.is_err(), "the caller was meant to give up first");
-    let mut rows = Vec::new();
-    for _ in 0..50 {
-        rows = app.ledger_rows(&tenant).await;
-        if !rows.is_empty() && app.fake.stats.requests() == 1 {
-            break;
-        }
-        actix_rt::time::sleep(Duration::from_millis(100)).await;
-    }
+    let rows = wait_until(
+        Duration::from_secs(5),
+        "the abandoned call's row",
+        async || {
+            let rows = app.ledger_rows(&tenant).await;
+            let requests = app.fake.stats.requests();
+            crate::support::done_if(!rows.is_empty() && requests == 1, rows)
+        },
+    )
+    .await;
     assert_eq!(app.fake.stats.requests(), 1);
     assert_eq!(rows.len(), 1, "{rows:?}");
     let journal = app.gateway.ledger.journal().unwrap();
@@ -773,7 +779,7 @@ async fn while_serving_segments_below_the_checkpoint_are_deleted() {
         TestSetup::new()
             .route("fast", &["primary/usage-10-0-10"])
             .tier("free", &["fast"], 100_000, 100)
-            .ledger("journal_segment_bytes = 4096"),
+            .set("ledger.journal_segment_bytes", 4096),
     )
     .await;
     let (tenant, key) = app.tenant_with_key("free", json!({})).await;

@@ -15,7 +15,7 @@ async fn logs_never_carry_keys_secrets_or_prompts_unless_a_tenant_opted_in() {
     let setup = TestSetup::new()
         .route("fast", &["primary/ok"])
         .tier("free", &["fast"], 1000, 100)
-        .raw("[telemetry]\nlog_prompts_for = [\"optin\"]")
+        .set("telemetry.log_prompts_for", vec!["optin"])
         .listen(addr)
         .env("TOLLGATE_KEY_PEPPER", "PEPPER-CANARY-7f3a")
         .env("TOLLGATE_ADMIN_TOKEN", "ADMIN-CANARY-91bc")
@@ -151,13 +151,15 @@ async fn sigterm_lets_in_flight_requests_finish_and_flushes_the_ledger() {
         (response.status().as_u16(), response.body().await.unwrap())
     });
     // Wait until the upstream holds the request, then ask the gateway to stop.
-    for _ in 0..100 {
-        if fake.stats.requests() == 1 {
-            break;
-        }
-        actix_rt::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(fake.stats.requests(), 1);
+    wait_until(
+        Duration::from_secs(5),
+        "the upstream to hold the call",
+        async || {
+            let requests = fake.stats.requests();
+            crate::support::done_if(requests == 1, requests)
+        },
+    )
+    .await;
     gateway.terminate();
 
     let (status, body) = in_flight.await.unwrap();
@@ -217,37 +219,35 @@ async fn sighup_reloads_the_configuration_and_a_bad_file_is_logged_and_ignored()
 
     assert_eq!(model().await, "before-hup");
 
-    let text = std::fs::read_to_string(&config).unwrap();
-    let changed = text
-        .replace("primary/before-hup", "secondary/after-hup")
-        .replace("model = \"before-hup\"", "model = \"after-hup\"");
-    std::fs::write(
-        &config,
-        changed.replace("provider = \"primary\"", "provider = \"secondary\""),
-    )
-    .unwrap();
-    gateway.hangup();
-    let mut seen = String::new();
-    for _ in 0..50 {
-        seen = model().await;
-        if seen == "after-hup" {
-            break;
+    crate::support::edit_config(&config, |doc| {
+        doc["routes"]["fast"]["targets"] = vec!["secondary/after-hup"].into();
+        let prices = doc["prices"].as_array_mut().unwrap();
+        for price in prices
+            .iter_mut()
+            .filter(|p| p["model"].as_str() == Some("before-hup"))
+        {
+            price["provider"] = "secondary".into();
+            price["model"] = "after-hup".into();
         }
-        actix_rt::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(seen, "after-hup");
+    });
+    gateway.hangup();
+    wait_until(Duration::from_secs(5), "the reloaded route", async || {
+        let seen = model().await;
+        crate::support::done_if(seen == "after-hup", seen)
+    })
+    .await;
 
     std::fs::write(&config, "this is = not [valid").unwrap();
     gateway.hangup();
-    let mut logs = String::new();
-    for _ in 0..50 {
-        logs = std::fs::read_to_string(&log_path).unwrap();
-        if logs.contains("Configuration reload failed.") {
-            break;
-        }
-        actix_rt::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(logs.contains("Configuration reload failed."), "{logs}");
+    wait_until(
+        Duration::from_secs(5),
+        "the failed reload's log",
+        async || {
+            let logs = std::fs::read_to_string(&log_path).unwrap();
+            crate::support::done_if(logs.contains("Configuration reload failed."), logs)
+        },
+    )
+    .await;
     assert_eq!(
         model().await,
         "after-hup",
@@ -269,7 +269,7 @@ async fn sigterm_waits_for_a_settle_still_on_its_way_to_redis() {
         .route("slow", &["primary/usage-10-0-10+delay-1000ms"])
         .tier("free", &["slow"], 1000, 100)
         .redis(&redis.url(), 1)
-        .storage("redis_timeout_ms = 30000")
+        .set("storage.redis_timeout_ms", 30_000)
         .listen(addr);
     let env = setup.env_vars().clone();
     let (_dir, config) = write_config(&setup, &fake.base_url());
@@ -286,9 +286,12 @@ async fn sigterm_waits_for_a_settle_still_on_its_way_to_redis() {
     let answer = actix_rt::spawn(async move { request.await.unwrap().status().as_u16() });
     // Redis stops answering once the call is admitted: its settle is all that is left.
     wait_until(
-        || fake.stats.requests() == 1,
         Duration::from_secs(5),
         "the upstream to receive the call",
+        async || {
+            let requests = fake.stats.requests();
+            crate::support::done_if(requests == 1, requests)
+        },
     )
     .await;
     redis.freeze();
@@ -296,7 +299,8 @@ async fn sigterm_waits_for_a_settle_still_on_its_way_to_redis() {
 
     gateway.terminate();
     // The stop waits on the frozen store; it can end only once Redis answers.
-    actix_rt::time::sleep(Duration::from_millis(300)).await;
+    // A pause on the real clock: the stop is under way while Redis is frozen.
+    crate::support::let_real_time_pass(Duration::from_millis(300)).await;
     redis.thaw();
     assert_eq!(gateway.exit_status().await.code(), Some(0));
 
@@ -388,11 +392,10 @@ async fn the_demo_s_printed_spend_line_shows_the_call_just_made() {
                 .map(|rest| rest.trim().to_owned())
         })
     };
-    wait_until(
-        || printed("Spend:").is_some(),
-        Duration::from_secs(30),
-        "the demo's banner",
-    )
+    wait_until(Duration::from_secs(30), "the demo's banner", async || {
+        let spend = printed("Spend:");
+        crate::support::done_if(spend.is_some(), spend)
+    })
     .await;
     let key = printed("API key").unwrap();
     let reply = awc::Client::default()
@@ -408,23 +411,31 @@ async fn the_demo_s_printed_spend_line_shows_the_call_just_made() {
         .unwrap_or_else(|| panic!("{spend}"))
         .split_whitespace()
         .collect();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(&args)
-        .current_dir(dir.path())
-        .env_clear()
-        .output()
-        .unwrap();
-    let table = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{spend}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let total = table
-        .lines()
-        .find(|l| l.starts_with("total"))
-        .unwrap_or_default();
-    assert_eq!(total.split_whitespace().nth(1), Some("1"), "{table}");
+    // The call's row lands once the demo's ledger has written it.
+    wait_until(
+        Duration::from_secs(5),
+        "the call in the spend table",
+        async || {
+            let output = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+                .args(&args)
+                .current_dir(dir.path())
+                .env_clear()
+                .output()
+                .unwrap();
+            assert!(
+                output.status.success(),
+                "{spend}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            let table = String::from_utf8_lossy(&output.stdout).into_owned();
+            let total = table
+                .lines()
+                .find(|l| l.starts_with("total"))
+                .unwrap_or_default();
+            crate::support::done_if(total.split_whitespace().nth(1) == Some("1"), table)
+        },
+    )
+    .await;
     let _ = child.kill();
     let _ = child.wait();
 }

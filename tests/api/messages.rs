@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{Reply, TestApp, TestSetup, reply, run_sdk, spawn_app};
+use crate::support::{Reply, TestApp, TestSetup, Upstream, reply, run_sdk, spawn_app};
 
 const CLAUDE: &str = "claude/usage-100-200-300-50";
 const VERSION: &str = "2023-06-01";
@@ -12,9 +12,9 @@ const BETA: &str = "prompt-caching-2024-07-31";
 
 fn setup() -> TestSetup {
     TestSetup::new()
-        .provider(
-            "[providers.claude]\nkind = \"anthropic\"\nbase_url = \"@ANTHROPIC@\"\napi_key_env = \"TEST_ANTHROPIC_KEY\"\nmax_tokens_ceiling = 200",
-        )
+        .provider("claude", "anthropic", Upstream::Anthropic)
+        .set("providers.claude.api_key_env", "TEST_ANTHROPIC_KEY")
+        .set("providers.claude.max_tokens_ceiling", 200)
         .env("TEST_ANTHROPIC_KEY", "sk-ant-test")
         .route("claude", &[CLAUDE])
         .route("claude-tool", &["claude/tool"])
@@ -23,9 +23,12 @@ fn setup() -> TestSetup {
         .route("gpt-tool", &["primary/usage-100-20-30+tool"])
         .route("gpt-broken", &["primary/chunks-8+cut-after-2"])
         .route("mixed", &["claude/status-503", "primary/usage-100-20-30"])
-        .route("claude-refuses", &["claude/status-400", "primary/never-after-claude"])
+        .route(
+            "claude-refuses",
+            &["claude/status-400", "primary/never-after-claude"],
+        )
         .price(CLAUDE, "3", "0.3", "15")
-        .cache_write_price(CLAUDE, "3.75")
+        .price_field(CLAUDE, "cache_write", "3.75")
         .tier(
             "free",
             &[
@@ -734,10 +737,11 @@ fn search_setup() -> TestSetup {
     setup()
         .route("claude-search", &[SEARCHING])
         .price(SEARCHING, "3", "0.3", "15")
-        .price_extra(SEARCHING, "web_search = \"0.01\"")
-        .route_line(
-            "claude-search",
-            "server_tools = { web_search = { max_uses = 3, input_tokens_per_use = 2000 } }",
+        .price_field(SEARCHING, "web_search", "0.01")
+        .set("routes.claude-search.server_tools.web_search.max_uses", 3)
+        .set(
+            "routes.claude-search.server_tools.web_search.input_tokens_per_use",
+            2000,
         )
         .tier("searcher", &["claude-search"], 1000, 100)
 }
@@ -867,13 +871,12 @@ async fn omitted_thinking_grows_the_hold_by_anthropic_s_estimates_and_is_cut_at_
     let app = spawn_app(
         setup()
             // `claude` caps its output at 200 tokens; this provider sends the caller's limit.
-            .provider(
-                "[providers.thinker]\nkind = \"anthropic\"\nbase_url = \"@ANTHROPIC@\"\napi_key_env = \"TEST_ANTHROPIC_KEY\"",
-            )
+            .provider("thinker", "anthropic", Upstream::Anthropic)
+            .set("providers.thinker.api_key_env", "TEST_ANTHROPIC_KEY")
             .route("claude-thinks", &[model])
             .price(model, "10", "10", "400")
-            .price_extra(model, "hidden_output = \"reasoning\"")
-            .billing("stream_step_tokens = 256")
+            .price_field(model, "hidden_output", "reasoning")
+            .set("billing.stream_step_tokens", 256)
             .tier("thinkers", &["claude-thinks"], 1000, 100),
     )
     .await;

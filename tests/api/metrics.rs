@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use crate::support::{TestApp, TestSetup, chat_body, spawn_app};
+use crate::support::{TestApp, TestSetup, Upstream, chat_body, spawn_app};
 
 /// The value of one series in a Prometheus text scrape, by name and labels.
 fn series(scrape: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
@@ -116,15 +116,17 @@ async fn budget_utilization_follows_committed_spend() {
 const DECEMBER_MS: u64 = 1_796_083_200_000;
 
 async fn utilization_becomes(app: &TestApp, tenant: &str, expected: f64, what: &str) {
-    for _ in 0..100 {
-        let text = scrape(app).await;
-        let labels = [("tenant", tenant)];
-        if series(&text, "tollgate_budget_utilization_ratio", &labels) == Some(expected) {
-            return;
-        }
-        actix_rt::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    panic!("budget utilization of {tenant} never became {expected}: {what}");
+    crate::support::wait_until(
+        std::time::Duration::from_secs(5),
+        &format!("budget utilization of {tenant} to become {expected}: {what}"),
+        async || {
+            let text = scrape(app).await;
+            let labels = [("tenant", tenant)];
+            let seen = series(&text, "tollgate_budget_utilization_ratio", &labels);
+            crate::support::done_if(seen == Some(expected), seen)
+        },
+    )
+    .await;
 }
 
 #[actix_web::test]
@@ -159,13 +161,15 @@ async fn budget_utilization_starts_again_at_zero_in_a_new_month_busy_or_idle() {
     // The idle tenant's actor stops in December showing December's 0; the busy one
     // keeps its December spend through the month, after its actor stopped too.
     clock.advance_ms(10 * 60_000);
-    for _ in 0..100 {
-        if app.gateway.tenants.running() == 0 {
-            break;
-        }
-        actix_rt::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert_eq!(app.gateway.tenants.running(), 0, "idle actors stop");
+    crate::support::wait_until(
+        std::time::Duration::from_secs(5),
+        "idle actors to stop",
+        async || {
+            let running = app.gateway.tenants.running();
+            crate::support::done_if(running == 0, running)
+        },
+    )
+    .await;
     utilization_becomes(&app, &busy, 0.5, "a stopped actor's gauge, same month").await;
 
     // January: nobody runs for these tenants, and their gauges still start again at 0.
@@ -205,8 +209,8 @@ async fn an_upstream_429_counts_as_rate_limited_not_as_another_retryable_failure
 async fn a_scrape_before_any_call_has_the_configured_series_at_zero() {
     let app = spawn_app(
         TestSetup::new()
-            .provider("[providers.zeroes_a]\nkind = \"openai\"\nbase_url = \"FAKE\"")
-            .provider("[providers.zeroes_b]\nkind = \"openai\"\nbase_url = \"FAKE\"")
+            .provider("zeroes_a", "openai", Upstream::Fake)
+            .provider("zeroes_b", "openai", Upstream::Fake)
             .route("zeroes_route", &["zeroes_a/ok", "zeroes_b/ok"])
             .cached_route("zeroes_route", 60_000)
             .tier("free", &["zeroes_route"], 1000, 100),
@@ -254,7 +258,10 @@ async fn a_scrape_before_any_call_has_the_configured_series_at_zero() {
 async fn the_gateways_overhead_leaves_out_retry_backoff_which_has_its_own_histogram() {
     let app = spawn_app(
         TestSetup::new()
-            .provider("[providers.sleepy]\nkind = \"openai\"\nbase_url = \"FAKE\"\nmax_attempts = 2\nretry_base_delay_ms = 400\nretry_max_delay_ms = 400")
+            .provider("sleepy", "openai", Upstream::Fake)
+            .set("providers.sleepy.max_attempts", 2)
+            .set("providers.sleepy.retry_base_delay_ms", 400)
+            .set("providers.sleepy.retry_max_delay_ms", 400)
             .route("backoff", &["sleepy/status-500"])
             .route("backoff-again", &["sleepy/status-500"])
             .tier("free", &["backoff", "backoff-again"], 1000, 100),
@@ -297,7 +304,7 @@ async fn the_gateways_overhead_leaves_out_retry_backoff_which_has_its_own_histog
 async fn the_prompt_cache_hit_rate_is_in_the_spend_report_and_per_provider_metrics() {
     let app = spawn_app(
         TestSetup::new()
-            .provider("[providers.cachy]\nkind = \"openai\"\nbase_url = \"FAKE\"")
+            .provider("cachy", "openai", Upstream::Fake)
             .route("cached", &["cachy/usage-100-40-10"])
             .tier("free", &["cached"], 1000, 100),
     )

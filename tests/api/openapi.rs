@@ -8,24 +8,23 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{Reply, TestApp, TestSetup, run_sdk, spawn_app};
+use crate::support::{Reply, TestApp, TestSetup, Upstream, run_sdk, spawn_app};
 
 fn setup() -> TestSetup {
     TestSetup::new()
-        .provider(
-            "[providers.claude]\nkind = \"anthropic\"\nbase_url = \"@ANTHROPIC@\"\napi_key_env = \"TEST_ANTHROPIC_KEY\"",
-        )
+        .provider("claude", "anthropic", Upstream::Anthropic)
+        .set("providers.claude.api_key_env", "TEST_ANTHROPIC_KEY")
         .env("TEST_ANTHROPIC_KEY", "sk-ant-test")
-        .provider(
-            "[providers.responder]\nkind = \"openai\"\nbase_url = \"FAKE/v1\"\napi_key_env = \"TEST_PRIMARY_KEY\"\nresponses = true",
-        )
+        .provider("responder", "openai", Upstream::FakeV1)
+        .set("providers.responder.api_key_env", "TEST_PRIMARY_KEY")
+        .set("providers.responder.responses", true)
         .route("gpt", &["primary/agent+usage-40-0-10"])
         .route("claude", &["claude/agent+usage-40-0-0-10"])
         .route("native", &["responder/agent+usage-40-0-0-10"])
         .route("runaway", &["primary/usage-40-0-400+chunks-40"])
         .route("embed", &["primary/usage-5-0-0"])
         .route("deg", &["primary/status-503"])
-        .route_line("deg", "degraded_answer = \"busy\"")
+        .set("routes.deg.degraded_answer", "busy")
         .tier(
             "free",
             &["gpt", "claude", "native", "runaway", "embed", "deg"],

@@ -29,7 +29,7 @@ fn setup(route: &str, timezone: &str, clock: Arc<ManualClock>) -> TestSetup {
     TestSetup::new()
         .route(route, &["primary/usage-1-0-40"])
         .tier("periods", &[route], 100_000, 50)
-        .billing(&format!("timezone = \"{timezone}\""))
+        .set("billing.timezone", timezone)
         .clock(clock)
 }
 
@@ -143,13 +143,15 @@ async fn a_replica_started_later_finds_todays_spend_in_the_ledger() {
     }
     first.ledger_rows_eventually(&tenant, 2).await;
     let later = spawn_replica(&first, &setup).await;
-    for attempt in 0.. {
-        if later.get("/v1/models", &key).await.status == 200 {
-            break;
-        }
-        assert!(attempt < 100, "the replica never learned the key");
-        actix_rt::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    crate::support::wait_until(
+        std::time::Duration::from_secs(5),
+        "the replica to learn the key",
+        async || {
+            let status = later.get("/v1/models", &key).await.status;
+            crate::support::done_if(status == 200, status)
+        },
+    )
+    .await;
     let refused = call(&later, &key, route).await;
     assert_eq!(refused.status, 402, "{}", refused.raw);
     let status = later
@@ -209,7 +211,16 @@ async fn a_call_held_across_the_months_end_still_counts_in_the_new_month() {
         .await;
     let held = call(&app, &key, route);
     let next_month = async {
-        actix_rt::time::sleep(std::time::Duration::from_millis(500)).await;
+        // The first call holds its reserve once it is upstream.
+        crate::support::wait_until(
+            std::time::Duration::from_secs(5),
+            "the first call upstream",
+            async || {
+                let requests = app.fake.stats.requests();
+                crate::support::done_if(requests >= 1, requests)
+            },
+        )
+        .await;
         clock.set_ms(month_end + 1_000);
         call(&app, &key, route).await
     };

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{TestApp, TestSetup, chat_body, spawn_app};
+use crate::support::{TestApp, TestSetup, Upstream, chat_body, entry, spawn_app};
 
 /// 100 prompt and 10 completion tokens at the default 2 / 8 per 1M: 280,000 nanos.
 const COST: i64 = 280_000;
@@ -25,22 +25,26 @@ fn setup() -> TestSetup {
             1000,
             100,
         )
-        .raw(
-            r#"
-[[plans]]
-name = "resale"
-markup_percent = 20
-
-[[plans]]
-name = "bigco"
-markup_percent = "50"
-
-[[plans.prices]]
-provider = "primary"
-model = "usage-100-0-10"
-input = "1"
-output = "4"
-"#,
+        .push(
+            "plans",
+            entry([("name", "resale".into()), ("markup_percent", 20.into())]),
+        )
+        .push(
+            "plans",
+            entry([
+                ("name", "bigco".into()),
+                ("markup_percent", "50".into()),
+                (
+                    "prices",
+                    vec![entry([
+                        ("provider", "primary".into()),
+                        ("model", "usage-100-0-10".into()),
+                        ("input", "1".into()),
+                        ("output", "4".into()),
+                    ])]
+                    .into(),
+                ),
+            ]),
         )
 }
 
@@ -231,7 +235,9 @@ async fn plans_are_checked_where_they_are_named() {
 async fn a_row_charged_its_hold_costs_the_hold_at_the_providers_prices() {
     let app = spawn_app(
         setup()
-            .provider("[providers.impatient]\nkind = \"openai\"\nbase_url = \"FAKE\"\ntimeout_ms = 300\nmax_attempts = 1")
+            .provider("impatient", "openai", Upstream::Fake)
+            .set("providers.impatient.timeout_ms", 300)
+            .set("providers.impatient.max_attempts", 1)
             .route("pl-timeout", &["impatient/delay-2000ms"])
             .tier("paid", &["pl-timeout"], 1000, 100),
     )

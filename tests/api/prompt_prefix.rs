@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
-use crate::support::{TestApp, TestSetup, metric_value, reply, spawn_app};
+use crate::support::{TestApp, TestSetup, Upstream, metric_value, reply, spawn_app};
 
 /// 4,000 and 2,000 bytes: 1,000 and 500 of the Anthropic fake's tokens (4 bytes each).
 fn platform_text() -> String {
@@ -27,18 +27,17 @@ fn tenant_text() -> String {
         .collect()
 }
 
-fn anthropic(name: &str) -> String {
-    format!(
-        "[providers.{name}]\nkind = \"anthropic\"\nbase_url = \"@ANTHROPIC@\"\napi_key_env = \"TEST_ANTHROPIC_KEY\""
+/// An Anthropic provider `name` on the Anthropic fake.
+fn anthropic(setup: TestSetup, name: &str) -> TestSetup {
+    setup.provider(name, "anthropic", Upstream::Anthropic).set(
+        &format!("providers.{name}.api_key_env"),
+        "TEST_ANTHROPIC_KEY",
     )
 }
 
-fn platform_line() -> String {
-    format!("platform_prompt = {}", toml_string(&platform_text()))
-}
-
-fn toml_string(text: &str) -> String {
-    Value::from(text).to_string()
+/// The platform prompt on `route`.
+fn platform_prompt(setup: TestSetup, route: &str) -> TestSetup {
+    setup.set(&format!("routes.{route}.platform_prompt"), platform_text())
 }
 
 fn ask(route: &str, question: &str) -> Value {
@@ -78,12 +77,12 @@ async fn anthropic_gets_the_platform_and_tenant_prompts_first_with_breakpoints_a
     const TARGET: &str = "claude-pp/claude-test";
     let app = spawn_app(
         TestSetup::new()
-            .provider(&anthropic("claude-pp"))
+            .with(|setup| anthropic(setup, "claude-pp"))
             .env("TEST_ANTHROPIC_KEY", "sk-ant-test")
             .route("pp-claude", &[TARGET])
-            .route_line("pp-claude", &platform_line())
+            .with(|setup| platform_prompt(setup, "pp-claude"))
             .price(TARGET, "3", "0.3", "15")
-            .cache_write_price(TARGET, "3.75")
+            .price_field(TARGET, "cache_write", "3.75")
             .tier("free", &["pp-claude"], 1000, 100),
     )
     .await;
@@ -173,19 +172,24 @@ async fn the_messages_door_and_openai_targets_get_the_prompts_before_the_callers
     const TARGET: &str = "claude-pm/claude-test";
     let app = spawn_app(
         TestSetup::new()
-            .provider(&anthropic("claude-pm"))
+            .with(|setup| anthropic(setup, "claude-pm"))
             .env("TEST_ANTHROPIC_KEY", "sk-ant-test")
-            .provider(
-                "[providers.responder-pp]\nkind = \"openai\"\nbase_url = \"FAKE/v1\"\napi_key_env = \"TEST_PRIMARY_KEY\"\nresponses = true",
-            )
+            .provider("responder-pp", "openai", Upstream::FakeV1)
+            .set("providers.responder-pp.api_key_env", "TEST_PRIMARY_KEY")
+            .set("providers.responder-pp.responses", true)
             .route("pm-claude", &[TARGET])
-            .route_line("pm-claude", &platform_line())
+            .with(|setup| platform_prompt(setup, "pm-claude"))
             .route("pm-openai", &["primary/usage-30-0-5"])
-            .route_line("pm-openai", &platform_line())
+            .with(|setup| platform_prompt(setup, "pm-openai"))
             .route("pm-responses", &["responder-pp/usage-30-0-5"])
-            .route_line("pm-responses", &platform_line())
+            .with(|setup| platform_prompt(setup, "pm-responses"))
             .price(TARGET, "3", "0.3", "15")
-            .tier("free", &["pm-claude", "pm-openai", "pm-responses"], 1000, 100),
+            .tier(
+                "free",
+                &["pm-claude", "pm-openai", "pm-responses"],
+                1000,
+                100,
+            ),
     )
     .await;
     let prompts = json!({"prompts": {"*": tenant_text(), "pm-openai": "OpenAI route voice."}});
@@ -261,13 +265,10 @@ async fn the_placed_prompts_are_held_before_the_call() {
     });
     let app = spawn_app(
         TestSetup::new()
-            .provider(&anthropic("claude-ph"))
+            .with(|setup| anthropic(setup, "claude-ph"))
             .env("TEST_ANTHROPIC_KEY", "sk-ant-test")
             .route("ph-claude", &[TARGET])
-            .route_line(
-                "ph-claude",
-                &format!("platform_prompt = {}", toml_string(&long)),
-            )
+            .set("routes.ph-claude.platform_prompt", long)
             .route("ph-bare", &[TARGET])
             .price(TARGET, "3", "0.3", "15")
             .tier("free", &["ph-claude", "ph-bare"], 1000, 100),
@@ -297,17 +298,18 @@ const READS: &str = "claude-pr/reads+usage-10-100-4000-5";
 
 fn review_setup() -> TestSetup {
     TestSetup::new()
-        .provider(&anthropic("claude-pr"))
+        .with(|setup| anthropic(setup, "claude-pr"))
         .env("TEST_ANTHROPIC_KEY", "sk-ant-test")
         .route("pr-writes", &[WRITES])
-        .route_line("pr-writes", &platform_line())
+        .with(|setup| platform_prompt(setup, "pr-writes"))
         .route("pr-reads", &[READS])
-        .route_line("pr-reads", &platform_line())
+        .with(|setup| platform_prompt(setup, "pr-reads"))
         .price(WRITES, "3", "0.3", "15")
-        .cache_write_price(WRITES, "3.75")
+        .price_field(WRITES, "cache_write", "3.75")
         .price(READS, "3", "0.3", "15")
-        .cache_write_price(READS, "3.75")
-        .raw("[prompt_cache]\nreview_interval_ms = 0\nmin_writes = 3")
+        .price_field(READS, "cache_write", "3.75")
+        .set("prompt_cache.review_interval_ms", 0)
+        .set("prompt_cache.min_writes", 3)
         .tier("free", &["pr-writes", "pr-reads"], 1000, 100)
 }
 

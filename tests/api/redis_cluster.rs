@@ -81,7 +81,7 @@ async fn a_killed_primary_is_replaced_and_no_budget_is_passed() {
         .route("rc-max", &["primary/usage-max+delay-5ms"])
         .tier("free", &["rc-max"], 1_000_000, 100)
         .redis(&cluster.url(), 3)
-        .storage("redis_timeout_ms = 200");
+        .set("storage.redis_timeout_ms", 200);
     let first = spawn_app(setup.clone()).await;
     let apps = vec![
         spawn_replica(&first, &setup).await,
@@ -92,9 +92,15 @@ async fn a_killed_primary_is_replaced_and_no_budget_is_passed() {
         .tenant_with_key("free", json!({"monthly_budget": "3"}))
         .await;
     for app in &apps {
-        while app.get("/v1/models", &key).await.status != 200 {
-            actix_rt::time::sleep(Duration::from_millis(50)).await;
-        }
+        crate::support::wait_until(
+            Duration::from_secs(5),
+            "a replica to learn the key",
+            async || {
+                let status = app.get("/v1/models", &key).await.status;
+                crate::support::done_if(status == 200, status)
+            },
+        )
+        .await;
     }
     let mut body = chat_body("rc-max");
     // 10,000 output tokens at 8 per 1M: about 0.08 a call, so 37 fit in 3.
@@ -122,7 +128,8 @@ async fn a_killed_primary_is_replaced_and_no_budget_is_passed() {
         if back_after.is_some() && replies.iter().all(|r| r.status == 402) {
             break;
         }
-        actix_rt::time::sleep(Duration::from_millis(20)).await;
+        // Rounds paced on the real clock: the failover is measured in time.
+        crate::support::let_real_time_pass(Duration::from_millis(20)).await;
     }
     let back_after = back_after.expect("the cluster never served again after the kill");
     let refused = statuses.iter().filter(|s| **s == 503).count();

@@ -1,16 +1,26 @@
 //! Provider resilience: the circuit breaker's skip and ramp, seen from the
 //! fake upstream's request counts.
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
 use tollgate::clock::ManualClock;
 
-use crate::support::{TestApp, TestSetup, chat_body, now_ms, spawn_app};
+use crate::support::{
+    TestApp, TestSetup, Upstream, chat_body, edit_config, entry, now_ms, spawn_app,
+};
 
-const BREAKER: &str = "[providers.brk]\nkind = \"openai\"\nbase_url = \"FAKE\"\nmax_attempts = 1\nbreaker_failures = 5\nbreaker_error_rate_percent = 0\nbreaker_cooldown_ms = 10000\nbreaker_ramp_window_ms = 1000";
+/// A provider whose breaker opens after 5 failures in a row, for 10 s.
+fn breaker(setup: TestSetup) -> TestSetup {
+    setup
+        .provider("brk", "openai", Upstream::Fake)
+        .set("providers.brk.max_attempts", 1)
+        .set("providers.brk.breaker_failures", 5)
+        .set("providers.brk.breaker_error_rate_percent", 0)
+        .set("providers.brk.breaker_cooldown_ms", 10_000)
+        .set("providers.brk.breaker_ramp_window_ms", 1000)
+}
 
 /// Sends `n` requests one after another; returns how many the named provider answered.
 async fn served_by(app: &TestApp, key: &str, n: usize, provider: &str) -> usize {
@@ -30,7 +40,7 @@ async fn the_breaker_skips_a_failing_provider_then_ramps_20_50_100() {
     let clock = Arc::new(ManualClock::new(now_ms()));
     let app = spawn_app(
         TestSetup::new()
-            .provider(BREAKER)
+            .with(breaker)
             .route("fast", &["brk/flaky-5", "secondary/usage-10-0-5"])
             .tier("free", &["fast"], 1000, 100)
             .clock(clock.clone()),
@@ -64,7 +74,7 @@ async fn a_failed_probe_opens_the_breaker_again() {
     let clock = Arc::new(ManualClock::new(now_ms()));
     let app = spawn_app(
         TestSetup::new()
-            .provider(BREAKER)
+            .with(breaker)
             .route("fast", &["brk/status-503", "secondary/usage-10-0-5"])
             .tier("free", &["fast"], 1000, 100)
             .clock(clock.clone()),
@@ -94,10 +104,11 @@ async fn a_failed_probe_opens_the_breaker_again() {
 }
 
 /// A provider on `FAKE` with these settings, no retries.
-fn timed(name: &str, settings: &str) -> String {
-    format!(
-        "[providers.{name}]\nkind = \"openai\"\nbase_url = \"FAKE\"\nmax_attempts = 1\n{settings}"
-    )
+/// A provider `name` on the fake that does not retry, for its timeouts to be set.
+fn timed(setup: TestSetup, name: &str) -> TestSetup {
+    setup
+        .provider(name, "openai", Upstream::Fake)
+        .set(&format!("providers.{name}.max_attempts"), 1)
 }
 
 #[actix_web::test]
@@ -117,9 +128,13 @@ async fn a_connect_timeout_fails_over_to_the_next_target() {
     }
     let app = spawn_app(
         TestSetup::new()
-            .provider(&format!(
-                "[providers.unreachable]\nkind = \"openai\"\nbase_url = \"http://{addr}\"\nmax_attempts = 1\nconnect_timeout_ms = 150"
-            ))
+            .provider(
+                "unreachable",
+                "openai",
+                Upstream::At(format!("http://{addr}")),
+            )
+            .set("providers.unreachable.max_attempts", 1)
+            .set("providers.unreachable.connect_timeout_ms", 150)
             .route("fast", &["unreachable/m", "secondary/usage-10-0-5"])
             .tier("free", &["fast"], 1000, 100),
     )
@@ -143,10 +158,9 @@ async fn a_connect_timeout_fails_over_to_the_next_target() {
 async fn a_first_byte_timeout_fails_over_to_the_next_target() {
     let app = spawn_app(
         TestSetup::new()
-            .provider(&timed(
-                "sluggish",
-                "first_byte_timeout_ms = 200\ntimeout_ms = 10000",
-            ))
+            .with(|setup| timed(setup, "sluggish"))
+            .set("providers.sluggish.first_byte_timeout_ms", 200)
+            .set("providers.sluggish.timeout_ms", 10_000)
             .route("fast", &["sluggish/delay-3000ms", "secondary/usage-10-0-5"])
             .tier("free", &["fast"], 1000, 100),
     )
@@ -168,10 +182,9 @@ async fn a_first_byte_timeout_fails_over_to_the_next_target() {
 async fn the_total_timeout_bounds_a_complete_call() {
     let app = spawn_app(
         TestSetup::new()
-            .provider(&timed(
-                "capped",
-                "timeout_ms = 200\nfirst_byte_timeout_ms = 10000",
-            ))
+            .with(|setup| timed(setup, "capped"))
+            .set("providers.capped.timeout_ms", 200)
+            .set("providers.capped.first_byte_timeout_ms", 10_000)
             .route("fast", &["capped/delay-3000ms", "secondary/usage-10-0-5"])
             .tier("free", &["fast"], 1000, 100),
     )
@@ -192,10 +205,9 @@ async fn the_total_timeout_bounds_a_complete_call() {
 async fn the_total_timeout_ends_a_stream_that_trickles_on() {
     let app = spawn_app(
         TestSetup::new()
-            .provider(&timed(
-                "capped",
-                "timeout_ms = 400\nfirst_token_timeout_ms = 5000",
-            ))
+            .with(|setup| timed(setup, "capped"))
+            .set("providers.capped.timeout_ms", 400)
+            .set("providers.capped.first_token_timeout_ms", 5000)
             .route("paced", &["capped/chunks-30+chunk-delay-100ms"])
             .tier("free", &["paced"], 1000, 100),
     )
@@ -221,8 +233,12 @@ async fn the_total_timeout_ends_a_stream_that_trickles_on() {
 async fn per_provider_options_reach_the_upstream_and_the_ceiling_lowers_the_reservation() {
     let app = spawn_app(
         TestSetup::new()
-            .provider("[providers.capped]\nkind = \"openai\"\nbase_url = \"FAKE\"\nmax_tokens_ceiling = 50\ntenant_id_as = \"user_id\"\nextra_headers = { \"X-Org\" = \"acme\" }")
-            .provider("[providers.plain]\nkind = \"openai\"\nbase_url = \"FAKE\"\ntenant_id_as = \"user\"")
+            .provider("capped", "openai", Upstream::Fake)
+            .set("providers.capped.max_tokens_ceiling", 50)
+            .set("providers.capped.tenant_id_as", "user_id")
+            .set("providers.capped.extra_headers.X-Org", "acme")
+            .provider("plain", "openai", Upstream::Fake)
+            .set("providers.plain.tenant_id_as", "user")
             .route("capped", &["capped/usage-max"])
             .route("plain", &["plain/ordinary"])
             .price("capped/usage-max", "0.001", "0.001", "1000")
@@ -279,7 +295,13 @@ async fn per_provider_options_reach_the_upstream_and_the_ceiling_lowers_the_rese
 async fn anthropic_takes_the_tenant_id_as_metadata_user_id() {
     let app = spawn_app(
         TestSetup::new()
-            .provider("[providers.claude]\nkind = \"anthropic\"\nbase_url = \"@ANTHROPIC@\"\napi_key_env = \"TEST_ANTHROPIC_KEY\"\ntenant_id_as = \"user\"\nextra_headers = { \"anthropic-beta\" = \"prompt-caching-2024-07-31\" }")
+            .provider("claude", "anthropic", Upstream::Anthropic)
+            .set("providers.claude.api_key_env", "TEST_ANTHROPIC_KEY")
+            .set("providers.claude.tenant_id_as", "user")
+            .set(
+                "providers.claude.extra_headers.anthropic-beta",
+                "prompt-caching-2024-07-31",
+            )
             .env("TEST_ANTHROPIC_KEY", "sk-ant-test")
             .route("claude", &["claude/sonnet"])
             .tier("free", &["claude"], 1000, 100),
@@ -300,26 +322,13 @@ async fn anthropic_takes_the_tenant_id_as_metadata_user_id() {
     );
 }
 
-/// A raw `[routes.NAME]` table plus a default price for each of its targets.
-fn raw_route(name: &str, table: &str, targets: &[&str]) -> String {
-    let mut text = format!("[routes.{name}]\n{table}\n");
-    for target in targets {
-        let (provider, model) = target.split_once('/').unwrap();
-        let _ = writeln!(
-            text,
-            "[[prices]]\nprovider = \"{provider}\"\nmodel = \"{model}\"\ninput = \"2\"\noutput = \"8\""
-        );
-    }
-    text
-}
-
 fn degraded_setup() -> TestSetup {
     TestSetup::new()
-        .raw(&raw_route(
-            "deg",
-            "targets = [\"primary/status-503\", \"secondary/status-500\"]\ndegraded_answer = \"We are busy; please try again soon.\"",
-            &["primary/status-503", "secondary/status-500"],
-        ))
+        .route("deg", &["primary/status-503", "secondary/status-500"])
+        .set(
+            "routes.deg.degraded_answer",
+            "We are busy; please try again soon.",
+        )
         .tier("free", &["deg"], 1000, 100)
 }
 
@@ -396,14 +405,20 @@ async fn a_streamed_request_gets_the_degraded_answer_as_a_stream() {
 
 #[actix_web::test]
 async fn targets_of_equal_rank_share_requests_by_weight() {
-    let targets = ["primary/w-a", "secondary/w-b", "secondary/w-c"];
     let app = spawn_app(
         TestSetup::new()
-            .raw(&raw_route(
-                "lb",
-                "targets = [{ target = \"primary/w-a\", weight = 3, rank = 0 }, { target = \"secondary/w-b\", rank = 0 }, { target = \"secondary/w-c\", rank = 1 }]",
-                &targets,
-            ))
+            .set(
+                "routes.lb.targets",
+                vec![
+                    entry([
+                        ("target", "primary/w-a".into()),
+                        ("weight", 3.into()),
+                        ("rank", 0.into()),
+                    ]),
+                    entry([("target", "secondary/w-b".into()), ("rank", 0.into())]),
+                    entry([("target", "secondary/w-c".into()), ("rank", 1.into())]),
+                ],
+            )
             .tier("free", &["lb"], 1000, 100),
     )
     .await;
@@ -431,7 +446,9 @@ async fn a_complexity_route_hands_each_class_to_its_route() {
         TestSetup::new()
             .route("cheap", &["primary/cheap-model"])
             .route("smart", &["secondary/smart-model"])
-            .raw("[routes.auto]\ncomplexity = { simple = \"cheap\", moderate = \"cheap\", complex = \"smart\" }")
+            .set("routes.auto.complexity.simple", "cheap")
+            .set("routes.auto.complexity.moderate", "cheap")
+            .set("routes.auto.complexity.complex", "smart")
             .tier("free", &["auto"], 1000, 100),
     )
     .await;
@@ -482,10 +499,6 @@ async fn a_complexity_route_hands_each_class_to_its_route() {
 }
 
 /// Rewrites the running gateway's configuration file with `edit`.
-fn edit_config(app: &TestApp, edit: impl FnOnce(String) -> String) {
-    let text = std::fs::read_to_string(&app.config_path).unwrap();
-    std::fs::write(&app.config_path, edit(text)).unwrap();
-}
 
 #[actix_web::test]
 async fn a_reload_switches_a_route_primary_without_failing_an_in_flight_request() {
@@ -505,19 +518,25 @@ async fn a_reload_switches_a_route_primary_without_failing_an_in_flight_request(
 
     let body = chat_body("fast");
     let (in_flight, (reloaded, after)) = tokio::join!(app.chat(&key, &body), async {
-        while app.fake.stats.requests_for_model("delay-800ms") < 2 {
-            actix_rt::time::sleep(Duration::from_millis(10)).await;
-        }
-        edit_config(&app, |text| {
-            let text = text
-                .replace(
-                    "targets = [\"primary/delay-800ms\"]",
-                    "targets = [\"secondary/after-reload\"]",
-                )
-                .replace("rpm = 1000", "rpm = 500");
-            format!(
-                "{text}[[prices]]\nprovider = \"secondary\"\nmodel = \"after-reload\"\ninput = \"2\"\noutput = \"8\"\n"
-            )
+        crate::support::wait_until(
+            Duration::from_secs(5),
+            "the in-flight call upstream",
+            async || {
+                let requests = app.fake.stats.requests_for_model("delay-800ms");
+                crate::support::done_if(requests >= 2, requests)
+            },
+        )
+        .await;
+        edit_config(&app.config_path, |doc| {
+            doc["routes"]["fast"]["targets"] = vec!["secondary/after-reload"].into();
+            doc["tiers"]["free"]["rpm"] = 500.into();
+            let price = entry([
+                ("provider", "secondary".into()),
+                ("model", "after-reload".into()),
+                ("input", "2".into()),
+                ("output", "8".into()),
+            ]);
+            doc["prices"].as_array_mut().unwrap().push(price.into());
         });
         let reloaded = app.admin("POST", "/reload", None).await;
         (reloaded, app.chat(&key, &body).await)
@@ -568,11 +587,8 @@ async fn an_invalid_reload_is_refused_with_its_reason_and_the_old_config_kept() 
     )
     .await;
     let (_tenant, key) = app.tenant_with_key("free", json!({})).await;
-    edit_config(&app, |text| {
-        text.replace(
-            "targets = [\"primary/usage-10-0-5\"]",
-            "targets = [\"ghost/usage-10-0-5\"]",
-        )
+    edit_config(&app.config_path, |doc| {
+        doc["routes"]["fast"]["targets"] = vec!["ghost/usage-10-0-5"].into();
     });
 
     let refused = app.admin("POST", "/reload", None).await;
@@ -592,7 +608,7 @@ async fn a_changed_provider_gets_a_new_actor_and_an_unchanged_one_keeps_its_brea
     let clock = Arc::new(ManualClock::new(now_ms()));
     let app = spawn_app(
         TestSetup::new()
-            .provider(BREAKER)
+            .with(breaker)
             .route("fast", &["brk/status-503", "secondary/usage-10-0-5"])
             .tier("free", &["fast"], 1000, 100)
             .clock(clock.clone()),
@@ -603,7 +619,9 @@ async fn a_changed_provider_gets_a_new_actor_and_an_unchanged_one_keeps_its_brea
     assert_eq!(app.fake.stats.requests_for_model("status-503"), 5);
 
     // A reload that leaves `brk` as it was keeps its open breaker.
-    edit_config(&app, |text| text.replace("rpm = 1000", "rpm = 999"));
+    edit_config(&app.config_path, |doc| {
+        doc["tiers"]["free"]["rpm"] = 999.into();
+    });
     let kept = app.admin("POST", "/reload", None).await;
     assert_eq!(
         kept.body["providers_kept"],
@@ -613,8 +631,8 @@ async fn a_changed_provider_gets_a_new_actor_and_an_unchanged_one_keeps_its_brea
     assert_eq!(app.fake.stats.requests_for_model("status-503"), 5);
 
     // Changing its settings starts it afresh, breaker closed.
-    edit_config(&app, |text| {
-        text.replace("breaker_failures = 5", "breaker_failures = 6")
+    edit_config(&app.config_path, |doc| {
+        doc["providers"]["brk"]["breaker_failures"] = 6.into();
     });
     let started = app.admin("POST", "/reload", None).await;
     assert_eq!(started.body["providers_started"], json!(["brk"]));
@@ -627,7 +645,11 @@ async fn the_adaptive_limit_falls_when_the_provider_slows_down() {
     let clock = Arc::new(ManualClock::new(now_ms()));
     let app = spawn_app(
         TestSetup::new()
-            .provider("[providers.adaptive_probe]\nkind = \"openai\"\nbase_url = \"FAKE\"\nmax_concurrency = 8\nadaptive_concurrency = true\nadaptive_min_concurrency = 1\nadaptive_window_ms = 1000")
+            .provider("adaptive_probe", "openai", Upstream::Fake)
+            .set("providers.adaptive_probe.max_concurrency", 8)
+            .set("providers.adaptive_probe.adaptive_concurrency", true)
+            .set("providers.adaptive_probe.adaptive_min_concurrency", 1)
+            .set("providers.adaptive_probe.adaptive_window_ms", 1000)
             .route("quick", &["adaptive_probe/usage-10-0-5"])
             .route("slow", &["adaptive_probe/delay-800ms"])
             .tier("free", &["quick", "slow"], 1000, 100)

@@ -3,13 +3,13 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{TestSetup, run_sdk, spawn_app};
+use crate::support::{TestSetup, Upstream, run_sdk, spawn_app};
 
 fn setup() -> TestSetup {
     TestSetup::new()
-        .provider(
-            "[providers.responder_sdk]\nkind = \"openai\"\nbase_url = \"FAKE/v1\"\napi_key_env = \"TEST_PRIMARY_KEY\"\nresponses = true",
-        )
+        .provider("responder_sdk", "openai", Upstream::FakeV1)
+        .set("providers.responder_sdk.api_key_env", "TEST_PRIMARY_KEY")
+        .set("providers.responder_sdk.responses", true)
         .route("quick", &["primary/usage-100-20-30+chunks-4"])
         .route("runaway", &["primary/usage-100-0-40+chunks-400"])
         .route("responses_cut3", &["primary/chunks-8+cut-after-3"])
@@ -209,9 +209,8 @@ async fn the_official_openai_node_sdk_streams_chat_and_responses() {
 /// Messages on the way out, and back, under the same hold.
 fn anthropic_setup() -> TestSetup {
     TestSetup::new()
-        .provider(
-            "[providers.claude]\nkind = \"anthropic\"\nbase_url = \"@ANTHROPIC@\"\napi_key_env = \"TEST_ANTHROPIC_KEY\"",
-        )
+        .provider("claude", "anthropic", Upstream::Anthropic)
+        .set("providers.claude.api_key_env", "TEST_ANTHROPIC_KEY")
         .env("TEST_ANTHROPIC_KEY", "sk-ant-test")
         .route("claude", &["claude/usage-40-0-0-12"])
         .route("claude-runaway", &["claude/words-400"])
@@ -379,18 +378,23 @@ async fn a_responses_stream_the_upstream_breaks_ends_with_an_error_event_and_a_p
 /// caller's body through to it. Route and provider names are this file's own
 /// (metrics are process-wide in the test binary).
 fn passthrough_setup() -> TestSetup {
-    let provider = |name: &str, extra: &str| {
-        format!(
-            "[providers.{name}]\nkind = \"openai\"\nbase_url = \"FAKE/v1\"\napi_key_env = \"TEST_PRIMARY_KEY\"\ntimeout_ms = 5000\nresponses = true\n{extra}"
-        )
+    let responder = |setup: TestSetup, name: &str| {
+        let field = |field: &str| format!("providers.{name}.{field}");
+        setup
+            .provider(name, "openai", Upstream::FakeV1)
+            .set(&field("api_key_env"), "TEST_PRIMARY_KEY")
+            .set(&field("timeout_ms"), 5000)
+            .set(&field("responses"), true)
     };
     let whole = "responder/usage-300-50-200-40+reasoning-30";
     TestSetup::new()
-        .provider(&provider("responder", "max_tokens_ceiling = 256"))
-        .provider(&provider("responder_tenant", "tenant_id_as = \"user\""))
+        .with(|setup| responder(setup, "responder"))
+        .set("providers.responder.max_tokens_ceiling", 256)
+        .with(|setup| responder(setup, "responder_tenant"))
+        .set("providers.responder_tenant.tenant_id_as", "user")
         .route("rp_whole", &[whole])
         .price(whole, "2", "0.5", "8")
-        .cache_write_price(whole, "2.5")
+        .price_field(whole, "cache_write", "2.5")
         .route("rp_no_usage", &["responder/no-usage"])
         .route(
             "rp_stream",
@@ -469,8 +473,7 @@ fn without_rewritten(body: &Value) -> Value {
 async fn a_responses_provider_gets_the_caller_s_body_and_answers_with_its_own_response() {
     // A field no table knows leaves only where the route forwards unknown fields.
     let app =
-        spawn_app(passthrough_setup().route_line("rp_whole", "forward_unknown_fields = true"))
-            .await;
+        spawn_app(passthrough_setup().set("routes.rp_whole.forward_unknown_fields", true)).await;
     let (tenant, key) = app.tenant_with_key("free", json!({})).await;
     // What chat cannot carry: `reasoning`, `text`, `include` and a field the gateway does not know.
     let sent = json!({
@@ -728,9 +731,12 @@ async fn a_runaway_responses_stream_is_cut_at_the_hold_and_ends_incomplete() {
     assert!(row.charged_nanos <= row.reserved_nanos, "{row:?}");
     assert_eq!(app.budget(&tenant).await["reserved"], "0");
     crate::support::wait_until(
-        || app.fake.stats.streams_cancelled() >= 1,
         std::time::Duration::from_secs(5),
         "the upstream's cancel",
+        async || {
+            let cancelled = app.fake.stats.streams_cancelled();
+            crate::support::done_if(cancelled >= 1, cancelled)
+        },
     )
     .await;
 }
@@ -848,10 +854,11 @@ async fn a_priced_web_search_leaves_bounded_by_max_tool_calls_and_each_call_is_c
         passthrough_setup()
             .route("rp_search", &[SEARCHING])
             .price(SEARCHING, "2", "0.5", "8")
-            .price_extra(SEARCHING, "web_search = \"0.025\"")
-            .route_line(
-                "rp_search",
-                "server_tools = { web_search = { max_uses = 2, input_tokens_per_use = 8000 } }",
+            .price_field(SEARCHING, "web_search", "0.025")
+            .set("routes.rp_search.server_tools.web_search.max_uses", 2)
+            .set(
+                "routes.rp_search.server_tools.web_search.input_tokens_per_use",
+                8000,
             )
             .tier("searcher", &["rp_search", "rp_poor"], 1000, 100),
     )

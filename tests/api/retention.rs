@@ -220,10 +220,10 @@ async fn rolling_up_past_retention_keeps_every_total_to_the_nano_unit() {
             .clock(clock)
             .route("fast", &["primary/ok"])
             .tier("free", &["fast"], 1000, 100)
-            .billing("timezone = \"Asia/Shanghai\"")
-            .ledger("retention_days = 90")
-            .ledger("retention_batch_rows = 2")
-            .ledger("retention_interval_ms = 0"),
+            .set("billing.timezone", "Asia/Shanghai")
+            .set("ledger.retention_days", 90)
+            .set("ledger.retention_batch_rows", 2)
+            .set("ledger.retention_interval_ms", 0),
     )
     .await;
     let (tenant, _) = app.tenant_with_key("free", json!({})).await;
@@ -298,8 +298,8 @@ async fn requests_served_during_a_roll_up_all_reach_the_ledger() {
             .clock(clock)
             .route("rt-fast", &["primary/ok"])
             .tier("free", &["rt-fast"], 100_000, 100)
-            .ledger("retention_batch_rows = 5")
-            .ledger("retention_interval_ms = 0"),
+            .set("ledger.retention_batch_rows", 5)
+            .set("ledger.retention_interval_ms", 0),
     )
     .await;
     let (tenant, key) = app.tenant_with_key("free", json!({})).await;

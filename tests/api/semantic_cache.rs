@@ -15,13 +15,23 @@ const EMBEDS: &str = "usage-50-0-0";
 /// 50 prompt tokens at 2 per 1M.
 const EMBEDDING_COST: i64 = 100_000;
 
+/// The semantic cache on `route`: answers kept a minute, questions embedded by `embed`.
+fn semantic_cache(setup: TestSetup, route: &str) -> TestSetup {
+    let field = |name: &str| format!("routes.{route}.semantic_cache.{name}");
+    setup
+        .set(&field("threshold"), 0.92)
+        .set(&field("ttl_ms"), 60_000)
+        .set(&field("embedding_route"), "embed")
+}
+
 /// Each test its own route: metrics are the process's, shared by the tests.
 fn setup(route: &str) -> TestSetup {
     TestSetup::new()
         .route(route, &["primary/usage-100-20-30"])
-        .route_line(
-            route,
-            r#"semantic_cache = { threshold = 0.92, ttl_ms = 60000, embedding_route = "embed", bypass_when = ["today"] }"#,
+        .with(|setup| semantic_cache(setup, route))
+        .set(
+            &format!("routes.{route}.semantic_cache.bypass_when"),
+            vec!["today"],
         )
         .route("embed", &["primary/usage-50-0-0"])
         .tier("free", &[route, "embed"], 1000, 100)
@@ -138,15 +148,13 @@ async fn an_end_users_answers_are_theirs_unless_the_route_shares_them() {
     let app = spawn_app(
         TestSetup::new()
             .route(R, &["primary/usage-100-20-30"])
-            .route_line(
-                R,
-                r#"semantic_cache = { threshold = 0.92, ttl_ms = 60000, embedding_route = "embed" }"#,
-            )
+            .with(|setup| semantic_cache(setup, R))
             .route("embed", &["primary/usage-50-0-0"])
             .route(SHARED, &["primary/usage-100-20-30"])
-            .route_line(
-                SHARED,
-                r#"semantic_cache = { threshold = 0.92, ttl_ms = 60000, embedding_route = "embed", share_across_end_users = true }"#,
+            .with(|setup| semantic_cache(setup, SHARED))
+            .set(
+                &format!("routes.{SHARED}.semantic_cache.share_across_end_users"),
+                true,
             )
             .tier("free", &[R, SHARED, "embed"], 1000, 100),
     )
@@ -281,9 +289,10 @@ async fn a_streamed_question_is_answered_from_the_cache_as_a_stream() {
 const SHARED: &str = "sem-shared";
 
 fn shared_store(setup: TestSetup, url: &str) -> TestSetup {
-    setup.raw(&format!(
-        "[cache.semantic]\nstore = \"postgres\"\ndatabase_url = \"{url}\"\ntimeout_ms = 2000"
-    ))
+    setup
+        .set("cache.semantic.store", "postgres")
+        .set("cache.semantic.database_url", url)
+        .set("cache.semantic.timeout_ms", 2000)
 }
 
 async fn kept_answers(url: &str) -> i64 {
@@ -309,15 +318,20 @@ async fn ask_until_cached(
     text: &str,
     header: &str,
 ) -> crate::support::Reply {
-    for _ in 0..100 {
-        let reply = app.chat(key, &ask(SHARED, text)).await;
-        assert_eq!(reply.status, 200, "{}", reply.raw);
-        if reply.header("x-tollgate-cache") == Some(header) {
-            return reply;
-        }
-        actix_rt::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("never answered `{header}` for {text}");
+    crate::support::wait_until(
+        Duration::from_secs(15),
+        &format!("`{header}` for {text}"),
+        async || {
+            let reply = app.chat(key, &ask(SHARED, text)).await;
+            assert_eq!(reply.status, 200, "{}", reply.raw);
+            if reply.header("x-tollgate-cache") == Some(header) {
+                Ok(reply)
+            } else {
+                Err(reply.raw)
+            }
+        },
+    )
+    .await
 }
 
 #[actix_web::test]
@@ -331,13 +345,21 @@ async fn replicas_share_answers_through_postgres_and_a_store_that_is_down_is_a_m
 
     // The store connects in the background: until then questions are misses, not errors.
     let mut bought = Vec::new();
-    while kept_answers(&url).await < 1 {
-        assert!(bought.len() < 100, "the store never kept an answer");
-        let reply = first.chat(&key, &ask(SHARED, FRANCE)).await;
-        assert_eq!(reply.status, 200, "{}", reply.raw);
-        bought.push(reply.body);
-        actix_rt::time::sleep(Duration::from_millis(100)).await;
-    }
+    crate::support::wait_until(
+        Duration::from_secs(15),
+        "the store to keep an answer",
+        async || {
+            let kept = kept_answers(&url).await;
+            if kept >= 1 {
+                return Ok(());
+            }
+            let reply = first.chat(&key, &ask(SHARED, FRANCE)).await;
+            assert_eq!(reply.status, 200, "{}", reply.raw);
+            bought.push(reply.body);
+            Err(kept)
+        },
+    )
+    .await;
     let hit = ask_until_cached(&second, &key, PARAPHRASE, "semantic").await;
     assert!(
         bought.contains(&hit.body),
@@ -345,14 +367,12 @@ async fn replicas_share_answers_through_postgres_and_a_store_that_is_down_is_a_m
         hit.raw
     );
 
-    let mut rows = first.ledger_rows(&tenant).await;
-    for _ in 0..100 {
-        if rows.iter().any(|r| r.status == "cache_hit") {
-            break;
-        }
-        actix_rt::time::sleep(Duration::from_millis(20)).await;
-        rows = first.ledger_rows(&tenant).await;
-    }
+    let rows =
+        crate::support::wait_until(Duration::from_secs(5), "the cache hit's row", async || {
+            let rows = first.ledger_rows(&tenant).await;
+            crate::support::done_if(rows.iter().any(|r| r.status == "cache_hit"), rows)
+        })
+        .await;
     let hit_row = rows.iter().find(|r| r.status == "cache_hit").unwrap();
     let source = rows
         .iter()

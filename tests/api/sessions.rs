@@ -18,7 +18,8 @@ fn setup() -> TestSetup {
         .route(ROUTE, &[MODEL])
         .price(MODEL, "10", "10", "100")
         .tier("free", &[ROUTE], 1000, 100)
-        .raw("[tiers.free.session]\nbudget = \"0.05\"\nidle_minutes = 60")
+        .set("tiers.free.session.budget", "0.05")
+        .set("tiers.free.session.idle_minutes", 60)
 }
 
 #[actix_web::test]
@@ -116,7 +117,7 @@ async fn calls_of_one_run_in_flight_together_share_its_cap() {
             .route("slow-run", &["primary/usage-1000-0-40+delay-300ms"])
             .price("primary/usage-1000-0-40+delay-300ms", "10", "10", "100")
             .tier("free", &["slow-run"], 1000, 100)
-            .raw("[tiers.free.session]\nbudget = \"0.015\""),
+            .set("tiers.free.session.budget", "0.015"),
     )
     .await;
     let (_tenant, key) = app

@@ -12,7 +12,7 @@ use tollgate::money::Nanos;
 
 use crate::support::redis::RedisServer;
 use crate::support::{
-    Reply, TestApp, TestSetup, chat_body, now_ms, spawn_app, spawn_replica, wait_until,
+    Reply, TestApp, TestSetup, Upstream, chat_body, now_ms, spawn_app, spawn_replica, wait_until,
 };
 
 /// Long enough for any request with a 100 ms store timeout; a Redis that
@@ -23,18 +23,20 @@ const NO_HANG: Duration = Duration::from_secs(3);
 /// are about budgets and rates, not a slow store, and on a test machine
 /// running a Redis Cluster beside them a call can wait past the default
 /// 100 ms, which fails closed (503; the outage tests cover that).
-const BUSY_MACHINE_TIMEOUT: &str = "redis_timeout_ms = 1000";
+const BUSY_MACHINE_TIMEOUT_MS: i64 = 1000;
 
 /// Waits until every replica's key cache has the key (they poll the database).
 async fn until_known(apps: &[TestApp], key: &str) {
     for app in apps {
-        for attempt in 0.. {
-            if app.get("/v1/models", key).await.status == 200 {
-                break;
-            }
-            assert!(attempt < 100, "a replica never learned the key");
-            actix_rt::time::sleep(Duration::from_millis(50)).await;
-        }
+        crate::support::wait_until(
+            Duration::from_secs(5),
+            "a replica to learn the key",
+            async || {
+                let status = app.get("/v1/models", key).await.status;
+                crate::support::done_if(status == 200, status)
+            },
+        )
+        .await;
     }
 }
 
@@ -66,13 +68,15 @@ async fn readyz_store(app: &TestApp) -> String {
 }
 
 async fn until_store(app: &TestApp, state: &str) {
-    for _ in 0..100 {
-        if readyz_store(app).await == state {
-            return;
-        }
-        actix_rt::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("/readyz never reported quota_store = {state}");
+    crate::support::wait_until(
+        Duration::from_secs(5),
+        &format!("/readyz to report quota_store = {state}"),
+        async || {
+            let seen = readyz_store(app).await;
+            crate::support::done_if(seen == state, seen)
+        },
+    )
+    .await;
 }
 
 #[actix_web::test]
@@ -90,7 +94,7 @@ pub async fn four_replicas_admit_exactly_30_of_120_at_30_rpm(redis_url: &str) {
         .tier("free", &["fast"], 30, 100)
         .redis(redis_url, 4)
         .clock(clock)
-        .storage(BUSY_MACHINE_TIMEOUT);
+        .set("storage.redis_timeout_ms", BUSY_MACHINE_TIMEOUT_MS);
     let apps = replicas(&setup, 4).await;
     let (_tenant, key) = apps[0].tenant_with_key("free", json!({})).await;
     until_known(&apps, &key).await;
@@ -136,7 +140,7 @@ pub async fn two_hundred_requests_over_three_replicas_never_pass_the_budget(redi
         .route("fast", &["primary/usage-max+delay-20ms"])
         .tier("free", &["fast"], 100_000, 100)
         .redis(redis_url, 3)
-        .storage(BUSY_MACHINE_TIMEOUT);
+        .set("storage.redis_timeout_ms", BUSY_MACHINE_TIMEOUT_MS);
     let apps = replicas(&setup, 3).await;
     let (tenant, key) = apps[0]
         .tenant_with_key("free", json!({"monthly_budget": "0.8"}))
@@ -193,7 +197,9 @@ pub async fn two_hundred_requests_over_three_replicas_never_pass_the_budget(redi
 async fn two_hundred_concurrent_requests_with_retries_and_timeouts_never_pass_the_budget() {
     let redis = RedisServer::start().await;
     let setup = TestSetup::new()
-        .provider("[providers.impatient]\nkind = \"openai\"\nbase_url = \"FAKE\"\ntimeout_ms = 200\nmax_attempts = 1")
+        .provider("impatient", "openai", Upstream::Fake)
+        .set("providers.impatient.timeout_ms", 200)
+        .set("providers.impatient.max_attempts", 1)
         // A third of the calls time out after sending (charged their hold) and fail over;
         // a third meet 503s (free) and are retried; a third go straight through.
         .route("timeout", &["impatient/usage-max+delay-1000ms", "primary/usage-max+delay-20ms"])
@@ -201,7 +207,7 @@ async fn two_hundred_concurrent_requests_with_retries_and_timeouts_never_pass_th
         .route("fast", &["primary/usage-max+delay-20ms"])
         .tier("free", &["timeout", "retry", "fast"], 100_000, 100)
         .redis(&redis.url(), 3)
-        .storage(BUSY_MACHINE_TIMEOUT);
+        .set("storage.redis_timeout_ms", BUSY_MACHINE_TIMEOUT_MS);
     let apps = replicas(&setup, 3).await;
     let (tenant, key) = apps[0]
         .tenant_with_key("free", json!({"monthly_budget": "0.8"}))
@@ -253,7 +259,8 @@ fn outage_setup(redis: &RedisServer) -> TestSetup {
     TestSetup::new()
         .route("fast", &["primary/ok"])
         .tier("closed", &["fast"], 1000, 100)
-        .raw("[tiers.shared_out]\nroutes = [\"fast\"]\nrpm = 20\ndefault_max_tokens = 100\non_store_error = \"local\"\n")
+        .tier("shared_out", &["fast"], 20, 100)
+        .set("tiers.shared_out.on_store_error", "local")
         .redis(&redis.url(), 2)
 }
 
@@ -394,7 +401,23 @@ async fn a_feature_budget_in_redis_refuses_only_its_feature() {
     assert_eq!(put.status, 200, "{}", put.raw);
     until_known(&apps, &key).await;
     // The replica's directory polls the database for the new feature budget.
-    actix_rt::time::sleep(Duration::from_millis(300)).await;
+    let id = tollgate::ids::TenantId::new(tenant.as_str());
+    crate::support::wait_until(
+        Duration::from_secs(5),
+        "the feature budget on the second replica",
+        async || {
+            let budgets = apps[1]
+                .gateway
+                .directory
+                .tenant(&id)
+                .map(|t| t.feature_budgets.clone());
+            crate::support::done_if(
+                budgets.as_ref().is_some_and(|b| b.contains_key("search")),
+                budgets,
+            )
+        },
+    )
+    .await;
     let mut body = chat_body("fast");
     body["max_tokens"] = json!(100_000);
 
@@ -433,7 +456,11 @@ async fn a_breaker_opened_on_one_replica_makes_the_others_skip_the_provider_too(
 /// Also run on a Redis Cluster (`redis_cluster.rs`).
 pub async fn a_breaker_opened_on_one_replica_is_followed_by_the_other(redis_url: &str) {
     let setup = TestSetup::new()
-        .provider("[providers.brk]\nkind = \"openai\"\nbase_url = \"FAKE\"\nmax_attempts = 1\nbreaker_failures = 5\nbreaker_error_rate_percent = 0\nbreaker_cooldown_ms = 60000")
+        .provider("brk", "openai", Upstream::Fake)
+        .set("providers.brk.max_attempts", 1)
+        .set("providers.brk.breaker_failures", 5)
+        .set("providers.brk.breaker_error_rate_percent", 0)
+        .set("providers.brk.breaker_cooldown_ms", 60_000)
         .route("fast", &["brk/status-503", "secondary/usage-10-0-5"])
         .tier("free", &["fast"], 1000, 100)
         .redis(redis_url, 2);
@@ -454,7 +481,9 @@ pub async fn a_breaker_opened_on_one_replica_is_followed_by_the_other(redis_url:
     );
 
     // The second replica never saw a failure; it follows the first within a poll or two.
-    actix_rt::time::sleep(Duration::from_secs(1)).await;
+    // A pause on the real clock: its poll shows outside only in its calls, and
+    // a call before it follows would reach the failing provider.
+    crate::support::let_real_time_pass(Duration::from_secs(1)).await;
     for _ in 0..10 {
         let reply = apps[1].chat(&key, &body).await;
         assert_eq!(reply.status, 200, "{}", reply.raw);
@@ -620,7 +649,7 @@ async fn the_gateway_keeps_as_many_redis_connections_as_its_pool_size_on_each_th
         .route("fast", &["primary/ok"])
         .tier("free", &["fast"], 1000, 100)
         .redis(&redis.url(), 1)
-        .storage("redis_pool_size = 3");
+        .set("storage.redis_pool_size", 3);
     let app = spawn_app(setup).await;
     let (_tenant, key) = app.tenant_with_key("free", json!({})).await;
 
@@ -652,7 +681,7 @@ async fn an_answer_goes_out_before_its_settlement_reaches_redis() {
         .route("slow", &["primary/delay-1000ms"])
         .tier("t", &["slow"], 1000, 100)
         .redis(&redis.url(), 1)
-        .storage("redis_timeout_ms = 30000");
+        .set("storage.redis_timeout_ms", 30_000);
     let app = spawn_app(setup).await;
     let (tenant, key) = app
         .tenant_with_key("t", json!({"monthly_budget": "10"}))
@@ -664,9 +693,12 @@ async fn an_answer_goes_out_before_its_settlement_reaches_redis() {
     // Redis stops answering once the second call is admitted: only its settle is left.
     let freeze = async {
         wait_until(
-            || app.fake.stats.requests() == 2,
             Duration::from_secs(5),
             "the upstream to receive the second call",
+            async || {
+                let requests = app.fake.stats.requests();
+                crate::support::done_if(requests == 2, requests)
+            },
         )
         .await;
         redis.freeze();
@@ -709,7 +741,7 @@ async fn back_to_back_calls_each_see_the_refund_of_the_one_before_in_redis() {
         .route("fast", &["primary/ok"])
         .tier("t", &["fast"], 100_000, 100)
         .redis(&redis.url(), 1)
-        .storage("redis_pool_size = 4");
+        .set("storage.redis_pool_size", 4);
     let app = spawn_app(setup).await;
     let (tenant, key) = app
         .tenant_with_key("t", json!({"monthly_budget": "10"}))
@@ -756,9 +788,12 @@ async fn a_call_in_flight_when_redis_restarts_empty_keeps_its_charge() {
     let call = app.chat(&key, &slow);
     let restart = async {
         wait_until(
-            || app.fake.stats.requests() == 1,
             Duration::from_secs(5),
             "the call to reach the upstream",
+            async || {
+                let requests = app.fake.stats.requests();
+                crate::support::done_if(requests == 1, requests)
+            },
         )
         .await;
         redis.restart().await;
@@ -811,7 +846,7 @@ async fn redis_restarted_empty_under_load_on_three_replicas_keeps_the_ledger_wit
         .route("slow", &["primary/usage-max+delay-2500ms"])
         .tier("free", &["slow"], 1000, 1000)
         .redis(&redis.url(), 3)
-        .storage(BUSY_MACHINE_TIMEOUT);
+        .set("storage.redis_timeout_ms", BUSY_MACHINE_TIMEOUT_MS);
     let apps = replicas(&setup, 3).await;
     let (tenant, key) = apps[0]
         .tenant_with_key("free", json!({"monthly_budget": "0.05"}))
@@ -822,11 +857,10 @@ async fn redis_restarted_empty_under_load_on_three_replicas_keeps_the_ledger_wit
 
     let first = join_all((0..6).map(|i| apps[i % 3].chat(&key, &body)));
     let restart = async {
-        wait_until(
-            || upstream() == 6,
-            Duration::from_secs(5),
-            "six calls upstream",
-        )
+        wait_until(Duration::from_secs(5), "six calls upstream", async || {
+            let calls = upstream();
+            crate::support::done_if(calls == 6, calls)
+        })
         .await;
         redis.restart().await;
         for app in &apps {
@@ -882,7 +916,7 @@ async fn a_hold_open_past_the_actor_s_idle_time_is_still_given_back() {
         .tier("free", &["fast"], 100, 100)
         .redis(&redis.url(), 1)
         .clock(clock.clone())
-        .storage(BUSY_MACHINE_TIMEOUT);
+        .set("storage.redis_timeout_ms", BUSY_MACHINE_TIMEOUT_MS);
     let app = spawn_app(setup).await;
     let (tenant, _key) = app
         .tenant_with_key("free", json!({"monthly_budget": "1"}))
@@ -908,24 +942,19 @@ async fn a_hold_open_past_the_actor_s_idle_time_is_still_given_back() {
     // Ten quiet minutes: the actor's sweep (each second, on the test's
     // clock) would find it idle, with nothing of its own in its book.
     clock.advance_ms(10 * 60 * 1000);
-    actix_rt::time::sleep(Duration::from_millis(2_500)).await;
+    // A pause on the real clock: the sweep ticks each real second, and two
+    // ticks must pass without the actor letting go of the holds.
+    crate::support::let_real_time_pass(Duration::from_millis(2_500)).await;
     let reply = settled.settle(Nanos::new(30_000_000), 30).await;
     assert!(reply.is_ok_and(|r| tollgate::tenant::handle::committed(&r)));
     guard.release();
 
     // The release is a message: read until it has landed, a while at most.
-    let mut status = handle.status().await.unwrap();
-    for _ in 0..50 {
-        if status.reserved == Nanos::ZERO {
-            break;
-        }
-        actix_rt::time::sleep(Duration::from_millis(100)).await;
-        status = handle.status().await.unwrap();
-    }
-    assert_eq!(
-        status.reserved,
-        Nanos::ZERO,
-        "a hold is still held: {status:?}"
-    );
+    let status =
+        crate::support::wait_until(Duration::from_secs(5), "the release to land", async || {
+            let status = handle.status().await.unwrap();
+            crate::support::done_if(status.reserved == Nanos::ZERO, status)
+        })
+        .await;
     assert_eq!(status.committed, Nanos::new(30_000_000));
 }

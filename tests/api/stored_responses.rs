@@ -5,13 +5,13 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{TestApp, TestSetup, spawn_app};
+use crate::support::{TestApp, TestSetup, Upstream, spawn_app};
 
 fn setup() -> TestSetup {
     TestSetup::new()
-        .provider(
-            "[providers.keeper]\nkind = \"openai\"\nbase_url = \"FAKE/v1\"\napi_key_env = \"TEST_PRIMARY_KEY\"\nresponses = true",
-        )
+        .provider("keeper", "openai", Upstream::FakeV1)
+        .set("providers.keeper.api_key_env", "TEST_PRIMARY_KEY")
+        .set("providers.keeper.responses", true)
         .route("chatty", &["primary/usage-100-0-20"])
         .route("talker", &["primary/usage-100-0-20+tool"])
         .route("native", &["keeper/usage-100-0-0-20"])

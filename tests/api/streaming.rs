@@ -4,16 +4,14 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 
-use crate::support::{TestApp, TestSetup, metric_value, spawn_app};
+use crate::support::{TestApp, TestSetup, Upstream, metric_value, spawn_app};
 
 fn setup() -> TestSetup {
     TestSetup::new()
-        .provider(
-            "[providers.slowstart]\nkind = \"openai\"\nbase_url = \"FAKE\"\nfirst_token_timeout_ms = 300",
-        )
-        .provider(
-            "[providers.canceller]\nkind = \"openai\"\nbase_url = \"FAKE\"\non_client_disconnect = \"cancel\"",
-        )
+        .provider("slowstart", "openai", Upstream::Fake)
+        .set("providers.slowstart.first_token_timeout_ms", 300)
+        .provider("canceller", "openai", Upstream::Fake)
+        .set("providers.canceller.on_client_disconnect", "cancel")
         .route("paced", &["primary/usage-100-20-30+chunks-5+chunk-delay-200ms"])
         .route("quick", &["primary/usage-100-20-30+chunks-3"])
         .route("slowfirst", &["slowstart/ttft-3000ms", "secondary/usage-10-0-5+chunks-2"])
@@ -81,17 +79,9 @@ where
     String::from_utf8(raw).unwrap()
 }
 
-/// Waits up to 10 s: the whole suite shares two cores, and an upstream
-/// learns of a cancel only when its next write fails.
-async fn wait_until(mut check: impl FnMut() -> bool, what: &str) {
-    for _ in 0..500 {
-        if check() {
-            return;
-        }
-        actix_rt::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
+/// How long a test waits on the upstream: the whole suite shares two cores,
+/// and an upstream learns of a cancel only when its next write fails.
+const UPSTREAM_BOUND: Duration = Duration::from_secs(10);
 
 #[actix_web::test]
 async fn chunks_arrive_in_order_identical_to_the_upstreams_and_unbuffered() {
@@ -284,10 +274,10 @@ async fn a_caller_leaving_mid_stream_with_drain_is_billed_the_upstreams_reported
     response.next().await.unwrap().unwrap();
     drop(response);
 
-    wait_until(
-        || app.fake.stats.streams_completed() == 1,
-        "the drained stream to end",
-    )
+    crate::support::wait_until(UPSTREAM_BOUND, "the drained stream to end", async || {
+        let seen = app.fake.stats.streams_completed();
+        crate::support::done_if(seen == 1, seen)
+    })
     .await;
     let rows = app.ledger_rows_eventually(&tenant, 1).await;
     assert_eq!(rows.len(), 1);
@@ -320,9 +310,13 @@ async fn a_caller_leaving_mid_stream_with_cancel_stops_the_upstream_and_is_charg
     response.next().await.unwrap().unwrap();
     drop(response);
 
-    wait_until(
-        || app.fake.stats.streams_cancelled() == 1,
+    crate::support::wait_until(
+        UPSTREAM_BOUND,
         "the upstream to see the cancellation",
+        async || {
+            let seen = app.fake.stats.streams_cancelled();
+            crate::support::done_if(seen == 1, seen)
+        },
     )
     .await;
     let rows = app.ledger_rows_eventually(&tenant, 1).await;
@@ -391,10 +385,10 @@ async fn a_stream_that_ignores_its_limit_is_cut_at_the_hold() {
     );
     assert_eq!(app.budget(&tenant).await["reserved"], "0");
     // The upstream call was cancelled, not read to its end.
-    wait_until(
-        || app.fake.stats.streams_cancelled() >= 1,
-        "the upstream's cancel",
-    )
+    crate::support::wait_until(UPSTREAM_BOUND, "the upstream's cancel", async || {
+        let seen = app.fake.stats.streams_cancelled();
+        crate::support::done_if(seen >= 1, seen)
+    })
     .await;
 }
 
@@ -463,22 +457,20 @@ async fn a_stream_s_hold_grows_with_it_and_it_is_cut_where_the_budget_ends() {
             )
             .route("grows-not", &["secondary/usage-1000-0-40+chunks-30"])
             .price("primary/usage-1000-0-40+chunks-30", "10", "10", "400")
-            .price_extra(
-                "primary/usage-1000-0-40+chunks-30",
-                "hidden_output = \"none\"",
-            )
+            .price_field("primary/usage-1000-0-40+chunks-30", "hidden_output", "none")
             .price(
                 "primary/usage-1000-0-40+chunks-6000+chunk-delay-1ms",
                 "10",
                 "10",
                 "400",
             )
-            .price_extra(
+            .price_field(
                 "primary/usage-1000-0-40+chunks-6000+chunk-delay-1ms",
-                "hidden_output = \"none\"",
+                "hidden_output",
+                "none",
             )
             .price("secondary/usage-1000-0-40+chunks-30", "10", "10", "400")
-            .billing("stream_step_tokens = 256")
+            .set("billing.stream_step_tokens", 256)
             .tier("free", &["grows-ok", "grows-on", "grows-not"], 1000, 100),
     )
     .await;
@@ -528,10 +520,10 @@ async fn a_stream_s_hold_grows_with_it_and_it_is_cut_where_the_budget_ends() {
         cut.error.as_deref().unwrap_or("").contains("hold"),
         "{cut:?}"
     );
-    wait_until(
-        || app.fake.stats.streams_cancelled() >= 1,
-        "the upstream's cancel",
-    )
+    crate::support::wait_until(UPSTREAM_BOUND, "the upstream's cancel", async || {
+        let seen = app.fake.stats.streams_cancelled();
+        crate::support::done_if(seen >= 1, seen)
+    })
     .await;
     // The upstream had the caller's limit each time.
     let sent: Vec<Value> = app
@@ -575,10 +567,11 @@ async fn a_growing_hold_stops_at_the_key_s_the_end_user_s_and_the_credits_limit(
         TestSetup::new()
             .route("scoped-grows", &[model])
             .price(model, "10", "10", "400")
-            .price_extra(model, "hidden_output = \"none\"")
-            .billing("stream_step_tokens = 256")
+            .price_field(model, "hidden_output", "none")
+            .set("billing.stream_step_tokens", 256)
             .tier("free", &["scoped-grows"], 1000, 100)
-            .raw("[tiers.free.end_user]\nbudget = \"0.5\"\nperiod = \"day\"")
+            .set("tiers.free.end_user.budget", "0.5")
+            .set("tiers.free.end_user.period", "day")
     };
     let mut body = stream_body("scoped-grows", true);
     body["max_tokens"] = json!(32000);

@@ -33,7 +33,7 @@ async fn app_on(store: &Store, clock: Arc<ManualClock>) -> TestApp {
         .clock(clock);
     let setup = match store {
         // Memory quotas even when the suite runs with Redis: this is the book's run.
-        Store::Book => setup.storage("redis_url = \"\""),
+        Store::Book => setup.set("storage.redis_url", ""),
         Store::Redis(redis) => setup.redis(&redis.url(), 1),
         Store::Cluster(cluster) => setup.redis(&cluster.url(), 1),
     };
@@ -192,14 +192,15 @@ async fn a_reservation_past_its_expiry_is_committed_whole_with_an_orphan_row_on_
             .unwrap();
         // Time passes on the manual clock only; the actor's sweep sees it.
         clock.advance_ms(2_000);
-        let mut committed = Nanos::ZERO;
-        for _ in 0..100 {
-            committed = handle.status().await.unwrap().committed;
-            if committed > Nanos::ZERO {
-                break;
-            }
-            actix_rt::time::sleep(Duration::from_millis(50)).await;
-        }
+        let committed = crate::support::wait_until(
+            Duration::from_secs(5),
+            "the sweep to commit the lapsed hold",
+            async || {
+                let committed = handle.status().await.unwrap().committed;
+                crate::support::done_if(committed > Nanos::ZERO, committed)
+            },
+        )
+        .await;
         assert_eq!(
             committed,
             units("0.4"),

@@ -77,7 +77,7 @@ async fn a_request_and_its_attempts_reach_the_collector_under_the_callers_trace(
         TestSetup::new()
             .route(route, &["primary/usage-7-0-11"])
             .tier("free", &[route], 1000, 100)
-            .raw(&format!("[telemetry]\notlp_endpoint = \"{endpoint}\"")),
+            .set("telemetry.otlp_endpoint", endpoint),
     )
     .await;
     let (tenant, key) = app.tenant_with_key("free", json!({})).await;
@@ -94,14 +94,12 @@ async fn a_request_and_its_attempts_reach_the_collector_under_the_callers_trace(
         .await;
     assert_eq!(reply.status, 200, "{}", reply.raw);
 
-    let mut found = Vec::new();
-    for _ in 0..100 {
-        found = spans(&received);
-        if found.len() >= 2 {
-            break;
-        }
-        actix_rt::time::sleep(Duration::from_millis(50)).await;
-    }
+    let found =
+        crate::support::wait_until(Duration::from_secs(5), "two exported spans", async || {
+            let found = spans(&received);
+            crate::support::done_if(found.len() >= 2, found)
+        })
+        .await;
     let server = found
         .iter()
         .find(|s| s["kind"] == 2)
@@ -178,9 +176,8 @@ async fn a_collector_that_is_down_drops_spans_counted_and_requests_go_on() {
         TestSetup::new()
             .route(route, &["primary/usage-1-0-1"])
             .tier("free", &[route], 1000, 100)
-            .raw(&format!(
-                "[telemetry]\notlp_endpoint = \"{endpoint}\"\notlp_timeout_ms = 200"
-            )),
+            .set("telemetry.otlp_endpoint", endpoint)
+            .set("telemetry.otlp_timeout_ms", 200),
     )
     .await;
     let (_, key) = app.tenant_with_key("free", json!({})).await;
@@ -194,13 +191,14 @@ async fn a_collector_that_is_down_drops_spans_counted_and_requests_go_on() {
             "tollgate_trace_spans_dropped_total{reason=\"export_failed\"}",
         )
     };
-    for attempt in 0.. {
-        let scrape = app.get("/metrics", "").await.raw;
-        // Six spans (three requests, three attempts), perhaps among others' in this process.
-        if dropped(&scrape) >= 6 {
-            break;
-        }
-        assert!(attempt < 100, "no drop counted: {scrape}");
-        actix_rt::time::sleep(Duration::from_millis(50)).await;
-    }
+    // Six spans (three requests, three attempts), perhaps among others' in this process.
+    crate::support::wait_until(
+        Duration::from_secs(5),
+        "six dropped spans counted",
+        async || {
+            let scrape = app.get("/metrics", "").await.raw;
+            crate::support::done_if(dropped(&scrape) >= 6, scrape)
+        },
+    )
+    .await;
 }

@@ -65,17 +65,23 @@ impl RedisCluster {
     /// Every replica has synced with its primary: one that never did cannot
     /// be promoted, so a failover test needs them all linked.
     async fn wait_until_replicated(&self) {
-        for _ in 0..400 {
-            let linked = self.nodes.iter().all(|n| {
-                let info = Self::cli(n.port(), &["info", "replication"]);
-                info.contains("role:master") || info.contains("master_link_status:up")
-            });
-            if linked {
-                return;
-            }
-            actix_rt::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("the cluster's replicas did not sync with their primaries");
+        super::wait_until(
+            Duration::from_secs(20),
+            "the cluster's replicas to sync with their primaries",
+            async || {
+                let unlinked: Vec<u16> = self
+                    .nodes
+                    .iter()
+                    .filter(|n| {
+                        let info = Self::cli(n.port(), &["info", "replication"]);
+                        !info.contains("role:master") && !info.contains("master_link_status:up")
+                    })
+                    .map(RedisServer::port)
+                    .collect();
+                super::done_if(unlinked.is_empty(), unlinked)
+            },
+        )
+        .await;
     }
 
     /// `redis+cluster://` and every node, the form `storage.redis_url` takes.
@@ -115,17 +121,23 @@ impl RedisCluster {
 
     /// Every live node agrees the cluster is up, every slot served.
     pub async fn wait_until_ok(&self) {
-        for _ in 0..400 {
-            let ok =
-                self.nodes.iter().filter(|n| n.is_running()).all(|n| {
-                    Self::cli(n.port(), &["cluster", "info"]).contains("cluster_state:ok")
-                });
-            if ok {
-                return;
-            }
-            actix_rt::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("the cluster did not reach cluster_state:ok");
+        super::wait_until(
+            Duration::from_secs(20),
+            "the cluster to reach cluster_state:ok",
+            async || {
+                let not_ok: Vec<u16> = self
+                    .nodes
+                    .iter()
+                    .filter(|n| n.is_running())
+                    .filter(|n| {
+                        !Self::cli(n.port(), &["cluster", "info"]).contains("cluster_state:ok")
+                    })
+                    .map(RedisServer::port)
+                    .collect();
+                super::done_if(not_ok.is_empty(), not_ok)
+            },
+        )
+        .await;
     }
 
     /// The primary serving `slot`.

@@ -9,9 +9,10 @@ mod logs;
 pub mod postgres;
 pub mod process;
 pub mod redis;
+mod setup;
+mod wait;
 
-use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,341 +24,18 @@ use tempfile::TempDir;
 
 use fake_upstream::{self, FakeConfig, RunningFake};
 use tollgate::app::{Application, BuildOptions};
-use tollgate::clock::{Clock, ManualClock, SharedClock, SystemClock};
+use tollgate::clock::{Clock, SharedClock, SystemClock};
 use tollgate::config::Config;
 use tollgate::ids::{EventId, KeyId, RequestId, TenantId};
 use tollgate::ledger::{AttemptStatus, UsageEvent, UsageKind, repo};
 use tollgate::state::{ConfigSource, Gateway};
 
 pub use logs::{LogCapture, process_logs};
+pub use setup::{TestSetup, Upstream, edit_config, entry};
+pub use wait::{done_if, let_real_time_pass, wait_until};
 
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 pub const PRIMARY_KEY_ENV: &str = "TEST_PRIMARY_KEY";
-
-/// What a test changes about the gateway it gets.
-#[derive(Clone)]
-pub struct TestSetup {
-    routes: BTreeMap<String, Vec<String>>,
-    tiers: Vec<String>,
-    prices: BTreeMap<String, (String, String, String)>,
-    cache_write_prices: BTreeMap<String, String>,
-    price_extras: BTreeMap<String, String>,
-    extra_providers: Vec<String>,
-    env: HashMap<String, String>,
-    clock: Option<Arc<ManualClock>>,
-    body_limit_bytes: usize,
-    listen: String,
-    admin_listen: Option<String>,
-    raw: Vec<String>,
-    cache_ttl_ms: BTreeMap<String, u64>,
-    route_lines: BTreeMap<String, Vec<String>>,
-    storage: Vec<String>,
-    ledger: Vec<String>,
-    billing: Vec<String>,
-    server: Vec<String>,
-    request_timeout_ms: u64,
-}
-
-impl TestSetup {
-    /// The configuration a gateway of this setup loads from `path`.
-    pub fn load(&self, path: &std::path::Path) -> std::sync::Arc<Config> {
-        Config::load(path, &self.env).unwrap()
-    }
-
-    pub fn new() -> TestSetup {
-        let mut env = HashMap::new();
-        env.insert("TOLLGATE_KEY_PEPPER".to_owned(), "test-pepper".to_owned());
-        env.insert("TOLLGATE_ADMIN_TOKEN".to_owned(), ADMIN_TOKEN.to_owned());
-        env.insert(PRIMARY_KEY_ENV.to_owned(), "sk-primary".to_owned());
-        TestSetup {
-            routes: BTreeMap::new(),
-            tiers: Vec::new(),
-            prices: BTreeMap::new(),
-            cache_write_prices: BTreeMap::new(),
-            price_extras: BTreeMap::new(),
-            extra_providers: Vec::new(),
-            env,
-            clock: None,
-            body_limit_bytes: 1024 * 1024,
-            listen: "127.0.0.1:0".to_owned(),
-            admin_listen: None,
-            raw: Vec::new(),
-            cache_ttl_ms: BTreeMap::new(),
-            route_lines: BTreeMap::new(),
-            storage: Vec::new(),
-            ledger: Vec::new(),
-            billing: Vec::new(),
-            server: Vec::new(),
-            request_timeout_ms: 20_000,
-        }
-    }
-
-    /// A route; every target gets the default price (2 / 0.04 / 8 per 1M) unless set.
-    pub fn route(mut self, name: &str, targets: &[&str]) -> Self {
-        self.routes.insert(
-            name.to_owned(),
-            targets.iter().map(|t| (*t).to_owned()).collect(),
-        );
-        self
-    }
-
-    pub fn tier(mut self, name: &str, routes: &[&str], rpm: u32, default_max_tokens: u32) -> Self {
-        let list = routes
-            .iter()
-            .map(|r| format!("\"{r}\""))
-            .collect::<Vec<_>>()
-            .join(", ");
-        self.tiers.push(format!(
-            "[tiers.{name}]\nroutes = [{list}]\nrpm = {rpm}\ndefault_max_tokens = {default_max_tokens}\n"
-        ));
-        self
-    }
-
-    /// A line for the tier added last (`end_user_required = true`, …).
-    pub fn tier_line(mut self, line: &str) -> Self {
-        if let Some(tier) = self.tiers.last_mut() {
-            tier.push_str(line);
-            tier.push('\n');
-        }
-        self
-    }
-
-    /// A line of `[billing]` (`timezone = "Asia/Shanghai"`, …).
-    pub fn billing(mut self, line: &str) -> Self {
-        self.billing.push(line.to_owned());
-        self
-    }
-
-    pub fn price(mut self, target: &str, input: &str, cached: &str, output: &str) -> Self {
-        self.prices.insert(
-            target.to_owned(),
-            (input.into(), cached.into(), output.into()),
-        );
-        self
-    }
-
-    /// More lines of a target's `[[prices]]` entry (`encoding = …`, `long_context = {…}`).
-    pub fn price_extra(mut self, target: &str, toml: &str) -> Self {
-        self.price_extras.insert(target.to_owned(), toml.to_owned());
-        self
-    }
-
-    pub fn cache_write_price(mut self, target: &str, price: &str) -> Self {
-        self.cache_write_prices
-            .insert(target.to_owned(), price.to_owned());
-        self
-    }
-
-    /// Raw TOML for one more `[providers.x]` table.
-    pub fn provider(mut self, toml: &str) -> Self {
-        self.extra_providers.push(toml.to_owned());
-        self
-    }
-
-    /// One more line of a route's table (`semantic_cache = {…}`, …).
-    pub fn route_line(mut self, route: &str, line: &str) -> Self {
-        self.route_lines
-            .entry(route.to_owned())
-            .or_default()
-            .push(line.to_owned());
-        self
-    }
-
-    /// Turns the exact response cache on for a route.
-    pub fn cached_route(mut self, route: &str, ttl_ms: u64) -> Self {
-        self.cache_ttl_ms.insert(route.to_owned(), ttl_ms);
-        self
-    }
-
-    /// Raw TOML tables appended to the configuration (e.g. `[telemetry]`).
-    pub fn raw(mut self, toml: &str) -> Self {
-        self.raw.push(toml.to_owned());
-        self
-    }
-
-    /// `server.request_timeout_ms`: the deadline of a whole request.
-    pub fn request_timeout_ms(mut self, ms: u64) -> Self {
-        self.request_timeout_ms = ms;
-        self
-    }
-
-    /// One more `key = value` line of the `[server]` table.
-    pub fn server(mut self, line: &str) -> Self {
-        self.server.push(line.to_owned());
-        self
-    }
-
-    /// One more `key = value` line of the `[ledger]` table.
-    pub fn ledger(mut self, line: &str) -> Self {
-        self.ledger.push(line.to_owned());
-        self
-    }
-
-    pub fn listen(mut self, addr: std::net::SocketAddr) -> Self {
-        self.listen = addr.to_string();
-        self
-    }
-
-    /// `server.admin_listen`: operations on their own listener.
-    pub fn admin_listen(mut self, addr: &str) -> Self {
-        self.admin_listen = Some(addr.to_owned());
-        self
-    }
-
-    pub fn env_vars(&self) -> &HashMap<String, String> {
-        &self.env
-    }
-
-    pub fn body_limit(mut self, bytes: usize) -> Self {
-        self.body_limit_bytes = bytes;
-        self
-    }
-
-    pub fn env(mut self, name: &str, value: &str) -> Self {
-        self.env.insert(name.to_owned(), value.to_owned());
-        self
-    }
-
-    /// A line of the `[storage]` section (e.g. `redis_url = "…"`).
-    pub fn storage(mut self, line: &str) -> Self {
-        self.storage.push(line.to_owned());
-        self
-    }
-
-    /// The `[storage]` lines. Tests share two cores with many gateways: a
-    /// healthy Redis call can take longer than the production default of
-    /// 100 ms there, so tests that do not set `redis_timeout_ms` get 1 s.
-    fn storage_lines(&self) -> Vec<String> {
-        let mut lines = self.storage.clone();
-        let has = |key: &str| lines.iter().any(|l| l.starts_with(key));
-        if has("redis_url") && !has("redis_timeout_ms") {
-            lines.push("redis_timeout_ms = 1000".to_owned());
-        }
-        lines
-    }
-
-    /// Quotas shared through `redis_url` by `replicas` replicas.
-    pub fn redis(self, url: &str, replicas: u32) -> Self {
-        self.storage(&format!("redis_url = \"{url}\""))
-            .storage(&format!("replicas = {replicas}"))
-    }
-
-    pub fn clock(mut self, clock: Arc<ManualClock>) -> Self {
-        self.clock = Some(clock);
-        self
-    }
-
-    fn toml(&self, dir: &Path, database_url: &str, fake_url: &str, anthropic_url: &str) -> String {
-        let mut text = format!(
-            r#"
-[server]
-listen = "{listen}"
-{admin_listen}
-workers = 2
-request_timeout_ms = {request_timeout_ms}
-body_limit_bytes = {body_limit}
-[storage]
-database_url = "{database_url}"
-sync_interval_ms = 100
-{storage}
-[billing]
-currency = "CNY"
-[ledger]
-flush_interval_ms = 50
-journal_dir = "{journal_dir}"
-[providers.primary]
-kind = "openai"
-base_url = "{fake_url}"
-api_key_env = "{PRIMARY_KEY_ENV}"
-timeout_ms = 5000
-[providers.secondary]
-kind = "openai"
-base_url = "{fake_url}/v1"
-timeout_ms = 5000
-"#,
-            body_limit = self.body_limit_bytes,
-            request_timeout_ms = self.request_timeout_ms,
-            listen = self.listen,
-            admin_listen = self
-                .admin_listen
-                .as_ref()
-                .map(|addr| format!("admin_listen = \"{addr}\""))
-                .unwrap_or_default(),
-            storage = self.storage_lines().join("\n"),
-            journal_dir = dir.join("journal").display(),
-        );
-        for line in &self.billing {
-            text = text.replacen("[billing]\n", &format!("[billing]\n{line}\n"), 1);
-        }
-        for line in &self.ledger {
-            text = text.replacen("[ledger]\n", &format!("[ledger]\n{line}\n"), 1);
-        }
-        for line in &self.server {
-            text = text.replacen("[server]\n", &format!("[server]\n{line}\n"), 1);
-        }
-        for provider in &self.extra_providers {
-            text.push_str(
-                &provider
-                    .replace("@ANTHROPIC@", anthropic_url)
-                    .replace("FAKE", fake_url),
-            );
-            text.push('\n');
-        }
-        let mut priced = BTreeMap::new();
-        for (name, targets) in &self.routes {
-            let list = targets
-                .iter()
-                .map(|t| format!("\"{t}\""))
-                .collect::<Vec<_>>()
-                .join(", ");
-            let _ = writeln!(text, "[routes.{name}]\ntargets = [{list}]");
-            if let Some(ttl) = self.cache_ttl_ms.get(name) {
-                let _ = writeln!(text, "cache_ttl_ms = {ttl}");
-            }
-            for line in self.route_lines.get(name).into_iter().flatten() {
-                let _ = writeln!(text, "{line}");
-            }
-            for target in targets {
-                let price = self
-                    .prices
-                    .get(target)
-                    .cloned()
-                    .unwrap_or_else(|| ("2".to_owned(), "0.04".to_owned(), "8".to_owned()));
-                priced.insert(target.clone(), price);
-            }
-        }
-        for tier in &self.tiers {
-            text.push_str(tier);
-        }
-        for raw in &self.raw {
-            text.push_str(raw);
-            text.push('\n');
-        }
-        self.write_prices(&mut text, priced);
-        text
-    }
-
-    /// One `[[prices]]` entry per priced target, with its extra lines.
-    fn write_prices(&self, text: &mut String, priced: BTreeMap<String, (String, String, String)>) {
-        for (target, (input, cached, output)) in priced {
-            let (provider, model) = target.split_once('/').unwrap();
-            let _ = writeln!(
-                *text,
-                "[[prices]]\nprovider = \"{provider}\"\nmodel = \"{model}\"\ninput = \"{input}\"\ncached_input = \"{cached}\""
-            );
-            // An empty output price: an embeddings model's entry, which has none.
-            if !output.is_empty() {
-                let _ = writeln!(*text, "output = \"{output}\"");
-            }
-            if let Some(write) = self.cache_write_prices.get(&target) {
-                let _ = writeln!(*text, "cache_write = \"{write}\"");
-            }
-            if let Some(extra) = self.price_extras.get(&target) {
-                let _ = writeln!(*text, "{extra}");
-            }
-        }
-    }
-}
 
 pub struct TestApp {
     pub base_url: String,
@@ -437,7 +115,7 @@ fn write_config_with(
     let path = dir.path().join("tollgate.toml");
     let database_url = Backend::selected().fresh_database_url(dir.path());
     let mut setup = setup.clone();
-    if redis::suite_on_redis() && !setup.storage.iter().any(|l| l.starts_with("redis_url")) {
+    if redis::suite_on_redis() && setup.get("storage.redis_url").is_none() {
         setup = setup.redis(&redis::fresh_database_url(), 1);
     }
     std::fs::write(
@@ -456,9 +134,9 @@ pub async fn spawn_app_with_logs(setup: TestSetup, logs: Option<&LogCapture>) ->
     let fake = fake_upstream::start(FakeConfig::default(), ([127, 0, 0, 1], 0).into(), 1).unwrap();
     let anthropic = fake_upstream::anthropic::start(([127, 0, 0, 1], 0).into()).unwrap();
     let (dir, config_path) = write_config_with(&setup, &fake.base_url(), &anthropic.base_url());
-    let config = Config::load(&config_path, &setup.env).unwrap();
+    let config = Config::load(&config_path, setup.env_vars()).unwrap();
     let database_url = config.storage.database_url.clone();
-    let clock: SharedClock = match &setup.clock {
+    let clock: SharedClock = match setup.manual_clock() {
         Some(clock) => clock.clone(),
         None => Arc::new(SystemClock),
     };
@@ -467,7 +145,7 @@ pub async fn spawn_app_with_logs(setup: TestSetup, logs: Option<&LogCapture>) ->
         handle_signals: false,
         reload_source: Some(ConfigSource {
             path: config_path.clone(),
-            env: Box::new(setup.env.clone()),
+            env: Box::new(setup.env_vars().clone()),
         }),
     };
     let app = match logs {
@@ -505,13 +183,13 @@ pub async fn spawn_app_with_logs(setup: TestSetup, logs: Option<&LogCapture>) ->
 pub async fn spawn_replica(first: &TestApp, setup: &TestSetup) -> TestApp {
     let fake = fake_upstream::start(FakeConfig::default(), ([127, 0, 0, 1], 0).into(), 1).unwrap();
     let anthropic = fake_upstream::anthropic::start(([127, 0, 0, 1], 0).into()).unwrap();
-    let shared = Config::load(&first.config_path, &setup.env).unwrap();
+    let shared = Config::load(&first.config_path, setup.env_vars()).unwrap();
     // A journal belongs to one process: each replica writes its own.
     let dir = tempfile::tempdir().unwrap();
     let mut config = (*shared).clone();
     config.ledger.journal_dir = Some(dir.path().join("journal"));
     let config = Arc::new(config);
-    let clock: SharedClock = match &setup.clock {
+    let clock: SharedClock = match setup.manual_clock() {
         Some(clock) => clock.clone(),
         None => Arc::new(SystemClock),
     };
@@ -520,7 +198,7 @@ pub async fn spawn_replica(first: &TestApp, setup: &TestSetup) -> TestApp {
         handle_signals: false,
         reload_source: Some(ConfigSource {
             path: first.config_path.clone(),
-            env: Box::new(setup.env.clone()),
+            env: Box::new(setup.env_vars().clone()),
         }),
     };
     let app = Application::build(config, options).await.unwrap();
@@ -715,14 +393,15 @@ impl TestApp {
         tenant: &str,
         n: usize,
     ) -> Vec<entity::usage::Model> {
-        for _ in 0..100 {
-            let rows = self.ledger_rows(tenant).await;
-            if rows.len() >= n {
-                return rows;
-            }
-            actix_rt::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-        self.ledger_rows(tenant).await
+        wait_until(
+            std::time::Duration::from_secs(10),
+            &format!("{n} ledger rows of {tenant}"),
+            async || {
+                let rows = self.ledger_rows(tenant).await;
+                done_if(rows.len() >= n, rows)
+            },
+        )
+        .await
     }
 
     pub async fn budget(&self, tenant: &str) -> Value {
@@ -731,20 +410,6 @@ impl TestApp {
             .await;
         assert_eq!(reply.status, 200, "{}", reply.raw);
         reply.body
-    }
-}
-
-/// Polls `check` with backoff until it holds; fails naming `what` after `timeout`.
-pub async fn wait_until(mut check: impl FnMut() -> bool, timeout: std::time::Duration, what: &str) {
-    let started = tollgate::clock::monotonic();
-    let mut pause = std::time::Duration::from_millis(5);
-    while !check() {
-        assert!(
-            started.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        actix_rt::time::sleep(pause).await;
-        pause = (pause * 2).min(std::time::Duration::from_millis(200));
     }
 }
 

@@ -37,21 +37,26 @@ impl GatewayProcess {
             .unwrap();
         let mut gateway = GatewayProcess(Some(child));
         let client = awc::Client::default();
-        for _ in 0..300 {
-            if client
-                .get(format!("http://{addr}/readyz"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status() == 200)
-            {
-                return gateway;
-            }
-            if let Some(status) = gateway.child().try_wait().unwrap() {
-                panic!("the gateway exited before it was ready: {status}");
-            }
-            actix_rt::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("the gateway did not become ready");
+        super::wait_until(
+            Duration::from_secs(30),
+            "the gateway to become ready",
+            async || {
+                let ready = client
+                    .get(format!("http://{addr}/readyz"))
+                    .send()
+                    .await
+                    .map(|r| r.status());
+                if ready.as_ref().is_ok_and(|s| *s == 200) {
+                    return Ok(());
+                }
+                if let Some(status) = gateway.child().try_wait().unwrap() {
+                    panic!("the gateway exited before it was ready: {status}");
+                }
+                Err(ready)
+            },
+        )
+        .await;
+        gateway
     }
 
     fn child(&mut self) -> &mut Child {
