@@ -161,7 +161,9 @@ mod tests {
             if matches!(metric.zero(), Zero::Start | Zero::Configured) {
                 let name = metric.as_str();
                 assert!(
-                    scrape.lines().any(|line| line.starts_with(name) && !line.starts_with('#')),
+                    scrape
+                        .lines()
+                        .any(|line| line.starts_with(name) && !line.starts_with('#')),
                     "{name} is declared to start at 0 but has no series"
                 );
             }
