@@ -1,6 +1,6 @@
 //! handle_chat: admission, the first steps of DESIGN.md's numbered flow.
 //! Cheapest refusal first (parse, route, tier, cache, rate), then the worst
-//! case is reserved, and the attempt loop (`attempt.rs`) takes the hold. No
+//! case is reserved, and the attempt loop (`dispatch.rs`) takes the hold. No
 //! step awaits the database; a hold's guard releases it if this future is dropped.
 
 use std::sync::Arc;
