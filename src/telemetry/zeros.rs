@@ -5,7 +5,7 @@
 //! first event, and `increase()` sees the first one.
 
 use super::metrics::{Metric, counter_add, zero};
-use crate::config::Config;
+use crate::config::{Config, Route};
 
 /// `tollgate_upstream_attempts_total`'s outcomes (see `pipeline::attempt`).
 const ATTEMPT_OUTCOMES: [&str; 5] = ["ok", "retryable", "rate_limited", "rejected", "local_error"];
@@ -14,74 +14,10 @@ const STREAM_ENDS: [&str; 3] = ["cut_at_hold", "partial", "client_cancelled"];
 
 pub fn zero_configured(config: &Config) {
     for (name, route) in &config.routes {
-        let route_name = name.as_str();
-        counter_add(
-            Metric::RequestsTotal,
-            &[("route", route_name), ("status", "ok")],
-            0,
-        );
-        for outcome in ["granted", "refused"] {
-            let labels = [("route", route_name), ("outcome", outcome)];
-            counter_add(Metric::StreamHoldStepsTotal, &labels, 0);
-        }
-        if route.cache_ttl_ms > 0 {
-            for result in ["hit", "miss"] {
-                counter_add(
-                    Metric::CacheRequestsTotal,
-                    &[("route", route_name), ("result", result)],
-                    0,
-                );
-            }
-        }
-        if route.semantic_cache.is_some() {
-            for result in crate::pipeline::semantic::RESULTS {
-                let labels = [("route", route_name), ("result", result)];
-                counter_add(Metric::SemanticCacheRequestsTotal, &labels, 0);
-            }
-            for reason in crate::pipeline::semantic::BYPASS_REASONS {
-                let labels = [("route", route_name), ("reason", reason)];
-                counter_add(Metric::SemanticCacheBypassesTotal, &labels, 0);
-            }
-            counter_add(
-                Metric::SemanticCacheSavedNanosTotal,
-                &[("route", route_name)],
-                0,
-            );
-            let store = config.cache.semantic.store.name();
-            zero(
-                Metric::SemanticCacheLookupSeconds,
-                &[("route", route_name), ("store", store)],
-            );
-        }
-        // A fallback goes from a failed target to any later one.
-        for (i, from) in route.targets.iter().enumerate() {
-            for to in route.targets.iter().skip(i + 1) {
-                if from.provider == to.provider {
-                    continue;
-                }
-                let labels = [
-                    ("route", route_name),
-                    ("from", from.provider.as_str()),
-                    ("to", to.provider.as_str()),
-                ];
-                counter_add(Metric::FallbacksTotal, &labels, 0);
-            }
-        }
+        zero_route(config, name.as_str(), route);
     }
     for provider in config.providers.keys() {
-        let provider = provider.as_str();
-        for outcome in ATTEMPT_OUTCOMES {
-            let labels = [("provider", provider), ("outcome", outcome)];
-            counter_add(Metric::UpstreamAttemptsTotal, &labels, 0);
-        }
-        for kind in ["prompt", "cached", "cache_write"] {
-            let labels = [("provider", provider), ("type", kind)];
-            counter_add(Metric::ProviderPromptTokensTotal, &labels, 0);
-        }
-        for reason in STREAM_ENDS {
-            let labels = [("provider", provider), ("reason", reason)];
-            counter_add(Metric::StreamInterruptionsTotal, &labels, 0);
-        }
+        zero_provider(provider.as_str());
     }
     // At 0 with traces off too: the panel then says so rather than nothing.
     counter_add(Metric::TraceSpansExportedTotal, &[], 0);
@@ -99,6 +35,78 @@ pub fn zero_configured(config: &Config) {
             &[("threshold", threshold.as_str())],
             0,
         );
+    }
+}
+
+/// A route's requests, stream steps, caches and fallback pairs.
+fn zero_route(config: &Config, route_name: &str, route: &Route) {
+    counter_add(
+        Metric::RequestsTotal,
+        &[("route", route_name), ("status", "ok")],
+        0,
+    );
+    for outcome in ["granted", "refused"] {
+        let labels = [("route", route_name), ("outcome", outcome)];
+        counter_add(Metric::StreamHoldStepsTotal, &labels, 0);
+    }
+    if route.cache_ttl_ms > 0 {
+        for result in ["hit", "miss"] {
+            counter_add(
+                Metric::CacheRequestsTotal,
+                &[("route", route_name), ("result", result)],
+                0,
+            );
+        }
+    }
+    if route.semantic_cache.is_some() {
+        for result in crate::pipeline::semantic::RESULTS {
+            let labels = [("route", route_name), ("result", result)];
+            counter_add(Metric::SemanticCacheRequestsTotal, &labels, 0);
+        }
+        for reason in crate::pipeline::semantic::BYPASS_REASONS {
+            let labels = [("route", route_name), ("reason", reason)];
+            counter_add(Metric::SemanticCacheBypassesTotal, &labels, 0);
+        }
+        counter_add(
+            Metric::SemanticCacheSavedNanosTotal,
+            &[("route", route_name)],
+            0,
+        );
+        let store = config.cache.semantic.store.name();
+        zero(
+            Metric::SemanticCacheLookupSeconds,
+            &[("route", route_name), ("store", store)],
+        );
+    }
+    // A fallback goes from a failed target to any later one.
+    for (i, from) in route.targets.iter().enumerate() {
+        for to in route.targets.iter().skip(i + 1) {
+            if from.provider == to.provider {
+                continue;
+            }
+            let labels = [
+                ("route", route_name),
+                ("from", from.provider.as_str()),
+                ("to", to.provider.as_str()),
+            ];
+            counter_add(Metric::FallbacksTotal, &labels, 0);
+        }
+    }
+}
+
+/// A provider's attempts, prompt tokens and stream ends.
+fn zero_provider(provider: &str) {
+    for outcome in ATTEMPT_OUTCOMES {
+        let labels = [("provider", provider), ("outcome", outcome)];
+        counter_add(Metric::UpstreamAttemptsTotal, &labels, 0);
+    }
+    for kind in ["prompt", "cached", "cache_write"] {
+        let labels = [("provider", provider), ("type", kind)];
+        counter_add(Metric::ProviderPromptTokensTotal, &labels, 0);
+    }
+    for reason in STREAM_ENDS {
+        let labels = [("provider", provider), ("reason", reason)];
+        counter_add(Metric::StreamInterruptionsTotal, &labels, 0);
     }
 }
 

@@ -617,7 +617,10 @@ fn the_dashboards_are_provisionable_grafana_json_with_their_variables() {
             }
         }
     }
+}
 
+#[test]
+fn the_dashboards_variables_and_provisioning_point_at_tollgate_s_series() {
     let variable = |board: &str, var: &str| {
         dashboard(board)["templating"]["list"]
             .as_array()

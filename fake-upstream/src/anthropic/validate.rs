@@ -729,6 +729,11 @@ mod tests {
             "messages.0: all messages must have non-empty content except for the optional \
              final assistant message"
         );
+    }
+
+    #[test]
+    fn rejects_chat_fields_and_values_out_of_range() {
+        let base = valid_request("m");
         let mut leaked = base.clone();
         leaked["stop"] = json!("END");
         assert_eq!(message_of(&leaked), "stop: Extra inputs are not permitted");

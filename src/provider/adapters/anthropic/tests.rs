@@ -166,7 +166,7 @@ fn tool_choice_shapes() {
 }
 
 #[test]
-fn request_errors_name_the_field() {
+fn request_errors_name_the_message_field() {
     let user = json!({"role": "user", "content": "x"});
     let cases = [
         (
@@ -234,6 +234,11 @@ fn request_errors_name_the_field() {
         let error = build_error(&json!({"model": "r", "messages": messages}));
         assert_eq!(error, expected);
     }
+}
+
+#[test]
+fn request_errors_name_the_top_level_field() {
+    let user = json!({"role": "user", "content": "x"});
     let with = |extra: Value| {
         let mut request = json!({"model": "r", "messages": [user]});
         for (key, value) in extra.as_object().unwrap() {
