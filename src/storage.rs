@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use migration::{Migrator, MigratorTrait};
 use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
-use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr};
+use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, DbErr};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
@@ -74,8 +74,24 @@ pub async fn connect_and_migrate(
     max_connections: u32,
 ) -> Result<DatabaseConnection, StorageError> {
     let db = connect(database_url, max_connections).await?;
-    migrate(&db).await?;
+    if db.get_database_backend() == DbBackend::Postgres {
+        migrate_alone(database_url).await?;
+    } else {
+        migrate(&db).await?;
+    }
     Ok(db)
+}
+
+/// Replicas that start together on one PostgreSQL database migrate it one
+/// at a time: a session lock on a connection of its own, released when it
+/// closes (the next replica then finds nothing left to apply).
+async fn migrate_alone(database_url: &str) -> Result<(), StorageError> {
+    let lock = connect(database_url, 1).await?;
+    lock.execute_unprepared("SELECT pg_advisory_lock(hashtext('tollgate.migrate'))")
+        .await?;
+    let migrated = migrate(&lock).await;
+    let _ = lock.close().await;
+    migrated
 }
 
 pub async fn ping(db: &DatabaseConnection) -> bool {

@@ -46,7 +46,7 @@ pub async fn ensure_ahead(db: &DatabaseConnection, now_ms: u64) -> Result<(), St
     ensure(db, &next).await
 }
 
-async fn exists(db: &DatabaseConnection, table: &str) -> Result<bool, StorageError> {
+async fn exists(db: &impl ConnectionTrait, table: &str) -> Result<bool, StorageError> {
     let found = db
         .query_one(Statement::from_sql_and_values(
             DbBackend::Postgres,
@@ -67,6 +67,17 @@ async fn ensure(db: &DatabaseConnection, period: &str) -> Result<(), StorageErro
         return Ok(());
     }
     let txn = db.begin().await?;
+    // Replicas start together (a rollout, a scale-up) and each makes the
+    // months ahead: one makes a partition under this lock, held to the
+    // transaction's end, and the others find it made.
+    txn.execute(sql(
+        "SELECT pg_advisory_xact_lock(hashtext('tollgate.usage_partitions'))",
+    ))
+    .await?;
+    if exists(&txn, &name).await? {
+        txn.commit().await?;
+        return Ok(());
+    }
     txn.execute(sql(format!(
         "CREATE TABLE {name} (LIKE usage INCLUDING DEFAULTS)"
     )))

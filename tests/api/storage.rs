@@ -11,7 +11,13 @@ use tollgate::ledger::{AttemptStatus, UsageEvent, UsageKind};
 use tollgate::money::Nanos;
 use tollgate::pricing::Usage;
 
-use crate::support::{Backend, unique_tenant};
+use std::sync::Arc;
+
+use tollgate::app::{Application, BuildOptions};
+use tollgate::clock::SystemClock;
+use tollgate::config::Config;
+
+use crate::support::{Backend, TestSetup, unique_tenant, write_config};
 
 #[actix_web::test]
 async fn migrations_apply_on_an_empty_sqlite_and_ledger_rows_round_trip() {
@@ -451,4 +457,67 @@ fn event(tenant: &str, attempt: u32, status: AttemptStatus, charged: i64) -> Usa
 
 fn instant_ms(instant: &str) -> u64 {
     tollgate::period::parse_instant(instant).unwrap()
+}
+
+/// Replicas start together in every rollout and scale-up: on one freshly
+/// created PostgreSQL database, each migrates it and makes the month's ledger
+/// partitions at once, and every one of them starts.
+#[actix_web::test]
+async fn replicas_started_at_once_on_a_fresh_postgresql_database_all_start() {
+    const REPLICAS: usize = 4;
+    let url = crate::support::postgres::fresh_database_url();
+    let setup = TestSetup::new();
+    let (_dir, path) = write_config(&setup, "http://127.0.0.1:9");
+    let loaded = Config::load(&path, setup.env_vars()).unwrap();
+    let journals = tempfile::tempdir().unwrap();
+    let starts = (0..REPLICAS).map(|replica| {
+        let mut config = (*loaded).clone();
+        config.storage.database_url.clone_from(&url);
+        config.ledger.journal_dir = Some(journals.path().join(format!("journal-{replica}")));
+        config.server.listen = ([127, 0, 0, 1], 0).into();
+        let options = BuildOptions {
+            clock: Arc::new(SystemClock),
+            handle_signals: false,
+            reload_source: None,
+        };
+        Application::build(Arc::new(config), options)
+    });
+    let built = futures_util::future::join_all(starts).await;
+    let mut handles = Vec::new();
+    for (replica, app) in built.into_iter().enumerate() {
+        match app {
+            Ok(app) => handles.push(app.handle()),
+            Err(error) => panic!("replica {replica} did not start: {error}"),
+        }
+    }
+    assert_eq!(handles.len(), REPLICAS);
+    for handle in handles {
+        handle.stop(true).await;
+    }
+}
+
+/// Replicas that start together on a migrated database each make the months
+/// ahead of them: a month none has made yet is made once, and none fails.
+#[actix_web::test]
+async fn replicas_making_the_same_new_month_s_partition_at_once_all_succeed() {
+    const REPLICAS: usize = 6;
+    let url = crate::support::postgres::fresh_database_url();
+    tollgate::storage::connect_and_migrate(&url, 1)
+        .await
+        .unwrap();
+    // A year ahead: months no start has made yet.
+    let later_ms = tollgate::period::parse_instant("2027-12-15T00:00:00Z").unwrap();
+    let mut connections = Vec::new();
+    for _ in 0..REPLICAS {
+        connections.push(tollgate::storage::connect(&url, 1).await.unwrap());
+    }
+    let prepared = futures_util::future::join_all(
+        connections
+            .iter()
+            .map(|db| tollgate::ledger::retention::prepare(db, later_ms)),
+    )
+    .await;
+    for (replica, result) in prepared.into_iter().enumerate() {
+        assert!(result.is_ok(), "replica {replica}: {result:?}");
+    }
 }
