@@ -1,7 +1,7 @@
 //! sea-orm reads and writes of the usage ledger.
 
 use std::borrow::Borrow;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use sea_orm::sea_query::{Expr, OnConflict};
 use sea_orm::{
@@ -150,7 +150,11 @@ impl Totals {
             sum.0 = sum.0.saturating_add(event.charged.to_db());
             sum.1 = sum.1.saturating_add(tokens);
         }
-        let mut sums: HashMap<(&str, &'static str, &str, &str), (i64, i64)> = HashMap::new();
+        // In key order: replicas writing batches at once upsert the same rows
+        // (a tenant's month, day and lifetime) and each transaction must lock
+        // them in the same order, or PostgreSQL finds a deadlock and the
+        // batch, and every seed waiting on its flush, fails.
+        let mut sums: BTreeMap<(&str, &'static str, &str, &str), (i64, i64)> = BTreeMap::new();
         for ((tenant, key, feature, end_user, day, month), (charged, tokens)) in by_scopes {
             let end_user_rows = end_user.into_iter().flat_map(|user| {
                 [
@@ -915,5 +919,39 @@ mod tests {
             );
         }
         assert_eq!(shapes.len(), 6, "{shapes:?}");
+    }
+
+    /// Concurrent batches lock the totals they upsert in one order, so two
+    /// replicas' writes wait for each other instead of deadlocking.
+    #[test]
+    fn a_batch_s_totals_are_upserted_in_key_order() {
+        use crate::ids::{KeyId, TenantId};
+        use crate::ledger::AttemptStatus;
+        let mut events = Vec::new();
+        for (i, tenant) in ["beta", "alpha", "gamma"].into_iter().enumerate() {
+            for user in ["u9", "u1", "u5", "u3"] {
+                let mut event = UsageEvent::sample(AttemptStatus::Ok);
+                event.tenant = TenantId::new(tenant);
+                event.key = KeyId::new(format!("k{i}{user}"));
+                event.feature = format!("f{user}");
+                event.end_user = Some(user.to_owned());
+                events.push(event);
+            }
+        }
+        let calendar = Calendar::utc();
+        let keys: Vec<(String, String, String, String)> = Totals::rows(events.iter(), &calendar)
+            .into_iter()
+            .map(|row| {
+                let value = |v: sea_orm::ActiveValue<String>| v.unwrap();
+                (
+                    value(row.tenant_id),
+                    value(row.kind),
+                    value(row.period),
+                    value(row.scope),
+                )
+            })
+            .collect();
+        assert!(keys.len() > 30, "{}", keys.len());
+        assert!(keys.is_sorted(), "{keys:?}");
     }
 }

@@ -401,17 +401,7 @@ async fn three_replicas_on_one_redis_keep_fifty_end_users_each_under_their_cap()
         let app = apps[(user + call) % apps.len()];
         let key = key.clone();
         async move {
-            // A 503 refuses without spending and asks to be retried, as a client would.
-            let mut reply = as_user(app, &key, route, &format!("user-{user}")).await;
-            for _ in 0..5 {
-                if reply.status != 503 {
-                    break;
-                }
-                eprintln!("retrying a 503: {}", reply.raw);
-                // A client's back-off on the real clock, the time it gives a busy store.
-                crate::support::let_real_time_pass(std::time::Duration::from_secs(1)).await;
-                reply = as_user(app, &key, route, &format!("user-{user}")).await;
-            }
+            let reply = as_user(app, &key, route, &format!("user-{user}")).await;
             (
                 reply.status,
                 format!("{}: {}", reply.error_code(), reply.error_message()),
