@@ -76,6 +76,18 @@ impl StorageConfig {
         if self.replicas == 0 {
             problems.add("storage.replicas", "must be at least 1");
         }
+        // Each replica would keep its own quotas in memory and give every
+        // tenant its whole budget and limits: N replicas, N times the cap.
+        if self.replicas > 1 && redis_url.is_none() {
+            problems.add(
+                "storage.replicas",
+                format!(
+                    "{} replicas need a shared quota store: set storage.redis_url (or {REDIS_URL_ENV}), \
+                     or replicas = 1; without one each replica gives every tenant its whole budget",
+                    self.replicas
+                ),
+            );
+        }
         if self.redis_timeout_ms == 0 {
             problems.add("storage.redis_timeout_ms", "must be positive");
         }

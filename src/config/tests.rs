@@ -509,3 +509,29 @@ fn a_file_that_is_not_toml_is_one_problem_with_its_line() {
     assert_eq!(errors.len(), 1);
     assert!(errors.to_string().contains("line 1"), "{errors}");
 }
+
+#[test]
+fn several_replicas_without_a_shared_store_are_refused() {
+    let config = |storage: &str, vars: &HashMap<String, String>| {
+        Config::from_toml(&format!("[storage]\n{storage}\n{BASE}"), vars)
+    };
+    let error = config("replicas = 3", &pepper()).unwrap_err().to_string();
+    assert!(
+        error.starts_with("storage.replicas: 3 replicas need a shared quota store"),
+        "{error}"
+    );
+    assert!(config("replicas = 1", &pepper()).is_ok());
+    assert!(
+        config(
+            "replicas = 3\nredis_url = \"redis://127.0.0.1:6379/0\"",
+            &pepper()
+        )
+        .is_ok()
+    );
+    let mut with_env = pepper();
+    with_env.insert(
+        "TOLLGATE_REDIS_URL".to_owned(),
+        "redis://127.0.0.1:6379/0".to_owned(),
+    );
+    assert!(config("replicas = 3", &with_env).is_ok());
+}
