@@ -284,11 +284,6 @@ pub enum ReserveReply {
     },
 }
 
-/// A decimal the script wrote.
-pub fn decimal(text: &str) -> Option<i64> {
-    text.parse().ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,13 +1,13 @@
 //! The decisions: rate, reserve (the typed `RESERVE` call and its reply),
 //! settle, and what a tenant, end user or balance has left.
 
-use super::args::{self, ReserveReply, SettleArgs, SettleReply, Threshold, decimal};
+use super::args::{self, ReserveReply, SettleArgs, SettleReply, Threshold};
 use super::{
     BalanceStatus, BudgetMode, Closed, EndUserArgs, EndUserHold, EndUserRateLimited,
     EndUserTokensLimited, Granted, KeyId, Limits, MONTH_TTL_MS, Nanos, Period, RateDecision,
     Refusal, Refused, ReservationId, ReserveArgs, ReserveRequest, Reserved, Scope, SessionArgs,
     Settled, SharedQuota, StoreFailure, TokenLimitKind, UNITS_PER_REQUEST, Unseeded, amount,
-    bucket_capacity, clamped_max_tokens, daily_refusal, end_user_ttl_ms, field, keys,
+    bucket_capacity, clamped_max_tokens, count, daily_refusal, end_user_ttl_ms, field, keys,
     monthly_refusal, nanos, number, per_minute_refusal, threshold_amount, window, worst_case,
 };
 use crate::tenant::tokens::TokenRefusal;
@@ -287,9 +287,6 @@ impl SharedQuota {
                 .as_ref()
                 .ok_or_else(|| StoreFailure("an end user's limit without an end user".to_owned()))
         };
-        let count = |text: &str| {
-            decimal(text).ok_or_else(|| StoreFailure(format!("`{text}` is not a count")))
-        };
         Ok(match reply {
             ReserveReply::Seed => Attempt::NeedSeed,
             ReserveReply::SeedEu => Attempt::NeedEndUser,
@@ -529,9 +526,8 @@ fn granted(
     else {
         return Err(StoreFailure("not a hold".to_owned()));
     };
-    let count =
-        |text: &str| decimal(text).ok_or_else(|| StoreFailure(format!("`{text}` is not a count")));
-    let money = |text: &str| count(text).map(|n| Nanos::new(u64::try_from(n).unwrap_or(0)));
+    // `amount` names the hold here; the script's decimals are read by `super::amount`.
+    let money = super::amount;
     let (committed, reserved) = (money(committed)?, money(reserved)?);
     let units = count(units)?;
     let remaining = if limits.credits {

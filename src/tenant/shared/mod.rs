@@ -696,7 +696,11 @@ fn field(reply: &[String], index: usize) -> Result<&str, StoreFailure> {
 }
 
 fn number(reply: &[String], index: usize) -> Result<i64, StoreFailure> {
-    let text = field(reply, index)?;
+    count(field(reply, index)?)
+}
+
+/// A count or an amount a script wrote as a decimal (`-1`: none).
+fn count(text: &str) -> Result<i64, StoreFailure> {
     text.parse()
         .map_err(|_| StoreFailure(format!("not a number in script reply: `{text}`")))
 }
@@ -707,10 +711,7 @@ fn nanos(reply: &[String], index: usize) -> Result<Nanos, StoreFailure> {
 
 /// An amount a script wrote as a decimal (a negative one is none).
 fn amount(text: &str) -> Result<Nanos, StoreFailure> {
-    let value: i64 = text
-        .parse()
-        .map_err(|_| StoreFailure(format!("not a number in script reply: `{text}`")))?;
-    Ok(Nanos::new(u64::try_from(value.max(0)).unwrap_or(0)))
+    Ok(Nanos::new(u64::try_from(count(text)?).unwrap_or(0)))
 }
 
 #[cfg(test)]
