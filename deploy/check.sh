@@ -119,6 +119,13 @@ step_configs() {
   for file in deploy/tollgate.toml deploy/smoke.toml; do
     "$tollgate" check-config "$file" >/dev/null
   done
+  # A stop must not cut calls the provider bills in full.
+  for file in deploy/tollgate.toml deploy/compose/tollgate.toml deploy/k8s/base/tollgate.toml; do
+    if TOLLGATE_REDIS_URL=redis://redis:6379/0 "$tollgate" check-config "$file" | grep shutdown_grace_ms; then
+      echo "$file: the shutdown grace is shorter than its calls" >&2
+      return 1
+    fi
+  done
   # Several replicas each: checked with the shared store their deployments
   # set (compose.yaml, the StatefulSet), and refused without it.
   for file in deploy/compose/tollgate.toml deploy/k8s/base/tollgate.toml; do

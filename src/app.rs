@@ -173,7 +173,7 @@ impl Application {
         if self.handle_signals {
             let handle = self.server.handle();
             let gateway = self.gateway.clone();
-            let grace = Duration::from_millis(gateway.config.server.shutdown_grace_ms);
+            let grace = Duration::from_millis(gateway.config.shutdown_grace_ms());
             actix_rt::spawn(reload_on_hangup(self.gateway.clone()));
             actix_rt::spawn(async move {
                 wait_for_signal().await;
@@ -236,7 +236,7 @@ fn bind(
             .app_data(web::Data::new(UpstreamClients::default()))
             .configure(|cfg| api::configure(cfg, surface))
     })
-    .shutdown_timeout(config.server.shutdown_grace_ms.div_ceil(1000))
+    .shutdown_timeout(config.shutdown_grace_ms().div_ceil(1000))
     // A stream's head and first event go out as separate writes; with
     // Nagle on, the event waited for the client's delayed ACK (~40 ms).
     .tcp_nodelay(true);

@@ -422,6 +422,15 @@ fn check_config(file: &Path) -> Result<()> {
     for catalog in &config.catalogs {
         out(&catalog_line(catalog));
     }
+    out(&format!(
+        "shutdown grace: {} ms ({})",
+        config.shutdown_grace_ms(),
+        if config.server.shutdown_grace_ms.is_some() {
+            "server.shutdown_grace_ms"
+        } else {
+            "the longest call and its settle"
+        }
+    ));
     let mut notes: Vec<String> = config
         .providers
         .values()
@@ -433,6 +442,12 @@ fn check_config(file: &Path) -> Result<()> {
             ))
         })
         .collect();
+    if let Some((set, longest)) = config.grace_shorter_than_calls() {
+        notes.push(format!(
+            "note: server.shutdown_grace_ms ({set} ms) is shorter than the longest call ({longest} ms): a stop can cut calls the provider bills in full; leave it unset for {} ms",
+            longest + crate::config::SETTLE_AFTER_CALL_MS
+        ));
+    }
     notes.sort();
     for note in &notes {
         out(note);
@@ -478,6 +493,8 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
                 budget_mode: mode,
                 default_max_tokens,
                 allowed_routes: None,
+                granted_routes: None,
+                route_pins: None,
                 tpm_limit: None,
                 daily_token_limit: None,
                 monthly_token_limit: None,
@@ -698,6 +715,8 @@ async fn demo(path: Option<&Path>, listen: Option<std::net::SocketAddr>) -> Resu
                 budget_mode: None,
                 default_max_tokens: None,
                 allowed_routes: None,
+                granted_routes: None,
+                route_pins: None,
                 tpm_limit: None,
                 daily_token_limit: None,
                 monthly_token_limit: None,

@@ -6,13 +6,15 @@ usage: check_rendered.py <rendered.yaml> <out dir> [<rendered base.yaml>]
   structural checks here, and the PrometheusRule's spec is written out for
   `promtool check rules`.
 - The ConfigMap's tollgate.toml is written out for `tollgate check-config`.
-- terminationGracePeriodSeconds exceeds preStop + server.shutdown_grace_ms.
+- terminationGracePeriodSeconds exceeds preStop + the shutdown grace
+  (server.shutdown_grace_ms, or unset the gateway's own rule:
+  Config::shutdown_grace_ms).
 - A Deployment (overlays/stateless) has the StatefulSet's pod template,
   except for the journal's volume.
 """
 
-import re
 import sys
+import tomllib
 from pathlib import Path
 
 import yaml
@@ -24,15 +26,28 @@ def fail(message):
     sys.exit(f"check_rendered: {message}")
 
 
+# The gateway's defaults (src/config/): a provider's timeout_ms, the
+# request's deadline, and the settle after a call.
+PROVIDER_TIMEOUT_MS, REQUEST_TIMEOUT_MS, SETTLE_AFTER_CALL_MS = 60_000, 120_000, 5_000
+
+
+def shutdown_grace_ms(config):
+    server = config.get("server", {})
+    if "shutdown_grace_ms" in server:
+        return server["shutdown_grace_ms"]
+    request = server.get("request_timeout_ms", REQUEST_TIMEOUT_MS)
+    timeouts = [
+        p.get("timeout_ms", PROVIDER_TIMEOUT_MS) for p in config.get("providers", {}).values()
+    ]
+    return min(max(timeouts, default=request), request) + SETTLE_AFTER_CALL_MS
+
+
 def pod_spec_checks(workload, config_text):
     spec = workload["spec"]["template"]["spec"]
     container = spec["containers"][0]
-    grace_ms = re.search(r"^shutdown_grace_ms\s*=\s*(\d+)", config_text, re.M)
-    if not grace_ms:
-        fail("tollgate.toml sets no server.shutdown_grace_ms")
     pre_stop = container["lifecycle"]["preStop"]["exec"]["command"]
     pause = int(pre_stop[1]) if pre_stop[0] == "sleep" else 0
-    needed = pause + int(grace_ms.group(1)) / 1000
+    needed = pause + shutdown_grace_ms(tomllib.loads(config_text)) / 1000
     if spec["terminationGracePeriodSeconds"] <= needed:
         fail(
             f"terminationGracePeriodSeconds {spec['terminationGracePeriodSeconds']} "

@@ -38,6 +38,10 @@ pub struct Model {
     pub plan: Option<String>,
     /// Request and response bodies of its calls are kept for audit (`audit_payloads`).
     pub audit_payloads: bool,
+    /// Comma-separated route names granted beyond the tier's routes.
+    pub granted_routes: Option<String>,
+    /// The tenant's route pins as a JSON object: route name to the route that answers it.
+    pub route_pins: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -10,6 +10,7 @@ pub mod keys;
 pub mod reconcile;
 pub mod report;
 pub mod reprice;
+pub mod route_access;
 pub mod spend;
 pub mod tenants;
 

@@ -3,7 +3,7 @@
 use sea_orm::{DatabaseConnection, Set};
 use serde::{Deserialize, Deserializer, Serialize};
 
-use super::{AdminError, invalid};
+use super::{AdminError, invalid, route_access};
 use crate::calendar::Period;
 use crate::config::{Config, StoreErrorPolicy};
 use crate::directory::{BudgetMode, TenantRecord, repo};
@@ -24,6 +24,10 @@ pub struct NewTenant {
     pub budget_mode: Option<String>,
     pub default_max_tokens: Option<u32>,
     pub allowed_routes: Option<Vec<String>>,
+    /// Routes beyond the tier's (a pilot of a route the tier lacks).
+    pub granted_routes: Option<Vec<String>>,
+    /// A route asked for, answered by another for this tenant alone.
+    pub route_pins: Option<BTreeMap<String, String>>,
     pub tpm_limit: Option<u64>,
     pub daily_token_limit: Option<u64>,
     pub monthly_token_limit: Option<u64>,
@@ -60,6 +64,12 @@ pub struct TenantPatch {
     pub default_max_tokens: Option<Option<u32>>,
     #[serde(default, deserialize_with = "double_option")]
     pub allowed_routes: Option<Option<Vec<String>>>,
+    /// Replaces the grants; `null` or `[]` removes them.
+    #[serde(default, deserialize_with = "double_option")]
+    pub granted_routes: Option<Option<Vec<String>>>,
+    /// Replaces the pins; `null` or `{}` removes them.
+    #[serde(default, deserialize_with = "double_option")]
+    pub route_pins: Option<Option<BTreeMap<String, String>>>,
     #[serde(default, deserialize_with = "double_option")]
     pub tpm_limit: Option<Option<u64>>,
     #[serde(default, deserialize_with = "double_option")]
@@ -101,6 +111,8 @@ pub struct TenantView {
     pub budget_mode: BudgetMode,
     pub default_max_tokens: Option<u32>,
     pub allowed_routes: Option<Vec<String>>,
+    pub granted_routes: Vec<String>,
+    pub route_pins: BTreeMap<String, String>,
     pub feature_budgets: std::collections::BTreeMap<String, Nanos>,
     pub tpm_limit: Option<u64>,
     pub daily_token_limit: Option<u64>,
@@ -132,6 +144,12 @@ impl From<&TenantRecord> for TenantView {
                 .allowed_routes
                 .as_ref()
                 .map(|routes| routes.iter().map(ToString::to_string).collect()),
+            granted_routes: t.granted_routes.iter().map(ToString::to_string).collect(),
+            route_pins: t
+                .route_pins
+                .iter()
+                .map(|(from, to)| (from.to_string(), to.to_string()))
+                .collect(),
             feature_budgets: t.feature_budgets.clone(),
             tpm_limit: t.tpm_limit,
             daily_token_limit: t.daily_token_limit,
@@ -255,18 +273,6 @@ fn parse_breakpoints(text: &str) -> Result<String, AdminError> {
         .map_err(|e| invalid("prompt_breakpoints", e))
 }
 
-fn routes_list(config: &Config, routes: &[String]) -> Result<String, AdminError> {
-    for route in routes {
-        if config.route(route).is_none() {
-            return Err(invalid(
-                "allowed_routes",
-                format!("unknown route `{route}`"),
-            ));
-        }
-    }
-    Ok(routes.join(","))
-}
-
 pub async fn create(
     db: &DatabaseConnection,
     config: &Config,
@@ -312,8 +318,13 @@ pub async fn create(
         allowed_routes: Set(new
             .allowed_routes
             .as_deref()
-            .map(|r| routes_list(config, r))
+            .map(|r| route_access::route_list(config, "allowed_routes", r))
             .transpose()?),
+        granted_routes: Set(route_access::granted(
+            config,
+            new.granted_routes.as_deref(),
+        )?),
+        route_pins: Set(route_access::pins(config, new.route_pins.as_ref())?),
         created_at_ms: Set(now_ms),
         updated_at_ms: Set(now_ms),
         tpm_limit: Set(new.tpm_limit.map(token_limit).transpose()?),
@@ -388,6 +399,7 @@ pub async fn update(
     // Updates must strictly advance, or a replica polling by time could miss them.
     let updated_at = now_ms.max(current.updated_at_ms + 1);
     let mut model: entity::tenant::ActiveModel = current.into();
+    route_access::apply(config, &mut model, &patch)?;
     if let Some(name) = patch.name {
         model.name = Set(name);
     }
@@ -407,12 +419,6 @@ pub async fn update(
     if let Some(max) = patch.default_max_tokens {
         model.default_max_tokens =
             Set(max.map(|v| positive("default_max_tokens", v)).transpose()?);
-    }
-    if let Some(routes) = patch.allowed_routes {
-        model.allowed_routes = Set(routes
-            .as_deref()
-            .map(|r| routes_list(config, r))
-            .transpose()?);
     }
     if let Some(limit) = patch.tpm_limit {
         model.tpm_limit = Set(limit.map(token_limit).transpose()?);

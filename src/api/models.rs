@@ -14,21 +14,16 @@ pub async fn list_models(
     auth: AnthropicAuth,
 ) -> HttpResponse {
     let auth = auth.0;
-    let tier_routes = gw
-        .live()
+    let live = gw.live();
+    let tier_routes = live
         .config
         .tiers
         .get(&auth.tenant.tier)
-        .map(|t| t.routes.clone())
-        .unwrap_or_default();
-    let routes = tier_routes
+        .map_or(&[][..], |t| t.routes.as_slice());
+    let routes = auth
+        .tenant
+        .usable_routes(tier_routes)
         .into_iter()
-        .filter(|route| {
-            auth.tenant
-                .allowed_routes
-                .as_ref()
-                .is_none_or(|allowed| allowed.contains(route))
-        })
         .map(|route| route.to_string());
     if is_anthropic(&req) {
         return HttpResponse::Ok().json(anthropic::models::ModelList::new(routes));

@@ -135,7 +135,36 @@ pub struct Config {
     pub admin_token: Option<Secret>,
 }
 
+/// What a call needs after its answer: the row journaled, the hold settled,
+/// a stream's last events written.
+pub const SETTLE_AFTER_CALL_MS: u64 = 5_000;
+
 impl Config {
+    /// The longest a call may wait on its upstream: the longest provider
+    /// timeout, cut by the request's own deadline.
+    pub fn longest_call_ms(&self) -> u64 {
+        let longest_provider = self.providers.values().map(|p| p.timeout_ms).max();
+        longest_provider.map_or(self.server.request_timeout_ms, |ms| {
+            ms.min(self.server.request_timeout_ms)
+        })
+    }
+
+    /// How long in-flight calls may take to finish after SIGTERM: the
+    /// setting, else the longest call and its settle, so a rollout never cuts
+    /// a call the provider will bill in full.
+    pub fn shutdown_grace_ms(&self) -> u64 {
+        self.server
+            .shutdown_grace_ms
+            .unwrap_or_else(|| self.longest_call_ms() + SETTLE_AFTER_CALL_MS)
+    }
+
+    /// A set grace shorter than the longest call: SIGTERM may cut calls.
+    pub fn grace_shorter_than_calls(&self) -> Option<(u64, u64)> {
+        let set = self.server.shutdown_grace_ms?;
+        let longest = self.longest_call_ms();
+        (set < longest).then_some((set, longest))
+    }
+
     /// Both layers of billing as this configuration defines them.
     pub fn billing(&self) -> Billing {
         Billing {

@@ -18,8 +18,10 @@ pub struct ServerConfig {
     /// Worker threads; 0 means one per core.
     pub workers: usize,
     pub body_limit_bytes: usize,
-    /// How long in-flight requests may take to finish after SIGTERM.
-    pub shutdown_grace_ms: u64,
+    /// How long in-flight requests may take to finish after SIGTERM; unset:
+    /// the longest call the gateway waits for, and its settle (see
+    /// `Config::shutdown_grace`).
+    pub shutdown_grace_ms: Option<u64>,
     /// The whole request's deadline; reservations expire this long (plus a margin) after admission.
     pub request_timeout_ms: u64,
     /// Tenant actors are spread over this many arbiters (threads) of their
@@ -55,7 +57,7 @@ impl Default for ServerConfig {
             admin_listen: None,
             workers: 0,
             body_limit_bytes: 4 * 1024 * 1024,
-            shutdown_grace_ms: 30_000,
+            shutdown_grace_ms: None,
             request_timeout_ms: 120_000,
             tenant_arbiters: 0,
             max_concurrent_drains: 256,

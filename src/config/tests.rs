@@ -168,6 +168,28 @@ fn admin_listen_is_optional_and_an_address_that_is_not_one_is_named() {
 }
 
 #[test]
+fn the_shutdown_grace_covers_the_longest_upstream_call_unless_set() {
+    let load = |server: &str, base: &str| {
+        Config::from_toml(&format!("[server]\n{server}\n{base}"), &pepper()).unwrap()
+    };
+    // Providers' default timeout is 60 s: a stop waits for it and the settle.
+    let default = load("", BASE);
+    assert_eq!(default.shutdown_grace_ms(), 60_000 + SETTLE_AFTER_CALL_MS);
+    assert_eq!(default.grace_shorter_than_calls(), None);
+    let slow = BASE.replace(
+        "api_key_env = \"DEEPSEEK_API_KEY\"",
+        "api_key_env = \"DEEPSEEK_API_KEY\"\ntimeout_ms = 90000",
+    );
+    assert_eq!(load("", &slow).shutdown_grace_ms(), 95_000);
+    // The request's own deadline cuts a longer provider timeout.
+    let cut = load("request_timeout_ms = 70000", &slow);
+    assert_eq!(cut.shutdown_grace_ms(), 75_000);
+    let set = load("shutdown_grace_ms = 30000", &slow);
+    assert_eq!(set.shutdown_grace_ms(), 30_000);
+    assert_eq!(set.grace_shorter_than_calls(), Some((30_000, 90_000)));
+}
+
+#[test]
 fn the_journal_lives_next_to_a_sqlite_file_unless_configured() {
     let with_db = |url: &str| {
         let env = env(&[(KEY_PEPPER_ENV, "pepper"), (DATABASE_URL_ENV, url)]);

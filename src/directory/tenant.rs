@@ -101,6 +101,11 @@ pub struct TenantRecord {
     pub default_max_tokens: Option<u32>,
     /// Narrows the tier's routes; `None`: all of them.
     pub allowed_routes: Option<Vec<RouteName>>,
+    /// Routes granted beyond the tier's (a pilot of a route the tier lacks).
+    pub granted_routes: Vec<RouteName>,
+    /// A route this tenant asks for, answered by another: a change rolled
+    /// out tenant by tenant.
+    pub route_pins: BTreeMap<RouteName, RouteName>,
     /// Monthly budgets of single features (`X-Tollgate-Feature`) inside the tenant's.
     pub feature_budgets: BTreeMap<String, Nanos>,
     /// Admins' overrides of the tier's end-user template, by end user.
@@ -139,13 +144,18 @@ impl TenantRecord {
             // A hand-edited mode the gateway does not know is treated as the safest one.
             budget_mode: model.budget_mode.parse().unwrap_or(BudgetMode::Strict),
             default_max_tokens: model.default_max_tokens.and_then(|v| u32::try_from(v).ok()),
-            allowed_routes: model.allowed_routes.map(|list| {
-                list.split(',')
-                    .map(str::trim)
-                    .filter(|r| !r.is_empty())
-                    .map(RouteName::new)
-                    .collect()
-            }),
+            allowed_routes: model.allowed_routes.as_deref().map(route_list),
+            granted_routes: model
+                .granted_routes
+                .as_deref()
+                .map(route_list)
+                .unwrap_or_default(),
+            // A hand-edited value that is not a JSON object of names pins nothing.
+            route_pins: model
+                .route_pins
+                .as_deref()
+                .and_then(|json| serde_json::from_str(json).ok())
+                .unwrap_or_default(),
             feature_budgets: BTreeMap::new(),
             end_users: BTreeMap::new(),
             tpm_limit: model.tpm_limit.and_then(|v| u64::try_from(v).ok()),
@@ -177,6 +187,42 @@ impl TenantRecord {
             updated_at_ms: model.updated_at_ms,
         }
     }
+
+    /// Whether the tenant may ask for `route`: its tier's routes narrowed by
+    /// its allow-list, and the routes granted to it whatever its tier.
+    pub fn may_use(&self, tier_routes: &[RouteName], route: &RouteName) -> bool {
+        let in_tier = tier_routes.contains(route)
+            && self
+                .allowed_routes
+                .as_ref()
+                .is_none_or(|allowed| allowed.contains(route));
+        in_tier || self.granted_routes.contains(route)
+    }
+
+    /// Every route the tenant may ask for, the tier's first, in order.
+    pub fn usable_routes(&self, tier_routes: &[RouteName]) -> Vec<RouteName> {
+        let mut usable: Vec<RouteName> = Vec::new();
+        for route in tier_routes.iter().chain(&self.granted_routes) {
+            if self.may_use(tier_routes, route) && !usable.contains(route) {
+                usable.push(route.clone());
+            }
+        }
+        usable
+    }
+
+    /// The route that answers `route` for this tenant, when it is pinned.
+    pub fn pin_of(&self, route: &RouteName) -> Option<&RouteName> {
+        self.route_pins.get(route)
+    }
+}
+
+/// A stored comma-separated list of route names.
+pub fn route_list(text: &str) -> Vec<RouteName> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .map(RouteName::new)
+        .collect()
 }
 
 /// A stored period; `None` (rows written before periods) or unknown text is a month.

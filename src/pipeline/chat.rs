@@ -768,22 +768,18 @@ pub(super) fn resolve_route<'a>(
         )
         .with_param("model")
     })?;
-    let in_tier = config
+    let tier_routes = config
         .tiers
         .get(&ctx.tenant.tier)
-        .is_some_and(|tier| tier.routes.contains(&route.name));
-    let in_allow_list = ctx
-        .tenant
-        .allowed_routes
-        .as_ref()
-        .is_none_or(|allowed| allowed.contains(&route.name));
-    if !(in_tier && in_allow_list) {
+        .map_or(&[][..], |tier| tier.routes.as_slice());
+    if !ctx.tenant.may_use(tier_routes, &route.name) {
         return Err(ApiError::new(
             ErrorCode::RouteNotAllowed,
             format!("this key may not use the model `{model}`"),
         )
         .with_param("model"));
     }
+    let route = pinned(config, ctx, route);
     let Some(classes) = &route.complexity else {
         return Ok(route);
     };
@@ -800,6 +796,25 @@ pub(super) fn resolve_route<'a>(
         .routes
         .get(chosen)
         .ok_or_else(|| ApiError::internal(format!("routes.{chosen} is not configured")))
+}
+
+/// The route a pin sends this tenant to instead of `route`. Permission is
+/// decided on the route asked for: the pin is the operator's choice. A pin to
+/// a route a reload removed answers with the route asked for, loudly.
+fn pinned<'a>(config: &'a Config, ctx: &RequestContext, route: &'a Route) -> &'a Route {
+    let Some(pin) = ctx.tenant.pin_of(&route.name) else {
+        return route;
+    };
+    if let Some(pinned) = config.routes.get(pin) {
+        return pinned;
+    }
+    tracing::warn!(
+        tenant = %ctx.tenant.id,
+        route = %route.name,
+        pin = %pin,
+        "The tenant's route pin names a route that is not configured; the route asked for answers."
+    );
+    route
 }
 
 /// The tenant's rate decision, or the 429 that refuses the request.

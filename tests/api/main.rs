@@ -78,6 +78,8 @@ mod responses;
 #[cfg(test)]
 mod retention;
 #[cfg(test)]
+mod route_access;
+#[cfg(test)]
 mod sdk;
 #[cfg(test)]
 mod semantic_cache;
