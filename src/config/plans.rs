@@ -26,6 +26,8 @@ pub const COST: &str = "cost";
 const PPM: u128 = 1_000_000;
 /// +1,000 %: a larger markup is a typo more likely than a price.
 const MAX_MARKUP_PPM: u64 = 10_000_000;
+/// 100 %: a cache hit never costs more than the call it saves.
+const PPM_100: u64 = 1_000_000;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -34,6 +36,10 @@ pub(super) struct RawPlan {
     /// A whole number, or a decimal in a string (`"12.5"`).
     #[serde(default)]
     markup_percent: Option<RawPercent>,
+    /// A share of what the answer would be charged, for an answer served
+    /// from the gateway's caches (exact or semantic); absent: free.
+    #[serde(default)]
+    cache_hit_percent: Option<RawPercent>,
     #[serde(default)]
     prices: Vec<RawPrice>,
 }
@@ -50,6 +56,9 @@ pub struct Plan {
     pub name: String,
     /// The markup over cost, in millionths (200,000: +20 %).
     pub markup_ppm: u64,
+    /// What a cache hit is charged, in millionths of the answer's charge on
+    /// this plan (0: hits are free).
+    pub cache_hit_ppm: u64,
     /// Negotiated prices by (provider, model) without a date: these replace the markup.
     pub prices: HashMap<(String, String), Price>,
     /// Negotiated prices from a date (`effective_from`), oldest first: from
@@ -80,6 +89,13 @@ impl Plan {
         }
         charged
     }
+
+    /// What a cache hit of an answer charged `full` on this plan costs,
+    /// rounded up to the nano-unit.
+    pub fn cache_hit_charge(&self, full: Nanos) -> Nanos {
+        let share = (u128::from(full.get()) * u128::from(self.cache_hit_ppm)).div_ceil(PPM);
+        Nanos::new(u64::try_from(share).unwrap_or(u64::MAX))
+    }
 }
 
 /// Every rate of `price` raised by `ppm` millionths, rounded up to the nano-unit per 1M tokens.
@@ -109,9 +125,10 @@ fn marked_up(price: &Price, ppm: u64) -> Price {
     }
 }
 
-/// `"12.5"` → 125,000 millionths; at most four decimals, never negative.
-fn parse_percent(entry: &str, raw: &RawPercent) -> Result<u64, ConfigError> {
-    let field = format!("{entry}.markup_percent");
+/// `"12.5"` → 125,000 millionths; at most four decimals, never negative,
+/// never above `max`.
+fn parse_percent(entry: &str, name: &str, raw: &RawPercent, max: u64) -> Result<u64, ConfigError> {
+    let field = format!("{entry}.{name}");
     let ppm = match raw {
         RawPercent::Whole(n) => n.checked_mul(10_000),
         RawPercent::Text(text) => {
@@ -136,8 +153,8 @@ fn parse_percent(entry: &str, raw: &RawPercent) -> Result<u64, ConfigError> {
                 .and_then(|w| w.checked_add(fraction))
         }
     };
-    ppm.filter(|ppm| *ppm <= MAX_MARKUP_PPM)
-        .ok_or_else(|| invalid(field, "must be from 0 to 1000"))
+    ppm.filter(|ppm| *ppm <= max)
+        .ok_or_else(|| invalid(field, format!("must be from 0 to {}", max / 10_000)))
 }
 
 /// The plans by name. A plan's negotiated price must be for a model the
@@ -163,10 +180,16 @@ pub(super) fn validate(
                 "`cost` is the name of no plan (the providers' own prices)",
             );
         }
-        let markup_ppm = plan
-            .markup_percent
-            .as_ref()
-            .map_or(0, |p| problems.ok(parse_percent(&entry, p)).unwrap_or(0));
+        let markup_ppm = plan.markup_percent.as_ref().map_or(0, |p| {
+            problems
+                .ok(parse_percent(&entry, "markup_percent", p, MAX_MARKUP_PPM))
+                .unwrap_or(0)
+        });
+        let cache_hit_ppm = plan.cache_hit_percent.as_ref().map_or(0, |p| {
+            problems
+                .ok(parse_percent(&entry, "cache_hit_percent", p, PPM_100))
+                .unwrap_or(0)
+        });
         let entries: Vec<PriceEntry> = plan
             .prices
             .into_iter()
@@ -199,6 +222,7 @@ pub(super) fn validate(
         let plan = Plan {
             name: plan.name,
             markup_ppm,
+            cache_hit_ppm,
             prices: negotiated,
             changes,
         };
@@ -214,6 +238,9 @@ pub(super) fn version_fields(plans: &BTreeMap<String, Plan>) -> Vec<String> {
     let mut fields = Vec::new();
     for plan in plans.values() {
         fields.push(format!("plan:{}:{}", plan.name, plan.markup_ppm));
+        if plan.cache_hit_ppm > 0 {
+            fields.push(format!("plan:{}:hits:{}", plan.name, plan.cache_hit_ppm));
+        }
         let mut negotiated: Vec<_> = plan.prices.iter().collect();
         negotiated.sort_by(|a, b| a.0.cmp(b.0));
         for ((provider, model), price) in negotiated {
@@ -276,6 +303,7 @@ mod tests {
         let plan = Plan {
             name: "resale".into(),
             markup_ppm: 125_000,
+            cache_hit_ppm: 0,
             prices: HashMap::new(),
             changes: HashMap::new(),
         };
@@ -291,6 +319,7 @@ mod tests {
         let plan = Plan {
             name: "bigco".into(),
             markup_ppm: 500_000,
+            cache_hit_ppm: 0,
             prices: HashMap::from([(("p".to_owned(), "m".to_owned()), negotiated)]),
             changes: HashMap::new(),
         };
@@ -310,6 +339,7 @@ mod tests {
         let plan = Plan {
             name: "bigco".into(),
             markup_ppm: 500_000,
+            cache_hit_ppm: 0,
             prices: HashMap::new(),
             changes: HashMap::from([(("p".to_owned(), "m".to_owned()), vec![(1_000, negotiated)])]),
         };
@@ -323,7 +353,7 @@ mod tests {
 
     #[test]
     fn percentages_parse_exactly_or_fail_loudly() {
-        let parse = |raw| parse_percent("plans[0]", &raw);
+        let parse = |raw| parse_percent("plans[0]", "markup_percent", &raw, MAX_MARKUP_PPM);
         assert_eq!(parse(RawPercent::Whole(20)).ok(), Some(200_000));
         assert_eq!(parse(RawPercent::Text("12.5".into())).ok(), Some(125_000));
         assert_eq!(parse(RawPercent::Text("0.0001".into())).ok(), Some(1));

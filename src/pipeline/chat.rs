@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use super::cache_charge::HitCharge;
 use super::context::{RequestContext, RequestMeter};
 use super::dispatch::{Dispatch, RESERVATION_MARGIN_MS};
 use super::hold::{GrowthStep, Hold};
@@ -123,11 +124,9 @@ pub async fn handle_chat(
     let ctx = identified.as_ref().unwrap_or(ctx);
     let end_user = end_user_hold(ctx, tier)?;
     let prefix = placed(gw, route, ctx, &request);
-    let tenant = gw
-        .tenants
-        .handle(&ctx.tenant)
-        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let tenant = tenant_of(gw, ctx)?;
 
+    let session = session_hold(ctx, tier);
     let caches = Caches {
         gw,
         clients,
@@ -136,6 +135,8 @@ pub async fn handle_chat(
         route,
         request: &request,
         tenant: &tenant,
+        scopes: (end_user.as_ref(), session.as_ref()),
+        plan: plan_of(&live.config, ctx),
         placed: prefix.map(|p| p.digest()),
     };
     let Missed {
@@ -160,7 +161,7 @@ pub async fn handle_chat(
         max_tokens,
         first_step: first_step(&live.config, route, &request, ctx, max_tokens),
         end_user,
-        session: session_hold(ctx, tier),
+        session,
         prefix: prefix.as_ref(),
     };
     let (rate, hold, input) = admission.reserve(limited).await?;
@@ -188,6 +189,18 @@ pub async fn handle_chat(
     }
     outcome.cache = outcome.cache.or(header);
     Ok(outcome)
+}
+
+/// The actor that decides the request's tenant.
+fn tenant_of(gw: &Gateway, ctx: &RequestContext) -> Result<TenantHandle, ApiError> {
+    gw.tenants
+        .handle(&ctx.tenant)
+        .map_err(|e| ApiError::internal(e.to_string()))
+}
+
+/// The plan the request's tenant is billed under, if any.
+fn plan_of<'a>(config: &'a Config, ctx: &RequestContext) -> Option<&'a crate::config::Plan> {
+    config.plans.get(ctx.tenant.plan.as_deref()?)
 }
 
 /// The route as this request is priced, where that differs from how it was
@@ -302,6 +315,9 @@ struct Caches<'a> {
     route: &'a Route,
     request: &'a ChatRequest,
     tenant: &'a TenantHandle,
+    /// What a hit is held against, where the tenant's plan charges hits.
+    scopes: (Option<&'a EndUserHold>, Option<&'a SessionHold>),
+    plan: Option<&'a crate::config::Plan>,
     placed: Option<[u8; 32]>,
 }
 
@@ -320,7 +336,19 @@ struct Missed {
     header: Option<&'static str>,
 }
 
-impl Caches<'_> {
+impl<'a> Caches<'a> {
+    fn hits(&self) -> HitCharge<'a> {
+        HitCharge {
+            gw: self.gw,
+            ctx: self.ctx,
+            route: self.route,
+            tenant: self.tenant,
+            plan: self.plan,
+            end_user: self.scopes.0,
+            session: self.scopes.1,
+        }
+    }
+
     /// `body`: the caller's own bytes, the exact cache's key.
     async fn consult(&self, body: &[u8]) -> Result<Cached, ApiError> {
         let (gw, ctx, route, request) = (self.gw, self.ctx, self.route, self.request);
@@ -348,7 +376,7 @@ impl Caches<'_> {
                     cost: Nanos::ZERO,
                     remaining: None,
                 };
-                let served = serve_cached(gw, ctx, route, rate, &hit, None, body).await;
+                let served = serve_cached(&self.hits(), rate, &hit, None, body).await?;
                 return Ok(Cached::Served(served));
             }
             counter_add(Metric::CacheRequestsTotal, &labels("miss"), 1);
@@ -366,6 +394,7 @@ impl Caches<'_> {
         else {
             return Ok(Cached::Missed(missed));
         };
+        let hits = self.hits();
         let consult = semantic::Consult {
             gw,
             clients: self.clients,
@@ -375,6 +404,7 @@ impl Caches<'_> {
             settings,
             request,
             tenant: self.tenant,
+            hits: &hits,
             placed: self.placed,
         };
         match consult.run().await? {
@@ -717,28 +747,40 @@ fn check_choices(request: &ChatRequest, tier: &Tier) -> Result<(), ApiError> {
     ))
 }
 
-/// A cached answer served: no upstream call, no reservation, no charge;
-/// still a `cache_hit` row with the original usage, naming the row whose
-/// answer it is (and, for the semantic cache, how close the question was).
+/// A cached answer served: no upstream call; a `cache_hit` row with the
+/// original usage, naming the row whose answer it is (and, for the semantic
+/// cache, how close the question was). Free, unless the tenant's plan
+/// charges hits: then its charge is held before the row and settled after.
 pub(super) async fn serve_cached(
-    gw: &Gateway,
-    ctx: &RequestContext,
-    route: &Route,
+    hits: &HitCharge<'_>,
     rate: RateDecision,
     hit: &CachedResponse,
     similarity: Option<u32>,
-    body: OutcomeBody,
-) -> ChatOutcome {
+    mut body: OutcomeBody,
+) -> Result<ChatOutcome, ApiError> {
+    // Boxed: only hits take this path, and its size would be every request's.
+    let held = Box::pin(hits.hold(hits.amount(hit))).await?;
     let mut row = AttemptRow::new(&hit.provider, &hit.model, 0, 0);
     row.status = AttemptStatus::CacheHit;
     row.usage = hit.usage;
     row.usage_kind = UsageKind::Reported;
+    row.charged = held.amount;
+    row.cost = Some(Nanos::ZERO);
     row.cache = Some(CacheSource {
         event_id: hit.source.clone(),
         similarity,
     });
-    record::record(gw, ctx, route.name.as_str(), Nanos::ZERO, row).await;
-    ChatOutcome {
+    if let OutcomeBody::Complete {
+        cost, remaining, ..
+    } = &mut body
+    {
+        *cost = cost.saturating_add(held.amount);
+        *remaining = held.remaining.or(*remaining);
+    }
+    let route = hits.route.name.as_str();
+    record::record(hits.gw, hits.ctx, route, held.amount, row).await;
+    held.settle().await;
+    Ok(ChatOutcome {
         provider: hit.provider.clone(),
         model: hit.model.clone(),
         rate,
@@ -752,7 +794,7 @@ pub(super) async fn serve_cached(
         degraded: false,
         native: hit.native,
         body,
-    }
+    })
 }
 
 pub(super) fn resolve_route<'a>(
@@ -841,7 +883,7 @@ fn rate_refusal(rate: &RateDecision) -> ApiError {
     error.with_rate(*rate)
 }
 
-fn quota_error(error: &QuotaError) -> ApiError {
+pub(super) fn quota_error(error: &QuotaError) -> ApiError {
     match error {
         QuotaError::Refused(refused) => {
             ApiError::new(ErrorCode::BudgetExceeded, refused.to_string())

@@ -7,6 +7,7 @@
 //! `count.rs` answers the Messages door's count_tokens from the estimator.
 
 pub mod attempt;
+pub mod cache_charge;
 pub mod chat;
 pub mod context;
 pub mod count;

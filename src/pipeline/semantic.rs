@@ -68,6 +68,7 @@ pub struct Consult<'a> {
     pub settings: &'a SemanticRoute,
     pub request: &'a ChatRequest,
     pub tenant: &'a TenantHandle,
+    pub hits: &'a super::cache_charge::HitCharge<'a>,
     /// The digest of the prompts the gateway places first, if any: part of the context.
     pub placed: Option<[u8; 32]>,
 }
@@ -125,7 +126,7 @@ impl Consult<'_> {
                     &saved,
                     hit.answer.cost.get(),
                 );
-                Ok(Consulted::Hit(self.serve(hit, rate, cost).await))
+                Ok(Consulted::Hit(self.serve(hit, rate, cost).await?))
             }
             Lookup::Hit(_) | Lookup::Miss => {
                 count("miss");
@@ -205,7 +206,12 @@ impl Consult<'_> {
     }
 
     /// A hit, as a stream if the request streams; `cost` is its embedding's.
-    async fn serve(&self, hit: Hit, rate: crate::tenant::RateDecision, cost: Nanos) -> ChatOutcome {
+    async fn serve(
+        &self,
+        hit: Hit,
+        rate: crate::tenant::RateDecision,
+        cost: Nanos,
+    ) -> Result<ChatOutcome, ApiError> {
         let answer = &hit.answer;
         let body = if self.request.stream() {
             OutcomeBody::Stream {
@@ -220,10 +226,7 @@ impl Consult<'_> {
             }
         };
         let similarity = Some(hit.similarity);
-        serve_cached(
-            self.gw, self.ctx, self.route, rate, answer, similarity, body,
-        )
-        .await
+        serve_cached(self.hits, rate, answer, similarity, body).await
     }
 }
 

@@ -32,6 +32,14 @@ fn setup() -> TestSetup {
         .push(
             "plans",
             entry([
+                ("name", "hits".into()),
+                ("markup_percent", 20.into()),
+                ("cache_hit_percent", "12.5".into()),
+            ]),
+        )
+        .push(
+            "plans",
+            entry([
                 ("name", "bigco".into()),
                 ("markup_percent", "50".into()),
                 (
@@ -268,4 +276,50 @@ async fn a_row_charged_its_hold_costs_the_hold_at_the_providers_prices() {
     let report = spend(&app, &resale).await;
     let margin = nanos(&report["rows"][0]["margin"]);
     assert_eq!(margin, row.charged_nanos / 6, "{report}");
+}
+
+#[actix_web::test]
+async fn a_plan_that_charges_cache_hits_holds_each_in_the_budget_until_it_is_spent() {
+    let app = spawn_app(setup()).await;
+    // The miss is held at 100 × 2.4 + 100 × 9.6 per 1M: the whole budget.
+    let (tenant, key) = app
+        .tenant_with_key("free", json!({"plan": "hits", "monthly_budget": "0.0012"}))
+        .await;
+
+    let miss = app.chat(&key, &chat_body("pl-cached")).await;
+    assert_eq!(miss.status, 200, "{}", miss.raw);
+    assert_eq!(miss.header("x-tollgate-cost"), Some("0.000336"));
+    // Each hit: 12.5 % of the 0.000336 the answer is charged, 0.000042; the
+    // 0.000864 left after the miss funds 20 of them, not 21.
+    let mut served = 0;
+    let refused = loop {
+        let hit = app.chat(&key, &chat_body("pl-cached")).await;
+        if hit.status != 200 {
+            break hit;
+        }
+        assert_eq!(hit.header("x-tollgate-cache"), Some("hit"), "{}", hit.raw);
+        assert_eq!(hit.header("x-tollgate-cost"), Some("0.000042"));
+        served += 1;
+        assert!(served <= 20, "a hit past the budget was served");
+    };
+    assert_eq!(served, 20);
+    assert_eq!(refused.status, 402, "{}", refused.raw);
+
+    let rows = app.ledger_rows_eventually(&tenant, 21).await;
+    let hits: Vec<_> = rows.iter().filter(|r| r.status == "cache_hit").collect();
+    assert_eq!(hits.len(), 20, "{rows:?}");
+    for row in &hits {
+        assert_eq!(
+            (row.charged_nanos, row.cost_nanos),
+            (42_000, Some(0)),
+            "{row:?}"
+        );
+    }
+    let total: i64 = rows.iter().map(|r| r.charged_nanos).sum();
+    assert_eq!(total, 336_000 + 20 * 42_000);
+    let budget = app
+        .admin("GET", &format!("/tenants/{tenant}/budget"), None)
+        .await;
+    assert_eq!(budget.body["committed"], "0.001176", "{}", budget.raw);
+    assert_eq!(budget.body["reserved"], "0", "{}", budget.raw);
 }
