@@ -26,6 +26,20 @@ use fakes::{FakeArgs, Mock};
 
 mod fakes;
 
+#[derive(Debug, Subcommand)]
+enum PeriodCommand {
+    /// Close a month of the billing time zone (YYYY-MM) and every earlier one still open.
+    Close {
+        #[arg(long)]
+        month: String,
+        /// Who closed it, kept beside the close.
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// The closed months, oldest first.
+    List,
+}
+
 #[derive(Debug, Parser)]
 #[command(
     name = "tollgate",
@@ -97,6 +111,12 @@ enum Command {
         /// Read the ledger's sum again without the grouping; exit non-zero unless it is the total.
         #[arg(long)]
         check: bool,
+    },
+    /// Months that close: after a close a month's invoices are final, and
+    /// rows stamped in it later are booked in the first open month.
+    Period {
+        #[command(subcommand)]
+        action: PeriodCommand,
     },
     /// Run the OpenAI-compatible fake upstream (tests, demos, load).
     FakeUpstream(FakeArgs),
@@ -247,6 +267,20 @@ fn json_out<T: serde::Serialize>(value: &T) -> Result<()> {
     Ok(())
 }
 
+async fn period(config: Arc<Config>, action: PeriodCommand) -> Result<()> {
+    let db = storage::connect_and_migrate(&config.storage.database_url, 1).await?;
+    match action {
+        PeriodCommand::Close { month, by } => {
+            let now = SystemClock.now_ms();
+            let closing =
+                crate::admin::periods::close(&db, &config.calendar, &month, now, by.as_deref())
+                    .await?;
+            json_out(&closing)
+        }
+        PeriodCommand::List => json_out(&crate::admin::periods::list(&db).await?),
+    }
+}
+
 async fn invoice(
     config: Arc<Config>,
     tenant: &str,
@@ -313,6 +347,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
             reprice(load(config_path, &ProcessEnv)?, prices.as_deref(), range).await
         }
         Command::Reconcile { range } => reconcile(load(config_path, &ProcessEnv)?, range).await,
+        Command::Period { action } => period(load(config_path, &ProcessEnv)?, action).await,
         Command::Report { date, json } => {
             daily_report(load(config_path, &ProcessEnv)?, date.as_deref(), json).await
         }

@@ -111,6 +111,14 @@ impl Serialize for Nanos {
     }
 }
 
+/// Read back from the decimal text it is written as.
+impl<'de> serde::Deserialize<'de> for Nanos {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Nanos::parse_decimal(&text).map_err(serde::de::Error::custom)
+    }
+}
+
 /// A price in nano-units per one million tokens (prices are quoted per 1M tokens).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PricePerMTok(Nanos);

@@ -5,9 +5,11 @@
 
 pub mod api_key;
 pub mod audit_payload;
+pub mod closed_invoice;
 pub mod credit;
 pub mod end_user_limit;
 pub mod feature_budget;
+pub mod period_close;
 pub mod prelude;
 pub mod report_delivery;
 pub mod stored_response;

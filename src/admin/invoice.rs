@@ -9,7 +9,8 @@ use serde::Serialize;
 
 use super::{AdminError, invalid, tenants};
 use crate::calendar::Calendar;
-use crate::ledger::invoice::{self, InvoiceLine};
+use crate::ledger::invoice::{self, InvoiceLine, Span};
+use crate::ledger::periods::{self, Standing};
 use crate::money::Nanos;
 
 #[derive(Debug, Serialize)]
@@ -24,6 +25,21 @@ pub struct Invoice {
     pub to_ms: u64,
     pub lines: Vec<InvoiceLine>,
     pub total: Nanos,
+    /// The month is closed: this invoice is the one kept when it closed.
+    pub closed: bool,
+    /// What `check` reads the ledger's own sum from.
+    #[serde(skip)]
+    basis: Basis,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Basis {
+    /// The month's rows (and rolled-up days).
+    Live,
+    /// The month's rows and the adjustments written after the watermark.
+    FirstOpen { after: i64 },
+    /// The ledger's sum read apart when the month closed.
+    Kept { rows: u64, total: Nanos },
 }
 
 /// The ledger's own sum beside the invoice's total.
@@ -47,7 +63,7 @@ pub async fn build(
     let window = calendar
         .month(month)
         .ok_or_else(|| invalid("month", format!("`{month}` is not a YYYY-MM month")))?;
-    let lines = invoice::lines(db, &tenant.id, window.start_ms, window.end_ms).await?;
+    let (lines, closed, basis) = month_lines(db, calendar, &tenant.id, &window).await?;
     let total = lines
         .iter()
         .fold(Nanos::ZERO, |sum, line| sum.saturating_add(line.amount));
@@ -60,13 +76,63 @@ pub async fn build(
         to_ms: window.end_ms,
         lines,
         total,
+        closed,
+        basis,
     })
+}
+
+/// A month's lines as it stands: kept if it is closed, with the adjustments
+/// booked in it if it is the first open month, else its rows.
+async fn month_lines(
+    db: &DatabaseConnection,
+    calendar: &Calendar,
+    tenant: &crate::ids::TenantId,
+    window: &crate::calendar::Window,
+) -> Result<(Vec<InvoiceLine>, bool, Basis), AdminError> {
+    let closes = periods::closes(db).await?;
+    let live = Span::created(window.start_ms, window.end_ms);
+    match periods::standing(calendar, &closes, &window.key) {
+        Standing::Closed => {
+            let Some(kept) = periods::kept(db, tenant, &window.key).await? else {
+                let empty = Basis::Kept {
+                    rows: 0,
+                    total: Nanos::ZERO,
+                };
+                return Ok((Vec::new(), true, empty));
+            };
+            let lines = serde_json::from_str(&kept.lines).map_err(|e| {
+                let what = format!("the kept invoice of {} is unreadable: {e}", kept.month);
+                AdminError::Storage(sea_orm::DbErr::Custom(what).into())
+            })?;
+            let basis = Basis::Kept {
+                rows: u64::try_from(kept.ledger_rows).unwrap_or(0),
+                total: Nanos::from_db(kept.ledger_nanos),
+            };
+            Ok((lines, true, basis))
+        }
+        Standing::FirstOpen { after } => {
+            let mut lines = invoice::lines(db, tenant, live).await?;
+            let (late, _) = periods::adjustments(db, tenant, window.start_ms, after, None).await?;
+            lines.extend(late);
+            Ok((lines, false, Basis::FirstOpen { after }))
+        }
+        Standing::Open => Ok((invoice::lines(db, tenant, live).await?, false, Basis::Live)),
+    }
 }
 
 pub async fn check(db: &DatabaseConnection, invoice: &Invoice) -> Result<InvoiceCheck, AdminError> {
     let tenant = crate::ids::TenantId::new(invoice.tenant_id.as_str());
-    let (ledger_rows, ledger_total) =
-        invoice::ledger_sum(db, &tenant, invoice.from_ms, invoice.to_ms).await?;
+    let live = Span::created(invoice.from_ms, invoice.to_ms);
+    let (ledger_rows, ledger_total) = match invoice.basis {
+        Basis::Live => invoice::ledger_sum(db, &tenant, live).await?,
+        Basis::FirstOpen { after } => {
+            let (rows, total) = invoice::ledger_sum(db, &tenant, live).await?;
+            let (_, (late_rows, late)) =
+                periods::adjustments(db, &tenant, invoice.from_ms, after, None).await?;
+            (rows + late_rows, total.saturating_add(late))
+        }
+        Basis::Kept { rows, total } => (rows, total),
+    };
     let lines_rows = invoice.lines.iter().map(|line| line.rows).sum();
     Ok(InvoiceCheck {
         lines_total: invoice.total,
@@ -80,12 +146,12 @@ pub async fn check(db: &DatabaseConnection, invoice: &Invoice) -> Result<Invoice
 /// The invoice as CSV: a header, one line per model and feature, and the total.
 pub fn csv(invoice: &Invoice) -> String {
     let mut out = String::from(
-        "model,feature,requests,rows,prompt_tokens,cached_tokens,completion_tokens,amount\n",
+        "model,feature,requests,rows,prompt_tokens,cached_tokens,completion_tokens,amount,kind\n",
     );
     for line in &invoice.lines {
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{}",
             field(&line.model),
             field(&line.feature),
             line.requests,
@@ -93,10 +159,15 @@ pub fn csv(invoice: &Invoice) -> String {
             line.prompt_tokens,
             line.cached_tokens,
             line.completion_tokens,
-            line.amount
+            line.amount,
+            if line.adjustment {
+                "adjustment"
+            } else {
+                "usage"
+            }
         );
     }
-    let _ = writeln!(out, "total,,,,,,,{}", invoice.total);
+    let _ = writeln!(out, "total,,,,,,,{},", invoice.total);
     out
 }
 
@@ -131,14 +202,17 @@ mod tests {
                 cached_tokens: 0,
                 completion_tokens: 5,
                 amount: Nanos::new(1_500_000_000),
+                adjustment: false,
             }],
             total: Nanos::new(1_500_000_000),
+            closed: false,
+            basis: Basis::Live,
         };
         assert_eq!(
             csv(&invoice),
-            "model,feature,requests,rows,prompt_tokens,cached_tokens,completion_tokens,amount\n\
-             \"org/model, \"\"large\"\"\",search,2,3,10,0,5,1.5\n\
-             total,,,,,,,1.5\n"
+            "model,feature,requests,rows,prompt_tokens,cached_tokens,completion_tokens,amount,kind\n\
+             \"org/model, \"\"large\"\"\",search,2,3,10,0,5,1.5,usage\n\
+             total,,,,,,,1.5,\n"
         );
     }
 }

@@ -7,6 +7,7 @@ pub mod daily_push;
 pub mod end_users;
 pub mod invoice;
 pub mod keys;
+pub mod periods;
 pub mod reconcile;
 pub mod report;
 pub mod reprice;

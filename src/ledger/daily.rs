@@ -7,7 +7,8 @@
 
 use sea_orm::sea_query::{Expr, SimpleExpr};
 use sea_orm::{
-    ColumnTrait, DatabaseConnection, EntityTrait, FromQueryResult, QueryFilter, QuerySelect, Select,
+    ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, FromQueryResult, QueryFilter,
+    QuerySelect, Select,
 };
 
 use entity::usage_daily;
@@ -90,8 +91,8 @@ fn count(v: Option<i64>) -> u64 {
 }
 
 /// The rolled-up days' invoice lines, by model and feature.
-pub(super) async fn invoice_lines(
-    db: &DatabaseConnection,
+pub(super) async fn invoice_lines<C: ConnectionTrait>(
+    db: &C,
     tenant: &TenantId,
     from_ms: u64,
     to_ms: u64,
@@ -122,6 +123,7 @@ pub(super) async fn invoice_lines(
             cached_tokens: count(r.cached_tokens),
             completion_tokens: count(r.completion_tokens),
             amount: Nanos::from_db(r.charged_nanos.unwrap_or(0)),
+            adjustment: false,
         })
         .collect())
 }
@@ -133,8 +135,8 @@ struct RawSum {
 }
 
 /// The rolled-up rows and their charge in a span, read with no grouping.
-pub(super) async fn sum_in_span(
-    db: &DatabaseConnection,
+pub(super) async fn sum_in_span<C: ConnectionTrait>(
+    db: &C,
     tenant: &TenantId,
     from_ms: u64,
     to_ms: u64,
@@ -143,8 +145,8 @@ pub(super) async fn sum_in_span(
 }
 
 /// The rows and charge of the aggregates `query` selects, summed.
-async fn rows_and_charge(
-    db: &DatabaseConnection,
+async fn rows_and_charge<C: ConnectionTrait>(
+    db: &C,
     query: Select<usage_daily::Entity>,
 ) -> Result<(u64, Nanos), StorageError> {
     let sum_row = query

@@ -4,10 +4,10 @@
 
 use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ColumnTrait, DatabaseConnection, EntityTrait, FromQueryResult, QueryFilter, QueryOrder,
+    ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, QueryFilter, QueryOrder,
     QuerySelect,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use entity::usage;
 
@@ -16,7 +16,7 @@ use crate::money::Nanos;
 use crate::storage::StorageError;
 
 /// One line of an invoice: every row of one model and feature.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InvoiceLine {
     pub model: String,
     pub feature: String,
@@ -28,6 +28,35 @@ pub struct InvoiceLine {
     pub cached_tokens: u64,
     pub completion_tokens: u64,
     pub amount: Nanos,
+    /// Rows stamped in a month closed before they were written, booked in
+    /// this one (see `periods.rs`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adjustment: bool,
+}
+
+/// The rows a read takes: those created in `[from_ms, to_ms)` with an id in
+/// `(after_id, through_id]` where those are set, and the span's rolled-up
+/// days unless `rows_only`.
+#[derive(Debug, Clone, Copy)]
+pub struct Span {
+    pub from_ms: u64,
+    pub to_ms: u64,
+    pub after_id: Option<i64>,
+    pub through_id: Option<i64>,
+    pub rows_only: bool,
+}
+
+impl Span {
+    /// Every row and rolled-up day created in `[from_ms, to_ms)`.
+    pub fn created(from_ms: u64, to_ms: u64) -> Span {
+        Span {
+            from_ms,
+            to_ms,
+            after_id: None,
+            through_id: None,
+            rows_only: false,
+        }
+    }
 }
 
 #[derive(Debug, FromQueryResult)]
@@ -50,26 +79,31 @@ struct RawSum {
 
 fn in_span(
     tenant: &TenantId,
-    from_ms: u64,
-    to_ms: u64,
+    span: Span,
 ) -> impl Fn(sea_orm::Select<usage::Entity>) -> sea_orm::Select<usage::Entity> {
     let tenant = tenant.to_string();
     let ms = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-    let (from, to) = (ms(from_ms), ms(to_ms));
+    let (from, to) = (ms(span.from_ms), ms(span.to_ms));
     move |query| {
-        query
+        let mut query = query
             .filter(usage::Column::TenantId.eq(tenant.as_str()))
             .filter(usage::Column::CreatedAtMs.gte(from))
-            .filter(usage::Column::CreatedAtMs.lt(to))
+            .filter(usage::Column::CreatedAtMs.lt(to));
+        if let Some(after) = span.after_id {
+            query = query.filter(usage::Column::Id.gt(after));
+        }
+        if let Some(through) = span.through_id {
+            query = query.filter(usage::Column::Id.lte(through));
+        }
+        query
     }
 }
 
-/// The tenant's rows from `from_ms` (inclusive) to `to_ms`, by model and feature.
-pub async fn lines(
-    db: &DatabaseConnection,
+/// The tenant's rows in `span`, by model and feature.
+pub async fn lines<C: ConnectionTrait>(
+    db: &C,
     tenant: &TenantId,
-    from_ms: u64,
-    to_ms: u64,
+    span: Span,
 ) -> Result<Vec<InvoiceLine>, StorageError> {
     let sum = |column: &str| Expr::cust(format!("CAST(SUM({column}) AS BIGINT)"));
     let query = usage::Entity::find()
@@ -82,7 +116,7 @@ pub async fn lines(
         .column_as(sum("cached_tokens"), "cached_tokens")
         .column_as(sum("completion_tokens"), "completion_tokens")
         .column_as(sum("charged_nanos"), "charged_nanos");
-    let rows = in_span(tenant, from_ms, to_ms)(query)
+    let rows = in_span(tenant, span)(query)
         .group_by(usage::Column::Model)
         .group_by(usage::Column::Feature)
         .order_by_asc(usage::Column::Model)
@@ -102,9 +136,13 @@ pub async fn lines(
             cached_tokens: count(r.cached_tokens),
             completion_tokens: count(r.completion_tokens),
             amount: Nanos::from_db(r.charged_nanos.unwrap_or(0)),
+            adjustment: false,
         })
         .collect();
-    let rolled = super::daily::invoice_lines(db, tenant, from_ms, to_ms).await?;
+    if span.rows_only {
+        return Ok(detail);
+    }
+    let rolled = super::daily::invoice_lines(db, tenant, span.from_ms, span.to_ms).await?;
     Ok(merge_lines(detail, rolled))
 }
 
@@ -132,11 +170,10 @@ fn merge_lines(mut lines: Vec<InvoiceLine>, rolled: Vec<InvoiceLine>) -> Vec<Inv
 }
 
 /// The same rows' count and charged sum, read with no grouping.
-pub async fn ledger_sum(
-    db: &DatabaseConnection,
+pub async fn ledger_sum<C: ConnectionTrait>(
+    db: &C,
     tenant: &TenantId,
-    from_ms: u64,
-    to_ms: u64,
+    span: Span,
 ) -> Result<(u64, Nanos), StorageError> {
     let query = usage::Entity::find()
         .select_only()
@@ -145,7 +182,7 @@ pub async fn ledger_sum(
             Expr::cust("CAST(SUM(charged_nanos) AS BIGINT)"),
             "charged_nanos",
         );
-    let sum = in_span(tenant, from_ms, to_ms)(query)
+    let sum = in_span(tenant, span)(query)
         .into_model::<RawSum>()
         .one(db)
         .await?;
@@ -155,6 +192,10 @@ pub async fn ledger_sum(
             Nanos::from_db(s.charged_nanos.unwrap_or(0)),
         )
     });
-    let (rolled_rows, rolled) = super::daily::sum_in_span(db, tenant, from_ms, to_ms).await?;
+    if span.rows_only {
+        return Ok((rows, charged));
+    }
+    let (rolled_rows, rolled) =
+        super::daily::sum_in_span(db, tenant, span.from_ms, span.to_ms).await?;
     Ok((rows + rolled_rows, charged.saturating_add(rolled)))
 }

@@ -10,6 +10,7 @@ pub mod event;
 mod insert;
 pub mod invoice;
 mod partitions;
+pub mod periods;
 pub mod repo;
 pub mod retention;
 mod rollup;

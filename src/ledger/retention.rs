@@ -113,6 +113,11 @@ async fn roll_up(
         return Ok(RolledUp::default());
     }
     let cutoff_ms = now_ms.saturating_sub(u64::from(policy.retention_days) * DAY_MS);
+    // A row booked after its month closed keeps its id until its invoice is kept.
+    let cutoff_ms = match super::periods::late_rows_from(db, calendar).await? {
+        Some(late) => cutoff_ms.min(late),
+        None => cutoff_ms,
+    };
     let mut done = RolledUp {
         cutoff_ms,
         ..RolledUp::default()

@@ -12,7 +12,7 @@ use tollgate::pricing::Usage;
 use crate::support::process::cli;
 use crate::support::{TestSetup, spawn_app, write_config};
 
-fn row(
+pub(crate) fn row(
     tenant: &str,
     model: &str,
     feature: &str,
@@ -177,7 +177,7 @@ async fn an_invoice_totals_the_ledger_of_its_local_month_to_the_nano_unit() {
         .await;
     assert_eq!(csv.status, 200);
     assert!(
-        csv.raw.ends_with("total,,,,,,,1.000005438\n"),
+        csv.raw.ends_with("total,,,,,,,1.000005438,\n"),
         "{}",
         csv.raw
     );
@@ -217,7 +217,12 @@ async fn the_cli_writes_the_invoice_and_its_check_proves_the_total() {
         &["invoice", "--tenant", &tenant, "--month", "2026-11"],
     );
     let total_line = csv.lines().last().unwrap();
-    let total = Nanos::parse_decimal(total_line.trim_start_matches("total,,,,,,,")).unwrap();
+    let total = Nanos::parse_decimal(
+        total_line
+            .trim_start_matches("total,,,,,,,")
+            .trim_end_matches(','),
+    )
+    .unwrap();
     assert_eq!(total.to_db(), expected, "{csv}");
     let checked: serde_json::Value = serde_json::from_str(&cli(
         &config,

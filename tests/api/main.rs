@@ -62,6 +62,8 @@ mod metrics;
 #[cfg(test)]
 mod openapi;
 #[cfg(test)]
+mod period_closes;
+#[cfg(test)]
 mod periods;
 #[cfg(test)]
 mod plans;

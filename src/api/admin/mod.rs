@@ -3,6 +3,7 @@
 pub mod credits;
 pub mod end_users;
 pub mod keys;
+pub mod periods;
 pub mod prompt_cache;
 pub mod reload;
 pub mod retention;
@@ -63,6 +64,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             web::get().to(spend::tenant_invoice),
         )
         .route("/spend", web::get().to(spend::all_spend))
+        .route("/periods", web::get().to(periods::list))
+        .route("/periods/{month}/close", web::post().to(periods::close))
         .route("/reports/daily", web::get().to(spend::daily_report))
         .route("/reconciliation", web::get().to(spend::reconciliation))
         .route("/reload", web::post().to(reload::reload_config))
