@@ -27,6 +27,19 @@ use fakes::{FakeArgs, Mock};
 mod fakes;
 
 #[derive(Debug, Subcommand)]
+enum ExportCommand {
+    /// A day of the billing time zone as a FOCUS-style CSV: one line per ledger row.
+    Focus {
+        /// YYYY-MM-DD.
+        #[arg(long)]
+        date: String,
+        /// Where to write it; standard output by default.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 enum PeriodCommand {
     /// Close a month of the billing time zone (YYYY-MM) and every earlier one still open.
     Close {
@@ -111,6 +124,11 @@ enum Command {
         /// Read the ledger's sum again without the grouping; exit non-zero unless it is the total.
         #[arg(long)]
         check: bool,
+    },
+    /// The ledger for a data warehouse.
+    Export {
+        #[command(subcommand)]
+        action: ExportCommand,
     },
     /// Months that close: after a close a month's invoices are final, and
     /// rows stamped in it later are booked in the first open month.
@@ -267,6 +285,29 @@ fn json_out<T: serde::Serialize>(value: &T) -> Result<()> {
     Ok(())
 }
 
+async fn export(config: Arc<Config>, action: ExportCommand) -> Result<()> {
+    let ExportCommand::Focus { date, out } = action;
+    let db = storage::connect_and_migrate(&config.storage.database_url, 1).await?;
+    let sink: Box<dyn Write> = match &out {
+        Some(path) => Box::new(
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        ),
+        None => Box::new(std::io::stdout()),
+    };
+    let mut sink = std::io::BufWriter::new(sink);
+    let currency = &config.billing.currency;
+    let written =
+        crate::ledger::focus::write_day(&db, &config.calendar, currency, &date, &mut sink).await?;
+    sink.flush().context("writing the CSV")?;
+    let Some(day) = written else {
+        anyhow::bail!("--date `{date}` is not a YYYY-MM-DD day");
+    };
+    if out.is_some() {
+        json_out(&day)?;
+    }
+    Ok(())
+}
+
 async fn period(config: Arc<Config>, action: PeriodCommand) -> Result<()> {
     let db = storage::connect_and_migrate(&config.storage.database_url, 1).await?;
     match action {
@@ -348,6 +389,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
         }
         Command::Reconcile { range } => reconcile(load(config_path, &ProcessEnv)?, range).await,
         Command::Period { action } => period(load(config_path, &ProcessEnv)?, action).await,
+        Command::Export { action } => export(load(config_path, &ProcessEnv)?, action).await,
         Command::Report { date, json } => {
             daily_report(load(config_path, &ProcessEnv)?, date.as_deref(), json).await
         }

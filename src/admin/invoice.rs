@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::{AdminError, invalid, tenants};
 use crate::calendar::Calendar;
-use crate::ledger::invoice::{self, InvoiceLine, Span};
+use crate::ledger::invoice::{self, InvoiceLine, Span, csv_field as field};
 use crate::ledger::periods::{self, Standing};
 use crate::money::Nanos;
 
@@ -169,15 +169,6 @@ pub fn csv(invoice: &Invoice) -> String {
     }
     let _ = writeln!(out, "total,,,,,,,{},", invoice.total);
     out
-}
-
-/// A CSV field, quoted when it holds a separator, a quote or a line break.
-fn field(text: &str) -> String {
-    if text.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", text.replace('"', "\"\""))
-    } else {
-        text.to_owned()
-    }
 }
 
 #[cfg(test)]

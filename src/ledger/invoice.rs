@@ -199,3 +199,12 @@ pub async fn ledger_sum<C: ConnectionTrait>(
         super::daily::sum_in_span(db, tenant, span.from_ms, span.to_ms).await?;
     Ok((rows + rolled_rows, charged.saturating_add(rolled)))
 }
+
+/// A CSV field, quoted when it holds a separator, a quote or a line break.
+pub fn csv_field(text: &str) -> String {
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_owned()
+    }
+}

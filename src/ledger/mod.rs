@@ -7,6 +7,7 @@ pub mod batch;
 pub mod credits;
 mod daily;
 pub mod event;
+pub mod focus;
 mod insert;
 pub mod invoice;
 mod partitions;

@@ -235,3 +235,114 @@ async fn the_cli_writes_the_invoice_and_its_check_proves_the_total() {
     assert_eq!(checked["matches"], true, "{checked}");
     assert_eq!(checked["ledger_rows"], 6);
 }
+
+/// The records of a CSV text (RFC 4180: quoted fields may hold commas,
+/// doubled quotes and line breaks).
+fn csv_records(text: &str) -> Vec<Vec<String>> {
+    let (mut records, mut record, mut field) = (Vec::new(), Vec::new(), String::new());
+    let (mut quoted, mut chars) = (false, text.chars().peekable());
+    while let Some(c) = chars.next() {
+        match (quoted, c) {
+            (true, '"') if chars.peek() == Some(&'"') => {
+                field.push('"');
+                chars.next();
+            }
+            (true, '"') => quoted = false,
+            (false, '"') => quoted = true,
+            (false, ',') => record.push(std::mem::take(&mut field)),
+            (false, '\n') => {
+                record.push(std::mem::take(&mut field));
+                records.push(std::mem::take(&mut record));
+            }
+            (_, c) => field.push(c),
+        }
+    }
+    records
+}
+
+#[actix_web::test]
+async fn a_day_exported_as_focus_sums_to_the_ledger_s_charge_for_that_local_day() {
+    let setup = TestSetup::new()
+        .route("fast", &["primary/ok"])
+        .tier("free", &["fast"], 1000, 100)
+        .set("billing.timezone", "Asia/Shanghai");
+    let env = setup.env_vars().clone();
+    let (dir, config) = write_config(&setup, "http://127.0.0.1:9");
+    let tenant = crate::support::unique_tenant("focus");
+    let db = tollgate::storage::connect_and_migrate(
+        &crate::support::configured_database_url(&config),
+        1,
+    )
+    .await
+    .unwrap();
+    // Shanghai's 2026-11-10 runs from 2026-11-09T16:00Z to 2026-11-10T16:00Z.
+    let rows = [
+        row(
+            &tenant,
+            "m-a",
+            "search",
+            AttemptStatus::Ok,
+            "2026-11-09T16:00:00Z",
+            5,
+        ),
+        row(
+            &tenant,
+            "m, \"b\"",
+            "chat",
+            AttemptStatus::Ok,
+            "2026-11-10T15:59:59Z",
+            7,
+        ),
+        row(
+            &tenant,
+            "m-a",
+            "search",
+            AttemptStatus::Ok,
+            "2026-11-10T16:00:00Z",
+            100,
+        ),
+        row(
+            &tenant,
+            "m-a",
+            "search",
+            AttemptStatus::Ok,
+            "2026-11-09T15:59:59Z",
+            1_000,
+        ),
+    ];
+    tollgate::ledger::repo::insert_batch(&db, &rows, &tollgate::calendar::Calendar::utc())
+        .await
+        .unwrap();
+    let out = dir.path().join("focus.csv");
+    let out_arg = out.to_str().unwrap();
+    let summary: serde_json::Value = serde_json::from_str(&cli(
+        &config,
+        &env,
+        &["export", "focus", "--date", "2026-11-10", "--out", out_arg],
+    ))
+    .unwrap();
+    assert_eq!(summary["rows"], 2, "{summary}");
+    let records = csv_records(&std::fs::read_to_string(&out).unwrap());
+    let header = &records[0];
+    let column = |name: &str| header.iter().position(|h| h == name).unwrap();
+    let ours: Vec<&Vec<String>> = records[1..]
+        .iter()
+        .filter(|r| r[column("SubAccountId")] == tenant)
+        .collect();
+    assert_eq!(ours.len(), 2, "{records:?}");
+    let billed: i64 = ours
+        .iter()
+        .map(|r| {
+            Nanos::parse_decimal(&r[column("BilledCost")])
+                .unwrap()
+                .to_db()
+        })
+        .sum();
+    assert_eq!(billed, 12);
+    assert!(ours.iter().any(|r| r[column("ServiceName")] == "m, \"b\""));
+    for record in &ours {
+        assert_eq!(record.len(), header.len(), "{record:?}");
+        assert_eq!(record[column("ChargePeriodStart")], "2026-11-09T16:00:00Z");
+        assert_eq!(record[column("BillingPeriodStart")], "2026-10-31T16:00:00Z");
+    }
+}
