@@ -108,6 +108,9 @@ pub enum Mode {
     /// A gateway whose limits, quotas and budgets live on a six-node Redis Cluster
     /// (`redis+cluster://`): each decision goes to the primary of the tenant's slot.
     Cluster,
+    /// A gateway configured like the plain one with its ledger on a PostgreSQL the harness
+    /// started (`postgres.rs`), as production runs it.
+    Postgres,
 }
 
 /// The API a streaming cell calls: the translation a door adds is in its figures.
@@ -185,7 +188,8 @@ pub struct CellPlan {
 
 /// The cells of a run. `--quick` keeps one of each kind of cell, so every path is exercised.
 /// `redis`: the Redis mode is running; `end_users`: how many end users its end-user cells name.
-pub fn cells(quick: bool, redis: bool, end_users: u64) -> Vec<CellPlan> {
+/// `postgres`: the PostgreSQL cells' server and gateway are running.
+pub fn cells(quick: bool, redis: bool, end_users: u64, postgres: bool) -> Vec<CellPlan> {
     let mut cells = plain_cells(quick);
     let both = [Kind::Direct, Kind::Gateway];
     let rates: &[u64] = if quick { &[1_000] } else { &MODE_RATES };
@@ -212,6 +216,10 @@ pub fn cells(quick: bool, redis: bool, end_users: u64) -> Vec<CellPlan> {
         });
     }
     let mut modes = vec![Mode::Batch];
+    if postgres {
+        // The short-prompt cells of the default gateway, with the ledger on PostgreSQL.
+        modes.push(Mode::Postgres);
+    }
     if redis {
         // The end-user cells come right after the tenant-only ones they are compared with.
         modes.push(Mode::Redis);
@@ -501,9 +509,12 @@ impl<'a> Runner<'a> {
                 }
             }
             Mode::Semantic => (SEMANTIC_ROUTE.to_owned(), UPSTREAM_MODEL.to_owned()),
-            Mode::Plain | Mode::Redis | Mode::Batch | Mode::EndUsers { .. } | Mode::Cluster => {
-                (fake.route.clone(), UPSTREAM_MODEL.to_owned())
-            }
+            Mode::Plain
+            | Mode::Redis
+            | Mode::Batch
+            | Mode::EndUsers { .. }
+            | Mode::Cluster
+            | Mode::Postgres => (fake.route.clone(), UPSTREAM_MODEL.to_owned()),
         };
         let streaming = matches!(mode, Mode::Stream { .. });
         let door = match mode {
@@ -513,7 +524,8 @@ impl<'a> Runner<'a> {
             | Mode::Batch
             | Mode::EndUsers { .. }
             | Mode::Semantic
-            | Mode::Cluster => Door::Chat,
+            | Mode::Cluster
+            | Mode::Postgres => Door::Chat,
         };
         // The semantic cache looks up greedy answers only.
         let greedy = mode == Mode::Semantic;
@@ -823,7 +835,7 @@ fn summarize(kind: Kind, runs: &[Run]) -> Option<Summary> {
 }
 
 /// `end_user`: the value of `X-Tollgate-End-User`, if the request names one.
-fn gateway_target(
+pub fn gateway_target(
     addr: SocketAddr,
     key: &str,
     door: Door,
