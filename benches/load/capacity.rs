@@ -14,7 +14,10 @@ use crate::stats::grouped;
 
 pub const BEGIN: &str = "<!-- capacity:begin -->";
 pub const END: &str = "<!-- capacity:end -->";
-const MISSING: &str = "not measured in that run";
+/// A figure the run lacks.
+const MISSING: &str = "n/a";
+/// Where the block's lines break, as the rest of the file is written.
+const WIDTH: usize = 76;
 
 /// Rewrites deploy/README.md's capacity block from the results file at `results`.
 pub fn write_from(results: &Path) -> Result<PathBuf> {
@@ -94,7 +97,32 @@ pub fn render(v: &Value) -> String {
     out.push_str(&agents_paragraph(v));
     out.push_str(&postgres_paragraph(v));
     out.push_str(&redis_paragraph(v));
-    out
+    if out.contains(MISSING) {
+        let _ = writeln!(out, "\n({MISSING}: not measured in that run.)");
+    }
+    wrap(&out)
+}
+
+/// Each paragraph's words in lines of at most `WIDTH` characters (a longer word alone).
+fn wrap(text: &str) -> String {
+    let paragraphs: Vec<String> = text
+        .split("\n\n")
+        .map(|paragraph| {
+            let mut lines: Vec<String> = Vec::new();
+            for word in paragraph.split_whitespace() {
+                match lines.last_mut() {
+                    Some(line) if line.chars().count() + 1 + word.chars().count() <= WIDTH => {
+                        line.push(' ');
+                        line.push_str(word);
+                    }
+                    _ => lines.push(word.to_owned()),
+                }
+            }
+            lines.join("\n")
+        })
+        .filter(|paragraph| !paragraph.is_empty())
+        .collect();
+    paragraphs.join("\n\n")
 }
 
 fn cpu_paragraph(v: &Value) -> String {
@@ -227,7 +255,16 @@ fn agents_paragraph(v: &Value) -> String {
         );
     }
     out.pop();
-    out.push_str(". A core serves about 1,000,000 ÷ that CPU figure agents.\n\n");
+    let busiest = cells
+        .iter()
+        .max_by_key(|cell| cell["agents"].as_u64())
+        .and_then(|cell| cell["footprint"]["cpu_us_per_s_per_agent"].as_u64())
+        .and_then(|us| 1_000_000_u64.checked_div(us));
+    let _ = write!(
+        out,
+        ". At the largest count's rate one core serves about **{} agents**.\n\n",
+        or_missing(busiest.map(grouped))
+    );
     out
 }
 

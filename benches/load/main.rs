@@ -262,6 +262,9 @@ fn main() -> ExitCode {
     if let Some(code) = bare::serve_if_asked(&args) {
         return code;
     }
+    if let Some(code) = write_capacity(&args) {
+        return code;
+    }
     if !args.iter().any(|arg| arg == "--bench") {
         // `cargo test --all-targets` runs bench binaries without `--bench`.
         return match selfcheck::run() {
@@ -274,22 +277,6 @@ fn main() -> ExitCode {
             }
             Err(error) => {
                 eprintln!("load harness self-check failed: {error:#}");
-                ExitCode::FAILURE
-            }
-        };
-    }
-    if let Some(at) = args.iter().position(|arg| arg == "--write-capacity") {
-        return match args.get(at + 1).map(Path::new).map(capacity::write_from) {
-            Some(Ok(path)) => {
-                println!("wrote the capacity figures into {}", path.display());
-                ExitCode::SUCCESS
-            }
-            Some(Err(error)) => {
-                eprintln!("{error:#}");
-                ExitCode::FAILURE
-            }
-            None => {
-                eprintln!("--write-capacity needs the path of a results file\n{USAGE}");
                 ExitCode::FAILURE
             }
         };
@@ -324,6 +311,27 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--write-capacity RESULTS.json`: only deploy/README's capacity figures, from that file.
+fn write_capacity(args: &[String]) -> Option<ExitCode> {
+    let at = args.iter().position(|arg| arg == "--write-capacity")?;
+    Some(
+        match args.get(at + 1).map(Path::new).map(capacity::write_from) {
+            Some(Ok(path)) => {
+                println!("wrote the capacity figures into {}", path.display());
+                ExitCode::SUCCESS
+            }
+            Some(Err(error)) => {
+                eprintln!("{error:#}");
+                ExitCode::FAILURE
+            }
+            None => {
+                eprintln!("--write-capacity needs the path of a results file\n{USAGE}");
+                ExitCode::FAILURE
+            }
+        },
+    )
 }
 
 /// `target/` of this build: the gateway binary lives in `target/release/`.

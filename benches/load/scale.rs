@@ -40,6 +40,8 @@ const RAMP: Duration = Duration::from_secs(5);
 const GRACE: Duration = Duration::from_secs(30);
 /// Target: at most this much memory per in-flight call beyond the idle gateway's.
 pub const TARGET_KIB_PER_CALL: u64 = 20;
+/// The shortest steady stretch whose memory trend is judged.
+const MIN_TREND_S: u64 = 60;
 /// Descriptors a gateway needs besides its calls' (logs, database, listeners, pools).
 const FD_MARGIN: u64 = 512;
 
@@ -138,10 +140,15 @@ pub async fn run(
             .saturating_sub(idle)
             .checked_div(peak.in_flight)
     });
-    let flat = slope.zip(steady.first()).map(|(slope, (_, first))| {
-        let span = i64::try_from(seconds.saturating_sub(ramp_s)).unwrap_or(0);
-        slope.saturating_mul(span) / 60 <= i64::try_from(*first / 20).unwrap_or(i64::MAX)
-    });
+    // Under a minute of steady load says nothing about a trend.
+    let span = seconds.saturating_sub(ramp_s);
+    let flat = slope
+        .zip(steady.first())
+        .filter(|_| span >= MIN_TREND_S)
+        .map(|(slope, (_, first))| {
+            let span = i64::try_from(span).unwrap_or(0);
+            slope.saturating_mul(span) / 60 <= i64::try_from(*first / 20).unwrap_or(i64::MAX)
+        });
     Scale {
         calls,
         call_ms: CALL_MS,
@@ -199,7 +206,7 @@ pub fn raise_open_files(calls: usize) -> OpenFiles {
     let needed = u64::try_from(calls).unwrap_or(u64::MAX) * 2 + FD_MARGIN;
     let too_low = match soft {
         Some(soft) if soft < needed => Some(format!(
-            "the open-file limit is {soft} (hard {}), below the {needed} a gateway needs for {calls} calls \
+            "the open-file limit is {soft} (hard {}), below the {needed} a gateway may need for {calls} calls \
              (a client and an upstream socket each, plus {FD_MARGIN}); raise the hard limit (`ulimit -Hn`, \
              a container's `nofile`, systemd's `LimitNOFILE`) and run again",
             hard.map_or_else(|| "unknown".to_owned(), |h| h.to_string())

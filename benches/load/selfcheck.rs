@@ -115,7 +115,11 @@ fn capacity_block() -> Result<()> {
     ensure!(replaced == format!("# Ops\n\n{BEGIN}\nNew figures.\n{END}\n\nAfter.\n"));
     ensure!(replace_block("no markers", "x").is_err());
     let empty = render(&serde_json::json!({"machine": {"date": "2026-12-07", "cpus": 2}}));
-    ensure!(empty.contains("2026-12-07") && empty.contains("not measured in that run"));
+    ensure!(empty.contains("2026-12-07") && empty.contains("n/a: not measured in that run"));
+    ensure!(
+        empty.lines().all(|line| line.chars().count() <= 76),
+        "{empty}"
+    );
     ensure!(!empty.contains("38 commands"));
     let results = serde_json::json!({
         "machine": {"date": "d", "cpus": 2},

@@ -392,12 +392,17 @@ pub fn scale_section(scale: Option<&Scale>, failed: Option<&str>) -> String {
     );
     let _ = writeln!(
         out,
-        "\nResident memory {} MiB idle, {} MiB at the peak: {per_call}. Descriptors {} idle, {} at the peak. \
+        "\nResident memory {} MiB idle, {} MiB at the peak: {per_call}. Descriptors {} idle, {} at the peak \
+         ({} beyond the calls' client sockets: upstream connections, which the gateway's HTTP client caps per worker, and the rest). \
          Memory after the first {} s: {} KiB/min over {} s, {}.",
         mib(s.idle_rss_kib),
         mib(s.peak_rss_kib),
         number(s.idle_fds),
         number(s.peak_fds),
+        number(
+            s.peak_fds
+                .map(|fds| fds.saturating_sub(s.gateway.peak_in_flight))
+        ),
         s.ramp_s,
         s.slope_kib_per_min
             .map_or_else(|| "?".to_owned(), |v| format!("{v:+}")),
@@ -406,7 +411,7 @@ pub fn scale_section(scale: Option<&Scale>, failed: Option<&str>) -> String {
             Some(true) => "flat (the fitted line grows by at most 5% of the first sample)",
             Some(false) =>
                 "**not flat** (the fitted line grows by more than 5% of the first sample)",
-            None => "too few samples to judge",
+            None => "too short to judge (a trend needs a minute of steady load)",
         }
     );
     let _ = writeln!(
