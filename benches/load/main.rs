@@ -366,6 +366,7 @@ async fn run(options: Options, priority: String) -> Result<()> {
     let open_files = scale::raise_open_files(
         options
             .shape
+            .filter(|shape| shape.scale)
             .map_or(inflight::IN_FLIGHT, |shape| shape.scale_calls),
     );
     let scenarios = scenarios::all()?;

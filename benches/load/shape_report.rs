@@ -109,7 +109,9 @@ fn number(value: Option<u64>) -> String {
 pub fn agents_table(cells: &[AgentCell], failed: Option<&str>) -> String {
     let mut out = String::from(
         "Agents each send a streamed request, read the whole answer, think 1–3 s and send the next, against a fake whose delay is lognormal (median 1.5 s, σ 0.5): \
-         what the gateway adds to each call and to its first token, and the CPU and memory one concurrent agent costs a replica. \
+         what the gateway adds to each call and to its first token, and the CPU and memory one concurrent agent costs a replica \
+         (each count on a freshly started gateway: its CPU time over the side's wall time, and its peak resident memory beyond its idle memory, divided by the agents; \
+         what a gateway grows by on first use weighs most at the smallest count). Both sides meet fakes with the same seeded delays, so the n-th call waits alike on each. \
          Latency in ms (p50 / p95 / p99) from each request's send; *added* is gateway minus direct.\n\n\
          | agents | requests direct / gateway | direct | gateway | added | first token, gateway | first token added | gateway CPU µs/req | CPU µs/s per agent | memory KiB per agent (idle → peak MiB) | gateway errors |\n\
          |---:|---|---|---|---|---|---|---:|---:|---|---|\n",
