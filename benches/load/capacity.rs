@@ -271,12 +271,20 @@ fn agents_paragraph(v: &Value) -> String {
 fn postgres_paragraph(v: &Value) -> String {
     let rps = |mode: &str| gateway_summary(v, mode, ("closed", 64), 0)?["rps"].as_u64();
     let cpu_pg = cpu(v, "postgres", ("closed", 64), 0, "gateway");
+    let server = cpu(v, "postgres", ("closed", 64), 0, "postgres");
     format!(
         "**Ledger on PostgreSQL.** Flat out the gateway answered {pg} calls/s with its ledger on PostgreSQL \
-         against {sqlite} on SQLite, at {cpu} µs of CPU per call.\n\n",
+         against {sqlite} on SQLite, at {cpu} µs of its own CPU per call; PostgreSQL spent {server} µs per call, \
+         so one PostgreSQL core takes the ledger of about {per_core} calls/s across all replicas.\n\n",
         pg = or_missing(rps("postgres").map(grouped)),
         sqlite = or_missing(rps("plain").map(grouped)),
         cpu = or_missing(cpu_pg.map(grouped)),
+        server = or_missing(server.map(grouped)),
+        per_core = or_missing(
+            server
+                .and_then(|us| 1_000_000_u64.checked_div(us))
+                .map(grouped)
+        ),
     )
 }
 

@@ -17,7 +17,7 @@ use crate::procs::{
     CpuSample, busy_neighbours, clock_ticks_per_second, cpu_ticks, cpu_ticks_with_children,
 };
 use crate::scenarios::Scenario;
-use crate::stack::{Bare, Cluster, Nginx, Redis, Stack, stream_route};
+use crate::stack::{Bare, Cluster, Nginx, Postgres, Redis, Stack, stream_route};
 use crate::stats::{self, Percentiles};
 
 pub const OPEN_RATES: [u64; 3] = [200, 1_000, 2_000];
@@ -301,6 +301,8 @@ pub struct Cpu {
     pub crabllm: Option<u64>,
     /// Redis-mode gateway runs: the Redis server.
     pub redis: Option<u64>,
+    /// PostgreSQL gateway runs: the PostgreSQL server (its postmaster and backends).
+    pub postgres: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -706,7 +708,7 @@ impl<'a> Runner<'a> {
         }
     }
 
-    fn cpu_snapshot(&self, plan: &CellPlan, kind: Kind) -> Result<[Option<u64>; 7]> {
+    fn cpu_snapshot(&self, plan: &CellPlan, kind: Kind) -> Result<[Option<u64>; 8]> {
         let upstream = self.stack.fake(plan.delay_ms)?.process.pid();
         let nginx = match (&self.stack.nginx, kind) {
             (Nginx::Running { process, .. }, Kind::Nginx) => cpu_ticks_with_children(process.pid()),
@@ -739,6 +741,12 @@ impl<'a> Runner<'a> {
             },
             _ => None,
         };
+        let postgres = match (&self.stack.postgres, plan.mode, kind) {
+            (Postgres::Running { server, .. }, Mode::Postgres, Kind::Gateway) => {
+                cpu_ticks_with_children(server.pid())
+            }
+            _ => None,
+        };
         Ok([
             cpu_ticks(std::process::id()),
             cpu_ticks(upstream),
@@ -747,13 +755,14 @@ impl<'a> Runner<'a> {
             redis,
             bare,
             crabllm,
+            postgres,
         ])
     }
 
     fn per_request(
         &self,
-        before: &[Option<u64>; 7],
-        after: &[Option<u64>; 7],
+        before: &[Option<u64>; 8],
+        after: &[Option<u64>; 8],
         requests: u64,
     ) -> Cpu {
         let each = |i: usize| -> Option<u64> {
@@ -771,6 +780,7 @@ impl<'a> Runner<'a> {
             redis: each(4),
             bare: each(5),
             crabllm: each(6),
+            postgres: each(7),
         }
     }
 }
@@ -830,6 +840,7 @@ fn summarize(kind: Kind, runs: &[Run]) -> Option<Summary> {
             bare: cpu(|c| c.bare),
             crabllm: cpu(|c| c.crabllm),
             redis: cpu(|c| c.redis),
+            postgres: cpu(|c| c.postgres),
         },
     })
 }

@@ -87,6 +87,11 @@ impl Server {
         format!("postgres://{SUPERUSER}@127.0.0.1:{}/{DATABASE}", self.port)
     }
 
+    /// The postmaster's.
+    pub fn pid(&self) -> u32 {
+        self.child.pid()
+    }
+
     /// The postmaster and its backends.
     pub fn pids(&self) -> Vec<u32> {
         let mut pids = vec![self.child.pid()];

@@ -845,7 +845,8 @@ pub fn batch_table(cells: &[Cell]) -> String {
 }
 
 /// One row per cell of `mode`, beside the default gateway's added latency for the same load;
-/// `second_cpu` names a further process whose CPU per request is shown (the Redis server).
+/// `second_cpu` names a further process whose CPU per request is shown (the Redis server, or
+/// the PostgreSQL server in its mode).
 pub fn mode_rows(cells: &[Cell], mode: Mode, gateway: &str, second_cpu: Option<&str>) -> String {
     let cpu_header = second_cpu.map_or_else(
         || "CPU µs/req gateway".to_owned(),
@@ -901,7 +902,11 @@ pub fn mode_rows(cells: &[Cell], mode: Mode, gateway: &str, second_cpu: Option<&
                     Some(_) => format!(
                         "{} / {}",
                         show(s.cpu_us_per_request.gateway),
-                        show(s.cpu_us_per_request.redis)
+                        show(if mode == Mode::Postgres {
+                            s.cpu_us_per_request.postgres
+                        } else {
+                            s.cpu_us_per_request.redis
+                        })
                     ),
                     None => show(s.cpu_us_per_request.gateway),
                 }

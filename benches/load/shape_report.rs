@@ -332,7 +332,7 @@ pub fn postgres_table(cells: &[Cell], postgres: &str) -> String {
         cells,
         Mode::Postgres,
         "gateway (PostgreSQL)",
-        None,
+        Some("PostgreSQL"),
     ));
     out
 }
