@@ -114,6 +114,9 @@ fn capacity_block() -> Result<()> {
     let replaced = replace_block(&readme, "New figures.")?;
     ensure!(replaced == format!("# Ops\n\n{BEGIN}\nNew figures.\n{END}\n\nAfter.\n"));
     ensure!(replace_block("no markers", "x").is_err());
+    // A full run ends by writing deploy/README's block: its markers must be there.
+    let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/README.md");
+    replace_block(&std::fs::read_to_string(deploy)?, "x")?;
     let empty = render(&serde_json::json!({"machine": {"date": "2026-12-07", "cpus": 2}}));
     ensure!(empty.contains("2026-12-07") && empty.contains("n/a: not measured in that run"));
     ensure!(
