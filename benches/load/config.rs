@@ -35,6 +35,7 @@ pub struct Upstream {
 
 /// A further route to one of the fakes under a scripted model string: the fake reads its
 /// behaviour (a delay, stream pacing) from the model it is asked for.
+#[derive(Debug, Clone)]
 pub struct ModelRoute {
     pub route: String,
     pub provider: String,
@@ -43,6 +44,8 @@ pub struct ModelRoute {
     pub settings: Option<String>,
     /// Further lines of its model's `[[prices]]` entry.
     pub price_lines: Option<String>,
+    /// A second target (`provider/model`) the route fails over to.
+    pub fallback: Option<String>,
 }
 
 /// The growing-hold cell's step: a stream of 20 chunks grows its hold once.
@@ -120,12 +123,16 @@ output = "1.5"
             toml,
             r#"
 [routes.{route:?}]
-targets = ["{provider}/{model}"]
+targets = ["{provider}/{model}"{fallback}]
 {settings}
 "#,
             route = extra.route,
             provider = extra.provider,
             model = extra.model,
+            fallback = extra
+                .fallback
+                .as_ref()
+                .map_or_else(String::new, |target| format!(", {target:?}")),
             settings = extra.settings.as_deref().unwrap_or(""),
         );
         // One price per model: the semantic route shares the plain route's.

@@ -23,7 +23,7 @@ const TIMER_SLACK: Duration = Duration::from_micros(50);
 /// Request numbers, unique over the whole harness run (patched into every prompt).
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-fn next_id() -> u64 {
+pub fn next_id() -> u64 {
     NEXT_ID.fetch_add(1, Ordering::Relaxed)
 }
 
@@ -53,12 +53,16 @@ pub struct Outcome {
     pub first_error: Option<String>,
     /// Requests still unanswered when the run's grace period ended (open-loop), or cancelled.
     pub unfinished: u64,
+    /// Measured successes whose head carried the template's mark, and their latencies
+    /// (also in `latencies_us`).
+    pub marked: u64,
+    pub marked_latencies_us: Vec<u64>,
     pub window: Duration,
 }
 
 impl Outcome {
     /// `from`: where this request's latency counts from.
-    fn record(
+    pub fn record(
         &mut self,
         conn: &Conn,
         result: &io::Result<Response>,
@@ -72,6 +76,10 @@ impl Outcome {
                 if measured {
                     self.ok += 1;
                     self.latencies_us.push(micros_between(from, done));
+                    if conn.marked(response) {
+                        self.marked += 1;
+                        self.marked_latencies_us.push(micros_between(from, done));
+                    }
                     if let Some(lag) = lag_us {
                         self.lags_us.push(lag);
                     }

@@ -34,6 +34,8 @@ pub struct Template {
     slot: Option<Slot>,
     /// Watch the body for its first SSE event.
     stream: bool,
+    /// A header line whose answers the generator counts apart (`marking`).
+    mark: Option<Vec<u8>>,
 }
 
 /// Digits in the request head that take the request's number modulo `cycle`: consecutive
@@ -63,6 +65,7 @@ impl Template {
             counter_at,
             slot: None,
             stream: false,
+            mark: None,
         }
     }
 
@@ -111,6 +114,13 @@ impl Template {
         self
     }
 
+    /// The same request; answers whose head carries `line` (`x-tollgate-provider: b`, say)
+    /// are counted apart by the generator.
+    pub fn marking(mut self, line: &str) -> Self {
+        self.mark = Some(line.as_bytes().to_vec());
+        self
+    }
+
     pub fn get(addr: SocketAddr, path: &str) -> Self {
         let bytes = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").into_bytes();
         Self {
@@ -118,6 +128,7 @@ impl Template {
             counter_at: None,
             slot: None,
             stream: false,
+            mark: None,
         }
     }
 }
@@ -206,6 +217,38 @@ impl Conn {
     /// The response head as text (status line and headers).
     pub fn head(&self, response: &Response) -> String {
         String::from_utf8_lossy(self.buf.get(..response.head_len).unwrap_or_default()).into_owned()
+    }
+
+    /// Whether the response head carries `line` (a `name: value` header line, compared
+    /// without regard to case).
+    pub fn head_has(&self, response: &Response, line: &[u8]) -> bool {
+        self.buf
+            .get(..response.head_len)
+            .is_some_and(|head| contains_ignore_case(head, line))
+    }
+
+    /// Whether the last bytes of the raw body (the chunked framing included) hold `needle`:
+    /// a stream that ended with its `[DONE]` event, say.
+    pub fn body_ends_with(&self, response: &Response, needle: &[u8]) -> bool {
+        let end = response.len;
+        let start = end.saturating_sub(needle.len() + 64).max(response.head_len);
+        self.buf
+            .get(start..end)
+            .is_some_and(|tail| find(tail, needle, 0).is_some())
+    }
+
+    /// Puts `raw` in the buffer as if it had been read (the self-checks' answers).
+    pub fn load_for_check(&mut self, raw: &[u8]) {
+        self.buf.clear();
+        self.buf.extend_from_slice(raw);
+    }
+
+    /// Whether the answer carries the template's mark (`Template::marking`).
+    pub fn marked(&self, response: &Response) -> bool {
+        self.request
+            .mark
+            .as_deref()
+            .is_some_and(|line| self.head_has(response, line))
     }
 
     /// The response body, de-chunked.

@@ -16,23 +16,31 @@
     reason = "the harness's option parser, plan and report writers are long tables; the 80-line bound is the product's"
 )]
 
+mod agents;
 mod bare;
+mod capacity;
 mod clock;
 mod config;
 mod crabllm;
 mod end_users;
+mod faults;
 mod generator;
 mod http;
 mod inflight;
+mod isolation;
 mod machine;
 mod plan;
+mod postgres;
 mod priority;
 mod procs;
 mod profile;
 mod report;
 mod resp;
+mod scale;
 mod scenarios;
 mod selfcheck;
+mod shape;
+mod shape_report;
 mod stack;
 mod stats;
 
@@ -48,7 +56,8 @@ use crate::machine::Machine;
 use crate::plan::{Cell, Mode, Runner, Timing};
 use crate::procs::rss_kib;
 use crate::report::{GatewayAfter, RedisCommands, Results, ScenarioInfo};
-use crate::stack::{Bare, Cluster, Nginx, Redis, Stack, Systems};
+use crate::shape::{ShapeOptions, ShapeResults};
+use crate::stack::{Bare, Cluster, Nginx, Postgres, Redis, Stack, Systems};
 
 /// The bare proxy runs in this binary: with the gateway's allocator, the gap between them is
 /// governance, not malloc.
@@ -58,7 +67,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const USAGE: &str = "usage: cargo bench --bench load [-- [--quick] [--runs N] [--seconds S] \
                      [--wait-quiet S] [--soak-seconds N] [--end-users N] [--nginx-workers N] \
                      [--skip-nginx] [--skip-bare] [--skip-crabllm] [--skip-redis] [--no-renice] [--no-profile] \
-                     [--in-flight-only]]";
+                     [--in-flight-only] [--shape-only] [--skip-shape] [--skip-postgres] [--skip-scale] \
+                     [--agent-seconds S] [--scale-calls N] [--scale-seconds S] [--write-capacity RESULTS.json]]";
 const DEFAULT_NGINX_WORKERS: u32 = 2;
 /// The soak of a full run; the 10-minute soak of the target is `--soak-seconds 600`.
 const DEFAULT_SOAK_S: u64 = 60;
@@ -67,6 +77,10 @@ const MAX_SOAK_S: u64 = 3_600;
 const MAX_END_USERS: u64 = 1_000_000;
 
 #[derive(Debug, Clone, Copy)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "independent switches of the command line"
+)]
 struct Options {
     timing: Timing,
     systems: Systems,
@@ -79,6 +93,11 @@ struct Options {
     end_users: u64,
     /// Only the 1,000-in-flight scenario and its soak: no cells, no profile, no BENCHMARKS.md.
     in_flight_only: bool,
+    /// Only the cells in production's shape (the PostgreSQL cells among them): no other
+    /// cells, no profile, no in-flight scenario, no BENCHMARKS.md.
+    shape_only: bool,
+    /// The agent, isolation, fault and scale cells; `None`: skipped.
+    shape: Option<ShapeOptions>,
 }
 
 fn parse_options(args: &[String]) -> Result<Options> {
@@ -95,6 +114,7 @@ fn parse_options(args: &[String]) -> Result<Options> {
     let mut soak = None;
     let mut end_users = None;
     let mut in_flight_only = false;
+    let mut shape = ShapeFlags::default();
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -108,6 +128,22 @@ fn parse_options(args: &[String]) -> Result<Options> {
             "--no-profile" => profile = false,
             "--skip-redis" => redis = false,
             "--in-flight-only" => in_flight_only = true,
+            "--shape-only" => shape.only = true,
+            "--skip-shape" => shape.skip = true,
+            "--skip-scale" => shape.skip_scale = true,
+            "--skip-postgres" => shape.skip_postgres = true,
+            "--agent-seconds" | "--scale-calls" | "--scale-seconds" => {
+                let value: u64 = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|v| (1..=MAX_SHAPE_VALUE).contains(v))
+                    .with_context(|| format!("{arg} needs 1 to {MAX_SHAPE_VALUE}\n{USAGE}"))?;
+                match arg.as_str() {
+                    "--agent-seconds" => shape.agent_seconds = Some(value),
+                    "--scale-calls" => shape.scale_calls = Some(usize::try_from(value)?),
+                    _ => shape.scale_seconds = Some(value),
+                }
+            }
             "--soak-seconds" => {
                 soak = Some(
                     args.next()
@@ -154,13 +190,15 @@ fn parse_options(args: &[String]) -> Result<Options> {
             other => bail!("unknown argument {other:?}\n{USAGE}"),
         }
     }
+    let timing = timing(quick, runs, seconds, wait_quiet);
     Ok(Options {
-        timing: timing(quick, runs, seconds, wait_quiet),
+        timing,
         systems: Systems {
             nginx,
             bare,
             crabllm,
             redis,
+            postgres: !shape.skip_postgres,
         },
         renice,
         profile,
@@ -173,13 +211,58 @@ fn parse_options(args: &[String]) -> Result<Options> {
             end_users::END_USERS
         }),
         in_flight_only,
+        shape_only: shape.only,
+        shape: shape.options(timing),
     })
+}
+
+/// The largest value `--agent-seconds`, `--scale-calls` and `--scale-seconds` take.
+const MAX_SHAPE_VALUE: u64 = 100_000;
+
+/// The shape cells' flags as given.
+#[derive(Debug, Default)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "independent switches of the command line"
+)]
+struct ShapeFlags {
+    only: bool,
+    skip: bool,
+    skip_scale: bool,
+    skip_postgres: bool,
+    agent_seconds: Option<u64>,
+    scale_calls: Option<usize>,
+    scale_seconds: Option<u64>,
+}
+
+impl ShapeFlags {
+    fn options(&self, timing: Timing) -> Option<ShapeOptions> {
+        if self.skip {
+            return None;
+        }
+        let quick = timing.quick;
+        Some(ShapeOptions {
+            quick,
+            agent_seconds: self.agent_seconds.unwrap_or(if quick { 10 } else { 60 }),
+            isolation_runs: if quick { 2 } else { timing.runs.max(3) },
+            scale: !self.skip_scale,
+            scale_calls: self.scale_calls.unwrap_or(scale::CALLS),
+            scale_seconds: self.scale_seconds.unwrap_or(if quick {
+                scale::QUICK_SECONDS
+            } else {
+                scale::FULL_SECONDS
+            }),
+        })
+    }
 }
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     // The harness starting itself as the bare proxy: none of the harness's setup applies.
     if let Some(code) = bare::serve_if_asked(&args) {
+        return code;
+    }
+    if let Some(code) = write_capacity(&args) {
         return code;
     }
     if !args.iter().any(|arg| arg == "--bench") {
@@ -230,6 +313,27 @@ fn main() -> ExitCode {
     }
 }
 
+/// `--write-capacity RESULTS.json`: only deploy/README's capacity figures, from that file.
+fn write_capacity(args: &[String]) -> Option<ExitCode> {
+    let at = args.iter().position(|arg| arg == "--write-capacity")?;
+    Some(
+        match args.get(at + 1).map(Path::new).map(capacity::write_from) {
+            Some(Ok(path)) => {
+                println!("wrote the capacity figures into {}", path.display());
+                ExitCode::SUCCESS
+            }
+            Some(Err(error)) => {
+                eprintln!("{error:#}");
+                ExitCode::FAILURE
+            }
+            None => {
+                eprintln!("--write-capacity needs the path of a results file\n{USAGE}");
+                ExitCode::FAILURE
+            }
+        },
+    )
+}
+
 /// `target/` of this build: the gateway binary lives in `target/release/`.
 fn target_dir() -> PathBuf {
     Path::new(stack::TOLLGATE)
@@ -258,9 +362,23 @@ async fn run(options: Options, priority: String) -> Result<()> {
             neighbours.join(", ")
         );
     }
+    // Before any child starts: they inherit it.
+    let open_files = scale::raise_open_files(
+        options
+            .shape
+            .filter(|shape| shape.scale)
+            .map_or(inflight::IN_FLIGHT, |shape| shape.scale_calls),
+    );
     let scenarios = scenarios::all()?;
     let mut stack = Stack::start(options.systems).await?;
-    let outcome = measure(&mut stack, &scenarios, options, machine, started, priority).await;
+    let outcome = measure(
+        &mut stack,
+        &scenarios,
+        options,
+        (machine, started, priority),
+        open_files,
+    )
+    .await;
     if outcome.is_err() {
         eprintln!("logs of the children:\n{}", stack.log_tails());
     }
@@ -269,6 +387,8 @@ async fn run(options: Options, priority: String) -> Result<()> {
 
     let name = if options.in_flight_only {
         "results-in-flight.json"
+    } else if options.shape_only {
+        "results-shape.json"
     } else if options.timing.quick {
         "results-quick.json"
     } else {
@@ -279,6 +399,14 @@ async fn run(options: Options, priority: String) -> Result<()> {
     println!("\nwrote {}", json_path.display());
     if options.in_flight_only {
         println!("(--in-flight-only: BENCHMARKS.md left as it is)");
+    } else if options.shape_only {
+        let preview = target_dir().join("load").join("BENCHMARKS-shape.md");
+        std::fs::write(&preview, shape_report::section(&results))
+            .with_context(|| format!("writing {}", preview.display()))?;
+        println!(
+            "(--shape-only: BENCHMARKS.md left as it is; its sections in {})",
+            preview.display()
+        );
     } else if options.timing.quick {
         // A smoke run's figures are too thin to publish; its document is only a preview.
         let preview = target_dir().join("load").join("BENCHMARKS-quick.md");
@@ -306,6 +434,9 @@ async fn run(options: Options, priority: String) -> Result<()> {
         std::fs::write(&doc_path, text)
             .with_context(|| format!("writing {}", doc_path.display()))?;
         println!("wrote {}", doc_path.display());
+        // deploy/README's capacity figures come from this run, so they cannot go stale.
+        let readme = capacity::write_from(&json_path)?;
+        println!("wrote the capacity figures into {}", readme.display());
     }
     println!(
         "done in {} s",
@@ -339,9 +470,8 @@ async fn measure(
     stack: &mut Stack,
     scenarios: &[scenarios::Scenario],
     options: Options,
-    machine: Machine,
-    started: std::time::Instant,
-    priority: String,
+    (machine, started, priority): (Machine, std::time::Instant, String),
+    open_files: scale::OpenFiles,
 ) -> Result<Results> {
     let References {
         nginx,
@@ -349,6 +479,7 @@ async fn measure(
         crabllm,
         redis,
         redis_running,
+        postgres,
     } = describe(stack, scenarios, &priority);
     let mut runner = Runner::new(stack, scenarios, options.timing);
     let first_gateway_answer = runner.sanity_check().await?;
@@ -367,7 +498,18 @@ async fn measure(
     let waited_for_quiet_s = runner.waited.as_secs();
     let gateway_after = gateway_after(runner.stack).await;
     let profile = profile_gateway(&mut runner, options).await?;
-    let (in_flight, in_flight_failed) = in_flight(&runner, options).await;
+    let (in_flight, in_flight_failed) = if options.shape_only {
+        (None, Some("--shape-only was given".to_owned()))
+    } else {
+        in_flight(&runner, options).await
+    };
+    let shape = match options.shape {
+        Some(shape) if !options.in_flight_only => shape::run(&runner, shape, open_files).await,
+        _ => ShapeResults {
+            skipped: Some("--skip-shape or --in-flight-only was given".to_owned()),
+            ..ShapeResults::default()
+        },
+    };
     let targets = report::checks(&cells, &crabllm, &bare, in_flight.as_ref());
     let noisy_runs = cells
         .iter()
@@ -389,6 +531,7 @@ async fn measure(
         report::end_users_section(&cells, end_users.as_ref(), end_users_failed.as_deref())
     );
     print_in_flight_and_targets(in_flight.as_ref(), in_flight_failed.as_deref(), &targets);
+    println!("{}", shape_report::tables(&cells, &shape, &postgres));
     let (profile, profile_skipped) = match profile {
         Ok(profile) => (Some(profile), None),
         Err(reason) => (None, Some(reason)),
@@ -424,6 +567,8 @@ async fn measure(
         bare,
         crabllm,
         redis,
+        postgres,
+        shape,
         redis_commands,
         end_users,
         end_users_failed,
@@ -477,7 +622,11 @@ async fn run_cells(runner: &mut Runner<'_>, options: Options, redis: bool) -> Re
     let mut cells = Vec::new();
     let mut tenant_commands = None;
     let mut phase = EndUserPhase::NotYet;
-    for plan in plan::cells(options.timing.quick, redis, options.end_users) {
+    let postgres = matches!(runner.stack.postgres, Postgres::Running { .. });
+    for plan in plan::cells(options.timing.quick, redis, options.end_users, postgres) {
+        if options.shape_only && plan.mode != Mode::Postgres {
+            continue;
+        }
         // A cluster that did not start is reported as not measured; the rest stands.
         if plan.mode == Mode::Cluster && !matches!(runner.stack.cluster, Cluster::Running { .. }) {
             continue;
@@ -526,8 +675,8 @@ async fn profile_gateway(
     if !options.profile {
         return Ok(Err("--no-profile was given".to_owned()));
     }
-    if options.in_flight_only {
-        return Ok(Err("--in-flight-only was given".to_owned()));
+    if options.in_flight_only || options.shape_only {
+        return Ok(Err("--in-flight-only or --shape-only was given".to_owned()));
     }
     let target = runner.gateway_target("short")?;
     println!("profiling the gateway (perf record, closed loop, short prompt)");
@@ -552,6 +701,8 @@ struct References {
     crabllm: String,
     redis: String,
     redis_running: bool,
+    /// The PostgreSQL cells' server, or why they were skipped.
+    postgres: String,
 }
 
 /// Prints what is measured: the references, the Redis mode and the scenarios.
@@ -572,8 +723,12 @@ fn describe(stack: &Stack, scenarios: &[scenarios::Scenario], priority: &str) ->
         Redis::Running { version, .. } => (version.clone(), true),
         Redis::Skipped(reason) => (format!("Redis mode skipped: {reason}"), false),
     };
+    let postgres = match &stack.postgres {
+        Postgres::Running { version, .. } => version.clone(),
+        Postgres::Skipped(reason) => format!("PostgreSQL cells skipped: {reason}"),
+    };
     println!(
-        "references: {nginx}; {bare}; {crabllm}; Redis mode: {redis}; the harness runs with {priority}"
+        "references: {nginx}; {bare}; {crabllm}; Redis mode: {redis}; PostgreSQL: {postgres}; the harness runs with {priority}"
     );
     for s in scenarios {
         println!(
@@ -590,6 +745,7 @@ fn describe(stack: &Stack, scenarios: &[scenarios::Scenario], priority: &str) ->
         crabllm,
         redis,
         redis_running,
+        postgres,
     }
 }
 

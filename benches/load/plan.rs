@@ -17,7 +17,7 @@ use crate::procs::{
     CpuSample, busy_neighbours, clock_ticks_per_second, cpu_ticks, cpu_ticks_with_children,
 };
 use crate::scenarios::Scenario;
-use crate::stack::{Bare, Cluster, Nginx, Redis, Stack, stream_route};
+use crate::stack::{Bare, Cluster, Nginx, Postgres, Redis, Stack, stream_route};
 use crate::stats::{self, Percentiles};
 
 pub const OPEN_RATES: [u64; 3] = [200, 1_000, 2_000];
@@ -108,6 +108,9 @@ pub enum Mode {
     /// A gateway whose limits, quotas and budgets live on a six-node Redis Cluster
     /// (`redis+cluster://`): each decision goes to the primary of the tenant's slot.
     Cluster,
+    /// A gateway configured like the plain one with its ledger on a PostgreSQL the harness
+    /// started (`postgres.rs`), as production runs it.
+    Postgres,
 }
 
 /// The API a streaming cell calls: the translation a door adds is in its figures.
@@ -185,7 +188,8 @@ pub struct CellPlan {
 
 /// The cells of a run. `--quick` keeps one of each kind of cell, so every path is exercised.
 /// `redis`: the Redis mode is running; `end_users`: how many end users its end-user cells name.
-pub fn cells(quick: bool, redis: bool, end_users: u64) -> Vec<CellPlan> {
+/// `postgres`: the PostgreSQL cells' server and gateway are running.
+pub fn cells(quick: bool, redis: bool, end_users: u64, postgres: bool) -> Vec<CellPlan> {
     let mut cells = plain_cells(quick);
     let both = [Kind::Direct, Kind::Gateway];
     let rates: &[u64] = if quick { &[1_000] } else { &MODE_RATES };
@@ -212,6 +216,10 @@ pub fn cells(quick: bool, redis: bool, end_users: u64) -> Vec<CellPlan> {
         });
     }
     let mut modes = vec![Mode::Batch];
+    if postgres {
+        // The short-prompt cells of the default gateway, with the ledger on PostgreSQL.
+        modes.push(Mode::Postgres);
+    }
     if redis {
         // The end-user cells come right after the tenant-only ones they are compared with.
         modes.push(Mode::Redis);
@@ -293,6 +301,8 @@ pub struct Cpu {
     pub crabllm: Option<u64>,
     /// Redis-mode gateway runs: the Redis server.
     pub redis: Option<u64>,
+    /// PostgreSQL gateway runs: the PostgreSQL server (its postmaster and backends).
+    pub postgres: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -501,9 +511,12 @@ impl<'a> Runner<'a> {
                 }
             }
             Mode::Semantic => (SEMANTIC_ROUTE.to_owned(), UPSTREAM_MODEL.to_owned()),
-            Mode::Plain | Mode::Redis | Mode::Batch | Mode::EndUsers { .. } | Mode::Cluster => {
-                (fake.route.clone(), UPSTREAM_MODEL.to_owned())
-            }
+            Mode::Plain
+            | Mode::Redis
+            | Mode::Batch
+            | Mode::EndUsers { .. }
+            | Mode::Cluster
+            | Mode::Postgres => (fake.route.clone(), UPSTREAM_MODEL.to_owned()),
         };
         let streaming = matches!(mode, Mode::Stream { .. });
         let door = match mode {
@@ -513,7 +526,8 @@ impl<'a> Runner<'a> {
             | Mode::Batch
             | Mode::EndUsers { .. }
             | Mode::Semantic
-            | Mode::Cluster => Door::Chat,
+            | Mode::Cluster
+            | Mode::Postgres => Door::Chat,
         };
         // The semantic cache looks up greedy answers only.
         let greedy = mode == Mode::Semantic;
@@ -694,7 +708,7 @@ impl<'a> Runner<'a> {
         }
     }
 
-    fn cpu_snapshot(&self, plan: &CellPlan, kind: Kind) -> Result<[Option<u64>; 7]> {
+    fn cpu_snapshot(&self, plan: &CellPlan, kind: Kind) -> Result<[Option<u64>; 8]> {
         let upstream = self.stack.fake(plan.delay_ms)?.process.pid();
         let nginx = match (&self.stack.nginx, kind) {
             (Nginx::Running { process, .. }, Kind::Nginx) => cpu_ticks_with_children(process.pid()),
@@ -727,6 +741,12 @@ impl<'a> Runner<'a> {
             },
             _ => None,
         };
+        let postgres = match (&self.stack.postgres, plan.mode, kind) {
+            (Postgres::Running { server, .. }, Mode::Postgres, Kind::Gateway) => {
+                cpu_ticks_with_children(server.pid())
+            }
+            _ => None,
+        };
         Ok([
             cpu_ticks(std::process::id()),
             cpu_ticks(upstream),
@@ -735,13 +755,14 @@ impl<'a> Runner<'a> {
             redis,
             bare,
             crabllm,
+            postgres,
         ])
     }
 
     fn per_request(
         &self,
-        before: &[Option<u64>; 7],
-        after: &[Option<u64>; 7],
+        before: &[Option<u64>; 8],
+        after: &[Option<u64>; 8],
         requests: u64,
     ) -> Cpu {
         let each = |i: usize| -> Option<u64> {
@@ -759,6 +780,7 @@ impl<'a> Runner<'a> {
             redis: each(4),
             bare: each(5),
             crabllm: each(6),
+            postgres: each(7),
         }
     }
 }
@@ -818,12 +840,13 @@ fn summarize(kind: Kind, runs: &[Run]) -> Option<Summary> {
             bare: cpu(|c| c.bare),
             crabllm: cpu(|c| c.crabllm),
             redis: cpu(|c| c.redis),
+            postgres: cpu(|c| c.postgres),
         },
     })
 }
 
 /// `end_user`: the value of `X-Tollgate-End-User`, if the request names one.
-fn gateway_target(
+pub fn gateway_target(
     addr: SocketAddr,
     key: &str,
     door: Door,

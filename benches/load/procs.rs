@@ -57,6 +57,11 @@ impl Child {
         Ok(())
     }
 
+    /// Whether it has not exited yet.
+    pub fn running(&mut self) -> bool {
+        matches!(self.process.try_wait(), Ok(None))
+    }
+
     /// Waits (polling, so the runtime keeps serving other tasks) for the child to exit.
     pub async fn wait_exit(&mut self, limit: Duration) -> Result<std::process::ExitStatus> {
         let deadline = now() + limit;

@@ -88,6 +88,10 @@ pub struct Results {
     pub crabllm: String,
     /// The Redis server's version, or why the Redis mode was skipped.
     pub redis: String,
+    /// The PostgreSQL server's version, or why its cells were skipped.
+    pub postgres: String,
+    /// The cells in production's shape.
+    pub shape: crate::shape::ShapeResults,
     pub redis_commands: Option<RedisCommands>,
     /// The end-user cells' first-request wave and memory readings.
     pub end_users: Option<EndUserRun>,
@@ -230,6 +234,7 @@ fn scenario_label(mode: Mode, scenario: &str) -> String {
         Mode::EndUsers { .. } => format!("{scenario} end users"),
         Mode::Semantic => format!("{scenario} semantic miss"),
         Mode::Cluster => format!("{scenario} Redis Cluster"),
+        Mode::Postgres => format!("{scenario} PostgreSQL"),
     }
 }
 
@@ -840,8 +845,9 @@ pub fn batch_table(cells: &[Cell]) -> String {
 }
 
 /// One row per cell of `mode`, beside the default gateway's added latency for the same load;
-/// `second_cpu` names a further process whose CPU per request is shown (the Redis server).
-fn mode_rows(cells: &[Cell], mode: Mode, gateway: &str, second_cpu: Option<&str>) -> String {
+/// `second_cpu` names a further process whose CPU per request is shown (the Redis server, or
+/// the PostgreSQL server in its mode).
+pub fn mode_rows(cells: &[Cell], mode: Mode, gateway: &str, second_cpu: Option<&str>) -> String {
     let cpu_header = second_cpu.map_or_else(
         || "CPU µs/req gateway".to_owned(),
         |name| format!("CPU µs/req gateway / {name}"),
@@ -896,7 +902,11 @@ fn mode_rows(cells: &[Cell], mode: Mode, gateway: &str, second_cpu: Option<&str>
                     Some(_) => format!(
                         "{} / {}",
                         show(s.cpu_us_per_request.gateway),
-                        show(s.cpu_us_per_request.redis)
+                        show(if mode == Mode::Postgres {
+                            s.cpu_us_per_request.postgres
+                        } else {
+                            s.cpu_us_per_request.redis
+                        })
                     ),
                     None => show(s.cpu_us_per_request.gateway),
                 }
@@ -1579,6 +1589,7 @@ fn machine_section(results: &Results) -> String {
          - {bare}\n\
          - {crabllm}\n\
          - Redis mode: {redis}\n\
+         - PostgreSQL cells: {postgres}\n\
          - the harness and its children ran with {priority}, so that a build beside them takes less CPU from the measured processes\n\
          - load average when the run started: {load}\n\n\
          The load generator, the fake upstream, the gateway, crabllm, the bare proxy and nginx all share these {cpus} cores, \
@@ -1594,6 +1605,7 @@ fn machine_section(results: &Results) -> String {
         bare = results.bare,
         crabllm = results.crabllm,
         redis = results.redis,
+        postgres = results.postgres,
         priority = results.priority,
         load = m.load_at_start,
     );
@@ -1614,9 +1626,16 @@ fn options_paragraph() -> String {
         `--wait-quiet S` (seconds the run may wait in total, before its measurements, for other busy processes on the machine to finish; default 60), \
         `--soak-seconds N` (the in-flight soak, default 60; none under `--quick` unless given; the target's 10-minute run is `--soak-seconds 600`), \
         `--end-users N` (end users the end-user cells name, default {full}; {quick} under `--quick`), \
-        `--nginx-workers N` (default 2), `--skip-nginx`, `--skip-bare`, `--skip-crabllm`, `--skip-redis`, `--no-renice`, `--no-profile`, `--in-flight-only` (only the 1,000-in-flight scenario and its soak, to target/load/results-in-flight.json; BENCHMARKS.md is left as it is).\n\n",
+        `--nginx-workers N` (default 2), `--skip-nginx`, `--skip-bare`, `--skip-crabllm`, `--skip-redis`, `--no-renice`, `--no-profile`, `--in-flight-only` (only the 1,000-in-flight scenario and its soak, to target/load/results-in-flight.json; BENCHMARKS.md is left as it is), \
+        `--shape-only` (only the cells in production's shape, the PostgreSQL cells among them, to target/load/results-shape.json and BENCHMARKS-shape.md there), \
+        `--skip-shape` (no agent, tenant, fault or scale cells), `--skip-postgres`, `--skip-scale`, `--agent-seconds S` (each side of an agent cell, default 60; 10 under `--quick`), \
+        `--scale-calls N` (default {scale_calls}), `--scale-seconds S` (default {scale_full}; {scale_quick} under `--quick`), \
+        `--write-capacity RESULTS.json` (only rewrites deploy/README.md's capacity figures from a results file; a full run does it itself).\n\n",
         full = grouped(crate::end_users::END_USERS),
         quick = grouped(crate::end_users::QUICK_END_USERS),
+        scale_calls = grouped(u64::try_from(crate::scale::CALLS).unwrap_or(0)),
+        scale_full = crate::scale::FULL_SECONDS,
+        scale_quick = crate::scale::QUICK_SECONDS,
     )
 }
 
@@ -1692,10 +1711,11 @@ fn method_section(results: &Results) -> String {
          of `{end_user_keys}`) and the gateway's `VmRSS` are read before those first requests, after them and after the cells.\n\
          - **1,000 in flight**: after everything else, a fresh gateway and {in_flight} connections to a route whose fake answers after 2 s (the fake's `delay-2000ms` model string); \
          its memory and descriptors are read from `/proc`, and the soak keeps the same load on while sampling memory.\n\
-         - **Scenarios.** Every request carries its own number in the user message, so no two prompts are equal and no \
+         {shape}- **Scenarios.** Every request carries its own number in the user message, so no two prompts are equal and no \
          cache keyed on the whole prompt can skip the tokenizer; only the system prompt repeats.\n",
         budget = crate::config::BUDGET,
         references = references_bullets(),
+        shape = crate::shape_report::method_bullets(),
         max = crate::scenarios::MAX_TOKENS,
         rates = OPEN_RATES.map(grouped).join(", "),
         mode_rates = MODE_RATES.map(grouped).join(" and "),
@@ -1761,6 +1781,12 @@ fn results_section(results: &Results) -> String {
     doc.push_str(&in_flight_section(
         results.in_flight.as_ref(),
         results.in_flight_failed.as_deref(),
+    ));
+    doc.push_str("\n## The load in production's shape\n");
+    doc.push_str(&crate::shape_report::tables(
+        &results.cells,
+        &results.shape,
+        &results.postgres,
     ));
     doc.push_str("\n## Targets of issue 15\n\n");
     doc.push_str(&targets_table(&results.targets));

@@ -22,6 +22,131 @@ pub fn run() -> Result<()> {
     end_user_report()?;
     reference_targets()?;
     relay_cost_target()?;
+    shape_checks()?;
+    Ok(())
+}
+
+/// The isolation verdict, the marked header, the faults' configuration and the capacity block.
+fn shape_checks() -> Result<()> {
+    isolation_verdict()?;
+    marked_answers()?;
+    capacity_block()?;
+    Ok(())
+}
+
+/// A small tenant moved when the flood's median added p99 differs from the calm one by more
+/// than either phase's spread over the runs; one run is not judged.
+fn isolation_verdict() -> Result<()> {
+    use crate::isolation::{Phase, PhaseRun, TenantRun, verdict};
+    let p99 = |us| stats::Percentiles {
+        p50: us,
+        p95: us,
+        p99: us,
+        p999: us,
+        max: us,
+        count: 100,
+    };
+    let phase = |number, phase, us| PhaseRun {
+        number,
+        phase,
+        tenants: vec![TenantRun {
+            tenant: "small",
+            rate: 60,
+            ok: 100,
+            rate_limited: 0,
+            errors: 0,
+            first_error: None,
+            latency_us: Some(p99(us)),
+        }],
+    };
+    // Direct 10 ms; calm adds 1.0 and 1.4 ms; the flood adds 1.2 and 1.3 ms: within noise.
+    let calm = [
+        phase(1, Phase::Direct, 10_000),
+        phase(1, Phase::Calm, 11_000),
+        phase(1, Phase::Flood, 11_200),
+        phase(2, Phase::Direct, 10_000),
+        phase(2, Phase::Calm, 11_400),
+        phase(2, Phase::Flood, 11_300),
+    ];
+    let v = verdict("small", &calm);
+    ensure!(v.calm_added_p99_us == [1_000, 1_400], "{v:?}");
+    ensure!(v.noise_us == Some(400) && v.moved == Some(false), "{v:?}");
+    // The flood adds 5 ms: moved.
+    let flooded = [
+        phase(1, Phase::Direct, 10_000),
+        phase(1, Phase::Calm, 11_000),
+        phase(1, Phase::Flood, 15_000),
+        phase(2, Phase::Direct, 10_000),
+        phase(2, Phase::Calm, 11_400),
+        phase(2, Phase::Flood, 15_200),
+    ];
+    ensure!(verdict("small", &flooded).moved == Some(true));
+    ensure!(verdict("small", &flooded[..3]).moved.is_none());
+    Ok(())
+}
+
+/// An answer whose head carries the template's mark, in any case, is counted apart.
+fn marked_answers() -> Result<()> {
+    use crate::http::Template;
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 9));
+    let template = Template::post(addr, "/", &[], b"{}").marking("x-tollgate-provider: fake0");
+    let mut conn = crate::http::Conn::new(addr, &template);
+    let raw = b"HTTP/1.1 200 OK\r\nX-Tollgate-Provider: fake0\r\ncontent-length: 2\r\n\r\nok";
+    let Ok(Parsed::Complete(response)) = parse(raw) else {
+        anyhow::bail!("the marked answer did not parse");
+    };
+    conn.load_for_check(raw);
+    ensure!(conn.marked(&response));
+    let other = b"HTTP/1.1 200 OK\r\nX-Tollgate-Provider: faulty\r\ncontent-length: 2\r\n\r\nok";
+    let Ok(Parsed::Complete(response)) = parse(other) else {
+        anyhow::bail!("the unmarked answer did not parse");
+    };
+    conn.load_for_check(other);
+    ensure!(!conn.marked(&response));
+    Ok(())
+}
+
+/// The block replaces what lies between the markers and nothing else; a results file without
+/// a figure says so instead of keeping an old one.
+fn capacity_block() -> Result<()> {
+    use crate::capacity::{BEGIN, END, render, replace_block};
+    let readme = format!("# Ops\n\n{BEGIN}\n38 commands, not yet flat\n{END}\n\nAfter.\n");
+    let replaced = replace_block(&readme, "New figures.")?;
+    ensure!(replaced == format!("# Ops\n\n{BEGIN}\nNew figures.\n{END}\n\nAfter.\n"));
+    ensure!(replace_block("no markers", "x").is_err());
+    // A full run ends by writing deploy/README's block: its markers must be there.
+    let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/README.md");
+    replace_block(&std::fs::read_to_string(deploy)?, "x")?;
+    let empty = render(&serde_json::json!({"machine": {"date": "2026-12-07", "cpus": 2}}));
+    ensure!(empty.contains("2026-12-07") && empty.contains("n/a: not measured in that run"));
+    ensure!(
+        empty.lines().all(|line| line.chars().count() <= 76),
+        "{empty}"
+    );
+    ensure!(!empty.contains("38 commands"));
+    let results = serde_json::json!({
+        "machine": {"date": "d", "cpus": 2},
+        "cells": [{"mode": {"kind": "plain"}, "shape": {"kind": "closed", "conns": 64},
+                   "scenario": "short", "delay_ms": 0,
+                   "summary": [{"target": "gateway", "rps": 4000,
+                                "cpu_us_per_request": {"gateway": 250}}]}],
+        "redis_commands": {"requests": 10, "commands": [["hincrby", 150, 1], ["evalsha", 20, 30]]},
+        "shape": {"scale": {"calls": 10000, "kib_per_call": 18, "peak_fds": 20100, "flat": true,
+                            "gateway": {"seconds": 600, "ok": 5, "errors": 0, "incomplete": 0, "unfinished": 0},
+                            "open_files": {"too_low": null}}},
+    });
+    let block = render(&results);
+    ensure!(block.contains("**250 µs of CPU per call**"), "{block}");
+    ensure!(
+        block.contains("**4,000 calls/s flat out, 2,800 calls/s"),
+        "{block}"
+    );
+    ensure!(block.contains("**17 commands per call**"), "{block}");
+    ensure!(block.contains("**18 KiB per call in flight**"), "{block}");
+    ensure!(
+        block.contains("every stream completed; memory flat"),
+        "{block}"
+    );
     Ok(())
 }
 
@@ -179,6 +304,7 @@ fn configuration() -> Result<()> {
         model: "bench-model+chunks-20+chunk-delay-2ms".to_owned(),
         settings: None,
         price_lines: None,
+        fallback: None,
     }];
     let toml = crate::config::gateway_toml(
         8,

@@ -40,6 +40,45 @@ pub struct Gateway {
     pub process: Child,
     pub addr: SocketAddr,
     pub key: String,
+    /// (tenant, key) of the further tenants its `Spec` named.
+    pub tenant_keys: Vec<(String, String)>,
+}
+
+impl Gateway {
+    /// The key of one of the `Spec`'s further tenants.
+    pub fn key_of(&self, tenant: &str) -> Result<&str> {
+        self.tenant_keys
+            .iter()
+            .find(|(id, _)| id == tenant)
+            .map(|(_, key)| key.as_str())
+            .with_context(|| format!("the gateway has no tenant {tenant}"))
+    }
+}
+
+/// What a gateway adds to the configuration every gateway shares.
+#[derive(Debug, Default, Clone)]
+pub struct Spec {
+    pub redis_url: Option<String>,
+    pub fsync: Option<&'static str>,
+    /// The ledger's database instead of the directory's SQLite file (`TOLLGATE_DATABASE_URL`).
+    pub database_url: Option<String>,
+    /// Routes beside the usual ones (every tier's list names them).
+    pub routes: Vec<ModelRoute>,
+    /// Tables appended as they are: further providers, prices and tiers.
+    pub toml: String,
+    /// (tenant, tier) of further tenants, each given a key.
+    pub tenants: Vec<(String, String)>,
+}
+
+/// The ledger on a PostgreSQL the harness started, and a gateway on it, or why not.
+pub enum Postgres {
+    Running {
+        // Field order is drop order: the gateway stops before its database.
+        gateway: Box<Gateway>,
+        server: crate::postgres::Server,
+        version: String,
+    },
+    Skipped(String),
 }
 
 /// The Redis mode's server and gateway, or why they are missing.
@@ -102,6 +141,7 @@ fn model_routes() -> Vec<ModelRoute> {
                 model: format!("{model}+grows"),
                 settings: None,
                 price_lines: Some("hidden_output = \"none\"".to_owned()),
+                fallback: None,
             };
             let plain = ModelRoute {
                 route,
@@ -109,6 +149,7 @@ fn model_routes() -> Vec<ModelRoute> {
                 model,
                 settings: None,
                 price_lines: None,
+                fallback: None,
             };
             [plain, grows]
         })
@@ -119,6 +160,7 @@ fn model_routes() -> Vec<ModelRoute> {
         model: format!("{UPSTREAM_MODEL}+delay-{SLOW_MS}ms"),
         settings: None,
         price_lines: None,
+        fallback: None,
     });
     // A semantic cache as its README section shows it, over embeddings of
     // text-embedding-3-small's size.
@@ -128,6 +170,7 @@ fn model_routes() -> Vec<ModelRoute> {
         model: format!("{UPSTREAM_MODEL}+dims-1536"),
         settings: None,
         price_lines: None,
+        fallback: None,
     });
     routes.push(ModelRoute {
         route: crate::plan::SEMANTIC_ROUTE.to_owned(),
@@ -137,6 +180,7 @@ fn model_routes() -> Vec<ModelRoute> {
             "semantic_cache = {{ threshold = 0.92, ttl_ms = 600000, embedding_route = \"{SEMANTIC_EMBED_ROUTE}\" }}"
         )),
         price_lines: None,
+        fallback: None,
     });
     routes
 }
@@ -163,6 +207,10 @@ pub const BARE_DESCRIPTION: &str =
 
 /// The systems beside the gateways that a run starts, or leaves out.
 #[derive(Debug, Clone, Copy)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "each is one system a run starts or leaves out, independently of the others"
+)]
 pub struct Systems {
     /// nginx's worker processes; `None` leaves nginx out.
     pub nginx: Option<u32>,
@@ -171,10 +219,13 @@ pub struct Systems {
     pub crabllm: bool,
     /// The Redis mode: its server and gateway.
     pub redis: bool,
+    /// The PostgreSQL cells: a server the harness starts and a gateway on it.
+    pub postgres: bool,
 }
 
 pub struct Stack {
     // Field order is drop order: the processes stop before their directory is removed.
+    pub postgres: Postgres,
     pub nginx: Nginx,
     pub bare: Bare,
     pub crabllm: Crabllm,
@@ -207,7 +258,8 @@ impl Stack {
             process: gateway,
             addr: gateway_addr,
             key,
-        } = start_gateway(&path, "the gateway", &fakes, None, None).await?;
+            ..
+        } = start_gateway(&path, "the gateway", &fakes, &Spec::default()).await?;
         let batch_dir = path.join("batch");
         std::fs::create_dir_all(&batch_dir)
             .with_context(|| format!("creating {}", batch_dir.display()))?;
@@ -215,8 +267,10 @@ impl Stack {
             &batch_dir,
             "the fsync-batch gateway",
             &fakes,
-            None,
-            Some(BATCH_FSYNC),
+            &Spec {
+                fsync: Some(BATCH_FSYNC),
+                ..Spec::default()
+            },
         )
         .await?;
 
@@ -253,7 +307,17 @@ impl Stack {
         } else {
             Cluster::Skipped("--skip-redis was given".to_owned())
         };
+        let postgres = if systems.postgres {
+            start_postgres(&path, &fakes).await.unwrap_or_else(|error| {
+                let reason = format!("the PostgreSQL cells did not start: {error:#}");
+                println!("{reason}");
+                Postgres::Skipped(reason)
+            })
+        } else {
+            Postgres::Skipped("--skip-postgres was given".to_owned())
+        };
         Ok(Self {
+            postgres,
             nginx,
             bare,
             crabllm,
@@ -270,9 +334,20 @@ impl Stack {
 
     /// A further gateway like the first, with a database of its own in `subdir`.
     pub async fn start_gateway(&self, subdir: &str, name: &str) -> Result<Gateway> {
+        self.start_gateway_with(subdir, name, &Spec::default())
+            .await
+    }
+
+    /// A further gateway with what `spec` adds, with a database of its own in `subdir`.
+    pub async fn start_gateway_with(
+        &self,
+        subdir: &str,
+        name: &str,
+        spec: &Spec,
+    ) -> Result<Gateway> {
         let path = self.dir.path().join(subdir);
         std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
-        start_gateway(&path, name, &self.fakes, None, None).await
+        start_gateway(&path, name, &self.fakes, spec).await
     }
 
     /// The gateway a mode's cells go through: (address, key, pid).
@@ -290,6 +365,14 @@ impl Stack {
                 }
                 Cluster::Skipped(reason) => {
                     bail!("the Redis Cluster mode is not running: {reason}")
+                }
+            },
+            Mode::Postgres => match &self.postgres {
+                Postgres::Running { gateway, .. } => {
+                    Ok((gateway.addr, gateway.key.as_str(), gateway.process.pid()))
+                }
+                Postgres::Skipped(reason) => {
+                    bail!("the PostgreSQL cells are not running: {reason}")
                 }
             },
             Mode::Batch => Ok((
@@ -330,6 +413,13 @@ impl Stack {
             pids.push(gateway.process.pid());
             pids.extend(nodes.iter().map(Child::pid));
         }
+        if let Postgres::Running {
+            gateway, server, ..
+        } = &self.postgres
+        {
+            pids.push(gateway.process.pid());
+            pids.extend(server.pids());
+        }
         pids
     }
 
@@ -367,6 +457,13 @@ impl Stack {
                 node.check_running()?;
             }
         }
+        if let Postgres::Running {
+            gateway, server, ..
+        } = &mut self.postgres
+        {
+            gateway.process.check_running()?;
+            server.check_running()?;
+        }
         Ok(())
     }
 
@@ -391,6 +488,13 @@ impl Stack {
         if let Cluster::Running { gateway, nodes } = &self.cluster {
             children.push(&gateway.process);
             children.extend(nodes.iter());
+        }
+        if let Postgres::Running {
+            gateway, server, ..
+        } = &self.postgres
+        {
+            children.push(&gateway.process);
+            children.push(server.child());
         }
         children
             .iter()
@@ -438,8 +542,12 @@ fn tollgate() -> Command {
     command
 }
 
-fn cli(config: &Path, args: &[&str]) -> Result<String> {
-    let output = tollgate()
+fn cli(config: &Path, database_url: Option<&str>, args: &[&str]) -> Result<String> {
+    let mut command = tollgate();
+    if let Some(url) = database_url {
+        command.env(DATABASE_URL_ENV, url);
+    }
+    let output = command
         .arg("--config")
         .arg(config)
         .args(args)
@@ -458,13 +566,7 @@ fn cli(config: &Path, args: &[&str]) -> Result<String> {
 
 /// Writes a configuration into `dir`, creates the tenant and its key with the CLI and starts
 /// `tollgate serve`.
-async fn start_gateway(
-    dir: &Path,
-    name: &str,
-    fakes: &[Fake],
-    redis_url: Option<&str>,
-    fsync: Option<&str>,
-) -> Result<Gateway> {
+async fn start_gateway(dir: &Path, name: &str, fakes: &[Fake], spec: &Spec) -> Result<Gateway> {
     let port = free_port()?;
     let upstreams: Vec<Upstream> = fakes
         .iter()
@@ -475,31 +577,85 @@ async fn start_gateway(
         })
         .collect();
     let config_path = dir.join("tollgate.toml");
-    std::fs::write(
-        &config_path,
-        config::gateway_toml(port, dir, &upstreams, &model_routes(), redis_url, fsync),
-    )
-    .context("writing the gateway configuration")?;
-    cli(
-        &config_path,
-        &[
-            "tenant", "create", "--id", TENANT, "--tier", TIER, "--budget", BUDGET,
-        ],
-    )?;
-    let issued: Value = serde_json::from_str(&cli(&config_path, &["key", "issue", TENANT])?)
-        .context("`key issue` did not print JSON")?;
-    let key = issued
-        .get("key")
-        .and_then(Value::as_str)
-        .context("`key issue` printed no \"key\"")?
-        .to_owned();
+    let mut routes = model_routes();
+    routes.extend(spec.routes.iter().cloned());
+    let mut toml = config::gateway_toml(
+        port,
+        dir,
+        &upstreams,
+        &routes,
+        spec.redis_url.as_deref(),
+        spec.fsync,
+    );
+    toml.push_str(&spec.toml);
+    std::fs::write(&config_path, toml).context("writing the gateway configuration")?;
+    let database = spec.database_url.as_deref();
+    let key = tenant_with_key(&config_path, database, TENANT, TIER)?;
+    let mut tenant_keys = Vec::new();
+    for (tenant, tier) in &spec.tenants {
+        let key = tenant_with_key(&config_path, database, tenant, tier)?;
+        tenant_keys.push((tenant.clone(), key));
+    }
 
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let mut command = tollgate();
+    if let Some(url) = database {
+        command.env(DATABASE_URL_ENV, url);
+    }
     command.arg("--config").arg(&config_path).arg("serve");
     let mut process = Child::spawn(name, command, &dir.join("gateway.log"))?;
     process.wait_ready(addr, "/readyz", READY_LIMIT).await?;
-    Ok(Gateway { process, addr, key })
+    Ok(Gateway {
+        process,
+        addr,
+        key,
+        tenant_keys,
+    })
+}
+
+const DATABASE_URL_ENV: &str = "TOLLGATE_DATABASE_URL";
+
+/// Creates `tenant` on `tier` with the CLI and issues it a key.
+fn tenant_with_key(
+    config: &Path,
+    database: Option<&str>,
+    tenant: &str,
+    tier: &str,
+) -> Result<String> {
+    cli(
+        config,
+        database,
+        &[
+            "tenant", "create", "--id", tenant, "--tier", tier, "--budget", BUDGET,
+        ],
+    )?;
+    let issued: Value = serde_json::from_str(&cli(config, database, &["key", "issue", tenant])?)
+        .context("`key issue` did not print JSON")?;
+    Ok(issued
+        .get("key")
+        .and_then(Value::as_str)
+        .context("`key issue` printed no \"key\"")?
+        .to_owned())
+}
+
+/// A PostgreSQL of the harness's own (`postgres.rs`) and a gateway whose ledger is on it.
+async fn start_postgres(dir: &Path, fakes: &[Fake]) -> Result<Postgres> {
+    let server = match crate::postgres::Server::start().await {
+        Ok(server) => server,
+        Err(error) => return Ok(Postgres::Skipped(format!("{error:#}"))),
+    };
+    let path = dir.join("postgres");
+    std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
+    let spec = Spec {
+        database_url: Some(server.url()),
+        ..Spec::default()
+    };
+    let gateway = start_gateway(&path, "the PostgreSQL gateway", fakes, &spec).await?;
+    Ok(Postgres::Running {
+        gateway: Box::new(gateway),
+        version: server.version.clone(),
+        server,
+    })
 }
 
 /// `redis-server` on a free loopback port, persistence off, and a gateway that keeps its
@@ -525,8 +681,11 @@ async fn start_redis(dir: &Path, fakes: &[Fake]) -> Result<Redis> {
         .arg(&path);
     let mut server = Child::spawn("redis-server", command, &path.join("redis.log"))?;
     wait_for_pong(&mut server, addr).await?;
-    let url = format!("redis://{addr}/0");
-    let gateway = start_gateway(&path, "the Redis-mode gateway", fakes, Some(&url), None).await?;
+    let spec = Spec {
+        redis_url: Some(format!("redis://{addr}/0")),
+        ..Spec::default()
+    };
+    let gateway = start_gateway(&path, "the Redis-mode gateway", fakes, &spec).await?;
     require_redis_quotas(&gateway, "the Redis-mode gateway").await?;
     Ok(Redis::Running {
         gateway: Box::new(gateway),
@@ -601,9 +760,11 @@ async fn start_cluster(dir: &Path, fakes: &[Fake]) -> Result<Cluster> {
         );
     }
     wait_for_cluster(&addrs).await?;
-    let url = format!("redis+cluster://{}", addrs.join(","));
-    let gateway =
-        start_gateway(&path, "the Redis Cluster gateway", fakes, Some(&url), None).await?;
+    let spec = Spec {
+        redis_url: Some(format!("redis+cluster://{}", addrs.join(","))),
+        ..Spec::default()
+    };
+    let gateway = start_gateway(&path, "the Redis Cluster gateway", fakes, &spec).await?;
     require_redis_quotas(&gateway, "the Redis Cluster gateway").await?;
     Ok(Cluster::Running {
         gateway: Box::new(gateway),
@@ -662,18 +823,14 @@ async fn wait_for_pong(server: &mut Child, addr: SocketAddr) -> Result<()> {
 }
 
 async fn start_fake(dir: &Path, delay_ms: u64) -> Result<Fake> {
-    let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
-    let mut command = tollgate();
-    command.args([
-        "fake-upstream",
-        "--listen",
-        &addr.to_string(),
-        "--latency-ms",
-        &delay_ms.to_string(),
-    ]);
-    let log = dir.join(format!("fake-{delay_ms}ms.log"));
-    let mut process = Child::spawn(&format!("the {delay_ms} ms fake upstream"), command, &log)?;
-    process.wait_ready(addr, "/fake/stats", READY_LIMIT).await?;
+    let delay = delay_ms.to_string();
+    let (addr, process) = start_fake_with(
+        dir,
+        &format!("fake-{delay_ms}ms"),
+        &format!("the {delay_ms} ms fake upstream"),
+        &["--latency-ms", &delay],
+    )
+    .await?;
     Ok(Fake {
         delay_ms,
         addr,
@@ -684,6 +841,24 @@ async fn start_fake(dir: &Path, delay_ms: u64) -> Result<Fake> {
         },
         process,
     })
+}
+
+/// `tollgate fake-upstream` with `args` (its latency, sigma, error rate) on a free loopback
+/// port, logging to `{file}.log` in `dir`.
+pub async fn start_fake_with(
+    dir: &Path,
+    file: &str,
+    name: &str,
+    args: &[&str],
+) -> Result<(SocketAddr, Child)> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+    let mut command = tollgate();
+    command
+        .args(["fake-upstream", "--listen", &addr.to_string()])
+        .args(args);
+    let mut process = Child::spawn(name, command, &dir.join(format!("{file}.log")))?;
+    process.wait_ready(addr, "/fake/stats", READY_LIMIT).await?;
+    Ok((addr, process))
 }
 
 async fn start_nginx(dir: &Path, upstream: SocketAddr, workers: u32) -> Result<Nginx> {

@@ -28,6 +28,9 @@ pub struct FakeArgs {
     /// Answer every model as `agent` does: a tool call while tools are offered, then text.
     #[arg(long)]
     pub agent: bool,
+    /// Seed of the latency and error draws: the same seed gives the same sequence of draws.
+    #[arg(long)]
+    pub seed: Option<u64>,
 }
 
 const PPM_DIGITS: u32 = 6;
@@ -65,6 +68,7 @@ impl FakeArgs {
             error_rate_ppm,
             forced_status: self.status,
             agent: self.agent,
+            seed: self.seed,
         })
     }
 }
@@ -135,6 +139,8 @@ mod tests {
             "--status",
             "429",
             "--agent",
+            "--seed",
+            "7",
         ]);
         let config = args.to_config().unwrap();
         assert_eq!(
@@ -147,6 +153,7 @@ mod tests {
         assert_eq!(config.error_rate_ppm, 10_000);
         assert_eq!(config.forced_status, Some(429));
         assert!(config.agent);
+        assert_eq!(config.seed, Some(7));
     }
 
     #[test]

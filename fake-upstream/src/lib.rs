@@ -40,6 +40,9 @@ pub struct FakeConfig {
     /// Every model answers as if its string carried `agent`: a tool call while tools are
     /// offered and unanswered, then text (JSON where a schema is asked for).
     pub agent: bool,
+    /// Seeds the instance's random draws (latency, random errors): two fakes started with the
+    /// same seed draw the same sequence, request by request in the order they arrive.
+    pub seed: Option<u64>,
 }
 
 /// Instance-wide latency model.

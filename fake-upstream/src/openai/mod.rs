@@ -28,6 +28,8 @@ const DELAY_HEADER: &str = "x-fake-delay-ms";
 struct AppState {
     config: FakeConfig,
     stats: Arc<FakeStats>,
+    /// The seeded draws of `config.seed`, shared by the workers in arrival order.
+    draws: Option<std::sync::Mutex<rand::rngs::StdRng>>,
 }
 
 /// A fake upstream running inside the current actix System.
@@ -93,7 +95,14 @@ fn routes(
     config: FakeConfig,
     stats: Arc<FakeStats>,
 ) -> impl Fn(&mut web::ServiceConfig) + Clone + Send + 'static {
-    let app_state = web::Data::new(AppState { config, stats });
+    let draws = config
+        .seed
+        .map(|seed| std::sync::Mutex::new(rand::SeedableRng::seed_from_u64(seed)));
+    let app_state = web::Data::new(AppState {
+        config,
+        stats,
+        draws,
+    });
     move |cfg| {
         cfg.app_data(app_state.clone())
             .app_data(web::PayloadConfig::new(http::MAX_BODY_BYTES))
@@ -127,7 +136,7 @@ async fn answer(req: HttpRequest, body: web::Bytes, state: web::Data<AppState>) 
     let config = state.config;
     let mut scenario = Scenario::parse(&model);
     scenario.agent |= config.agent;
-    let (random_error, delay_ms) = scenario::roll(&config, &scenario);
+    let (random_error, delay_ms) = scenario::roll(&config, &scenario, state.draws.as_ref());
     tracing::debug!(%model, delay_ms, "fake upstream chat request");
     http::sleep_ms(delay_ms).await;
     let failure = scenario::failure(&config, &scenario, &model, ordinals.for_model, random_error);

@@ -2,7 +2,10 @@
 //! which failure (if any) to answer with, how long to wait, and the `usage` block to report.
 //! Pure functions only, so the rules are unit-testable without a server.
 
+use std::sync::Mutex;
+
 use rand::Rng;
+use rand::rngs::StdRng;
 use serde_json::{Value, json};
 
 use crate::model_string::{self, MAX_DELAY_MS, number};
@@ -169,16 +172,30 @@ pub(crate) fn error_type(status: u16) -> &'static str {
 }
 
 /// This request's injected faults: whether it fails at random, and how long it waits in all
-/// (its `delay-…` and the instance's latency, within `MAX_DELAY_MS`).
-pub(crate) fn roll(config: &FakeConfig, scenario: &Scenario) -> (bool, u64) {
-    let mut rng = rand::rng();
-    let random_error = roll_random_error(config.error_rate_ppm, &mut rng);
-    let latency_ms = sample_latency_ms(config.latency, &mut rng);
+/// (its `delay-…` and the instance's latency, within `MAX_DELAY_MS`). `seeded`: the instance's
+/// seeded draws, else the thread's random ones.
+pub(crate) fn roll(
+    config: &FakeConfig,
+    scenario: &Scenario,
+    seeded: Option<&Mutex<StdRng>>,
+) -> (bool, u64) {
+    let (random_error, latency_ms) = match seeded.map(Mutex::lock) {
+        Some(Ok(mut rng)) => draw(config, &mut *rng),
+        // A poisoned lock only means another worker panicked mid-draw: its state is still a state.
+        Some(Err(poisoned)) => draw(config, &mut *poisoned.into_inner()),
+        None => draw(config, &mut rand::rng()),
+    };
     let delay_ms = scenario
         .delay_ms
         .saturating_add(latency_ms)
         .min(MAX_DELAY_MS);
     (random_error, delay_ms)
+}
+
+/// Whether the request fails at random, and the instance's latency for it.
+fn draw(config: &FakeConfig, rng: &mut impl Rng) -> (bool, u64) {
+    let random_error = roll_random_error(config.error_rate_ppm, rng);
+    (random_error, sample_latency_ms(config.latency, rng))
 }
 
 fn roll_random_error(error_rate_ppm: u32, rng: &mut impl Rng) -> bool {
@@ -562,5 +579,29 @@ mod tests {
             .filter(|_| roll_random_error(250_000, &mut rng))
             .count();
         assert!((2_000..3_000).contains(&hits), "{hits}");
+    }
+
+    #[test]
+    fn seeded_rolls_repeat_in_arrival_order() {
+        let config = FakeConfig {
+            latency: Latency::LogNormal {
+                median_ms: 1_500,
+                sigma_milli: 500,
+            },
+            error_rate_ppm: 50_000,
+            seed: Some(36),
+            ..FakeConfig::default()
+        };
+        let rolls = |seed| {
+            let rng = Mutex::new(StdRng::seed_from_u64(seed));
+            (0..200)
+                .map(|_| roll(&config, &Scenario::default(), Some(&rng)))
+                .collect::<Vec<_>>()
+        };
+        let first = rolls(36);
+        assert_eq!(first, rolls(36));
+        assert_ne!(first, rolls(37));
+        assert!(first.iter().any(|(error, _)| *error));
+        assert!(first.iter().any(|(_, ms)| *ms != first[0].1));
     }
 }
