@@ -24,6 +24,7 @@ use crate::storage;
 use crate::telemetry;
 use fakes::{FakeArgs, Mock};
 
+mod bill;
 mod fakes;
 
 #[derive(Debug, Parser)]
@@ -75,6 +76,9 @@ enum Command {
         #[command(flatten)]
         range: LedgerRange,
     },
+    /// Providers' usage and cost exports, and their drift from the ledger.
+    #[command(subcommand)]
+    Bill(bill::BillCommand),
     /// The daily report: a day against the day before, top spenders, budget progress.
     Report {
         /// YYYY-MM-DD; yesterday (UTC) by default.
@@ -313,6 +317,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
             reprice(load(config_path, &ProcessEnv)?, prices.as_deref(), range).await
         }
         Command::Reconcile { range } => reconcile(load(config_path, &ProcessEnv)?, range).await,
+        Command::Bill(command) => bill::run(load(config_path, &ProcessEnv)?, command).await,
         Command::Report { date, json } => {
             daily_report(load(config_path, &ProcessEnv)?, date.as_deref(), json).await
         }

@@ -20,6 +20,8 @@ mod auth;
 #[cfg(test)]
 mod auth_flood;
 #[cfg(test)]
+mod bills;
+#[cfg(test)]
 mod budget;
 #[cfg(test)]
 mod cache;
