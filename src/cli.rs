@@ -25,6 +25,7 @@ use crate::telemetry;
 use fakes::{FakeArgs, Mock};
 
 mod bill;
+mod costs;
 mod fakes;
 
 #[derive(Debug, Parser)]
@@ -76,6 +77,10 @@ enum Command {
         #[command(flatten)]
         range: LedgerRange,
     },
+    /// What one call costs: p50/p95/p99 of a call's charge per feature and model.
+    SpendDistribution(costs::DistributionArgs),
+    /// Each of the last months' spend per tenant or feature, with its change.
+    SpendMonthly(costs::MonthlyArgs),
     /// Providers' usage and cost exports, and their drift from the ledger.
     #[command(subcommand)]
     Bill(bill::BillCommand),
@@ -223,6 +228,12 @@ struct SpendArgs {
     /// Last day, YYYY-MM-DD (inclusive).
     #[arg(long)]
     to: Option<String>,
+    /// `key` (the groups in order) or `cost` (the most charged first).
+    #[arg(long)]
+    sort: Option<String>,
+    /// List this many groups at most (the total still covers them all).
+    #[arg(long)]
+    limit: Option<usize>,
     #[arg(long)]
     json: bool,
 }
@@ -317,6 +328,10 @@ async fn dispatch(cli: Cli) -> Result<()> {
             reprice(load(config_path, &ProcessEnv)?, prices.as_deref(), range).await
         }
         Command::Reconcile { range } => reconcile(load(config_path, &ProcessEnv)?, range).await,
+        Command::SpendDistribution(args) => {
+            costs::distribution(load(config_path, &ProcessEnv)?, args).await
+        }
+        Command::SpendMonthly(args) => costs::monthly(load(config_path, &ProcessEnv)?, args).await,
         Command::Bill(command) => bill::run(load(config_path, &ProcessEnv)?, command).await,
         Command::Report { date, json } => {
             daily_report(load(config_path, &ProcessEnv)?, date.as_deref(), json).await
@@ -566,6 +581,8 @@ async fn spend_report(config: Arc<Config>, args: SpendArgs) -> Result<()> {
         group_by: Some(args.group_by),
         from: args.from,
         to: args.to,
+        sort: args.sort,
+        limit: args.limit,
     };
     let report = spend::report(&db, &config.billing.currency, query).await?;
     if args.json {

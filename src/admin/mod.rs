@@ -3,6 +3,7 @@
 //! callers that serve traffic also refresh their in-memory view.
 
 pub mod bill;
+pub mod costs;
 pub mod credits;
 pub mod daily_push;
 pub mod end_users;

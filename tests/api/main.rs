@@ -30,6 +30,8 @@ mod ceiling;
 #[cfg(test)]
 mod chat;
 #[cfg(test)]
+mod costs;
+#[cfg(test)]
 mod credits;
 #[cfg(test)]
 mod dashboards;

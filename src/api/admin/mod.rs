@@ -1,6 +1,7 @@
 //! `/admin/v1/…`: every handler takes `AdminAuth`, so none can forget it.
 
 pub mod bill;
+pub mod costs;
 pub mod credits;
 pub mod end_users;
 pub mod keys;
@@ -64,6 +65,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             web::get().to(spend::tenant_invoice),
         )
         .route("/spend", web::get().to(spend::all_spend))
+        .route("/spend/distribution", web::get().to(costs::distribution))
+        .route("/spend/monthly", web::get().to(costs::monthly))
         .route("/reports/daily", web::get().to(spend::daily_report))
         .route("/reconciliation", web::get().to(spend::reconciliation))
         .route("/bills/import", web::post().to(bill::import))
