@@ -106,6 +106,11 @@ mod tests {
         assert_eq!(decimal_nanos("0.30000000000000004", 0), Ok(300_000_000));
         assert_eq!(decimal_nanos("0.0000000015", 0), Ok(2));
         assert_eq!(decimal_nanos("0.0000000014", 0), Ok(1));
+        // Seventeen significant digits: a float would lose the last ones.
+        assert_eq!(
+            decimal_nanos("12345678.123456789", 0),
+            Ok(12_345_678_123_456_789)
+        );
     }
 
     #[test]

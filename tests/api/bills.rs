@@ -81,31 +81,33 @@ const GPT4O: &str = "gpt-4o-2024-08-06";
 const SONNET: &str = "claude-sonnet-4-5-20250929";
 const HAIKU: &str = "claude-haiku-4-5-20251001";
 
-async fn write_ledger(app: &TestApp) {
+/// The OpenAI rows are `openai`'s (a provider name of the test's own: the
+/// drift gauge is process-wide and other tests import for `primary`).
+async fn write_ledger(app: &TestApp, openai: &str) {
     let rows = vec![
         row(
-            "primary",
+            openai,
             MINI,
             "2026-12-01T10:00:00Z",
             [500, 100, 0, 250],
             200_000,
         ),
         row(
-            "primary",
+            openai,
             MINI,
             "2026-12-01T23:59:59Z",
             [500, 100, 0, 250],
             200_000,
         ),
         row(
-            "primary",
+            openai,
             GPT4O,
             "2026-12-01T12:00:00Z",
             [2000, 0, 0, 400],
             9_000_000,
         ),
         row(
-            "primary",
+            openai,
             MINI,
             "2026-12-02T23:30:00Z",
             [600, 0, 0, 300],
@@ -126,7 +128,7 @@ async fn write_ledger(app: &TestApp) {
             100_000,
         ),
         // Outside the range, and another provider's.
-        row("primary", MINI, "2026-11-30T23:59:59Z", [1, 0, 0, 1], 5),
+        row(openai, MINI, "2026-11-30T23:59:59Z", [1, 0, 0, 1], 5),
         row("secondary", MINI, "2026-12-01T10:00:00Z", [1, 0, 0, 1], 7),
     ];
     let db = app.gateway.directory.db();
@@ -169,11 +171,16 @@ fn share(row: &Value) -> u64 {
 
 #[actix_web::test]
 async fn openai_usage_and_costs_are_compared_with_the_ledger_per_day_model_and_key() {
-    let app = spawn_app(setup()).await;
-    write_ledger(&app).await;
+    let app = spawn_app(
+        setup()
+            .provider("billed", "openai", Upstream::Fake)
+            .set("reconcile.key_ids.billed", "key_gateway"),
+    )
+    .await;
+    write_ledger(&app, "billed").await;
     let usage = import(
         &app,
-        "primary",
+        "billed",
         &["openai-usage-page1.json", "openai-usage-page2.json"],
     )
     .await;
@@ -182,14 +189,14 @@ async fn openai_usage_and_costs_are_compared_with_the_ledger_per_day_model_and_k
     assert_eq!(usage.body["reports"][0]["buckets"], 3);
     assert_eq!(usage.body["reports"][0]["lines"], 5);
     assert_eq!(usage.body["incomplete"], false);
-    let costs = import(&app, "primary", &["openai-costs.json"]).await;
+    let costs = import(&app, "billed", &["openai-costs.json"]).await;
     assert_eq!(costs.status, 200, "{}", costs.raw);
     assert_eq!(costs.body["reports"][0]["lines"], 7);
 
     let reply = app
         .admin(
             "GET",
-            "/bills/drift?provider=primary&from=2026-12-01&to=2026-12-03",
+            "/bills/drift?provider=billed&from=2026-12-01&to=2026-12-03",
             None,
         )
         .await;
@@ -199,7 +206,7 @@ async fn openai_usage_and_costs_are_compared_with_the_ledger_per_day_model_and_k
     assert_eq!(report["currency"], "USD");
     // Mini on day 1 through the gateway's key: two rows of 0.0002 against
     // 0.00015 + 0.0003 billed.
-    let mini = find(report, "2026-12-01", "primary", MINI, "key_gateway");
+    let mini = find(report, "2026-12-01", "billed", MINI, "key_gateway");
     assert_eq!(mini["ledger_cost"], "0.0004");
     assert_eq!(mini["bill_cost"], "0.00045");
     assert_eq!(mini["difference"], "0.00005");
@@ -215,22 +222,22 @@ async fn openai_usage_and_costs_are_compared_with_the_ledger_per_day_model_and_k
     );
     assert_eq!(mini["bill_requests"], 2);
     // 0.004000000000000001 is read from its digits: 0.004 to the nano-unit.
-    let gpt4o = find(report, "2026-12-01", "primary", GPT4O, "key_gateway");
+    let gpt4o = find(report, "2026-12-01", "billed", GPT4O, "key_gateway");
     assert_eq!(gpt4o["ledger_cost"], "0.009");
     assert_eq!(gpt4o["bill_cost"], "0.009");
     assert_eq!(gpt4o["difference"], "0");
     // Another key of the account: billed, not through the gateway.
-    let other = find(report, "2026-12-01", "primary", MINI, "key_other");
+    let other = find(report, "2026-12-01", "billed", MINI, "key_other");
     assert_eq!(other["ledger_cost"], "0");
     assert_eq!(other["bill_cost"], "0.1");
     assert_eq!(other["share"], 1.0);
     assert_eq!(other["bill_tokens"]["input"], 300);
     // 9e-5 + 0.00018 against a row at 23:30 UTC of day 2.
-    let day2 = find(report, "2026-12-02", "primary", MINI, "key_gateway");
+    let day2 = find(report, "2026-12-02", "billed", MINI, "key_gateway");
     assert_eq!(day2["bill_cost"], "0.00027");
     assert_eq!(day2["difference"], "0");
     // Day 3: usage exported, no costs; no ledger rows.
-    let day3 = find(report, "2026-12-03", "primary", MINI, "key_gateway");
+    let day3 = find(report, "2026-12-03", "billed", MINI, "key_gateway");
     assert_eq!(day3["bill_cost"], Value::Null);
     assert_eq!(day3["ledger_cost"], "0");
     assert_eq!(day3["bill_tokens"]["input"], 100);
@@ -239,7 +246,7 @@ async fn openai_usage_and_costs_are_compared_with_the_ledger_per_day_model_and_k
     // Over the days the costs cover: ledger 0.0004 + 0.009 + 0.00027,
     // bill 0.00045 + 0.1 + 0.009 + 0.00027.
     let total = &report["providers"][0];
-    assert_eq!(total["provider"], "primary");
+    assert_eq!(total["provider"], "billed");
     assert_eq!(total["days"], json!(["2026-12-01", "2026-12-02"]));
     assert_eq!(total["ledger_cost"], "0.00967");
     assert_eq!(total["bill_cost"], "0.10972");
@@ -249,7 +256,7 @@ async fn openai_usage_and_costs_are_compared_with_the_ledger_per_day_model_and_k
     let scrape = app.get("/metrics", "").await.raw;
     let gauge = scrape
         .lines()
-        .find_map(|l| l.strip_prefix("tollgate_bill_drift_ratio{provider=\"primary\"} "))
+        .find_map(|l| l.strip_prefix("tollgate_bill_drift_ratio{provider=\"billed\"} "))
         .unwrap_or_else(|| panic!("no drift gauge in {scrape}"));
     assert_eq!(
         gauge.parse::<f64>().unwrap().to_bits(),
@@ -265,7 +272,10 @@ async fn openai_usage_and_costs_are_compared_with_the_ledger_per_day_model_and_k
 #[actix_web::test]
 async fn anthropic_usage_and_cost_reports_are_compared_under_the_gateway_s_key() {
     let app = spawn_app(setup()).await;
-    write_ledger(&app).await;
+    write_ledger(&app, "primary").await;
+    // The first page alone says more follow.
+    let first = import(&app, "claude", &["anthropic-usage-page1.json"]).await;
+    assert_eq!(first.body["incomplete"], true, "{}", first.raw);
     let usage = import(
         &app,
         "claude",
@@ -274,6 +284,7 @@ async fn anthropic_usage_and_cost_reports_are_compared_under_the_gateway_s_key()
     .await;
     assert_eq!(usage.status, 200, "{}", usage.raw);
     assert_eq!(usage.body["reports"][0]["report"], "anthropic_usage");
+    assert_eq!(usage.body["incomplete"], false);
     let cost = import(&app, "claude", &["anthropic-cost.json"]).await;
     assert_eq!(cost.status, 200, "{}", cost.raw);
 
@@ -319,7 +330,7 @@ async fn anthropic_usage_and_cost_reports_are_compared_under_the_gateway_s_key()
 #[actix_web::test]
 async fn importing_the_same_export_again_replaces_its_lines() {
     let app = spawn_app(setup()).await;
-    write_ledger(&app).await;
+    write_ledger(&app, "primary").await;
     for _ in 0..2 {
         let costs = import(&app, "primary", &["openai-costs.json"]).await;
         assert_eq!(costs.status, 200, "{}", costs.raw);
