@@ -1,6 +1,8 @@
 //! Importing providers' usage and cost exports and reporting their drift
 //! from the ledger, for the admin API and the CLI alike.
 
+use std::collections::HashMap;
+
 use sea_orm::DatabaseConnection;
 
 use super::{AdminError, invalid};
@@ -36,10 +38,41 @@ pub async fn import(
     if files.is_empty() {
         return Err(invalid("file", "no file to import"));
     }
+    let parsed = read_files(config, files)?;
+    let imported = store::import(db, provider, parsed, now_ms).await?;
+    let first = imported.reports.iter().map(|r| r.first_bucket_ms).min();
+    let last = imported.reports.iter().map(|r| r.last_bucket_end_ms).max();
+    if let (Some(first), Some(last)) = (first, last) {
+        let calendar = &config.calendar;
+        let from = calendar.window(crate::calendar::Period::Day, first);
+        let to = calendar.window(crate::calendar::Period::Day, last.saturating_sub(1));
+        drift_between(db, config, Some(provider), &from, &to).await?;
+    }
+    Ok(imported)
+}
+
+/// Each file read as an export, in `billing.currency`, with no bucket given
+/// twice: an export's pages never share one, so a bucket in two files of an
+/// import is a page given twice, whose lines would be summed.
+fn read_files(config: &Config, files: Vec<BillFile>) -> Result<Vec<parse::BillFile>, AdminError> {
+    let mut seen: HashMap<(Option<parse::Report>, u64), String> = HashMap::new();
     let mut parsed = Vec::with_capacity(files.len());
     for file in files {
         let bill =
             parse::parse(&file.text).map_err(|e| invalid("file", format!("{}: {e}", file.name)))?;
+        // A file of empty buckets names no report, and adds no line.
+        let report = bill.report;
+        for (start, _) in bill.buckets.iter().filter(|_| report.is_some()) {
+            if let Some(other) = seen.insert((report, *start), file.name.clone()) {
+                return Err(invalid(
+                    "file",
+                    format!(
+                        "{}: its bucket starting at {start} ms is in {other} too: give each page once",
+                        file.name
+                    ),
+                ));
+            }
+        }
         if let Some(currency) = &bill.currency
             && !currency.eq_ignore_ascii_case(&config.billing.currency)
         {
@@ -55,16 +88,7 @@ pub async fn import(
         }
         parsed.push(bill);
     }
-    let imported = store::import(db, provider, parsed, now_ms).await?;
-    let first = imported.reports.iter().map(|r| r.first_bucket_ms).min();
-    let last = imported.reports.iter().map(|r| r.last_bucket_end_ms).max();
-    if let (Some(first), Some(last)) = (first, last) {
-        let calendar = &config.calendar;
-        let from = calendar.window(crate::calendar::Period::Day, first);
-        let to = calendar.window(crate::calendar::Period::Day, last.saturating_sub(1));
-        drift_between(db, config, Some(provider), &from, &to).await?;
-    }
-    Ok(imported)
+    Ok(parsed)
 }
 
 fn check_provider(config: &Config, provider: &str) -> Result<(), AdminError> {

@@ -36,8 +36,8 @@ pub struct ImportedReport {
     pub last_bucket_end_ms: u64,
 }
 
-/// Files' buckets and lines, merged per report: a bucket in two files (two
-/// pages of one export do not share one) keeps the lines of both.
+/// Files' buckets and lines, merged per report (the pages of an export never
+/// share a bucket; the caller refuses one given twice).
 #[derive(Default)]
 struct Merged {
     buckets: BTreeMap<u64, u64>,

@@ -436,6 +436,16 @@ async fn a_bad_export_is_refused_naming_what_is_wrong_and_nothing_is_kept() {
             reply.raw
         );
     }
+    // A page given twice in one import would be summed twice.
+    let twice = import(&app, "primary", &["openai-costs.json", "openai-costs.json"]).await;
+    assert_eq!(twice.status, 400, "{}", twice.raw);
+    assert!(
+        twice
+            .error_message()
+            .contains("body[1]: its bucket starting at 1796083200000 ms is in body[0] too"),
+        "{}",
+        twice.raw
+    );
     let lines = entity::bill_line::Entity::find()
         .all(app.gateway.directory.db())
         .await
