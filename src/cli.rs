@@ -24,6 +24,8 @@ use crate::storage;
 use crate::telemetry;
 use fakes::{FakeArgs, Mock};
 
+mod bill;
+mod costs;
 mod fakes;
 
 #[derive(Debug, Subcommand)]
@@ -102,6 +104,13 @@ enum Command {
         #[command(flatten)]
         range: LedgerRange,
     },
+    /// What one call costs: p50/p95/p99 of a call's charge per feature and model.
+    SpendDistribution(costs::DistributionArgs),
+    /// Each of the last months' spend per tenant or feature, with its change.
+    SpendMonthly(costs::MonthlyArgs),
+    /// Providers' usage and cost exports, and their drift from the ledger.
+    #[command(subcommand)]
+    Bill(bill::BillCommand),
     /// The daily report: a day against the day before, top spenders, budget progress.
     Report {
         /// YYYY-MM-DD; yesterday (UTC) by default.
@@ -257,6 +266,12 @@ struct SpendArgs {
     /// Last day, YYYY-MM-DD (inclusive).
     #[arg(long)]
     to: Option<String>,
+    /// `key` (the groups in order) or `cost` (the most charged first).
+    #[arg(long)]
+    sort: Option<String>,
+    /// List this many groups at most (the total still covers them all).
+    #[arg(long)]
+    limit: Option<usize>,
     #[arg(long)]
     json: bool,
 }
@@ -390,6 +405,11 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Command::Reconcile { range } => reconcile(load(config_path, &ProcessEnv)?, range).await,
         Command::Period { action } => period(load(config_path, &ProcessEnv)?, action).await,
         Command::Export { action } => export(load(config_path, &ProcessEnv)?, action).await,
+        Command::SpendDistribution(args) => {
+            costs::distribution(load(config_path, &ProcessEnv)?, args).await
+        }
+        Command::SpendMonthly(args) => costs::monthly(load(config_path, &ProcessEnv)?, args).await,
+        Command::Bill(command) => bill::run(load(config_path, &ProcessEnv)?, command).await,
         Command::Report { date, json } => {
             daily_report(load(config_path, &ProcessEnv)?, date.as_deref(), json).await
         }
@@ -655,6 +675,8 @@ async fn spend_report(config: Arc<Config>, args: SpendArgs) -> Result<()> {
         group_by: Some(args.group_by),
         from: args.from,
         to: args.to,
+        sort: args.sort,
+        limit: args.limit,
     };
     let report = spend::report(&db, &config.billing.currency, query).await?;
     if args.json {

@@ -8,6 +8,7 @@ pub mod app;
 pub mod arbiter;
 pub mod audit;
 pub mod auth;
+pub mod bill;
 pub mod cache;
 pub mod calendar;
 pub mod cli;

@@ -5,6 +5,7 @@
 
 pub mod api_key;
 pub mod audit_payload;
+pub mod bill_line;
 pub mod closed_invoice;
 pub mod credit;
 pub mod end_user_limit;

@@ -2,6 +2,8 @@
 //! They validate input against the configuration and write the database;
 //! callers that serve traffic also refresh their in-memory view.
 
+pub mod bill;
+pub mod costs;
 pub mod credits;
 pub mod daily_push;
 pub mod end_users;

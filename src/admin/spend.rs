@@ -17,6 +17,10 @@ pub struct SpendQuery {
     pub from: Option<String>,
     /// `YYYY-MM-DD`, inclusive.
     pub to: Option<String>,
+    /// `key` (default: the groups' keys in order) or `cost` (the most charged first).
+    pub sort: Option<String>,
+    /// Groups listed at most; the total still covers them all.
+    pub limit: Option<usize>,
 }
 
 #[derive(Debug, Serialize)]
@@ -27,6 +31,8 @@ pub struct SpendReport {
     pub to: Option<String>,
     pub currency: String,
     pub rows: Vec<SpendRow>,
+    /// Groups left off by `limit`.
+    pub groups_left_off: usize,
     pub total: SpendTotal,
 }
 
@@ -81,7 +87,15 @@ pub async fn report(
         query.from.as_deref(),
         query.to.as_deref(),
     )?;
-    let rows = repo::spend(db, &filter, group_by).await?;
+    let by_cost = match query.sort.as_deref() {
+        None | Some("key") => false,
+        Some("cost") => true,
+        Some(other) => return Err(invalid("sort", format!("`{other}`: use key or cost"))),
+    };
+    if query.limit == Some(0) {
+        return Err(invalid("limit", "must be at least 1"));
+    }
+    let mut rows = repo::spend(db, &filter, group_by).await?;
     let mut total = SpendTotal::default();
     for row in &rows {
         total.attempts += row.attempts;
@@ -99,6 +113,14 @@ pub async fn report(
         .iter()
         .map(|r| r.requests)
         .sum();
+    if by_cost {
+        // Ties keep the keys' order: the sort is stable.
+        rows.sort_by_key(|row| std::cmp::Reverse(row.cost));
+    }
+    let groups_left_off = query
+        .limit
+        .map_or(0, |limit| rows.len().saturating_sub(limit));
+    rows.truncate(rows.len() - groups_left_off);
     Ok(SpendReport {
         tenant: query.tenant,
         group_by: group_text,
@@ -106,6 +128,7 @@ pub async fn report(
         to: query.to,
         currency: currency.to_owned(),
         rows,
+        groups_left_off,
         total,
     })
 }

@@ -22,6 +22,7 @@ mod price_file;
 mod prices;
 mod prompt_cache;
 mod providers;
+mod reconcile;
 mod responses;
 mod routes;
 pub mod semantic_cache;
@@ -57,6 +58,7 @@ pub use prices::{
 };
 pub use prompt_cache::PromptCacheConfig;
 pub use providers::{OnClientDisconnect, Provider, ProviderKind, TenantIdField};
+pub use reconcile::ReconcileConfig;
 pub use responses::StoreConfig;
 pub use routes::{ComplexityRoutes, MAX_PROMPT_BYTES, Route, Target, UnknownFields};
 pub use server::ServerConfig;
@@ -85,6 +87,7 @@ struct RawConfig {
     prompt_cache: PromptCacheConfig,
     audit: AuditConfig,
     responses: StoreConfig,
+    reconcile: ReconcileConfig,
     providers: BTreeMap<String, providers::RawProvider>,
     routes: BTreeMap<String, routes::RawRoute>,
     tiers: BTreeMap<String, tiers::RawTier>,
@@ -113,6 +116,7 @@ pub struct Config {
     pub audit: AuditConfig,
     /// `[responses]`: how the Responses door keeps stored responses.
     pub responses: StoreConfig,
+    pub reconcile: ReconcileConfig,
     pub providers: HashMap<ProviderName, Provider>,
     pub routes: HashMap<RouteName, Route>,
     pub tiers: HashMap<String, Tier>,
@@ -268,6 +272,7 @@ fn validate(raw: RawConfig, dir: &Path, env: &dyn EnvSource) -> Result<Config, C
     raw.reports.check(&mut problems);
     let calendar = raw.billing.calendar(&mut problems);
     let providers = providers::validate_providers(&raw.providers, env, &mut problems);
+    raw.reconcile.check(&providers, &mut problems);
     // Without its catalogs the price table is incomplete: every route would
     // be refused for prices that are only missing because of this one error.
     let merged = match catalog::merge(raw.prices, &raw.include, dir, &raw.billing.currency) {
@@ -299,6 +304,7 @@ fn validate(raw: RawConfig, dir: &Path, env: &dyn EnvSource) -> Result<Config, C
         prompt_cache: raw.prompt_cache,
         audit: raw.audit,
         responses: raw.responses,
+        reconcile: raw.reconcile,
         providers,
         routes,
         tiers,

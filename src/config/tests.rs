@@ -557,3 +557,36 @@ fn several_replicas_without_a_shared_store_are_refused() {
     );
     assert!(config("replicas = 3", &with_env).is_ok());
 }
+
+#[test]
+fn reconcile_names_configured_providers_and_takes_a_percentage() {
+    let good = format!(
+        "{BASE}\n[reconcile]\nmax_drift_percent = 2.5\nkey_ids = {{ deepseek = \"key_abc\" }}\n"
+    );
+    let config = Config::from_toml(&good, &pepper()).unwrap();
+    assert_eq!(
+        config.reconcile.key_ids.get("deepseek").map(String::as_str),
+        Some("key_abc")
+    );
+    assert_eq!(
+        Config::from_toml(BASE, &pepper())
+            .unwrap()
+            .reconcile
+            .max_drift_percent
+            .to_bits(),
+        2.0f64.to_bits()
+    );
+    let bad = format!(
+        "{BASE}\n[reconcile]\nmax_drift_percent = 120\nkey_ids = {{ kimi = \"key_x\", qwen = \" \" }}\n"
+    );
+    let errors = Config::from_toml(&bad, &pepper()).unwrap_err();
+    let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        lines,
+        [
+            "reconcile.max_drift_percent: 120 is not a percentage from 0 to 100",
+            "reconcile.key_ids.kimi: names no configured provider",
+            "reconcile.key_ids.qwen: is empty",
+        ]
+    );
+}

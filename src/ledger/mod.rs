@@ -3,6 +3,7 @@
 //! database by size and by age, and keeps them while the database is away.
 
 pub mod actor;
+pub mod analysis;
 pub mod batch;
 pub mod credits;
 mod daily;

@@ -201,9 +201,9 @@ type Scopes<'e> = (&'e str, &'e str, &'e str, Option<&'e str>, &'e str, &'e str)
 
 const QUARTER_HOUR_MS: u64 = 900_000;
 /// The tenant's, a key's and a feature's spend in one local month.
-const TOTAL_TENANT: &str = "tenant";
+pub(super) const TOTAL_TENANT: &str = "tenant";
 const TOTAL_KEY: &str = "key";
-const TOTAL_FEATURE: &str = "feature";
+pub(super) const TOTAL_FEATURE: &str = "feature";
 /// The tenant's, a key's and a feature's spend on one local day.
 const TOTAL_DAY: &str = "day";
 const TOTAL_KEY_DAY: &str = "key_day";

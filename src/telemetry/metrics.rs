@@ -182,6 +182,10 @@ metrics! {
         "Tenants in `auto` whose cache breakpoints the ledger's last review turned off (their cache writes cost more than their reads saved).";
     AuditPayloadsDroppedTotal => "tollgate_audit_payloads_dropped_total", Counter, Start,
         "Audit payloads of opted-in tenants not kept: the writer's queue was full or the database refused them.";
+    BillDriftRatio => "tollgate_bill_drift_ratio", Gauge, Event,
+        "A provider's imported bill less the ledger's cost, as a share of the bill, over the days of the last drift computed (an import or a drift report): positive where the provider billed more.";
+    BillDriftLimitRatio => "tollgate_bill_drift_limit_ratio", Gauge, Configured,
+        "The drift share past which TollgateBillDrift fires (`reconcile.max_drift_percent` ÷ 100).";
 }
 
 pub fn describe_all() {

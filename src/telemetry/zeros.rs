@@ -4,7 +4,7 @@
 //! panel or alert rule that selects one of them has a series before the
 //! first event, and `increase()` sees the first one.
 
-use super::metrics::{Metric, counter_add, zero};
+use super::metrics::{Metric, counter_add, gauge_set, zero};
 use crate::config::{Config, Route};
 
 /// `tollgate_upstream_attempts_total`'s outcomes (see `pipeline::attempt`).
@@ -25,6 +25,11 @@ pub fn zero_configured(config: &Config) {
 
     counter_add(Metric::QuotaHoldsLostTotal, &[], 0);
     counter_add(Metric::AuditPayloadsDroppedTotal, &[], 0);
+    gauge_set(
+        Metric::BillDriftLimitRatio,
+        &[],
+        config.reconcile.max_drift_ratio(),
+    );
     for reason in ["queue_full", "export_failed"] {
         counter_add(Metric::TraceSpansDroppedTotal, &[("reason", reason)], 0);
     }

@@ -420,6 +420,16 @@ async fn drive_traffic(app: &TestApp) {
     let refused = app.chat(&budgeted_key, &pricey).await;
     assert_eq!(refused.status, 402, "{}", refused.raw);
 
+    // An imported bill: its drift gauge gets the provider's series.
+    let bill = json!({"object": "page", "has_more": false, "data": [{
+        "object": "bucket", "start_time": 1_796_083_200, "end_time": 1_796_169_600,
+        "results": [{"object": "organization.costs.result",
+            "amount": {"value": 0.5, "currency": "cny"}, "line_item": "m, input"}]}]});
+    let imported = app
+        .admin("POST", "/bills/import?provider=primary", Some(bill))
+        .await;
+    assert_eq!(imported.status, 200, "{}", imported.raw);
+
     let (_limited, limited_key) = app.tenant_with_key("free", json!({"rpm_limit": 1})).await;
     assert_eq!(app.chat(&limited_key, &chat_body("fast")).await.status, 200);
     let limited = app.chat(&limited_key, &chat_body("fast")).await;

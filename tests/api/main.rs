@@ -20,6 +20,8 @@ mod auth;
 #[cfg(test)]
 mod auth_flood;
 #[cfg(test)]
+mod bills;
+#[cfg(test)]
 mod budget;
 #[cfg(test)]
 mod cache;
@@ -27,6 +29,8 @@ mod cache;
 mod ceiling;
 #[cfg(test)]
 mod chat;
+#[cfg(test)]
+mod costs;
 #[cfg(test)]
 mod credits;
 #[cfg(test)]

@@ -1,5 +1,7 @@
 //! `/admin/v1/…`: every handler takes `AdminAuth`, so none can forget it.
 
+pub mod bill;
+pub mod costs;
 pub mod credits;
 pub mod end_users;
 pub mod keys;
@@ -66,8 +68,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/spend", web::get().to(spend::all_spend))
         .route("/periods", web::get().to(periods::list))
         .route("/periods/{month}/close", web::post().to(periods::close))
+        .route("/spend/distribution", web::get().to(costs::distribution))
+        .route("/spend/monthly", web::get().to(costs::monthly))
         .route("/reports/daily", web::get().to(spend::daily_report))
         .route("/reconciliation", web::get().to(spend::reconciliation))
+        .route("/bills/import", web::post().to(bill::import))
+        .route("/bills/drift", web::get().to(bill::drift))
         .route("/reload", web::post().to(reload::reload_config))
         .route("/prompt-cache", web::get().to(prompt_cache::last_review))
         .route("/prompt-cache/review", web::post().to(prompt_cache::review))

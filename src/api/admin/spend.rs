@@ -18,6 +18,9 @@ pub struct SpendParams {
     from: Option<String>,
     to: Option<String>,
     tenant: Option<String>,
+    /// `key` or `cost`.
+    sort: Option<String>,
+    limit: Option<usize>,
 }
 
 pub async fn tenant_spend(
@@ -33,6 +36,8 @@ pub async fn tenant_spend(
         group_by: params.group_by,
         from: params.from,
         to: params.to,
+        sort: params.sort,
+        limit: params.limit,
     };
     let report = spend::report(gw.directory.db(), &gw.config.billing.currency, query).await?;
     Ok(HttpResponse::Ok().json(report))
@@ -49,6 +54,8 @@ pub async fn all_spend(
         group_by: params.group_by.or_else(|| Some("tenant".to_owned())),
         from: params.from,
         to: params.to,
+        sort: params.sort,
+        limit: params.limit,
     };
     let report = spend::report(gw.directory.db(), &gw.config.billing.currency, query).await?;
     Ok(HttpResponse::Ok().json(report))
