@@ -25,35 +25,9 @@ use crate::telemetry;
 use fakes::{FakeArgs, Mock};
 
 mod bill;
+mod closes;
 mod costs;
 mod fakes;
-
-#[derive(Debug, Subcommand)]
-enum ExportCommand {
-    /// A day of the billing time zone as a FOCUS-style CSV: one line per ledger row.
-    Focus {
-        /// YYYY-MM-DD.
-        #[arg(long)]
-        date: String,
-        /// Where to write it; standard output by default.
-        #[arg(long)]
-        out: Option<PathBuf>,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-enum PeriodCommand {
-    /// Close a month of the billing time zone (YYYY-MM) and every earlier one still open.
-    Close {
-        #[arg(long)]
-        month: String,
-        /// Who closed it, kept beside the close.
-        #[arg(long)]
-        by: Option<String>,
-    },
-    /// The closed months, oldest first.
-    List,
-}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -137,13 +111,13 @@ enum Command {
     /// The ledger for a data warehouse.
     Export {
         #[command(subcommand)]
-        action: ExportCommand,
+        action: closes::ExportCommand,
     },
     /// Months that close: after a close a month's invoices are final, and
     /// rows stamped in it later are booked in the first open month.
     Period {
         #[command(subcommand)]
-        action: PeriodCommand,
+        action: closes::PeriodCommand,
     },
     /// Run the OpenAI-compatible fake upstream (tests, demos, load).
     FakeUpstream(FakeArgs),
@@ -300,43 +274,6 @@ fn json_out<T: serde::Serialize>(value: &T) -> Result<()> {
     Ok(())
 }
 
-async fn export(config: Arc<Config>, action: ExportCommand) -> Result<()> {
-    let ExportCommand::Focus { date, out } = action;
-    let db = storage::connect_and_migrate(&config.storage.database_url, 1).await?;
-    let sink: Box<dyn Write> = match &out {
-        Some(path) => Box::new(
-            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
-        ),
-        None => Box::new(std::io::stdout()),
-    };
-    let mut sink = std::io::BufWriter::new(sink);
-    let currency = &config.billing.currency;
-    let written =
-        crate::ledger::focus::write_day(&db, &config.calendar, currency, &date, &mut sink).await?;
-    sink.flush().context("writing the CSV")?;
-    let Some(day) = written else {
-        anyhow::bail!("--date `{date}` is not a YYYY-MM-DD day");
-    };
-    if out.is_some() {
-        json_out(&day)?;
-    }
-    Ok(())
-}
-
-async fn period(config: Arc<Config>, action: PeriodCommand) -> Result<()> {
-    let db = storage::connect_and_migrate(&config.storage.database_url, 1).await?;
-    match action {
-        PeriodCommand::Close { month, by } => {
-            let now = SystemClock.now_ms();
-            let closing =
-                crate::admin::periods::close(&db, &config.calendar, &month, now, by.as_deref())
-                    .await?;
-            json_out(&closing)
-        }
-        PeriodCommand::List => json_out(&crate::admin::periods::list(&db).await?),
-    }
-}
-
 async fn invoice(
     config: Arc<Config>,
     tenant: &str,
@@ -403,8 +340,8 @@ async fn dispatch(cli: Cli) -> Result<()> {
             reprice(load(config_path, &ProcessEnv)?, prices.as_deref(), range).await
         }
         Command::Reconcile { range } => reconcile(load(config_path, &ProcessEnv)?, range).await,
-        Command::Period { action } => period(load(config_path, &ProcessEnv)?, action).await,
-        Command::Export { action } => export(load(config_path, &ProcessEnv)?, action).await,
+        Command::Period { action } => closes::period(load(config_path, &ProcessEnv)?, action).await,
+        Command::Export { action } => closes::export(load(config_path, &ProcessEnv)?, action).await,
         Command::SpendDistribution(args) => {
             costs::distribution(load(config_path, &ProcessEnv)?, args).await
         }

@@ -1,0 +1,78 @@
+//! `tollgate period close|list` (months that close) and `tollgate export
+//! focus` (a day of the ledger for a data warehouse).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result};
+use clap::Subcommand;
+
+use super::json_out;
+use crate::clock::{Clock, SystemClock};
+use crate::config::Config;
+use crate::storage;
+
+#[derive(Debug, Subcommand)]
+pub(super) enum ExportCommand {
+    /// A day of the billing time zone as a FOCUS-style CSV: one line per ledger row.
+    Focus {
+        /// YYYY-MM-DD.
+        #[arg(long)]
+        date: String,
+        /// Where to write it; standard output by default.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum PeriodCommand {
+    /// Close a month of the billing time zone (YYYY-MM) and every earlier one still open.
+    Close {
+        #[arg(long)]
+        month: String,
+        /// Who closed it, kept beside the close.
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// The closed months, oldest first.
+    List,
+}
+
+pub(super) async fn export(config: Arc<Config>, action: ExportCommand) -> Result<()> {
+    let ExportCommand::Focus { date, out } = action;
+    let db = storage::connect_and_migrate(&config.storage.database_url, 1).await?;
+    let sink: Box<dyn Write> = match &out {
+        Some(path) => Box::new(
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        ),
+        None => Box::new(std::io::stdout()),
+    };
+    let mut sink = std::io::BufWriter::new(sink);
+    let currency = &config.billing.currency;
+    let written =
+        crate::ledger::focus::write_day(&db, &config.calendar, currency, &date, &mut sink).await?;
+    sink.flush().context("writing the CSV")?;
+    let Some(day) = written else {
+        anyhow::bail!("--date `{date}` is not a YYYY-MM-DD day");
+    };
+    if out.is_some() {
+        json_out(&day)?;
+    }
+    Ok(())
+}
+
+pub(super) async fn period(config: Arc<Config>, action: PeriodCommand) -> Result<()> {
+    let db = storage::connect_and_migrate(&config.storage.database_url, 1).await?;
+    match action {
+        PeriodCommand::Close { month, by } => {
+            let now = SystemClock.now_ms();
+            let closing =
+                crate::admin::periods::close(&db, &config.calendar, &month, now, by.as_deref())
+                    .await?;
+            json_out(&closing)
+        }
+        PeriodCommand::List => json_out(&crate::admin::periods::list(&db).await?),
+    }
+}
