@@ -1,4 +1,4 @@
-//! What a cache hit is charged. A hit is free unless the tenant's plan sets
+//! A cached answer served, and what it is charged. A hit is free unless the tenant's plan sets
 //! `cache_hit_percent`: then it is charged that share of what the answer
 //! would be charged on the plan, and that charge is held and settled in the
 //! tenant's one decision like any other, so a budget, a key's, an end user's
@@ -14,8 +14,12 @@ use crate::tenant::end_users::EndUserHold;
 use crate::tenant::sessions::SessionHold;
 use crate::tenant::{ReservationGuard, ReservationMeta, ReserveRequest, TenantHandle};
 
+use super::chat::{ChatOutcome, OutcomeBody};
 use super::context::RequestContext;
 use super::dispatch::RESERVATION_MARGIN_MS;
+use super::record::{self, AttemptRow};
+use crate::ledger::{AttemptStatus, CacheSource, UsageKind};
+use crate::tenant::RateDecision;
 
 /// What a hit needs to be charged: the request's scopes and its plan's rate.
 pub struct HitCharge<'a> {
@@ -142,4 +146,54 @@ impl HeldHit {
             ),
         }
     }
+}
+
+/// A cached answer served: no upstream call; a `cache_hit` row with the
+/// original usage, naming the row whose answer it is (and, for the semantic
+/// cache, how close the question was). Free, unless the tenant's plan
+/// charges hits: then its charge is held before the row and settled after.
+pub async fn serve_cached(
+    hits: &HitCharge<'_>,
+    rate: RateDecision,
+    hit: &CachedResponse,
+    similarity: Option<u32>,
+    mut body: OutcomeBody,
+) -> Result<ChatOutcome, ApiError> {
+    // Boxed: only hits take this path, and its size would be every request's.
+    let held = Box::pin(hits.hold(hits.amount(hit))).await?;
+    let mut row = AttemptRow::new(&hit.provider, &hit.model, 0, 0);
+    row.status = AttemptStatus::CacheHit;
+    row.usage = hit.usage;
+    row.usage_kind = UsageKind::Reported;
+    row.charged = held.amount;
+    row.cost = Some(Nanos::ZERO);
+    row.cache = Some(CacheSource {
+        event_id: hit.source.clone(),
+        similarity,
+    });
+    if let OutcomeBody::Complete {
+        cost, remaining, ..
+    } = &mut body
+    {
+        *cost = cost.saturating_add(held.amount);
+        *remaining = held.remaining.or(*remaining);
+    }
+    let route = hits.route.name.as_str();
+    record::record(hits.gw, hits.ctx, route, held.amount, row).await;
+    held.settle().await;
+    Ok(ChatOutcome {
+        provider: hit.provider.clone(),
+        model: hit.model.clone(),
+        rate,
+        clamped_max_tokens: None,
+        cache: Some(if similarity.is_some() {
+            "semantic"
+        } else {
+            "hit"
+        }),
+        tokens: None,
+        degraded: false,
+        native: hit.native,
+        body,
+    })
 }

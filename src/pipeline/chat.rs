@@ -8,18 +8,17 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::cache_charge::HitCharge;
+use super::cache_charge::{HitCharge, serve_cached};
 use super::context::{RequestContext, RequestMeter};
 use super::dispatch::{Dispatch, RESERVATION_MARGIN_MS};
 use super::hold::{GrowthStep, Hold};
-use super::record::{self, AttemptRow};
 use super::semantic::{self, Consulted};
 use super::stream::ClientBody;
-use crate::cache::{CacheKey, CachedResponse};
+use crate::cache::CacheKey;
 use crate::clock::monotonic;
 use crate::config::{Config, Price, ProviderKind, Route, Tier};
 use crate::error::{ApiError, ErrorCode};
-use crate::ledger::{Api, AttemptStatus, CacheSource, UsageKind};
+use crate::ledger::Api;
 use crate::money::Nanos;
 use crate::openai::chat::{ChatRequest, ResponsesBody};
 use crate::prompts::Prefix;
@@ -745,56 +744,6 @@ fn check_choices(request: &ChatRequest, tier: &Tier) -> Result<(), ApiError> {
             request.choices()
         ),
     ))
-}
-
-/// A cached answer served: no upstream call; a `cache_hit` row with the
-/// original usage, naming the row whose answer it is (and, for the semantic
-/// cache, how close the question was). Free, unless the tenant's plan
-/// charges hits: then its charge is held before the row and settled after.
-pub(super) async fn serve_cached(
-    hits: &HitCharge<'_>,
-    rate: RateDecision,
-    hit: &CachedResponse,
-    similarity: Option<u32>,
-    mut body: OutcomeBody,
-) -> Result<ChatOutcome, ApiError> {
-    // Boxed: only hits take this path, and its size would be every request's.
-    let held = Box::pin(hits.hold(hits.amount(hit))).await?;
-    let mut row = AttemptRow::new(&hit.provider, &hit.model, 0, 0);
-    row.status = AttemptStatus::CacheHit;
-    row.usage = hit.usage;
-    row.usage_kind = UsageKind::Reported;
-    row.charged = held.amount;
-    row.cost = Some(Nanos::ZERO);
-    row.cache = Some(CacheSource {
-        event_id: hit.source.clone(),
-        similarity,
-    });
-    if let OutcomeBody::Complete {
-        cost, remaining, ..
-    } = &mut body
-    {
-        *cost = cost.saturating_add(held.amount);
-        *remaining = held.remaining.or(*remaining);
-    }
-    let route = hits.route.name.as_str();
-    record::record(hits.gw, hits.ctx, route, held.amount, row).await;
-    held.settle().await;
-    Ok(ChatOutcome {
-        provider: hit.provider.clone(),
-        model: hit.model.clone(),
-        rate,
-        clamped_max_tokens: None,
-        cache: Some(if similarity.is_some() {
-            "semantic"
-        } else {
-            "hit"
-        }),
-        tokens: None,
-        degraded: false,
-        native: hit.native,
-        body,
-    })
 }
 
 pub(super) fn resolve_route<'a>(

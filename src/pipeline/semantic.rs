@@ -11,7 +11,8 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use super::chat::{ChatOutcome, OutcomeBody, allowed_rate, handle_chat, serve_cached};
+use super::cache_charge::serve_cached;
+use super::chat::{ChatOutcome, OutcomeBody, allowed_rate, handle_chat};
 use super::context::{RequestContext, RequestMeter};
 use super::degraded::canned;
 use crate::cache::semantic::vector::Quantized;
