@@ -61,6 +61,8 @@ fn reserve(c: &mut Criterion) {
         period: tollgate::calendar::Period::Month,
         feature_periods: std::collections::BTreeMap::new(),
         credits: false,
+        rate_mode: tollgate::directory::RateMode::Enforce,
+        alert_webhook_url: None,
     };
     let mut book = QuotaBook::new(limits, Nanos::ZERO, 1_796_040_000_000);
     let request = ReserveRequest {

@@ -155,6 +155,12 @@ enum TenantCommand {
         /// Keep its calls' request and response bodies (keys redacted) for audit.
         #[arg(long)]
         audit_payloads: bool,
+        /// An http(s) URL that receives the tenant's alerts (beside `[alerts] webhook_url`).
+        #[arg(long)]
+        alert_webhook_url: Option<String>,
+        /// enforce or alert (default: the tier's).
+        #[arg(long)]
+        rate_mode: Option<String>,
     },
     List,
     Show {
@@ -178,6 +184,12 @@ enum TenantCommand {
         /// `true` or `false`: keep its calls' bodies for audit.
         #[arg(long)]
         audit_payloads: Option<bool>,
+        /// An http(s) URL for the tenant's alerts; `none` removes it.
+        #[arg(long)]
+        alert_webhook_url: Option<String>,
+        /// enforce or alert; `tier` goes back to the tier's.
+        #[arg(long)]
+        rate_mode: Option<String>,
     },
 }
 
@@ -468,6 +480,8 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
             default_max_tokens,
             plan,
             audit_payloads,
+            alert_webhook_url,
+            rate_mode,
         } => {
             let new = NewTenant {
                 id,
@@ -488,6 +502,8 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
                 prompt_breakpoints: None,
                 plan,
                 audit_payloads,
+                alert_webhook_url,
+                rate_mode,
             };
             let record = tenants::create(&db, &config, new, now_ms()).await?;
             json_out(&TenantView::from(&record))
@@ -506,6 +522,8 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
             mode,
             plan,
             audit_payloads,
+            alert_webhook_url,
+            rate_mode,
         } => {
             let patch = TenantPatch {
                 name,
@@ -515,6 +533,8 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
                 budget_mode: mode,
                 plan: plan.map(Some),
                 audit_payloads,
+                alert_webhook_url: alert_webhook_url.map(|url| (url != "none").then_some(url)),
+                rate_mode: rate_mode.map(|mode| (mode != "tier").then_some(mode)),
                 ..TenantPatch::default()
             };
             json_out(&TenantView::from(
@@ -708,6 +728,8 @@ async fn demo(path: Option<&Path>, listen: Option<std::net::SocketAddr>) -> Resu
                 prompt_breakpoints: None,
                 plan: None,
                 audit_payloads: false,
+                alert_webhook_url: None,
+                rate_mode: None,
             };
             tenants::create(db, &config, new, now_ms()).await?
         }

@@ -38,6 +38,10 @@ pub struct Model {
     pub plan: Option<String>,
     /// Request and response bodies of its calls are kept for audit (`audit_payloads`).
     pub audit_payloads: bool,
+    /// An `http`/`https` URL that receives the tenant's alerts (beside the global webhook).
+    pub alert_webhook_url: Option<String>,
+    /// Overrides the tier's `rate_mode`: `enforce` or `alert` (`None`: the tier's).
+    pub rate_mode: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -6,7 +6,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use super::{AdminError, invalid};
 use crate::calendar::Period;
 use crate::config::{Config, StoreErrorPolicy};
-use crate::directory::{BudgetMode, TenantRecord, repo};
+use crate::directory::{BudgetMode, RateMode, TenantRecord, repo};
 use crate::ids::{FEATURE_RULE, TenantId, is_valid_feature};
 use crate::money::Nanos;
 use crate::prompts::{Breakpoints, EVERY_ROUTE, MAX_PROMPT_BYTES};
@@ -43,6 +43,12 @@ pub struct NewTenant {
     /// Keep its calls' request and response bodies (keys redacted) for audit.
     #[serde(default)]
     pub audit_payloads: bool,
+    /// An `http`/`https` URL that receives the tenant's alerts as JSON POSTs.
+    #[serde(default)]
+    pub alert_webhook_url: Option<String>,
+    /// `enforce` or `alert`; absent: the tier's.
+    #[serde(default)]
+    pub rate_mode: Option<String>,
 }
 
 /// A partial update; `null` clears an optional limit.
@@ -78,6 +84,12 @@ pub struct TenantPatch {
     #[serde(default, deserialize_with = "double_option")]
     pub plan: Option<Option<String>>,
     pub audit_payloads: Option<bool>,
+    /// `null` removes the tenant's own alert target.
+    #[serde(default, deserialize_with = "double_option")]
+    pub alert_webhook_url: Option<Option<String>>,
+    /// `null`: the tier's mode.
+    #[serde(default, deserialize_with = "double_option")]
+    pub rate_mode: Option<Option<String>>,
 }
 
 #[expect(
@@ -114,6 +126,9 @@ pub struct TenantView {
     /// `cost` when the tenant is on no plan.
     pub plan: String,
     pub audit_payloads: bool,
+    pub alert_webhook_url: Option<String>,
+    /// The tenant's override of its tier's rate mode (`None`: the tier's).
+    pub rate_mode: Option<RateMode>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
@@ -147,6 +162,8 @@ impl From<&TenantRecord> for TenantView {
                 .clone()
                 .unwrap_or_else(|| crate::config::COST.to_owned()),
             audit_payloads: t.audit_payloads,
+            alert_webhook_url: t.alert_webhook_url.clone(),
+            rate_mode: t.rate_mode,
             created_at_ms: t.created_at_ms,
             updated_at_ms: t.updated_at_ms,
         }
@@ -180,6 +197,19 @@ fn parse_store_policy(text: &str) -> Result<String, AdminError> {
 
 fn parse_mode(text: &str) -> Result<BudgetMode, AdminError> {
     text.parse().map_err(|e: String| invalid("budget_mode", e))
+}
+
+fn parse_rate_mode(text: &str) -> Result<String, AdminError> {
+    text.parse::<RateMode>()
+        .map(|m| m.as_str().to_owned())
+        .map_err(|e| invalid("rate_mode", e))
+}
+
+fn webhook_url(text: &str) -> Result<String, AdminError> {
+    match crate::config::webhook_url_problem(text) {
+        None => Ok(text.to_owned()),
+        Some(problem) => Err(invalid("alert_webhook_url", problem)),
+    }
 }
 
 fn positive(field: &str, value: u32) -> Result<i32, AdminError> {
@@ -338,6 +368,12 @@ pub async fn create(
             .as_deref()
             .map(parse_breakpoints)
             .transpose()?),
+        alert_webhook_url: Set(new
+            .alert_webhook_url
+            .as_deref()
+            .map(webhook_url)
+            .transpose()?),
+        rate_mode: Set(new.rate_mode.as_deref().map(parse_rate_mode).transpose()?),
     };
     Ok(repo::insert_tenant(db, model).await?)
 }
@@ -445,11 +481,31 @@ pub async fn update(
     if let Some(breakpoints) = patch.prompt_breakpoints {
         model.prompt_breakpoints = Set(Some(parse_breakpoints(&breakpoints)?));
     }
+    patch_alerts(&mut model, patch.alert_webhook_url, patch.rate_mode)?;
     if *model.on_credits.as_ref() && model.monthly_budget_nanos.as_ref().is_some() {
         return Err(credits_and_budget());
     }
     model.updated_at_ms = Set(updated_at);
     Ok(repo::update_tenant(db, model).await?)
+}
+
+/// The tenant's alert target and rate mode: absent keeps, `null` clears.
+#[expect(
+    clippy::option_option,
+    reason = "absent (keep) differs from null (clear) in a PATCH"
+)]
+fn patch_alerts(
+    model: &mut entity::tenant::ActiveModel,
+    url: Option<Option<String>>,
+    rate_mode: Option<Option<String>>,
+) -> Result<(), AdminError> {
+    if let Some(url) = url {
+        model.alert_webhook_url = Set(url.as_deref().map(webhook_url).transpose()?);
+    }
+    if let Some(mode) = rate_mode {
+        model.rate_mode = Set(mode.as_deref().map(parse_rate_mode).transpose()?);
+    }
+    Ok(())
 }
 
 /// Sets (`Some`) or removes (`None`) the monthly budget of one feature of a tenant.

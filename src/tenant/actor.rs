@@ -357,14 +357,10 @@ impl TenantActor {
         let Some(budget) = self.limits.budget else {
             return;
         };
-        let notice = AlertNotice {
-            tenant: self.tenant.to_string(),
-            period: period.to_owned(),
-            committed,
-            budget,
-            threshold,
-        };
-        alerts::fire(&self.alerts_config, notice);
+        let notice =
+            AlertNotice::budget(self.tenant.as_str(), period, threshold, committed, budget);
+        let tenant_url = self.limits.alert_webhook_url.as_deref();
+        alerts::budget_crossed(&self.alerts_config, tenant_url, &notice);
     }
 
     /// Budget gauges after every change of committed or reserved money.

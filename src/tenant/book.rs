@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::calendar::{Calendar, Period};
 use crate::config::StoreErrorPolicy;
-use crate::directory::BudgetMode;
+use crate::directory::{BudgetMode, RateMode};
 use crate::ids::{KeyId, ReservationId};
 use crate::money::{CostAccumulator, Nanos, PricePerMTok};
 
@@ -57,6 +57,10 @@ pub struct Limits {
     /// The tenant spends its prepaid balance (top-ups less lifetime spend)
     /// instead of a monthly budget.
     pub credits: bool,
+    /// `alert`: a call over `rpm` or `tokens.tpm` passes, flagged.
+    pub rate_mode: RateMode,
+    /// The tenant's own alert target, beside `[alerts] webhook_url`.
+    pub alert_webhook_url: Option<String>,
 }
 
 impl Limits {

@@ -94,4 +94,6 @@ mod streaming;
 #[cfg(test)]
 mod tenant_actor;
 #[cfg(test)]
+mod tenant_alerts;
+#[cfg(test)]
 mod traces;
