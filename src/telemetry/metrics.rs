@@ -112,6 +112,8 @@ metrics! {
         "Budget thresholds crossed, by threshold percent (once per tenant and period).";
     AlertDeliveriesTotal => "tollgate_alert_deliveries_total", Counter, Start,
         "Alert webhook deliveries by target (global: `[alerts] webhook_url`, tenant: the tenant's own) and outcome (delivered, failed after every attempt).";
+    RateOverLimitTotal => "tollgate_rate_over_limit_total", Counter, Event,
+        "Calls an alert-only rate limit let pass over it, by tenant and limit (rpm, tpm).";
     RejectionsTotal => "tollgate_rejections_total", Counter, Event,
         "Requests refused before the upstream, by kind.";
     StreamInterruptionsTotal => "tollgate_stream_interruptions_total", Counter, Configured,

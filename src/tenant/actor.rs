@@ -20,10 +20,10 @@ use std::time::Duration;
 use actix::prelude::*;
 use sea_orm::DatabaseConnection;
 
-use super::alerts::{self, AlertBook, AlertNotice};
+use super::alerts::{self, AlertBook, AlertNotice, RateLimit};
 use super::book::{
-    BalanceStatus, BudgetStatus, Granted, KeyShare, Lapsed, Limits, QuotaBook, RateDecision, Seed,
-    Settled,
+    BalanceStatus, BudgetStatus, Granted, KeyShare, Lapsed, Limits, PassedOver, QuotaBook,
+    RateDecision, Seed, Settled,
 };
 use super::decision::Decision;
 use super::end_users::{EndUserHold, EndUserStatus};
@@ -661,7 +661,78 @@ impl Handler<CheckRate> for TenantActor {
 
     fn handle(&mut self, _msg: CheckRate, _ctx: &mut Context<Self>) -> Self::Result {
         let now = self.touch();
-        self.decide(now, |store, now| store.check_rate(now), None)
+        let decision = self.decide(now, |store, now| store.check_rate(now), None);
+        self.passed_over(decision, now)
+    }
+}
+
+/// The alert-only rate limits an answer let a call pass over.
+trait PassedRates {
+    fn passed(&self) -> impl Iterator<Item = (RateLimit, PassedOver)>;
+}
+
+impl PassedRates for RateDecision {
+    fn passed(&self) -> impl Iterator<Item = (RateLimit, PassedOver)> {
+        self.over.map(|over| (RateLimit::Rpm, over)).into_iter()
+    }
+}
+
+impl PassedRates for Granted {
+    fn passed(&self) -> impl Iterator<Item = (RateLimit, PassedOver)> {
+        self.over_tpm.map(|over| (RateLimit::Tpm, over)).into_iter()
+    }
+}
+
+impl PassedRates for Admitted {
+    fn passed(&self) -> impl Iterator<Item = (RateLimit, PassedOver)> {
+        let tokens = self.reservation.as_ref().and_then(|r| r.as_ref().ok());
+        self.rate
+            .passed()
+            .chain(tokens.into_iter().flat_map(Granted::passed))
+    }
+}
+
+impl TenantActor {
+    /// Counts each call an alert-only rate limit let pass, and alerts on the
+    /// first of each limit in its minute (the store decided which is first,
+    /// for every replica).
+    fn passed_over<T: PassedRates + 'static>(
+        &self,
+        decision: Decision<Self, QuotaAnswer<T>>,
+        now: u64,
+    ) -> Decision<Self, QuotaAnswer<T>> {
+        match decision {
+            Decision::Now(answer) => {
+                if let Ok(answer) = &answer {
+                    self.rates_passed(answer, now);
+                }
+                Decision::Now(answer)
+            }
+            Decision::Later(answer) => Decision::later(answer.map(move |answer, act, _| {
+                if let Ok(answer) = &answer {
+                    act.rates_passed(answer, now);
+                }
+                answer
+            })),
+        }
+    }
+
+    fn rates_passed(&self, answer: &impl PassedRates, now: u64) {
+        for (limit, over) in answer.passed() {
+            let labels = [("tenant", self.label.as_str()), ("limit", limit.as_str())];
+            counter_add(Metric::RateOverLimitTotal, &labels, 1);
+            if !over.first_in_minute {
+                continue;
+            }
+            let per_minute = match limit {
+                RateLimit::Rpm => u64::from(self.limits.rpm),
+                RateLimit::Tpm => self.limits.tokens.tpm.unwrap_or_default(),
+            };
+            tracing::warn!(tenant = %self.tenant, limit = limit.as_str(), per_minute, "A call passed over an alert-only rate limit.");
+            let notice = AlertNotice::rate(self.tenant.as_str(), limit, per_minute, now);
+            let tenant_url = self.limits.alert_webhook_url.as_deref();
+            alerts::post(&self.alerts_config, tenant_url, &notice);
+        }
     }
 }
 
@@ -679,6 +750,7 @@ impl Handler<Reserve> for TenantActor {
                 move |store, now| store.reserve(&reservation, now),
                 Some(id),
             );
+            let decision = act.passed_over(decision, now);
             act.published(decision, now)
         })
     }
@@ -698,6 +770,7 @@ impl Handler<RateAndReserve> for TenantActor {
                 move |store, now| store.check_rate_and_reserve(&reservation, now),
                 Some(id),
             );
+            let decision = act.passed_over(decision, now);
             act.published(decision, now)
         })
     }

@@ -112,6 +112,21 @@ impl TokenQuota {
         estimate: u64,
         now_ms: u64,
     ) -> Result<Option<TokenWindow>, TokenRefusal> {
+        self.admit_over(estimate, now_ms, false)
+            .map(|(window, _)| window)
+    }
+
+    /// `admit`, where an `alert_only` tokens-per-minute limit lets a request
+    /// too large for the bucket pass (`true`: it passed over). It is charged
+    /// to the bucket all the same, which may go below zero, so the bucket
+    /// keeps measuring what the tenant really uses and the settle's
+    /// correction stays exact.
+    pub fn admit_over(
+        &mut self,
+        estimate: u64,
+        now_ms: u64,
+        alert_only: bool,
+    ) -> Result<(Option<TokenWindow>, bool), TokenRefusal> {
         self.roll(now_ms);
         if let Some(limit) = self.limits.monthly
             && self.month_tokens.saturating_add(estimate) > limit
@@ -123,20 +138,31 @@ impl TokenQuota {
         {
             return Err(daily_refusal(limit, estimate, &self.calendar, now_ms));
         }
+        let mut over = false;
         if let Some(tpm) = self.limits.tpm {
             let needed = i128::from(estimate) * UNITS_PER_TOKEN;
             if needed > self.bucket_units {
-                return Err(per_minute_refusal(tpm, estimate, self.bucket_units));
+                if !alert_only {
+                    return Err(per_minute_refusal(tpm, estimate, self.bucket_units));
+                }
+                over = true;
             }
             self.bucket_units -= needed;
         }
         self.day_tokens = self.day_tokens.saturating_add(estimate);
         self.month_tokens = self.month_tokens.saturating_add(estimate);
-        Ok(self.window())
+        Ok((self.window(), over))
     }
 
     /// Replaces an admitted estimate with what the call really used.
     pub fn settle(&mut self, estimate: u64, actual: u64, now_ms: u64) {
+        // The correction lands before the refill since the last admission, as
+        // the Redis script's close does (its next admission refills): both
+        // stores then cap the bucket at the same points.
+        if self.limits.tpm.is_some() {
+            let correction = (i128::from(estimate) - i128::from(actual)) * UNITS_PER_TOKEN;
+            self.bucket_units = (self.bucket_units + correction).min(capacity(self.limits));
+        }
         self.roll(now_ms);
         self.day_tokens = self
             .day_tokens
@@ -146,10 +172,6 @@ impl TokenQuota {
             .month_tokens
             .saturating_sub(estimate)
             .saturating_add(actual);
-        if self.limits.tpm.is_some() {
-            let correction = (i128::from(estimate) - i128::from(actual)) * UNITS_PER_TOKEN;
-            self.bucket_units = (self.bucket_units + correction).min(capacity(self.limits));
-        }
     }
 
     pub fn window(&self) -> Option<TokenWindow> {

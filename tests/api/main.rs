@@ -68,6 +68,8 @@ mod plans;
 #[cfg(test)]
 mod prompt_prefix;
 #[cfg(test)]
+mod rate_alerts;
+#[cfg(test)]
 mod rate_limit;
 #[cfg(test)]
 mod redis_cluster;
