@@ -91,6 +91,12 @@ impl TokenQuota {
     }
 
     fn roll(&mut self, now_ms: u64) {
+        self.roll_windows(now_ms);
+        self.refill(now_ms);
+    }
+
+    /// A local day or month that began starts from no tokens.
+    fn roll_windows(&mut self, now_ms: u64) {
         for period in self.windows.roll(&self.calendar, now_ms) {
             match period {
                 Period::Day => self.day_tokens = 0,
@@ -98,6 +104,9 @@ impl TokenQuota {
                 Period::Week | Period::Lifetime => {}
             }
         }
+    }
+
+    fn refill(&mut self, now_ms: u64) {
         if let Some(tpm) = self.limits.tpm {
             let elapsed = i128::from(now_ms.saturating_sub(self.bucket_at_ms));
             self.bucket_units =
@@ -156,14 +165,14 @@ impl TokenQuota {
 
     /// Replaces an admitted estimate with what the call really used.
     pub fn settle(&mut self, estimate: u64, actual: u64, now_ms: u64) {
-        // The correction lands before the refill since the last admission, as
-        // the Redis script's close does (its next admission refills): both
-        // stores then cap the bucket at the same points.
+        // The bucket refills at admissions only, as the Redis script's does
+        // (its close corrects what the bucket holds and leaves its time): so
+        // both stores cap it at the same points, whatever the order of settles.
         if self.limits.tpm.is_some() {
             let correction = (i128::from(estimate) - i128::from(actual)) * UNITS_PER_TOKEN;
             self.bucket_units = (self.bucket_units + correction).min(capacity(self.limits));
         }
-        self.roll(now_ms);
+        self.roll_windows(now_ms);
         self.day_tokens = self
             .day_tokens
             .saturating_sub(estimate)

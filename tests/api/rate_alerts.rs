@@ -1,7 +1,9 @@
 //! Alert-only rate limits (`rate_mode = "alert"`): a call over the tenant's
 //! rpm or tpm passes, is counted, and the first of each limit in each clock
 //! minute is posted to the alert targets; the in-memory book and the Redis
-//! scripts decide it alike (a differential case beside `differential.rs`).
+//! scripts decide it alike, and refuse alike where the mode enforces (a
+//! differential case beside `differential.rs`, on a tier with a tpm, which
+//! that one's has not).
 
 use std::sync::Arc;
 
@@ -19,6 +21,8 @@ use crate::tenant_actor::meta;
 use crate::tenant_alerts::Receiver;
 
 const MINUTE_MS: u64 = 60_000;
+/// Sequences the stores compare; odd ones on a tenant whose own mode enforces.
+const SEEDS: u64 = 24;
 
 /// A second into the current clock minute: the test's calls stay inside it.
 fn start_of_a_minute() -> u64 {
@@ -220,14 +224,13 @@ fn request(tokens: u32, now: u64) -> ReserveRequest {
 /// One store's answers to a sequence, a line per step.
 async fn transcript(subject: &Subject, seed: u64, ops: &[Op]) -> Vec<String> {
     let tenant = format!("rate-{seed}");
-    let created = subject
-        .app
-        .admin(
-            "POST",
-            "/tenants",
-            Some(json!({"id": tenant, "tier": "free"})),
-        )
-        .await;
+    let mode = if seed.is_multiple_of(2) {
+        "alert"
+    } else {
+        "enforce"
+    };
+    let body = json!({"id": tenant, "tier": "free", "rate_mode": mode});
+    let created = subject.app.admin("POST", "/tenants", Some(body)).await;
     assert_eq!(created.status, 201, "{}", created.raw);
     let handle = handle(&subject.app, &tenant);
     let mut open: Vec<ReservationGuard> = Vec::new();
@@ -290,7 +293,7 @@ async fn the_book_and_redis_pass_over_an_alert_only_rate_alike() {
     let book = subject(None, start).await;
     let shared = subject(Some(&redis), start).await;
     let mut passed_over = 0;
-    for seed in 0..12 {
+    for seed in 0..SEEDS {
         let ops = ops(seed);
         let at = book.clock.now_ms().max(shared.clock.now_ms());
         book.clock.set_ms(at);
