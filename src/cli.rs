@@ -158,6 +158,9 @@ enum TenantCommand {
         /// An http(s) URL that receives the tenant's alerts (beside `[alerts] webhook_url`).
         #[arg(long)]
         alert_webhook_url: Option<String>,
+        /// Percents of its budget that alert, e.g. `50,80,100` (default: `[alerts] thresholds_percent`).
+        #[arg(long, value_delimiter = ',')]
+        alert_thresholds_percent: Option<Vec<u32>>,
         /// enforce or alert (default: the tier's).
         #[arg(long)]
         rate_mode: Option<String>,
@@ -481,6 +484,7 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
             plan,
             audit_payloads,
             alert_webhook_url,
+            alert_thresholds_percent,
             rate_mode,
         } => {
             let new = NewTenant {
@@ -503,6 +507,7 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
                 plan,
                 audit_payloads,
                 alert_webhook_url,
+                alert_thresholds_percent,
                 rate_mode,
             };
             let record = tenants::create(&db, &config, new, now_ms()).await?;
@@ -713,23 +718,8 @@ async fn demo(path: Option<&Path>, listen: Option<std::net::SocketAddr>) -> Resu
                 id: "demo".to_owned(),
                 name: Some("Demo tenant".to_owned()),
                 tier: tier.to_owned(),
-                rpm_limit: None,
                 monthly_budget: Some("10".to_owned()),
-                budget_mode: None,
-                default_max_tokens: None,
-                allowed_routes: None,
-                tpm_limit: None,
-                daily_token_limit: None,
-                monthly_token_limit: None,
-                on_store_error: None,
-                credits: false,
-                budget_period: None,
-                prompts: None,
-                prompt_breakpoints: None,
-                plan: None,
-                audit_payloads: false,
-                alert_webhook_url: None,
-                rate_mode: None,
+                ..NewTenant::default()
             };
             tenants::create(db, &config, new, now_ms()).await?
         }

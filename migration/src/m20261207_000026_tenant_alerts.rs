@@ -7,15 +7,20 @@ pub struct Migration;
 enum Tenants {
     Table,
     AlertWebhookUrl,
+    AlertThresholdsPercent,
     RateMode,
 }
 
-/// A tenant's own alert webhook, and its override of the tier's rate mode.
+/// A tenant's own alert webhook and thresholds, and its override of the tier's rate mode.
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         // One column per statement: SQLite adds one column per ALTER TABLE.
-        for column in [Tenants::AlertWebhookUrl, Tenants::RateMode] {
+        for column in [
+            Tenants::AlertWebhookUrl,
+            Tenants::AlertThresholdsPercent,
+            Tenants::RateMode,
+        ] {
             manager
                 .alter_table(
                     Table::alter()
@@ -29,7 +34,11 @@ impl MigrationTrait for Migration {
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        for column in [Tenants::AlertWebhookUrl, Tenants::RateMode] {
+        for column in [
+            Tenants::AlertWebhookUrl,
+            Tenants::AlertThresholdsPercent,
+            Tenants::RateMode,
+        ] {
             manager
                 .alter_table(
                     Table::alter()

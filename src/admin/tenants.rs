@@ -12,7 +12,7 @@ use crate::money::Nanos;
 use crate::prompts::{Breakpoints, EVERY_ROUTE, MAX_PROMPT_BYTES};
 use std::collections::BTreeMap;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NewTenant {
     pub id: String,
@@ -46,6 +46,10 @@ pub struct NewTenant {
     /// An `http`/`https` URL that receives the tenant's alerts as JSON POSTs.
     #[serde(default)]
     pub alert_webhook_url: Option<String>,
+    /// Percents of its budget that alert (each once per period); absent:
+    /// `[alerts] thresholds_percent`.
+    #[serde(default)]
+    pub alert_thresholds_percent: Option<Vec<u32>>,
     /// `enforce` or `alert`; absent: the tier's.
     #[serde(default)]
     pub rate_mode: Option<String>,
@@ -87,6 +91,9 @@ pub struct TenantPatch {
     /// `null` removes the tenant's own alert target.
     #[serde(default, deserialize_with = "double_option")]
     pub alert_webhook_url: Option<Option<String>>,
+    /// `null`: `[alerts] thresholds_percent` again.
+    #[serde(default, deserialize_with = "double_option")]
+    pub alert_thresholds_percent: Option<Option<Vec<u32>>>,
     /// `null`: the tier's mode.
     #[serde(default, deserialize_with = "double_option")]
     pub rate_mode: Option<Option<String>>,
@@ -127,6 +134,8 @@ pub struct TenantView {
     pub plan: String,
     pub audit_payloads: bool,
     pub alert_webhook_url: Option<String>,
+    /// The tenant's own thresholds (`None`: `[alerts] thresholds_percent`).
+    pub alert_thresholds_percent: Option<Vec<u32>>,
     /// The tenant's override of its tier's rate mode (`None`: the tier's).
     pub rate_mode: Option<RateMode>,
     pub created_at_ms: i64,
@@ -163,6 +172,7 @@ impl From<&TenantRecord> for TenantView {
                 .unwrap_or_else(|| crate::config::COST.to_owned()),
             audit_payloads: t.audit_payloads,
             alert_webhook_url: t.alert_webhook_url.clone(),
+            alert_thresholds_percent: t.alert_thresholds_percent.clone(),
             rate_mode: t.rate_mode,
             created_at_ms: t.created_at_ms,
             updated_at_ms: t.updated_at_ms,
@@ -210,6 +220,36 @@ fn webhook_url(text: &str) -> Result<String, AdminError> {
         None => Ok(text.to_owned()),
         Some(problem) => Err(invalid("alert_webhook_url", problem)),
     }
+}
+
+/// The most thresholds a tenant may have, and the highest percent (alert
+/// mode lets spend pass the budget, so above 100 means something).
+const MAX_THRESHOLDS: usize = 10;
+const MAX_THRESHOLD_PERCENT: u32 = 1000;
+
+/// The stored form of a tenant's thresholds: `80,100` (empty: none).
+fn thresholds(percents: &[u32]) -> Result<String, AdminError> {
+    let field = "alert_thresholds_percent";
+    if percents.len() > MAX_THRESHOLDS {
+        return Err(invalid(
+            field,
+            format!("at most {MAX_THRESHOLDS} thresholds"),
+        ));
+    }
+    if percents
+        .iter()
+        .any(|p| *p == 0 || *p > MAX_THRESHOLD_PERCENT)
+    {
+        return Err(invalid(
+            field,
+            format!("each must be a percent from 1 to {MAX_THRESHOLD_PERCENT}"),
+        ));
+    }
+    Ok(percents
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(","))
 }
 
 fn positive(field: &str, value: u32) -> Result<i32, AdminError> {
@@ -373,6 +413,11 @@ pub async fn create(
             .as_deref()
             .map(webhook_url)
             .transpose()?),
+        alert_thresholds_percent: Set(new
+            .alert_thresholds_percent
+            .as_deref()
+            .map(thresholds)
+            .transpose()?),
         rate_mode: Set(new.rate_mode.as_deref().map(parse_rate_mode).transpose()?),
     };
     Ok(repo::insert_tenant(db, model).await?)
@@ -424,6 +469,7 @@ pub async fn update(
     // Updates must strictly advance, or a replica polling by time could miss them.
     let updated_at = now_ms.max(current.updated_at_ms + 1);
     let mut model: entity::tenant::ActiveModel = current.into();
+    patch_alerts(&mut model, &patch)?;
     if let Some(name) = patch.name {
         model.name = Set(name);
     }
@@ -481,7 +527,6 @@ pub async fn update(
     if let Some(breakpoints) = patch.prompt_breakpoints {
         model.prompt_breakpoints = Set(Some(parse_breakpoints(&breakpoints)?));
     }
-    patch_alerts(&mut model, patch.alert_webhook_url, patch.rate_mode)?;
     if *model.on_credits.as_ref() && model.monthly_budget_nanos.as_ref().is_some() {
         return Err(credits_and_budget());
     }
@@ -489,20 +534,18 @@ pub async fn update(
     Ok(repo::update_tenant(db, model).await?)
 }
 
-/// The tenant's alert target and rate mode: absent keeps, `null` clears.
-#[expect(
-    clippy::option_option,
-    reason = "absent (keep) differs from null (clear) in a PATCH"
-)]
+/// The tenant's alert target, thresholds and rate mode: absent keeps, `null` clears.
 fn patch_alerts(
     model: &mut entity::tenant::ActiveModel,
-    url: Option<Option<String>>,
-    rate_mode: Option<Option<String>>,
+    patch: &TenantPatch,
 ) -> Result<(), AdminError> {
-    if let Some(url) = url {
+    if let Some(url) = &patch.alert_webhook_url {
         model.alert_webhook_url = Set(url.as_deref().map(webhook_url).transpose()?);
     }
-    if let Some(mode) = rate_mode {
+    if let Some(percents) = &patch.alert_thresholds_percent {
+        model.alert_thresholds_percent = Set(percents.as_deref().map(thresholds).transpose()?);
+    }
+    if let Some(mode) = &patch.rate_mode {
         model.rate_mode = Set(mode.as_deref().map(parse_rate_mode).transpose()?);
     }
     Ok(())

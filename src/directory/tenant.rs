@@ -159,6 +159,8 @@ pub struct TenantRecord {
     /// Receives the tenant's alerts (budget thresholds, alert-only rates)
     /// beside `[alerts] webhook_url`.
     pub alert_webhook_url: Option<String>,
+    /// Percents of its budget that alert, in place of `[alerts] thresholds_percent`.
+    pub alert_thresholds_percent: Option<Vec<u32>>,
     /// Overrides the tier's `rate_mode`.
     pub rate_mode: Option<RateMode>,
     pub created_at_ms: i64,
@@ -211,12 +213,26 @@ impl TenantRecord {
             plan: model.plan,
             audit_payloads: model.audit_payloads,
             alert_webhook_url: model.alert_webhook_url,
+            // A hand-edited list with a part that is not a percent falls back to the global one.
+            alert_thresholds_percent: model
+                .alert_thresholds_percent
+                .as_deref()
+                .and_then(parse_percents),
             // An unknown hand-edited value falls back to the tier's mode.
             rate_mode: model.rate_mode.and_then(|m| m.parse().ok()),
             created_at_ms: model.created_at_ms,
             updated_at_ms: model.updated_at_ms,
         }
     }
+}
+
+/// A stored list of percents (`80,100`; empty: none).
+pub fn parse_percents(text: &str) -> Option<Vec<u32>> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
+        .map(|part| part.parse().ok())
+        .collect()
 }
 
 /// A stored period; `None` (rows written before periods) or unknown text is a month.

@@ -149,10 +149,9 @@ impl TenantActor {
             tenant: tenant.clone(),
             calendar: limits.calendar.clone(),
         };
-        let thresholds = alerts_config.thresholds_percent.clone();
-        let redis = shared.map(|store| {
-            RedisQuota::new(store.tenant(&tenant), limits.clone(), source, thresholds)
-        });
+        let redis =
+            shared.map(|store| RedisQuota::new(store.tenant(&tenant), limits.clone(), source));
+        let alerts = AlertBook::new(&limits.alert_thresholds_percent);
         // Its drift panel reads 0 until the first reconcile measures one.
         if redis.is_some() && label != OTHER_TENANTS {
             zero(Metric::QuotaDriftNanos, &[("tenant", label.as_str())]);
@@ -169,7 +168,7 @@ impl TenantActor {
             price_version,
             last_active_ms: now,
             registry,
-            alerts: AlertBook::new(&alerts_config.thresholds_percent),
+            alerts,
             alerts_config,
             mode: Mode::Configured,
             replicas,
@@ -963,6 +962,8 @@ impl Handler<UpdateLimits> for TenantActor {
 
     fn handle(&mut self, msg: UpdateLimits, _ctx: &mut Context<Self>) {
         self.limits = msg.0;
+        self.alerts
+            .set_thresholds(&self.limits.alert_thresholds_percent);
         if let Some(redis) = &mut self.redis {
             redis.set_limits(self.limits.clone());
         }

@@ -24,14 +24,22 @@ pub struct AlertBook {
 
 impl AlertBook {
     pub fn new(thresholds: &[u32]) -> AlertBook {
+        let mut book = AlertBook {
+            thresholds: Vec::new(),
+            period: String::new(),
+            fired: BTreeSet::new(),
+        };
+        book.set_thresholds(thresholds);
+        book
+    }
+
+    /// New thresholds (the tenant's changed): one already passed fires at
+    /// the next change of committed spend, one fired before does not again.
+    pub fn set_thresholds(&mut self, thresholds: &[u32]) {
         let mut thresholds = thresholds.to_vec();
         thresholds.sort_unstable();
         thresholds.dedup();
-        AlertBook {
-            thresholds,
-            period: String::new(),
-            fired: BTreeSet::new(),
-        }
+        self.thresholds = thresholds;
     }
 
     /// Thresholds crossed and not yet fired this period (they are marked fired).

@@ -62,6 +62,8 @@ pub struct Limits {
     pub rate_mode: RateMode,
     /// The tenant's own alert target, beside `[alerts] webhook_url`.
     pub alert_webhook_url: Option<String>,
+    /// Percents of the budget that alert: the tenant's, else `[alerts] thresholds_percent`.
+    pub alert_thresholds_percent: Vec<u32>,
 }
 
 impl Limits {

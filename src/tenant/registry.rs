@@ -197,6 +197,10 @@ impl TenantRegistry {
             credits: tenant.on_credits,
             rate_mode: tenant.rate_mode.unwrap_or(tier.rate_mode),
             alert_webhook_url: tenant.alert_webhook_url.clone(),
+            alert_thresholds_percent: tenant
+                .alert_thresholds_percent
+                .clone()
+                .unwrap_or_else(|| config.alerts.thresholds_percent.clone()),
         })
     }
 

@@ -82,6 +82,7 @@ mod tests {
             credits: false,
             rate_mode: crate::directory::RateMode::Enforce,
             alert_webhook_url: None,
+            alert_thresholds_percent: vec![80, 100],
         };
         let seed = Seed {
             committed: Nanos::parse_decimal("4").unwrap(),

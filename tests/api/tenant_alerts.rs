@@ -140,6 +140,31 @@ async fn a_tenants_alert_reaches_its_own_webhook_and_the_global_one_under_one_id
 }
 
 #[actix_web::test]
+async fn a_tenants_own_thresholds_replace_the_global_ones() {
+    let (own, own_url) = Receiver::start(&[]);
+    let app = spawn_app(costing_one().set("alerts.thresholds_percent", vec![80])).await;
+    let (_tenant, key) = app
+        .tenant_with_key(
+            "free",
+            json!({
+                "monthly_budget": "5",
+                "budget_mode": "alert",
+                "alert_webhook_url": own_url,
+                "alert_thresholds_percent": [50]
+            }),
+        )
+        .await;
+    // 3 of 5 passes 50%; 4 of 5 would pass the global 80%, which is not the tenant's.
+    for _ in 0..4 {
+        assert_eq!(app.chat(&key, &chat_body("fast")).await.status, 200);
+    }
+    let posts = own.wait_for(1).await;
+    assert_eq!(posts.len(), 1, "{posts:?}");
+    assert_eq!(posts[0].1["threshold"], 50);
+    assert_eq!(posts[0].1["committed"], "3");
+}
+
+#[actix_web::test]
 async fn a_webhook_that_answers_500_then_200_sees_the_same_id_twice() {
     let (own, own_url) = Receiver::start(&[500]);
     let app = spawn_app(
@@ -216,12 +241,17 @@ async fn the_tenants_alert_target_and_rate_mode_round_trip_through_the_database(
     let (tenant, _key) = app
         .tenant_with_key(
             "free",
-            json!({"alert_webhook_url": "https://alerts.example.test/t1", "rate_mode": "alert"}),
+            json!({
+                "alert_webhook_url": "https://alerts.example.test/t1",
+                "alert_thresholds_percent": [90, 50],
+                "rate_mode": "alert"
+            }),
         )
         .await;
     let shown = get_tenant(&app, &tenant).await;
     assert_eq!(shown["alert_webhook_url"], "https://alerts.example.test/t1");
     assert_eq!(shown["rate_mode"], "alert");
+    assert_eq!(shown["alert_thresholds_percent"], json!([90, 50]));
 
     let patched = app
         .admin(
@@ -248,13 +278,14 @@ async fn the_tenants_alert_target_and_rate_mode_round_trip_through_the_database(
         .admin(
             "PATCH",
             &format!("/tenants/{tenant}"),
-            Some(json!({"alert_webhook_url": null, "rate_mode": null})),
+            Some(json!({"alert_webhook_url": null, "alert_thresholds_percent": null, "rate_mode": null})),
         )
         .await;
     assert_eq!(cleared.status, 200, "{}", cleared.raw);
     let shown = get_tenant(&app, &tenant).await;
     assert_eq!(shown["alert_webhook_url"], Value::Null);
     assert_eq!(shown["rate_mode"], Value::Null);
+    assert_eq!(shown["alert_thresholds_percent"], Value::Null);
 
     let bad_mode = app
         .admin(
@@ -265,6 +296,18 @@ async fn the_tenants_alert_target_and_rate_mode_round_trip_through_the_database(
         .await;
     assert_eq!(bad_mode.status, 400);
     assert_eq!(bad_mode.body["error"]["param"], "rate_mode");
+    let bad_threshold = app
+        .admin(
+            "PATCH",
+            &format!("/tenants/{tenant}"),
+            Some(json!({"alert_thresholds_percent": [80, 0]})),
+        )
+        .await;
+    assert_eq!(bad_threshold.status, 400);
+    assert_eq!(
+        bad_threshold.body["error"]["param"],
+        "alert_thresholds_percent"
+    );
 }
 
 async fn get_tenant(app: &TestApp, tenant: &str) -> Value {

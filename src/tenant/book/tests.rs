@@ -19,6 +19,7 @@ fn limits(budget: Option<&str>, mode: BudgetMode) -> Limits {
         credits: false,
         rate_mode: crate::directory::RateMode::Enforce,
         alert_webhook_url: None,
+        alert_thresholds_percent: vec![80, 100],
     }
 }
 
