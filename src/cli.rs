@@ -190,6 +190,9 @@ enum TenantCommand {
         /// An http(s) URL for the tenant's alerts; `none` removes it.
         #[arg(long)]
         alert_webhook_url: Option<String>,
+        /// Percents of its budget that alert, e.g. `50,80,100`; `global` goes back to `[alerts]`'s.
+        #[arg(long)]
+        alert_thresholds_percent: Option<String>,
         /// enforce or alert; `tier` goes back to the tier's.
         #[arg(long)]
         rate_mode: Option<String>,
@@ -495,20 +498,13 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
                 monthly_budget: budget,
                 budget_mode: mode,
                 default_max_tokens,
-                allowed_routes: None,
-                tpm_limit: None,
-                daily_token_limit: None,
-                monthly_token_limit: None,
-                on_store_error: None,
-                credits: false,
                 budget_period,
-                prompts: None,
-                prompt_breakpoints: None,
                 plan,
                 audit_payloads,
                 alert_webhook_url,
                 alert_thresholds_percent,
                 rate_mode,
+                ..NewTenant::default()
             };
             let record = tenants::create(&db, &config, new, now_ms()).await?;
             json_out(&TenantView::from(&record))
@@ -528,6 +524,7 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
             plan,
             audit_payloads,
             alert_webhook_url,
+            alert_thresholds_percent,
             rate_mode,
         } => {
             let patch = TenantPatch {
@@ -539,6 +536,10 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
                 plan: plan.map(Some),
                 audit_payloads,
                 alert_webhook_url: alert_webhook_url.map(|url| (url != "none").then_some(url)),
+                alert_thresholds_percent: alert_thresholds_percent
+                    .as_deref()
+                    .map(cli_percents)
+                    .transpose()?,
                 rate_mode: rate_mode.map(|mode| (mode != "tier").then_some(mode)),
                 ..TenantPatch::default()
             };
@@ -547,6 +548,18 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
             ))
         }
     }
+}
+
+/// `global`, or comma-separated percents.
+fn cli_percents(text: &str) -> Result<Option<Vec<u32>>> {
+    if text == "global" {
+        return Ok(None);
+    }
+    crate::directory::tenant::parse_percents(text)
+        .map(Some)
+        .with_context(|| {
+            format!("--alert-thresholds-percent: `{text}` is not comma-separated percents")
+        })
 }
 
 async fn key(config: Arc<Config>, command: KeyCommand) -> Result<()> {

@@ -315,3 +315,49 @@ async fn get_tenant(app: &TestApp, tenant: &str) -> Value {
     assert_eq!(shown.status, 200, "{}", shown.raw);
     shown.body
 }
+
+#[actix_web::test]
+async fn the_cli_sets_and_clears_a_tenants_alert_fields() {
+    let setup = costing_one();
+    let env = setup.env_vars().clone();
+    let (_dir, config) = crate::support::write_config(&setup, "http://127.0.0.1:9");
+    let run = |args: &[&str]| -> Value {
+        serde_json::from_str(&crate::support::process::cli(&config, &env, args)).unwrap()
+    };
+    let created = run(&[
+        "tenant",
+        "create",
+        "--id",
+        "cli-alerts",
+        "--tier",
+        "free",
+        "--alert-webhook-url",
+        "https://alerts.example.test/cli",
+        "--alert-thresholds-percent",
+        "50,90",
+        "--rate-mode",
+        "alert",
+    ]);
+    assert_eq!(
+        created["alert_webhook_url"],
+        "https://alerts.example.test/cli"
+    );
+    assert_eq!(created["alert_thresholds_percent"], json!([50, 90]));
+    assert_eq!(created["rate_mode"], "alert");
+    let updated = run(&[
+        "tenant",
+        "update",
+        "cli-alerts",
+        "--alert-webhook-url",
+        "none",
+        "--alert-thresholds-percent",
+        "global",
+        "--rate-mode",
+        "tier",
+    ]);
+    assert_eq!(updated["alert_webhook_url"], Value::Null);
+    assert_eq!(updated["alert_thresholds_percent"], Value::Null);
+    assert_eq!(updated["rate_mode"], Value::Null);
+    let shown = run(&["tenant", "show", "cli-alerts"]);
+    assert_eq!(shown["rate_mode"], Value::Null);
+}
