@@ -40,6 +40,7 @@ use super::shared::{RedisQuota, SharedQuota, SharedStore};
 use super::store::{Close, Closed, QuotaAnswer, QuotaStore, Reservation, StoreReply};
 use crate::clock::SharedClock;
 use crate::config::{AlertsConfig, StoreErrorPolicy};
+use crate::directory::RateMode;
 use crate::ids::{EventId, ReservationId, TenantId};
 use crate::ledger::{AttemptStatus, LedgerHandle, UsageEvent, UsageKind};
 use crate::money::Nanos;
@@ -700,6 +701,10 @@ impl TenantActor {
         decision: Decision<Self, QuotaAnswer<T>>,
         now: u64,
     ) -> Decision<Self, QuotaAnswer<T>> {
+        // Nothing passes over an enforced limit: a shared decision's future stays as it is.
+        if self.limits.rate_mode == RateMode::Enforce {
+            return decision;
+        }
         match decision {
             Decision::Now(answer) => {
                 if let Ok(answer) = &answer {
