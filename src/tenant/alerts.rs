@@ -107,8 +107,6 @@ pub enum RateLimit {
 }
 
 impl RateLimit {
-    pub const ALL: [RateLimit; 2] = [RateLimit::Rpm, RateLimit::Tpm];
-
     pub fn as_str(self) -> &'static str {
         match self {
             RateLimit::Rpm => "rpm",
@@ -288,5 +286,45 @@ mod tests {
             vec![80, 100]
         );
         assert!(book.crossed("2026-12", Nanos::new(1000), None).is_empty());
+    }
+
+    #[test]
+    fn one_alert_has_one_id_and_its_fields_as_the_receiver_reads_them() {
+        let budget = AlertNotice::budget(
+            "acme",
+            "2026-11",
+            80,
+            Nanos::new(4_000_000_000),
+            Nanos::new(5_000_000_000),
+        );
+        let body = serde_json::to_value(&budget).unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({
+                "id": "budget:acme:tenant:2026-11:80", "tenant": "acme", "scope": "tenant",
+                "period": "2026-11", "kind": "budget", "threshold": 80,
+                "committed": "4", "budget": "5"
+            })
+        );
+        // 2026-11-30T12:00:59.999Z and 12:00:00Z are one minute; 12:01:00Z the next.
+        let minute = 1_796_040_000_000;
+        let first = AlertNotice::rate("acme", RateLimit::Tpm, 1000, minute + 59_999);
+        assert_eq!(
+            first.id,
+            AlertNotice::rate("acme", RateLimit::Tpm, 1000, minute).id
+        );
+        assert_ne!(
+            first.id,
+            AlertNotice::rate("acme", RateLimit::Rpm, 60, minute).id
+        );
+        assert_ne!(
+            first.id,
+            AlertNotice::rate("acme", RateLimit::Tpm, 1000, minute + 60_000).id
+        );
+        let body = serde_json::to_value(&first).unwrap();
+        assert_eq!(body["kind"], "rate");
+        assert_eq!(body["limit"], "tpm");
+        assert_eq!(body["per_minute"], 1000);
+        assert_eq!(body["period"], "2026-11-30T12:00:00Z");
     }
 }
