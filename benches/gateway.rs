@@ -61,6 +61,9 @@ fn reserve(c: &mut Criterion) {
         period: tollgate::calendar::Period::Month,
         feature_periods: std::collections::BTreeMap::new(),
         credits: false,
+        rate_mode: tollgate::directory::RateMode::Enforce,
+        alert_webhook_url: None,
+        alert_thresholds_percent: vec![80, 100],
     };
     let mut book = QuotaBook::new(limits, Nanos::ZERO, 1_796_040_000_000);
     let request = ReserveRequest {

@@ -176,6 +176,15 @@ enum TenantCommand {
         /// Keep its calls' request and response bodies (keys redacted) for audit.
         #[arg(long)]
         audit_payloads: bool,
+        /// An http(s) URL that receives the tenant's alerts (beside `[alerts] webhook_url`).
+        #[arg(long)]
+        alert_webhook_url: Option<String>,
+        /// Percents of its budget that alert, e.g. `50,80,100` (default: `[alerts] thresholds_percent`).
+        #[arg(long, value_delimiter = ',')]
+        alert_thresholds_percent: Option<Vec<u32>>,
+        /// enforce or alert (default: the tier's).
+        #[arg(long)]
+        rate_mode: Option<String>,
     },
     List,
     Show {
@@ -199,6 +208,15 @@ enum TenantCommand {
         /// `true` or `false`: keep its calls' bodies for audit.
         #[arg(long)]
         audit_payloads: Option<bool>,
+        /// An http(s) URL for the tenant's alerts; `none` removes it.
+        #[arg(long)]
+        alert_webhook_url: Option<String>,
+        /// Percents of its budget that alert, e.g. `50,80,100`; `global` goes back to `[alerts]`'s.
+        #[arg(long)]
+        alert_thresholds_percent: Option<String>,
+        /// enforce or alert; `tier` goes back to the tier's.
+        #[arg(long)]
+        rate_mode: Option<String>,
     },
 }
 
@@ -517,6 +535,9 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
             default_max_tokens,
             plan,
             audit_payloads,
+            alert_webhook_url,
+            alert_thresholds_percent,
+            rate_mode,
         } => {
             let new = NewTenant {
                 id,
@@ -526,19 +547,13 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
                 monthly_budget: budget,
                 budget_mode: mode,
                 default_max_tokens,
-                allowed_routes: None,
-                granted_routes: None,
-                route_pins: None,
-                tpm_limit: None,
-                daily_token_limit: None,
-                monthly_token_limit: None,
-                on_store_error: None,
-                credits: false,
                 budget_period,
-                prompts: None,
-                prompt_breakpoints: None,
                 plan,
                 audit_payloads,
+                alert_webhook_url,
+                alert_thresholds_percent,
+                rate_mode,
+                ..NewTenant::default()
             };
             let record = tenants::create(&db, &config, new, now_ms()).await?;
             json_out(&TenantView::from(&record))
@@ -557,6 +572,9 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
             mode,
             plan,
             audit_payloads,
+            alert_webhook_url,
+            alert_thresholds_percent,
+            rate_mode,
         } => {
             let patch = TenantPatch {
                 name,
@@ -566,6 +584,12 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
                 budget_mode: mode,
                 plan: plan.map(Some),
                 audit_payloads,
+                alert_webhook_url: alert_webhook_url.map(|url| (url != "none").then_some(url)),
+                alert_thresholds_percent: alert_thresholds_percent
+                    .as_deref()
+                    .map(cli_percents)
+                    .transpose()?,
+                rate_mode: rate_mode.map(|mode| (mode != "tier").then_some(mode)),
                 ..TenantPatch::default()
             };
             json_out(&TenantView::from(
@@ -573,6 +597,18 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
             ))
         }
     }
+}
+
+/// `global`, or comma-separated percents.
+fn cli_percents(text: &str) -> Result<Option<Vec<u32>>> {
+    if text == "global" {
+        return Ok(None);
+    }
+    crate::directory::tenant::parse_percents(text)
+        .map(Some)
+        .with_context(|| {
+            format!("--alert-thresholds-percent: `{text}` is not comma-separated percents")
+        })
 }
 
 async fn key(config: Arc<Config>, command: KeyCommand) -> Result<()> {
@@ -746,23 +782,8 @@ async fn demo(path: Option<&Path>, listen: Option<std::net::SocketAddr>) -> Resu
                 id: "demo".to_owned(),
                 name: Some("Demo tenant".to_owned()),
                 tier: tier.to_owned(),
-                rpm_limit: None,
                 monthly_budget: Some("10".to_owned()),
-                budget_mode: None,
-                default_max_tokens: None,
-                allowed_routes: None,
-                granted_routes: None,
-                route_pins: None,
-                tpm_limit: None,
-                daily_token_limit: None,
-                monthly_token_limit: None,
-                on_store_error: None,
-                credits: false,
-                budget_period: None,
-                prompts: None,
-                prompt_breakpoints: None,
-                plan: None,
-                audit_payloads: false,
+                ..NewTenant::default()
             };
             tenants::create(db, &config, new, now_ms()).await?
         }

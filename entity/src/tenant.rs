@@ -42,6 +42,12 @@ pub struct Model {
     pub granted_routes: Option<String>,
     /// The tenant's route pins as a JSON object: route name to the route that answers it.
     pub route_pins: Option<String>,
+    /// An `http`/`https` URL that receives the tenant's alerts (beside the global webhook).
+    pub alert_webhook_url: Option<String>,
+    /// Comma-separated percents of its budget that alert, in place of `[alerts] thresholds_percent` (`None`: those).
+    pub alert_thresholds_percent: Option<String>,
+    /// Overrides the tier's `rate_mode`: `enforce` or `alert` (`None`: the tier's).
+    pub rate_mode: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use sea_orm::Set;
 
-use super::tenants::TenantPatch;
+use super::tenants::{NewTenant, TenantPatch};
 use super::{AdminError, invalid};
 use crate::config::Config;
 
@@ -70,6 +70,20 @@ pub fn pins(
     // A map of strings always serializes.
     Ok(serde_json::to_string(pins).ok())
 }
+
+/// A new tenant's route fields as stored: its allow-list, grants and pins.
+pub fn of_new(config: &Config, new: &NewTenant) -> Result<Stored, AdminError> {
+    let allowed = new
+        .allowed_routes
+        .as_deref()
+        .map(|r| route_list(config, "allowed_routes", r))
+        .transpose()?;
+    let granted = granted(config, new.granted_routes.as_deref())?;
+    Ok((allowed, granted, pins(config, new.route_pins.as_ref())?))
+}
+
+/// The stored allow-list, grants and pins.
+type Stored = (Option<String>, Option<String>, Option<String>);
 
 /// A PATCH's route fields onto the stored tenant.
 pub fn apply(

@@ -6,13 +6,13 @@ use serde::{Deserialize, Deserializer, Serialize};
 use super::{AdminError, invalid, route_access};
 use crate::calendar::Period;
 use crate::config::{Config, StoreErrorPolicy};
-use crate::directory::{BudgetMode, TenantRecord, repo};
+use crate::directory::{BudgetMode, RateMode, TenantRecord, repo};
 use crate::ids::{FEATURE_RULE, TenantId, is_valid_feature};
 use crate::money::Nanos;
 use crate::prompts::{Breakpoints, EVERY_ROUTE, MAX_PROMPT_BYTES};
 use std::collections::BTreeMap;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NewTenant {
     pub id: String,
@@ -47,6 +47,16 @@ pub struct NewTenant {
     /// Keep its calls' request and response bodies (keys redacted) for audit.
     #[serde(default)]
     pub audit_payloads: bool,
+    /// An `http`/`https` URL that receives the tenant's alerts as JSON POSTs.
+    #[serde(default)]
+    pub alert_webhook_url: Option<String>,
+    /// Percents of its budget that alert (each once per period); absent:
+    /// `[alerts] thresholds_percent`.
+    #[serde(default)]
+    pub alert_thresholds_percent: Option<Vec<u32>>,
+    /// `enforce` or `alert`; absent: the tier's.
+    #[serde(default)]
+    pub rate_mode: Option<String>,
 }
 
 /// A partial update; `null` clears an optional limit.
@@ -88,6 +98,15 @@ pub struct TenantPatch {
     #[serde(default, deserialize_with = "double_option")]
     pub plan: Option<Option<String>>,
     pub audit_payloads: Option<bool>,
+    /// `null` removes the tenant's own alert target.
+    #[serde(default, deserialize_with = "double_option")]
+    pub alert_webhook_url: Option<Option<String>>,
+    /// `null`: `[alerts] thresholds_percent` again.
+    #[serde(default, deserialize_with = "double_option")]
+    pub alert_thresholds_percent: Option<Option<Vec<u32>>>,
+    /// `null`: the tier's mode.
+    #[serde(default, deserialize_with = "double_option")]
+    pub rate_mode: Option<Option<String>>,
 }
 
 #[expect(
@@ -126,6 +145,11 @@ pub struct TenantView {
     /// `cost` when the tenant is on no plan.
     pub plan: String,
     pub audit_payloads: bool,
+    pub alert_webhook_url: Option<String>,
+    /// The tenant's own thresholds (`None`: `[alerts] thresholds_percent`).
+    pub alert_thresholds_percent: Option<Vec<u32>>,
+    /// The tenant's override of its tier's rate mode (`None`: the tier's).
+    pub rate_mode: Option<RateMode>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
@@ -165,6 +189,9 @@ impl From<&TenantRecord> for TenantView {
                 .clone()
                 .unwrap_or_else(|| crate::config::COST.to_owned()),
             audit_payloads: t.audit_payloads,
+            alert_webhook_url: t.alert_webhook_url.clone(),
+            alert_thresholds_percent: t.alert_thresholds_percent.clone(),
+            rate_mode: t.rate_mode,
             created_at_ms: t.created_at_ms,
             updated_at_ms: t.updated_at_ms,
         }
@@ -198,6 +225,49 @@ fn parse_store_policy(text: &str) -> Result<String, AdminError> {
 
 fn parse_mode(text: &str) -> Result<BudgetMode, AdminError> {
     text.parse().map_err(|e: String| invalid("budget_mode", e))
+}
+
+fn parse_rate_mode(text: &str) -> Result<String, AdminError> {
+    text.parse::<RateMode>()
+        .map(|m| m.as_str().to_owned())
+        .map_err(|e| invalid("rate_mode", e))
+}
+
+fn webhook_url(text: &str) -> Result<String, AdminError> {
+    match crate::config::webhook_url_problem(text) {
+        None => Ok(text.to_owned()),
+        Some(problem) => Err(invalid("alert_webhook_url", problem)),
+    }
+}
+
+/// The most thresholds a tenant may have, and the highest percent (alert
+/// mode lets spend pass the budget, so above 100 means something).
+const MAX_THRESHOLDS: usize = 10;
+const MAX_THRESHOLD_PERCENT: u32 = 1000;
+
+/// The stored form of a tenant's thresholds: `80,100` (empty: none).
+fn thresholds(percents: &[u32]) -> Result<String, AdminError> {
+    let field = "alert_thresholds_percent";
+    if percents.len() > MAX_THRESHOLDS {
+        return Err(invalid(
+            field,
+            format!("at most {MAX_THRESHOLDS} thresholds"),
+        ));
+    }
+    if percents
+        .iter()
+        .any(|p| *p == 0 || *p > MAX_THRESHOLD_PERCENT)
+    {
+        return Err(invalid(
+            field,
+            format!("each must be a percent from 1 to {MAX_THRESHOLD_PERCENT}"),
+        ));
+    }
+    Ok(percents
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(","))
 }
 
 fn positive(field: &str, value: u32) -> Result<i32, AdminError> {
@@ -290,6 +360,7 @@ pub async fn create(
     if new.credits && new.monthly_budget.is_some() {
         return Err(credits_and_budget());
     }
+    let (allowed, granted, pins) = route_access::of_new(config, &new)?;
     let model = entity::tenant::ActiveModel {
         id: Set(id.to_string()),
         name: Set(new.name.unwrap_or_else(|| id.to_string())),
@@ -315,16 +386,9 @@ pub async fn create(
             .default_max_tokens
             .map(|v| positive("default_max_tokens", v))
             .transpose()?),
-        allowed_routes: Set(new
-            .allowed_routes
-            .as_deref()
-            .map(|r| route_access::route_list(config, "allowed_routes", r))
-            .transpose()?),
-        granted_routes: Set(route_access::granted(
-            config,
-            new.granted_routes.as_deref(),
-        )?),
-        route_pins: Set(route_access::pins(config, new.route_pins.as_ref())?),
+        allowed_routes: Set(allowed),
+        granted_routes: Set(granted),
+        route_pins: Set(pins),
         created_at_ms: Set(now_ms),
         updated_at_ms: Set(now_ms),
         tpm_limit: Set(new.tpm_limit.map(token_limit).transpose()?),
@@ -349,6 +413,17 @@ pub async fn create(
             .as_deref()
             .map(parse_breakpoints)
             .transpose()?),
+        alert_webhook_url: Set(new
+            .alert_webhook_url
+            .as_deref()
+            .map(webhook_url)
+            .transpose()?),
+        alert_thresholds_percent: Set(new
+            .alert_thresholds_percent
+            .as_deref()
+            .map(thresholds)
+            .transpose()?),
+        rate_mode: Set(new.rate_mode.as_deref().map(parse_rate_mode).transpose()?),
     };
     Ok(repo::insert_tenant(db, model).await?)
 }
@@ -400,6 +475,7 @@ pub async fn update(
     let updated_at = now_ms.max(current.updated_at_ms + 1);
     let mut model: entity::tenant::ActiveModel = current.into();
     route_access::apply(config, &mut model, &patch)?;
+    patch_alerts(&mut model, &patch)?;
     if let Some(name) = patch.name {
         model.name = Set(name);
     }
@@ -456,6 +532,23 @@ pub async fn update(
     }
     model.updated_at_ms = Set(updated_at);
     Ok(repo::update_tenant(db, model).await?)
+}
+
+/// The tenant's alert target, thresholds and rate mode: absent keeps, `null` clears.
+fn patch_alerts(
+    model: &mut entity::tenant::ActiveModel,
+    patch: &TenantPatch,
+) -> Result<(), AdminError> {
+    if let Some(url) = &patch.alert_webhook_url {
+        model.alert_webhook_url = Set(url.as_deref().map(webhook_url).transpose()?);
+    }
+    if let Some(percents) = &patch.alert_thresholds_percent {
+        model.alert_thresholds_percent = Set(percents.as_deref().map(thresholds).transpose()?);
+    }
+    if let Some(mode) = &patch.rate_mode {
+        model.rate_mode = Set(mode.as_deref().map(parse_rate_mode).transpose()?);
+    }
+    Ok(())
 }
 
 /// Sets (`Some`) or removes (`None`) the monthly budget of one feature of a tenant.

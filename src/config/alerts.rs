@@ -1,20 +1,34 @@
-//! `[alerts]` (budget thresholds pushed to a webhook) and `[reports]` (the
-//! daily report pushed once a day).
+//! `[alerts]` (budget thresholds and alert-only rate limits pushed to a
+//! webhook, beside each tenant's own) and `[reports]` (the daily report pushed
+//! once a day).
 
 use serde::Deserialize;
 
 use super::errors::Problems;
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AlertsConfig {
-    /// Receives `{"tenant", "period", "committed", "budget", "threshold"}` as a JSON POST.
+    /// Receives every tenant's alerts as a JSON POST (see `tenant/alerts.rs`
+    /// for the body); a tenant's own `alert_webhook_url` receives its alerts too.
     pub webhook_url: Option<String>,
     /// Percentages of a tenant's monthly budget; each fires once per period.
     pub thresholds_percent: Vec<u32>,
     pub timeout_ms: u64,
-    /// Delivery attempts per alert (with backoff between them).
+    /// Delivery attempts per alert and target (with backoff between them).
     pub attempts: u32,
+}
+
+/// Why `text` cannot receive alerts: a webhook is an absolute `http` or
+/// `https` URL with a host.
+pub fn webhook_url_problem(text: &str) -> Option<&'static str> {
+    const RULE: &str = "must be an http:// or https:// URL with a host";
+    let Ok(uri) = text.parse::<awc::http::Uri>() else {
+        return Some(RULE);
+    };
+    let scheme_ok = matches!(uri.scheme_str(), Some("http" | "https"));
+    let host_ok = uri.host().is_some_and(|host| !host.is_empty());
+    (!scheme_ok || !host_ok).then_some(RULE)
 }
 
 /// `[reports]`: yesterday's daily report pushed once a day.
@@ -55,6 +69,14 @@ impl Default for AlertsConfig {
             thresholds_percent: vec![80, 100],
             timeout_ms: 2000,
             attempts: 3,
+        }
+    }
+}
+
+impl AlertsConfig {
+    pub(super) fn check(&self, problems: &mut Problems) {
+        if let Some(problem) = self.webhook_url.as_deref().and_then(webhook_url_problem) {
+            problems.add("alerts.webhook_url", problem);
         }
     }
 }

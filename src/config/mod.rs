@@ -41,7 +41,7 @@ use serde::Deserialize;
 
 use crate::ids::{ProviderName, RouteName};
 
-pub use alerts::{AlertsConfig, ReportsConfig, parse_time_of_day};
+pub use alerts::{AlertsConfig, ReportsConfig, parse_time_of_day, webhook_url_problem};
 pub use audit::AuditConfig;
 pub use billing::BillingConfig;
 pub use cache::CacheConfig;
@@ -270,6 +270,7 @@ fn validate(raw: RawConfig, dir: &Path, env: &dyn EnvSource) -> Result<Config, C
     raw.ledger.check(&mut problems);
     raw.cache.check(&storage, &mut problems);
     raw.reports.check(&mut problems);
+    raw.alerts.check(&mut problems);
     let calendar = raw.billing.calendar(&mut problems);
     let providers = providers::validate_providers(&raw.providers, env, &mut problems);
     raw.reconcile.check(&providers, &mut problems);

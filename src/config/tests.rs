@@ -590,3 +590,30 @@ fn reconcile_names_configured_providers_and_takes_a_percentage() {
         ]
     );
 }
+
+#[test]
+fn an_alert_webhook_is_an_http_url_and_a_tier_may_alert_on_its_rates() {
+    let load = |extra: &str| Config::from_toml(&format!("{extra}\n{BASE}"), &pepper());
+    for bad in ["ftp://hooks.example/x", "hooks.example/x", "http://"] {
+        let error = load(&format!("[alerts]\nwebhook_url = \"{bad}\""))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("alerts.webhook_url: must be an http:// or https:// URL"),
+            "{bad}: {error}"
+        );
+    }
+    let config = load("[alerts]\nwebhook_url = \"https://hooks.example/x\"").unwrap();
+    assert_eq!(
+        config.alerts.webhook_url.as_deref(),
+        Some("https://hooks.example/x")
+    );
+    let alerting = BASE.replace("rpm = 60", "rpm = 60\nrate_mode = \"alert\"");
+    let config = Config::from_toml(&alerting, &pepper()).unwrap();
+    assert_eq!(
+        config.tiers["free"].rate_mode,
+        crate::directory::RateMode::Alert
+    );
+    let loose = BASE.replace("rpm = 60", "rpm = 60\nrate_mode = \"loose\"");
+    assert!(Config::from_toml(&loose, &pepper()).is_err());
+}

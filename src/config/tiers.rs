@@ -28,6 +28,10 @@ pub(super) struct RawTier {
     /// What the tier's tenants get while the shared quota store is unreachable.
     #[serde(default)]
     on_store_error: StoreErrorPolicy,
+    /// `enforce` (429 over `rpm` or `tpm`, the default) or `alert` (the call
+    /// passes, is counted, and an alert goes out once per limit and minute).
+    #[serde(default)]
+    rate_mode: crate::directory::RateMode,
     /// Where an end user's id may come from: `header`, `body` (default both).
     end_user_sources: Option<Vec<EndUserSource>>,
     /// A request without an end user is refused (400 `end_user_required`).
@@ -87,6 +91,7 @@ pub struct Tier {
     /// The most completions (`n`) one request may ask for.
     pub max_choices: u32,
     pub on_store_error: StoreErrorPolicy,
+    pub rate_mode: crate::directory::RateMode,
 }
 
 /// Where an end user's id comes from: `X-Tollgate-End-User`, or the body's
@@ -213,6 +218,7 @@ impl RawTier {
             default_max_tokens: self.default_max_tokens,
             max_choices: self.max_choices,
             on_store_error: self.on_store_error,
+            rate_mode: self.rate_mode,
         }
     }
 

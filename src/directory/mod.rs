@@ -16,7 +16,7 @@ use std::sync::{Arc, RwLock};
 
 use sea_orm::DatabaseConnection;
 
-pub use tenant::{BudgetMode, TenantRecord};
+pub use tenant::{BudgetMode, RateMode, TenantRecord};
 
 use self::misses::{KeyLookup, KeyMisses, Outcome};
 use crate::auth::{self, PresentedKey};

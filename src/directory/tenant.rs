@@ -46,6 +46,38 @@ impl FromStr for BudgetMode {
     }
 }
 
+/// What a call over the tenant's requests or tokens per minute meets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum RateMode {
+    /// Refuse with 429 and `Retry-After`.
+    #[default]
+    Enforce,
+    /// Let it pass, count it, and alert once per limit and minute.
+    Alert,
+}
+
+impl RateMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RateMode::Enforce => "enforce",
+            RateMode::Alert => "alert",
+        }
+    }
+}
+
+impl FromStr for RateMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "enforce" => Ok(RateMode::Enforce),
+            "alert" => Ok(RateMode::Alert),
+            other => Err(format!("`{other}` is not enforce or alert")),
+        }
+    }
+}
+
 /// One end user's limits as an admin set them; `None` keeps the tier's.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct EndUserOverride {
@@ -129,6 +161,13 @@ pub struct TenantRecord {
     pub plan: Option<String>,
     /// Its calls' bodies are kept for audit.
     pub audit_payloads: bool,
+    /// Receives the tenant's alerts (budget thresholds, alert-only rates)
+    /// beside `[alerts] webhook_url`.
+    pub alert_webhook_url: Option<String>,
+    /// Percents of its budget that alert, in place of `[alerts] thresholds_percent`.
+    pub alert_thresholds_percent: Option<Vec<u32>>,
+    /// Overrides the tier's `rate_mode`.
+    pub rate_mode: Option<RateMode>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
@@ -183,6 +222,14 @@ impl TenantRecord {
                 .unwrap_or_default(),
             plan: model.plan,
             audit_payloads: model.audit_payloads,
+            alert_webhook_url: model.alert_webhook_url,
+            // A hand-edited list with a part that is not a percent falls back to the global one.
+            alert_thresholds_percent: model
+                .alert_thresholds_percent
+                .as_deref()
+                .and_then(parse_percents),
+            // An unknown hand-edited value falls back to the tier's mode.
+            rate_mode: model.rate_mode.and_then(|m| m.parse().ok()),
             created_at_ms: model.created_at_ms,
             updated_at_ms: model.updated_at_ms,
         }
@@ -222,6 +269,15 @@ pub fn route_list(text: &str) -> Vec<RouteName> {
         .map(str::trim)
         .filter(|r| !r.is_empty())
         .map(RouteName::new)
+        .collect()
+}
+
+/// A stored list of percents (`80,100`; empty: none).
+pub fn parse_percents(text: &str) -> Option<Vec<u32>> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
+        .map(|part| part.parse().ok())
         .collect()
 }
 

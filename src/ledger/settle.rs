@@ -134,6 +134,7 @@ mod tests {
             clamped: false,
             remaining: remaining.map(Nanos::new),
             over_budget: false,
+            over_tpm: None,
             tokens: None,
         }
     }

@@ -181,7 +181,9 @@ pub async fn handle_chat(
         wanted_max_tokens: max_tokens,
         deadline,
     };
-    let mut outcome = dispatch.run(hold).await?;
+    // Boxed: the attempts' state is live for the whole upstream call anyway,
+    // and inline it would make every door's future pass the size clippy bounds.
+    let mut outcome = Box::pin(dispatch.run(hold)).await?;
     // What the request cost includes the embedding of its question.
     if let OutcomeBody::Complete { cost, .. } = &mut outcome.body {
         *cost = cost.saturating_add(embedding_cost);

@@ -110,6 +110,10 @@ metrics! {
         "Attempts that reached the provider and ended without a usage report, charged their hold, by provider.";
     BudgetAlertsTotal => "tollgate_budget_alerts_total", Counter, Configured,
         "Budget thresholds crossed, by threshold percent (once per tenant and period).";
+    AlertDeliveriesTotal => "tollgate_alert_deliveries_total", Counter, Start,
+        "Alert webhook deliveries by target (global: `[alerts] webhook_url`, tenant: the tenant's own) and outcome (delivered, failed after every attempt).";
+    RateOverLimitTotal => "tollgate_rate_over_limit_total", Counter, Event,
+        "Calls an alert-only rate limit let pass over it, by tenant and limit (rpm, tpm).";
     RejectionsTotal => "tollgate_rejections_total", Counter, Event,
         "Requests refused before the upstream, by kind.";
     StreamInterruptionsTotal => "tollgate_stream_interruptions_total", Counter, Configured,
@@ -225,6 +229,12 @@ fn zero_unlabeled() {
     }
     for kind in ["settle", "orphan"] {
         counter_add(Metric::JournalReplayedTotal, &[("kind", kind)], 0);
+    }
+    for target in crate::tenant::alerts::Target::ALL {
+        for outcome in crate::tenant::alerts::OUTCOMES {
+            let pairs = [("target", target.as_str()), ("outcome", outcome)];
+            counter_add(Metric::AlertDeliveriesTotal, &pairs, 0);
+        }
     }
     // A flood of unknown keys shows as its first `cached_unknown` or `busy`.
     for result in crate::directory::misses::RESULTS {

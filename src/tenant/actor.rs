@@ -20,10 +20,10 @@ use std::time::Duration;
 use actix::prelude::*;
 use sea_orm::DatabaseConnection;
 
-use super::alerts::{self, AlertBook, AlertNotice};
+use super::alerts::{self, AlertBook, AlertNotice, RateLimit};
 use super::book::{
-    BalanceStatus, BudgetStatus, Granted, KeyShare, Lapsed, Limits, QuotaBook, RateDecision, Seed,
-    Settled,
+    BalanceStatus, BudgetStatus, Granted, KeyShare, Lapsed, Limits, PassedOver, QuotaBook,
+    RateDecision, Seed, Settled,
 };
 use super::decision::Decision;
 use super::end_users::{EndUserHold, EndUserStatus};
@@ -40,6 +40,7 @@ use super::shared::{RedisQuota, SharedQuota, SharedStore};
 use super::store::{Close, Closed, QuotaAnswer, QuotaStore, Reservation, StoreReply};
 use crate::clock::SharedClock;
 use crate::config::{AlertsConfig, StoreErrorPolicy};
+use crate::directory::RateMode;
 use crate::ids::{EventId, ReservationId, TenantId};
 use crate::ledger::{AttemptStatus, LedgerHandle, UsageEvent, UsageKind};
 use crate::money::Nanos;
@@ -149,10 +150,9 @@ impl TenantActor {
             tenant: tenant.clone(),
             calendar: limits.calendar.clone(),
         };
-        let thresholds = alerts_config.thresholds_percent.clone();
-        let redis = shared.map(|store| {
-            RedisQuota::new(store.tenant(&tenant), limits.clone(), source, thresholds)
-        });
+        let redis =
+            shared.map(|store| RedisQuota::new(store.tenant(&tenant), limits.clone(), source));
+        let alerts = AlertBook::new(&limits.alert_thresholds_percent);
         // Its drift panel reads 0 until the first reconcile measures one.
         if redis.is_some() && label != OTHER_TENANTS {
             zero(Metric::QuotaDriftNanos, &[("tenant", label.as_str())]);
@@ -169,7 +169,7 @@ impl TenantActor {
             price_version,
             last_active_ms: now,
             registry,
-            alerts: AlertBook::new(&alerts_config.thresholds_percent),
+            alerts,
             alerts_config,
             mode: Mode::Configured,
             replicas,
@@ -357,14 +357,10 @@ impl TenantActor {
         let Some(budget) = self.limits.budget else {
             return;
         };
-        let notice = AlertNotice {
-            tenant: self.tenant.to_string(),
-            period: period.to_owned(),
-            committed,
-            budget,
-            threshold,
-        };
-        alerts::fire(&self.alerts_config, notice);
+        let notice =
+            AlertNotice::budget(self.tenant.as_str(), period, threshold, committed, budget);
+        let tenant_url = self.limits.alert_webhook_url.as_deref();
+        alerts::budget_crossed(&self.alerts_config, tenant_url, &notice);
     }
 
     /// Budget gauges after every change of committed or reserved money.
@@ -665,7 +661,82 @@ impl Handler<CheckRate> for TenantActor {
 
     fn handle(&mut self, _msg: CheckRate, _ctx: &mut Context<Self>) -> Self::Result {
         let now = self.touch();
-        self.decide(now, |store, now| store.check_rate(now), None)
+        let decision = self.decide(now, |store, now| store.check_rate(now), None);
+        self.passed_over(decision, now)
+    }
+}
+
+/// The alert-only rate limits an answer let a call pass over.
+trait PassedRates {
+    fn passed(&self) -> impl Iterator<Item = (RateLimit, PassedOver)>;
+}
+
+impl PassedRates for RateDecision {
+    fn passed(&self) -> impl Iterator<Item = (RateLimit, PassedOver)> {
+        self.over.map(|over| (RateLimit::Rpm, over)).into_iter()
+    }
+}
+
+impl PassedRates for Granted {
+    fn passed(&self) -> impl Iterator<Item = (RateLimit, PassedOver)> {
+        self.over_tpm.map(|over| (RateLimit::Tpm, over)).into_iter()
+    }
+}
+
+impl PassedRates for Admitted {
+    fn passed(&self) -> impl Iterator<Item = (RateLimit, PassedOver)> {
+        let tokens = self.reservation.as_ref().and_then(|r| r.as_ref().ok());
+        self.rate
+            .passed()
+            .chain(tokens.into_iter().flat_map(Granted::passed))
+    }
+}
+
+impl TenantActor {
+    /// Counts each call an alert-only rate limit let pass, and alerts on the
+    /// first of each limit in its minute (the store decided which is first,
+    /// for every replica).
+    fn passed_over<T: PassedRates + 'static>(
+        &self,
+        decision: Decision<Self, QuotaAnswer<T>>,
+        now: u64,
+    ) -> Decision<Self, QuotaAnswer<T>> {
+        // Nothing passes over an enforced limit: a shared decision's future stays as it is.
+        if self.limits.rate_mode == RateMode::Enforce {
+            return decision;
+        }
+        match decision {
+            Decision::Now(answer) => {
+                if let Ok(answer) = &answer {
+                    self.rates_passed(answer, now);
+                }
+                Decision::Now(answer)
+            }
+            Decision::Later(answer) => Decision::later(answer.map(move |answer, act, _| {
+                if let Ok(answer) = &answer {
+                    act.rates_passed(answer, now);
+                }
+                answer
+            })),
+        }
+    }
+
+    fn rates_passed(&self, answer: &impl PassedRates, now: u64) {
+        for (limit, over) in answer.passed() {
+            let labels = [("tenant", self.label.as_str()), ("limit", limit.as_str())];
+            counter_add(Metric::RateOverLimitTotal, &labels, 1);
+            if !over.first_in_minute {
+                continue;
+            }
+            let per_minute = match limit {
+                RateLimit::Rpm => u64::from(self.limits.rpm),
+                RateLimit::Tpm => self.limits.tokens.tpm.unwrap_or_default(),
+            };
+            tracing::warn!(tenant = %self.tenant, limit = limit.as_str(), per_minute, "A call passed over an alert-only rate limit.");
+            let notice = AlertNotice::rate(self.tenant.as_str(), limit, per_minute, now);
+            let tenant_url = self.limits.alert_webhook_url.as_deref();
+            alerts::post(&self.alerts_config, tenant_url, &notice);
+        }
     }
 }
 
@@ -683,6 +754,7 @@ impl Handler<Reserve> for TenantActor {
                 move |store, now| store.reserve(&reservation, now),
                 Some(id),
             );
+            let decision = act.passed_over(decision, now);
             act.published(decision, now)
         })
     }
@@ -702,6 +774,7 @@ impl Handler<RateAndReserve> for TenantActor {
                 move |store, now| store.check_rate_and_reserve(&reservation, now),
                 Some(id),
             );
+            let decision = act.passed_over(decision, now);
             act.published(decision, now)
         })
     }
@@ -894,6 +967,8 @@ impl Handler<UpdateLimits> for TenantActor {
 
     fn handle(&mut self, msg: UpdateLimits, _ctx: &mut Context<Self>) {
         self.limits = msg.0;
+        self.alerts
+            .set_thresholds(&self.limits.alert_thresholds_percent);
         if let Some(redis) = &mut self.redis {
             redis.set_limits(self.limits.clone());
         }

@@ -17,10 +17,11 @@ use serde::Serialize;
 
 use crate::calendar::{Calendar, Period};
 use crate::config::StoreErrorPolicy;
-use crate::directory::BudgetMode;
+use crate::directory::{BudgetMode, RateMode};
 use crate::ids::{KeyId, ReservationId};
 use crate::money::{CostAccumulator, Nanos, PricePerMTok};
 
+use super::alerts::RateLimit;
 use super::credits::Credits;
 use super::end_users::{EndUserHold, EndUsers};
 use super::messages::ReservationMeta;
@@ -57,6 +58,12 @@ pub struct Limits {
     /// The tenant spends its prepaid balance (top-ups less lifetime spend)
     /// instead of a monthly budget.
     pub credits: bool,
+    /// `alert`: a call over `rpm` or `tokens.tpm` passes, flagged.
+    pub rate_mode: RateMode,
+    /// The tenant's own alert target, beside `[alerts] webhook_url`.
+    pub alert_webhook_url: Option<String>,
+    /// Percents of the budget that alert: the tenant's, else `[alerts] thresholds_percent`.
+    pub alert_thresholds_percent: Vec<u32>,
 }
 
 impl Limits {
@@ -130,6 +137,36 @@ pub struct RateDecision {
     pub reset_ms: u64,
     /// Until the next request would be admitted (0 when allowed).
     pub retry_after_ms: u64,
+    /// `rate_mode = "alert"` let it pass with the bucket empty.
+    pub over: Option<PassedOver>,
+}
+
+/// A call an alert-only rate limit let pass over it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PassedOver {
+    /// The first passed over this limit in its clock minute: the one alerted on.
+    pub first_in_minute: bool,
+}
+
+/// The clock minute each alert-only limit last let a call pass over it in
+/// (Redis keeps the same in the buckets hash, `xr` and `xt`).
+#[derive(Debug, Clone, Copy, Default)]
+struct RateAlerts {
+    rpm: Option<u64>,
+    tpm: Option<u64>,
+}
+
+impl RateAlerts {
+    fn passed(&mut self, limit: RateLimit, now_ms: u64) -> PassedOver {
+        let minute = now_ms / 60_000;
+        let last = match limit {
+            RateLimit::Rpm => &mut self.rpm,
+            RateLimit::Tpm => &mut self.tpm,
+        };
+        let first_in_minute = *last != Some(minute);
+        *last = Some(minute);
+        PassedOver { first_in_minute }
+    }
 }
 
 impl RateDecision {
@@ -145,6 +182,18 @@ impl RateDecision {
             remaining: u32::try_from(units / UNITS_PER_REQUEST).unwrap_or(u32::MAX),
             reset_ms: (capacity - units).div_ceil(rate),
             retry_after_ms: if allowed { 0 } else { missing.div_ceil(rate) },
+            over: None,
+        }
+    }
+
+    /// A refusal an alert-only limit turns into a pass.
+    #[must_use]
+    pub fn passed_over(self, over: PassedOver) -> RateDecision {
+        RateDecision {
+            allowed: true,
+            retry_after_ms: 0,
+            over: Some(over),
+            ..self
         }
     }
 }
@@ -187,6 +236,8 @@ pub struct Granted {
     pub remaining: Option<Nanos>,
     /// `alert` mode let it pass although it does not fit.
     pub over_budget: bool,
+    /// `rate_mode = "alert"` let it pass over the tokens per minute.
+    pub over_tpm: Option<PassedOver>,
     /// The tokens-per-minute window after this admission, if the tenant has one.
     pub tokens: Option<TokenWindow>,
 }
@@ -357,6 +408,7 @@ pub struct QuotaBook {
     end_users: EndUsers,
     sessions: Sessions,
     credits: Credits,
+    rate_alerts: RateAlerts,
 }
 
 impl QuotaBook {
@@ -384,6 +436,7 @@ impl QuotaBook {
             end_users,
             sessions: Sessions::default(),
             credits: Credits::default(),
+            rate_alerts: RateAlerts::default(),
         }
     }
 
@@ -503,14 +556,19 @@ impl QuotaBook {
         self.held.len()
     }
 
-    /// Takes one request from the bucket if there is one.
+    /// Takes one request from the bucket if there is one; with none, an
+    /// alert-only limit lets it pass and takes nothing (the bucket is empty).
     pub fn check_rate(&mut self, now_ms: u64) -> RateDecision {
         self.refill(now_ms);
         let allowed = self.bucket_units >= UNITS_PER_REQUEST;
         if allowed {
             self.bucket_units -= UNITS_PER_REQUEST;
         }
-        RateDecision::from_bucket(allowed, self.bucket_units, &self.limits)
+        let decision = RateDecision::from_bucket(allowed, self.bucket_units, &self.limits);
+        if allowed || self.limits.rate_mode != RateMode::Alert {
+            return decision;
+        }
+        decision.passed_over(self.rate_alerts.passed(RateLimit::Rpm, now_ms))
     }
 
     fn refill(&mut self, now_ms: u64) {
@@ -615,7 +673,10 @@ impl QuotaBook {
         if let Some(hold) = &request.end_user {
             self.end_users.admit_tokens(hold, tokens, now_ms)?;
         }
-        let window = self.tokens.admit(tokens, now_ms)?;
+        let alert_only = self.limits.rate_mode == RateMode::Alert;
+        let (window, over_tpm) = self.tokens.admit_over(tokens, now_ms, alert_only)?;
+        // Marked only once admitted: nothing after the tokens refuses.
+        let over_tpm = over_tpm.then(|| self.rate_alerts.passed(RateLimit::Tpm, now_ms));
         self.place(id, request, fit.amount, tokens, meta, now_ms);
         Ok(Granted {
             id,
@@ -624,6 +685,7 @@ impl QuotaBook {
             clamped: fit.clamped,
             remaining: self.remaining(),
             over_budget: fit.over_budget,
+            over_tpm,
             tokens: window,
         })
     }

@@ -195,6 +195,12 @@ impl TenantRegistry {
             calendar: config.calendar.clone(),
             end_users_in_memory: config.billing.end_users_in_memory,
             credits: tenant.on_credits,
+            rate_mode: tenant.rate_mode.unwrap_or(tier.rate_mode),
+            alert_webhook_url: tenant.alert_webhook_url.clone(),
+            alert_thresholds_percent: tenant
+                .alert_thresholds_percent
+                .clone()
+                .unwrap_or_else(|| config.alerts.thresholds_percent.clone()),
         })
     }
 

@@ -80,6 +80,9 @@ mod tests {
             period: crate::calendar::Period::Month,
             feature_periods: std::collections::BTreeMap::new(),
             credits: false,
+            rate_mode: crate::directory::RateMode::Enforce,
+            alert_webhook_url: None,
+            alert_thresholds_percent: vec![80, 100],
         };
         let seed = Seed {
             committed: Nanos::parse_decimal("4").unwrap(),

@@ -91,6 +91,12 @@ impl TokenQuota {
     }
 
     fn roll(&mut self, now_ms: u64) {
+        self.roll_windows(now_ms);
+        self.refill(now_ms);
+    }
+
+    /// A local day or month that began starts from no tokens.
+    fn roll_windows(&mut self, now_ms: u64) {
         for period in self.windows.roll(&self.calendar, now_ms) {
             match period {
                 Period::Day => self.day_tokens = 0,
@@ -98,6 +104,9 @@ impl TokenQuota {
                 Period::Week | Period::Lifetime => {}
             }
         }
+    }
+
+    fn refill(&mut self, now_ms: u64) {
         if let Some(tpm) = self.limits.tpm {
             let elapsed = i128::from(now_ms.saturating_sub(self.bucket_at_ms));
             self.bucket_units =
@@ -112,6 +121,21 @@ impl TokenQuota {
         estimate: u64,
         now_ms: u64,
     ) -> Result<Option<TokenWindow>, TokenRefusal> {
+        self.admit_over(estimate, now_ms, false)
+            .map(|(window, _)| window)
+    }
+
+    /// `admit`, where an `alert_only` tokens-per-minute limit lets a request
+    /// too large for the bucket pass (`true`: it passed over). It is charged
+    /// to the bucket all the same, which may go below zero, so the bucket
+    /// keeps measuring what the tenant really uses and the settle's
+    /// correction stays exact.
+    pub fn admit_over(
+        &mut self,
+        estimate: u64,
+        now_ms: u64,
+        alert_only: bool,
+    ) -> Result<(Option<TokenWindow>, bool), TokenRefusal> {
         self.roll(now_ms);
         if let Some(limit) = self.limits.monthly
             && self.month_tokens.saturating_add(estimate) > limit
@@ -123,21 +147,32 @@ impl TokenQuota {
         {
             return Err(daily_refusal(limit, estimate, &self.calendar, now_ms));
         }
+        let mut over = false;
         if let Some(tpm) = self.limits.tpm {
             let needed = i128::from(estimate) * UNITS_PER_TOKEN;
             if needed > self.bucket_units {
-                return Err(per_minute_refusal(tpm, estimate, self.bucket_units));
+                if !alert_only {
+                    return Err(per_minute_refusal(tpm, estimate, self.bucket_units));
+                }
+                over = true;
             }
             self.bucket_units -= needed;
         }
         self.day_tokens = self.day_tokens.saturating_add(estimate);
         self.month_tokens = self.month_tokens.saturating_add(estimate);
-        Ok(self.window())
+        Ok((self.window(), over))
     }
 
     /// Replaces an admitted estimate with what the call really used.
     pub fn settle(&mut self, estimate: u64, actual: u64, now_ms: u64) {
-        self.roll(now_ms);
+        // The bucket refills at admissions only, as the Redis script's does
+        // (its close corrects what the bucket holds and leaves its time): so
+        // both stores cap it at the same points, whatever the order of settles.
+        if self.limits.tpm.is_some() {
+            let correction = (i128::from(estimate) - i128::from(actual)) * UNITS_PER_TOKEN;
+            self.bucket_units = (self.bucket_units + correction).min(capacity(self.limits));
+        }
+        self.roll_windows(now_ms);
         self.day_tokens = self
             .day_tokens
             .saturating_sub(estimate)
@@ -146,10 +181,6 @@ impl TokenQuota {
             .month_tokens
             .saturating_sub(estimate)
             .saturating_add(actual);
-        if self.limits.tpm.is_some() {
-            let correction = (i128::from(estimate) - i128::from(actual)) * UNITS_PER_TOKEN;
-            self.bucket_units = (self.bucket_units + correction).min(capacity(self.limits));
-        }
     }
 
     pub fn window(&self) -> Option<TokenWindow> {

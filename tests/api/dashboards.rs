@@ -434,6 +434,14 @@ async fn drive_traffic(app: &TestApp) {
     assert_eq!(app.chat(&limited_key, &chat_body("fast")).await.status, 200);
     let limited = app.chat(&limited_key, &chat_body("fast")).await;
     assert_eq!(limited.status, 429, "{}", limited.raw);
+
+    // An alert-only rate: the second call passes over it, and is counted.
+    let (_alerted, alerted_key) = app
+        .tenant_with_key("free", json!({"rpm_limit": 1, "rate_mode": "alert"}))
+        .await;
+    for _ in 0..2 {
+        assert_eq!(app.chat(&alerted_key, &chat_body("fast")).await.status, 200);
+    }
 }
 
 /// A scrape once every referenced family is in it (stream and ledger metrics

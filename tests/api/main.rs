@@ -74,6 +74,8 @@ mod plans;
 #[cfg(test)]
 mod prompt_prefix;
 #[cfg(test)]
+mod rate_alerts;
+#[cfg(test)]
 mod rate_limit;
 #[cfg(test)]
 mod redis_cluster;
@@ -101,5 +103,7 @@ mod stored_responses;
 mod streaming;
 #[cfg(test)]
 mod tenant_actor;
+#[cfg(test)]
+mod tenant_alerts;
 #[cfg(test)]
 mod traces;

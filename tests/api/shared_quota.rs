@@ -540,6 +540,9 @@ async fn the_expiry_sweep_asks_the_ledger_before_committing_an_orphan() {
         period: tollgate::calendar::Period::Month,
         feature_periods: std::collections::BTreeMap::new(),
         credits: false,
+        rate_mode: tollgate::directory::RateMode::Enforce,
+        alert_webhook_url: None,
+        alert_thresholds_percent: vec![80, 100],
     };
     let key_id = KeyId::new(key.split('_').nth(1).unwrap());
 

@@ -17,6 +17,9 @@ fn limits(budget: Option<&str>, mode: BudgetMode) -> Limits {
         period: Period::Month,
         feature_periods: BTreeMap::new(),
         credits: false,
+        rate_mode: crate::directory::RateMode::Enforce,
+        alert_webhook_url: None,
+        alert_thresholds_percent: vec![80, 100],
     }
 }
 

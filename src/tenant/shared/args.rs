@@ -12,6 +12,10 @@ use serde::{Deserialize, Serialize};
 use crate::calendar::Period;
 
 #[derive(Debug, Serialize)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "each is one flag of the script's JSON, read by its name"
+)]
 pub struct ReserveArgs<'a> {
     pub now: String,
     /// The tenant's day and month keys in the billing time zone.
@@ -21,6 +25,11 @@ pub struct ReserveArgs<'a> {
     pub amount: String,
     /// Alert mode: a reservation past a budget is held anyway, and flagged.
     pub alert: bool,
+    /// `rate_mode = "alert"`: a reservation past the tokens per minute is
+    /// held anyway (and charged to the bucket), and flagged.
+    pub tpm_alert: bool,
+    /// The clock minute (ms / 60000): one tokens-per-minute alert per minute.
+    pub minute: String,
     pub tenant_budget: String,
     pub key: &'a str,
     pub key_budget: String,
@@ -281,6 +290,12 @@ pub enum ReserveReply {
         units: String,
         /// The tenant's credit balance (-1: not on credits).
         balance: String,
+        /// Passed over an alert-only tokens per minute…
+        #[serde(default)]
+        over_tpm: bool,
+        /// …the first time in its minute.
+        #[serde(default)]
+        tpm_alert: bool,
     },
 }
 
@@ -299,6 +314,8 @@ mod tests {
                 reserved: "3".into(),
                 units: "-1".into(),
                 balance: "-1".into(),
+                over_tpm: false,
+                tpm_alert: false,
             })
         );
         let window = r#"{"kind":"seed_w","period":"week"}"#;

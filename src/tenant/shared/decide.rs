@@ -10,6 +10,8 @@ use super::{
     bucket_capacity, clamped_max_tokens, count, daily_refusal, end_user_ttl_ms, field, keys,
     monthly_refusal, nanos, number, per_minute_refusal, threshold_amount, window, worst_case,
 };
+use crate::directory::RateMode;
+use crate::tenant::book::PassedOver;
 use crate::tenant::tokens::TokenRefusal;
 
 impl SharedQuota {
@@ -231,6 +233,8 @@ impl SharedQuota {
             expires_at: request.expires_at_ms.to_string(),
             amount: amount.get().to_string(),
             alert: limits.mode == BudgetMode::Alert,
+            tpm_alert: limits.rate_mode == RateMode::Alert,
+            minute: (now_ms / 60_000).to_string(),
             tenant_budget: budget(limits.budget),
             key: request.key.as_str(),
             key_budget: budget(request.key_budget),
@@ -522,6 +526,8 @@ fn granted(
         reserved,
         units,
         balance,
+        over_tpm,
+        tpm_alert,
     } = reply
     else {
         return Err(StoreFailure("not a hold".to_owned()));
@@ -544,6 +550,9 @@ fn granted(
         clamped: false,
         remaining,
         over_budget: *over,
+        over_tpm: over_tpm.then_some(PassedOver {
+            first_in_minute: *tpm_alert,
+        }),
         tokens: limits.tokens.tpm.map(|tpm| window(tpm, i128::from(units))),
     })
 }
@@ -570,22 +579,31 @@ struct ScriptCall {
     args: Vec<String>,
 }
 
+/// `RATE`'s six arguments (see `rate_fn` in `scripts.rs`).
 fn rate_args(limits: &Limits, now_ms: u64) -> Vec<String> {
+    let alert_only = limits.rate_mode == RateMode::Alert;
     vec![
         now_ms.to_string(),
         limits.rpm.max(1).to_string(),
         bucket_capacity(limits).to_string(),
         UNITS_PER_REQUEST.to_string(),
+        if alert_only { "1" } else { "0" }.to_owned(),
+        (now_ms / 60_000).to_string(),
     ]
 }
 
-/// Reads a `RATE` reply (also the head of a `RATE_RESERVE` one).
+/// Reads a `RATE` reply (also the head of a `RATE_RESERVE` one): `0`
+/// refused, `1` allowed, `2` passed over an alert-only limit, `3` the
+/// first passed over it in its minute.
 fn rate_decision(reply: &[String], limits: &Limits) -> Result<RateDecision, StoreFailure> {
-    let allowed = field(reply, 0)? == "1";
+    let verdict = field(reply, 0)?;
     let units = number(reply, 1)?;
-    Ok(RateDecision::from_bucket(
-        allowed,
-        u64::try_from(units).unwrap_or(0),
-        limits,
-    ))
+    let decision =
+        RateDecision::from_bucket(verdict == "1", u64::try_from(units).unwrap_or(0), limits);
+    Ok(match verdict {
+        "2" | "3" => decision.passed_over(PassedOver {
+            first_in_minute: verdict == "3",
+        }),
+        _ => decision,
+    })
 }

@@ -95,7 +95,11 @@ end
 }
 
 /// The request bucket. KEYS: buckets. ARGV: now, rpm, capacity units, units
-/// per request. Returns {allowed (0/1), units left}.
+/// per request, alert only (`1`: `rate_mode = "alert"`), the clock minute.
+/// Returns {verdict, units left}: `0` refused, `1` allowed, `2` passed over
+/// an alert-only limit (taking nothing: the bucket is empty), `3` the first
+/// passed over it in its minute (`xr` keeps the minute; `tenant/book.rs`
+/// keeps the same rule in `check_rate`).
 macro_rules! rate_fn {
     () => {
         r"
@@ -106,7 +110,14 @@ local units, at = tonumber(b[1]) or cap, tonumber(b[2]) or now
 if now > at then units = units + (now - at) * rpm; at = now end
 if units > cap then units = cap end
 local allowed = 0
-if units >= per then units = units - per; allowed = 1 end
+if units >= per then
+  units = units - per; allowed = 1
+elseif ARGV[5] == '1' then
+  allowed = 2
+  if redis.call('HGET', KEYS[1], 'xr') ~= ARGV[6] then
+    redis.call('HSET', KEYS[1], 'xr', ARGV[6]); allowed = 3
+  end
+end
 redis.call('HSET', KEYS[1], 'ru', s(units), 'rat', s(at))
 redis.call('PEXPIRE', KEYS[1], 86400000)
 return {s(allowed), s(units)}
@@ -127,7 +138,9 @@ pub const RATE: &str = concat!(prelude!(), rate_fn!(), "return rate(KEYS, ARGV)\
 /// ARGV: one JSON object, `ReserveArgs` in `shared/args.rs` (each field is
 /// read here by its name; money and counts are decimal strings, `-1` for no
 /// limit): `now`, `day`, `month`, `expires_at`, `amount`, `alert` (over the
-/// budget is allowed), `tenant_budget`, `key`, `key_budget`, `feature`,
+/// budget is allowed), `tpm_alert` (over the tokens per minute is allowed,
+/// and charged; the first of each clock `minute` is flagged, `xt` in the
+/// buckets hash keeps it), `minute`, `tenant_budget`, `key`, `key_budget`, `feature`,
 /// `feature_budget`, `tokens`, `tpm`, `daily`, `monthly`, `meta`, `ttl`,
 /// `id` (chosen by the caller, so a reservation whose reply was lost can
 /// still be released), `local_day`, `end_user` (absent without one: `field`,
@@ -140,7 +153,8 @@ pub const RATE: &str = concat!(prelude!(), rate_fn!(), "return rate(KEYS, ARGV)\
 /// `eu_tokens` (`used` today), `eu_tpm` (`units`), `budget` (`scope`,
 /// `remaining`), `tokens` (`limit`: `monthly`, `daily` or `tpm`; `value`), or
 /// `ok` (`over`, `committed`, `reserved`, `units` of tpm or -1, `balance` of
-/// the tenant's credits or -1).
+/// the tenant's credits or -1, `over_tpm` and `tpm_alert`: passed over an
+/// alert-only tokens per minute, the first time in its minute).
 macro_rules! reserve_fn {
     () => {
         r"
@@ -234,7 +248,7 @@ if eutpm >= 0 then
 end
 if monthly >= 0 and n(v[7]) + est > monthly then return cjson.encode({kind = 'tokens', limit = 'monthly', value = s(n(v[7]))}) end
 if daily >= 0 and n(v[8]) + est > daily then return cjson.encode({kind = 'tokens', limit = 'daily', value = s(n(v[8]))}) end
-local units = -1
+local units, over_tpm, tpm_alert = -1, false, false
 if tpm >= 0 then
   local cap = tpm * 60000
   local t = redis.call('HMGET', b, 'tu', 'tat')
@@ -243,7 +257,13 @@ if tpm >= 0 then
   if now > at then units = units + (now - at) * tpm; at = now end
   if units > cap then units = cap end
   redis.call('HSET', b, 'tu', s(units), 'tat', s(at))
-  if est * 60000 > units then return cjson.encode({kind = 'tokens', limit = 'tpm', value = s(units)}) end
+  if est * 60000 > units then
+    if not A.tpm_alert then return cjson.encode({kind = 'tokens', limit = 'tpm', value = s(units)}) end
+    -- Alert only: charged all the same (the bucket may go below zero), and
+    -- the first of its minute alerts (`xt`). Nothing below refuses.
+    over_tpm = true
+    if redis.call('HGET', b, 'xt') ~= A.minute then redis.call('HSET', b, 'xt', A.minute); tpm_alert = true end
+  end
   units = units - est * 60000
   redis.call('HSET', b, 'tu', s(units))
 end
@@ -283,7 +303,7 @@ if tcred then
   balance = n(cv[1]) - n(cv[2]) - n(cv[3])
   if balance < 0 then balance = 0 end
 end
-return cjson.encode({kind = 'ok', over = over == '1', committed = s(n(totals[1])), reserved = s(n(totals[2])), units = s(units), balance = s(balance)})
+return cjson.encode({kind = 'ok', over = over == '1', committed = s(n(totals[1])), reserved = s(n(totals[2])), units = s(units), balance = s(balance), over_tpm = over_tpm, tpm_alert = tpm_alert})
 end
 "
     };
@@ -298,17 +318,17 @@ pub const RESERVE: &str = concat!(
 
 /// `RATE`, then `RESERVE` if the rate allows: one script where a request
 /// would otherwise take two. KEYS: those of `RESERVE` (its buckets are the
-/// rate's). ARGV: the four of `RATE`, then the one of `RESERVE`.
-/// Returns {'0', units left} when the rate refuses, else {'1', units left,
-/// the reply of `RESERVE`}.
+/// rate's). ARGV: the six of `RATE`, then the one of `RESERVE`.
+/// Returns {'0', units left} when the rate refuses, else {`RATE`'s verdict,
+/// units left, the reply of `RESERVE`}.
 pub const RATE_RESERVE: &str = concat!(
     prelude!(),
     rate_fn!(),
     reserve_fn!(),
     r"
-local r = rate({KEYS[2]}, {ARGV[1], ARGV[2], ARGV[3], ARGV[4]})
-if r[1] ~= '1' then return r end
-return {r[1], r[2], reserve(KEYS, cjson.decode(ARGV[5]))}
+local r = rate({KEYS[2]}, {ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]})
+if r[1] == '0' then return r end
+return {r[1], r[2], reserve(KEYS, cjson.decode(ARGV[7]))}
 "
 );
 

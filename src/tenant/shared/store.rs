@@ -24,24 +24,17 @@ pub struct RedisQuota {
     quota: SharedQuota,
     limits: Limits,
     source: SeedSource,
-    /// Alert thresholds (percent) a settle reports crossing.
-    thresholds: Vec<u32>,
     /// Spend the book took while Redis was away reaches Redis before it decides again.
     rejoin: bool,
 }
 
 impl RedisQuota {
-    pub fn new(
-        quota: SharedQuota,
-        limits: Limits,
-        source: SeedSource,
-        thresholds: Vec<u32>,
-    ) -> RedisQuota {
+    /// Its settles report the thresholds of `limits.alert_thresholds_percent` they cross.
+    pub fn new(quota: SharedQuota, limits: Limits, source: SeedSource) -> RedisQuota {
         RedisQuota {
             quota,
             limits,
             source,
-            thresholds,
             rejoin: false,
         }
     }
@@ -90,7 +83,8 @@ impl RedisQuota {
             Ok(seed) => seed,
             Err(refused) => return Ok(Err(refused)),
         };
-        let reached = reached(&self.thresholds, self.limits.budget, seed.committed);
+        let thresholds = &self.limits.alert_thresholds_percent;
+        let reached = reached(thresholds, self.limits.budget, seed.committed);
         self.quota.seed(&seed, &reached, now_ms).await?;
         Ok(Ok(()))
     }
@@ -271,7 +265,7 @@ impl QuotaStore for RedisQuota {
                     charged,
                     tokens,
                     &store.limits,
-                    &store.thresholds,
+                    &store.limits.alert_thresholds_percent,
                     now_ms,
                 )
                 .await?;
