@@ -155,6 +155,9 @@ enum TenantCommand {
         /// Keep its calls' request and response bodies (keys redacted) for audit.
         #[arg(long)]
         audit_payloads: bool,
+        /// Calls in flight at once (default: the tier's `max_in_flight`).
+        #[arg(long)]
+        max_in_flight: Option<u32>,
     },
     List,
     Show {
@@ -178,6 +181,9 @@ enum TenantCommand {
         /// `true` or `false`: keep its calls' bodies for audit.
         #[arg(long)]
         audit_payloads: Option<bool>,
+        /// Calls in flight at once, in place of the tier's cap.
+        #[arg(long)]
+        max_in_flight: Option<u32>,
     },
 }
 
@@ -197,6 +203,9 @@ enum KeyCommand {
         /// When the key stops working (RFC 3339, e.g. `2026-12-31T23:59:59Z`).
         #[arg(long)]
         expires_at: Option<String>,
+        /// The key's own cap on calls in flight at once.
+        #[arg(long)]
+        max_in_flight: Option<u32>,
     },
     List {
         tenant: String,
@@ -468,6 +477,7 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
             default_max_tokens,
             plan,
             audit_payloads,
+            max_in_flight,
         } => {
             let new = NewTenant {
                 id,
@@ -488,6 +498,7 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
                 prompt_breakpoints: None,
                 plan,
                 audit_payloads,
+                max_in_flight,
             };
             let record = tenants::create(&db, &config, new, now_ms()).await?;
             json_out(&TenantView::from(&record))
@@ -506,6 +517,7 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
             mode,
             plan,
             audit_payloads,
+            max_in_flight,
         } => {
             let patch = TenantPatch {
                 name,
@@ -515,6 +527,7 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
                 budget_mode: mode,
                 plan: plan.map(Some),
                 audit_payloads,
+                max_in_flight: max_in_flight.map(Some),
                 ..TenantPatch::default()
             };
             json_out(&TenantView::from(
@@ -533,6 +546,7 @@ async fn key(config: Arc<Config>, command: KeyCommand) -> Result<()> {
             budget,
             budget_period,
             expires_at,
+            max_in_flight,
         } => {
             let pepper = config.require_pepper()?;
             let new = keys::NewKey {
@@ -541,6 +555,7 @@ async fn key(config: Arc<Config>, command: KeyCommand) -> Result<()> {
                 expires_at: expires_at.map(serde_json::Value::String),
                 credits: false,
                 budget_period,
+                max_in_flight,
             };
             let (_, view) = keys::issue(&db, pepper, &tenant, new, now_ms()).await?;
             json_out(&view)
@@ -708,6 +723,7 @@ async fn demo(path: Option<&Path>, listen: Option<std::net::SocketAddr>) -> Resu
                 prompt_breakpoints: None,
                 plan: None,
                 audit_payloads: false,
+                max_in_flight: None,
             };
             tenants::create(db, &config, new, now_ms()).await?
         }
@@ -723,6 +739,7 @@ async fn demo(path: Option<&Path>, listen: Option<std::net::SocketAddr>) -> Resu
             expires_at: None,
             credits: false,
             budget_period: None,
+            max_in_flight: None,
         },
         now_ms(),
     )

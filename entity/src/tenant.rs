@@ -38,6 +38,8 @@ pub struct Model {
     pub plan: Option<String>,
     /// Request and response bodies of its calls are kept for audit (`audit_payloads`).
     pub audit_payloads: bool,
+    /// Calls in flight at once; `None`: the tier's cap.
+    pub max_in_flight: Option<i32>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -25,6 +25,7 @@ mod m20261205_000020_cache_usage_index;
 mod m20261206_000021_web_searches;
 mod m20261206_000022_stored_responses;
 mod m20261207_000023_sessions;
+mod m20261207_000024_in_flight_caps;
 
 pub use m20261203_000018_usage_retention::partition_name;
 pub use m20261205_000020_cache_usage_index::{CACHE_USAGE_INDEX, CACHE_USAGE_ROWS};
@@ -58,6 +59,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261206_000021_web_searches::Migration),
             Box::new(m20261206_000022_stored_responses::Migration),
             Box::new(m20261207_000023_sessions::Migration),
+            Box::new(m20261207_000024_in_flight_caps::Migration),
         ]
     }
 }

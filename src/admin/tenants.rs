@@ -43,6 +43,8 @@ pub struct NewTenant {
     /// Keep its calls' request and response bodies (keys redacted) for audit.
     #[serde(default)]
     pub audit_payloads: bool,
+    /// Calls in flight at once; absent: the tier's `max_in_flight`.
+    pub max_in_flight: Option<u32>,
 }
 
 /// A partial update; `null` clears an optional limit.
@@ -78,6 +80,9 @@ pub struct TenantPatch {
     #[serde(default, deserialize_with = "double_option")]
     pub plan: Option<Option<String>>,
     pub audit_payloads: Option<bool>,
+    /// A cap on calls in flight, or `null`: the tier's.
+    #[serde(default, deserialize_with = "double_option")]
+    pub max_in_flight: Option<Option<u32>>,
 }
 
 #[expect(
@@ -114,6 +119,8 @@ pub struct TenantView {
     /// `cost` when the tenant is on no plan.
     pub plan: String,
     pub audit_payloads: bool,
+    /// The tenant's own cap on calls in flight (`None`: the tier's).
+    pub max_in_flight: Option<u32>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
@@ -147,6 +154,7 @@ impl From<&TenantRecord> for TenantView {
                 .clone()
                 .unwrap_or_else(|| crate::config::COST.to_owned()),
             audit_payloads: t.audit_payloads,
+            max_in_flight: t.max_in_flight,
             created_at_ms: t.created_at_ms,
             updated_at_ms: t.updated_at_ms,
         }
@@ -182,7 +190,7 @@ fn parse_mode(text: &str) -> Result<BudgetMode, AdminError> {
     text.parse().map_err(|e: String| invalid("budget_mode", e))
 }
 
-fn positive(field: &str, value: u32) -> Result<i32, AdminError> {
+pub(super) fn positive(field: &str, value: u32) -> Result<i32, AdminError> {
     i32::try_from(value)
         .ok()
         .filter(|v| *v > 0)
@@ -333,6 +341,10 @@ pub async fn create(
         prompts: Set(prompts_json(config, new.prompts.as_ref())?),
         plan: Set(plan_name(config, new.plan.as_deref())?),
         audit_payloads: Set(new.audit_payloads),
+        max_in_flight: Set(new
+            .max_in_flight
+            .map(|v| positive("max_in_flight", v))
+            .transpose()?),
         prompt_breakpoints: Set(new
             .prompt_breakpoints
             .as_deref()
@@ -441,6 +453,9 @@ pub async fn update(
     }
     if let Some(audit) = patch.audit_payloads {
         model.audit_payloads = Set(audit);
+    }
+    if let Some(cap) = patch.max_in_flight {
+        model.max_in_flight = Set(cap.map(|v| positive("max_in_flight", v)).transpose()?);
     }
     if let Some(breakpoints) = patch.prompt_breakpoints {
         model.prompt_breakpoints = Set(Some(parse_breakpoints(&breakpoints)?));

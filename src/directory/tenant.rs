@@ -124,6 +124,8 @@ pub struct TenantRecord {
     pub plan: Option<String>,
     /// Its calls' bodies are kept for audit.
     pub audit_payloads: bool,
+    /// Overrides the tier's cap on calls in flight.
+    pub max_in_flight: Option<u32>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
@@ -173,6 +175,7 @@ impl TenantRecord {
                 .unwrap_or_default(),
             plan: model.plan,
             audit_payloads: model.audit_payloads,
+            max_in_flight: model.max_in_flight.and_then(|v| u32::try_from(v).ok()),
             created_at_ms: model.created_at_ms,
             updated_at_ms: model.updated_at_ms,
         }

@@ -264,7 +264,7 @@ impl Dispatch<'_> {
     /// A successful attempt: settled now, or handed to the stream relay.
     async fn serve(
         &self,
-        hold: &Hold,
+        hold: &mut Hold,
         (target, provider): (&Target, &Provider),
         serving: Serving,
         trail: &Trail,
@@ -324,6 +324,7 @@ impl Dispatch<'_> {
                 let stream_hold = settle::Held {
                     guard,
                     growth: hold.growth(),
+                    call: hold.take_call(),
                 };
                 served.relay(stream_hold, start, target, provider, status, row.number)
             }

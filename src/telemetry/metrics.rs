@@ -112,6 +112,8 @@ metrics! {
         "Budget thresholds crossed, by threshold percent (once per tenant and period).";
     RejectionsTotal => "tollgate_rejections_total", Counter, Event,
         "Requests refused before the upstream, by kind.";
+    InFlightRefusalsTotal => "tollgate_in_flight_refusals_total", Counter, Start,
+        "Calls refused with 429 because their tenant or key had its cap of calls in flight (`max_in_flight`), by scope (tenant, key).";
     StreamInterruptionsTotal => "tollgate_stream_interruptions_total", Counter, Configured,
         "Streams that did not end normally, by provider and reason (partial, client_cancelled, cut_at_hold).";
     StreamHoldStepsTotal => "tollgate_stream_hold_steps_total", Counter, Configured,

@@ -24,6 +24,9 @@ pub fn zero_configured(config: &Config) {
     counter_add(Metric::TokenizerFailuresTotal, &[], 0);
 
     counter_add(Metric::QuotaHoldsLostTotal, &[], 0);
+    for scope in ["tenant", "key"] {
+        counter_add(Metric::InFlightRefusalsTotal, &[("scope", scope)], 0);
+    }
     counter_add(Metric::AuditPayloadsDroppedTotal, &[], 0);
     for reason in ["queue_full", "export_failed"] {
         counter_add(Metric::TraceSpansDroppedTotal, &[("reason", reason)], 0);

@@ -23,6 +23,7 @@ use crate::money::{CostAccumulator, Nanos, PricePerMTok};
 
 use super::credits::Credits;
 use super::end_users::{EndUserHold, EndUsers};
+use super::in_flight::{Call, CallId, Crowded, InFlight};
 use super::messages::ReservationMeta;
 use super::seed::EndUserSeed;
 use super::sessions::{SessionHold, Sessions};
@@ -357,6 +358,8 @@ pub struct QuotaBook {
     end_users: EndUsers,
     sessions: Sessions,
     credits: Credits,
+    /// Calls open at once, against the tenant's and keys' caps.
+    in_flight: InFlight,
 }
 
 impl QuotaBook {
@@ -384,7 +387,27 @@ impl QuotaBook {
             end_users,
             sessions: Sessions::default(),
             credits: Credits::default(),
+            in_flight: InFlight::default(),
         }
+    }
+
+    /// Opens a call's slot unless the tenant's or its key's cap is reached.
+    pub fn enter_call(&mut self, call: &Call, now_ms: u64) -> Result<(), Crowded> {
+        self.in_flight.enter(call, now_ms)
+    }
+
+    /// Gives a call's slot back; whether this book had it.
+    pub fn leave_call(&mut self, id: CallId) -> bool {
+        self.in_flight.leave(id)
+    }
+
+    pub fn holds_call(&self, id: CallId) -> bool {
+        self.in_flight.holds(id)
+    }
+
+    /// Calls open on this book.
+    pub fn calls_open(&self) -> usize {
+        self.in_flight.len()
     }
 
     /// Tokens already used today and this month, from the ledger.

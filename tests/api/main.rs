@@ -48,6 +48,8 @@ mod healthcheck;
 #[cfg(test)]
 mod holds;
 #[cfg(test)]
+mod in_flight;
+#[cfg(test)]
 mod invoices;
 #[cfg(test)]
 mod journal;
