@@ -442,6 +442,11 @@ fn check_config(file: &Path) -> Result<()> {
             ))
         })
         .collect();
+    let shared = config.storage.redis_url.is_some();
+    notes.extend(config.providers.values().filter_map(|provider| {
+        let note = provider.per_replica_fleet_note(shared)?;
+        Some(format!("note: {note}"))
+    }));
     notes.sort();
     for note in &notes {
         out(note);

@@ -161,7 +161,8 @@ impl Dispatch<'_> {
         trail: &mut Trail,
     ) -> Option<crate::provider::actor::Permit> {
         let queued = monotonic();
-        let admitted = actix_rt::time::timeout(self.time_left(), handle.admit()).await;
+        let time_left = self.time_left();
+        let admitted = actix_rt::time::timeout(time_left, handle.admit(time_left)).await;
         let queued = elapsed(queued);
         self.meter.add_wait(queued);
         let labels = [("provider", target.provider.as_str())];

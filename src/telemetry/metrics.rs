@@ -146,6 +146,10 @@ metrics! {
         "Events replayed from the journal at start, by kind (settle, orphan).";
     ProviderInFlight => "tollgate_provider_in_flight", Gauge, Event,
         "Upstream calls in flight, by provider.";
+    FleetLeasesInUse => "tollgate_provider_fleet_leases", Gauge, Configured,
+        "Calls in flight at a provider across every replica, as the shared store's leases count them, by provider (0 without `fleet_max_concurrency` or a shared store).";
+    FleetFullTotal => "tollgate_provider_fleet_full_total", Counter, Configured,
+        "Calls that skipped a provider because it had `fleet_max_concurrency` calls in flight across the fleet, by provider.";
     ProviderQueued => "tollgate_provider_queued", Gauge, Event,
         "Calls waiting for a provider slot, by provider.";
     BreakerState => "tollgate_breaker_state", Gauge, Event,

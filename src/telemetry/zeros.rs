@@ -4,7 +4,7 @@
 //! panel or alert rule that selects one of them has a series before the
 //! first event, and `increase()` sees the first one.
 
-use super::metrics::{Metric, counter_add, zero};
+use super::metrics::{Metric, counter_add, gauge_set, zero};
 use crate::config::{Config, Route};
 
 /// `tollgate_upstream_attempts_total`'s outcomes (see `pipeline::attempt`).
@@ -111,6 +111,8 @@ fn zero_provider(provider: &str) {
         let labels = [("provider", provider), ("reason", reason)];
         counter_add(Metric::StreamInterruptionsTotal, &labels, 0);
     }
+    counter_add(Metric::FleetFullTotal, &[("provider", provider)], 0);
+    gauge_set(Metric::FleetLeasesInUse, &[("provider", provider)], 0.0);
 }
 
 #[cfg(test)]

@@ -44,6 +44,8 @@ mod errors;
 #[cfg(test)]
 mod failover;
 #[cfg(test)]
+mod fleet_limit;
+#[cfg(test)]
 mod healthcheck;
 #[cfg(test)]
 mod holds;
