@@ -535,3 +535,38 @@ fn several_replicas_without_a_shared_store_are_refused() {
     );
     assert!(config("replicas = 3", &with_env).is_ok());
 }
+
+#[test]
+fn a_fleet_cap_without_a_shared_store_is_said_to_apply_per_replica_and_zero_caps_are_refused() {
+    let text = BASE.replace(
+        "api_key_env = \"DEEPSEEK_API_KEY\"",
+        "api_key_env = \"DEEPSEEK_API_KEY\"\nfleet_max_concurrency = 20",
+    );
+    let config = Config::from_toml(&text, &pepper()).unwrap();
+    let deepseek = &config.providers[&ProviderName::new("deepseek")];
+    assert_eq!(deepseek.fleet_max_concurrency, Some(20));
+    let note = deepseek.per_replica_fleet_note(false).unwrap();
+    assert!(note.contains("providers.deepseek.fleet_max_concurrency = 20 applies per replica"));
+    assert_eq!(deepseek.per_replica_fleet_note(true), None);
+    let qwen = &config.providers[&ProviderName::new("qwen")];
+    assert_eq!(qwen.per_replica_fleet_note(false), None);
+
+    let zero = BASE
+        .replace(
+            "api_key_env = \"DEEPSEEK_API_KEY\"",
+            "api_key_env = \"DEEPSEEK_API_KEY\"\nfleet_max_concurrency = 0",
+        )
+        .replace(
+            "default_max_tokens = 1024",
+            "default_max_tokens = 1024\nmax_in_flight = 0",
+        );
+    let error = Config::from_toml(&zero, &pepper()).unwrap_err().to_string();
+    assert!(
+        error.contains("providers.deepseek.fleet_max_concurrency: must be positive"),
+        "{error}"
+    );
+    assert!(
+        error.contains("tiers.free.max_in_flight: must be positive"),
+        "{error}"
+    );
+}
