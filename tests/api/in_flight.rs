@@ -81,6 +81,34 @@ async fn a_tenant_capped_at_two_calls_in_flight_answers_two_of_five_then_passes_
 }
 
 #[actix_web::test]
+async fn the_messages_door_refuses_in_anthropics_envelope() {
+    let app = spawn_app(setup()).await;
+    let (_tenant, key) = app.tenant_with_key("capped", json!({})).await;
+    let body =
+        json!({"model": "slow", "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]});
+    let send = || {
+        let request = app
+            .client
+            .post(format!("{}/v1/messages", app.base_url))
+            .insert_header(("x-api-key", key.as_str()))
+            .send_json(&body);
+        async move { crate::support::reply(request.await.unwrap()).await }
+    };
+
+    let replies = join_all((0..3).map(|_| send())).await;
+
+    assert_eq!(tally(&replies), (2, 1), "{:?}", statuses(&replies));
+    let refused = replies.iter().find(|r| r.status == 429).unwrap();
+    assert_eq!(refused.body["type"], "error", "{}", refused.raw);
+    assert_eq!(
+        refused.body["error"]["type"], "rate_limit_error",
+        "{}",
+        refused.raw
+    );
+    assert_eq!(refused.header("retry-after"), Some("1"));
+}
+
+#[actix_web::test]
 async fn a_tenants_own_cap_replaces_its_tiers() {
     let app = spawn_app(setup()).await;
     let (tenant, key) = app
