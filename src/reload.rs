@@ -124,7 +124,7 @@ pub fn start_providers(
         }
         providers.insert(
             name.clone(),
-            ProviderHandle::start(provider, clock.clone(), shared),
+            ProviderHandle::start(provider, clock.clone(), shared, config.storage.replicas),
         );
         started.push(name.to_string());
     }

@@ -348,6 +348,7 @@ impl ProviderHandle {
         provider: &Provider,
         clock: SharedClock,
         shared: Option<&SharedStore>,
+        replicas: u32,
     ) -> ProviderHandle {
         // Without a shared store the fleet's cap bounds this replica's own slots.
         let max_concurrency = match (shared, provider.fleet_max_concurrency) {
@@ -368,7 +369,8 @@ impl ProviderHandle {
         let fleet = shared
             .zip(provider.fleet_max_concurrency)
             .map(|(store, cap)| {
-                let limit = FleetLimit::new(store.clone(), &provider.name, cap, clock.clone());
+                let caps = (cap, replicas);
+                let limit = FleetLimit::new(store.clone(), &provider.name, caps, clock.clone());
                 Arc::new(limit)
             });
         let slots = Arc::new(Slots::new(max_concurrency));
@@ -443,13 +445,14 @@ impl ProviderHandle {
         };
         match fleet.lease(time_left).await {
             Leased::Taken(id) => {
-                permit.fleet = Some(FleetLease {
-                    addr: self.addr.clone(),
-                    id,
-                });
+                let addr = self.addr.clone();
+                permit.fleet = Some(FleetLease::Leased { addr, id });
                 Ok(permit)
             }
-            Leased::Unknown => Ok(permit),
+            Leased::OnShare => {
+                permit.fleet = Some(FleetLease::OnShare(fleet.clone()));
+                Ok(permit)
+            }
             Leased::Full => {
                 permit.finish(Verdict::Abandoned);
                 Err(Skip::FleetFull)
