@@ -148,6 +148,39 @@ struct LedgerRange {
     to: Option<String>,
 }
 
+#[derive(Debug, Args)]
+struct UpdateTenant {
+    id: String,
+    #[arg(long)]
+    tier: Option<String>,
+    #[arg(long)]
+    name: Option<String>,
+    #[arg(long)]
+    rpm: Option<u32>,
+    #[arg(long)]
+    budget: Option<String>,
+    #[arg(long)]
+    mode: Option<String>,
+    /// A `[[plans]]` name, or `cost`.
+    #[arg(long)]
+    plan: Option<String>,
+    /// `true` or `false`: keep its calls' bodies for audit.
+    #[arg(long)]
+    audit_payloads: Option<bool>,
+    /// An http(s) URL for the tenant's alerts; `none` removes it.
+    #[arg(long)]
+    alert_webhook_url: Option<String>,
+    /// Percents of its budget that alert, e.g. `50,80,100`; `global` goes back to `[alerts]`'s.
+    #[arg(long)]
+    alert_thresholds_percent: Option<String>,
+    /// enforce or alert; `tier` goes back to the tier's.
+    #[arg(long)]
+    rate_mode: Option<String>,
+    /// Calls in flight at once, in place of the tier's cap.
+    #[arg(long)]
+    max_in_flight: Option<u32>,
+}
+
 #[derive(Debug, Subcommand)]
 enum TenantCommand {
     Create {
@@ -185,39 +218,15 @@ enum TenantCommand {
         /// enforce or alert (default: the tier's).
         #[arg(long)]
         rate_mode: Option<String>,
+        /// Calls in flight at once (default: the tier's `max_in_flight`).
+        #[arg(long)]
+        max_in_flight: Option<u32>,
     },
     List,
     Show {
         id: String,
     },
-    Update {
-        id: String,
-        #[arg(long)]
-        tier: Option<String>,
-        #[arg(long)]
-        name: Option<String>,
-        #[arg(long)]
-        rpm: Option<u32>,
-        #[arg(long)]
-        budget: Option<String>,
-        #[arg(long)]
-        mode: Option<String>,
-        /// A `[[plans]]` name, or `cost`.
-        #[arg(long)]
-        plan: Option<String>,
-        /// `true` or `false`: keep its calls' bodies for audit.
-        #[arg(long)]
-        audit_payloads: Option<bool>,
-        /// An http(s) URL for the tenant's alerts; `none` removes it.
-        #[arg(long)]
-        alert_webhook_url: Option<String>,
-        /// Percents of its budget that alert, e.g. `50,80,100`; `global` goes back to `[alerts]`'s.
-        #[arg(long)]
-        alert_thresholds_percent: Option<String>,
-        /// enforce or alert; `tier` goes back to the tier's.
-        #[arg(long)]
-        rate_mode: Option<String>,
-    },
+    Update(UpdateTenant),
 }
 
 #[derive(Debug, Subcommand)]
@@ -236,6 +245,9 @@ enum KeyCommand {
         /// When the key stops working (RFC 3339, e.g. `2026-12-31T23:59:59Z`).
         #[arg(long)]
         expires_at: Option<String>,
+        /// The key's own cap on calls in flight at once.
+        #[arg(long)]
+        max_in_flight: Option<u32>,
     },
     List {
         tenant: String,
@@ -500,6 +512,11 @@ fn check_config(file: &Path) -> Result<()> {
             longest + crate::config::SETTLE_AFTER_CALL_MS
         ));
     }
+    let shared = config.storage.redis_url.is_some();
+    notes.extend(config.providers.values().filter_map(|provider| {
+        let note = provider.per_replica_fleet_note(shared)?;
+        Some(format!("note: {note}"))
+    }));
     notes.sort();
     for note in &notes {
         out(note);
@@ -521,6 +538,48 @@ fn catalog_line(catalog: &crate::config::Catalog) -> String {
     )
 }
 
+/// `tollgate tenant update`: the flags given become a PATCH.
+async fn update_tenant(
+    db: &sea_orm::DatabaseConnection,
+    config: &Config,
+    update: UpdateTenant,
+) -> Result<()> {
+    let UpdateTenant {
+        id,
+        tier,
+        name,
+        rpm,
+        budget,
+        mode,
+        plan,
+        audit_payloads,
+        alert_webhook_url,
+        alert_thresholds_percent,
+        rate_mode,
+        max_in_flight,
+    } = update;
+    let patch = TenantPatch {
+        name,
+        tier,
+        rpm_limit: rpm.map(Some),
+        monthly_budget: budget.map(Some),
+        budget_mode: mode,
+        plan: plan.map(Some),
+        audit_payloads,
+        alert_webhook_url: alert_webhook_url.map(|url| (url != "none").then_some(url)),
+        alert_thresholds_percent: alert_thresholds_percent
+            .as_deref()
+            .map(cli_percents)
+            .transpose()?,
+        rate_mode: rate_mode.map(|mode| (mode != "tier").then_some(mode)),
+        max_in_flight: max_in_flight.map(Some),
+        ..TenantPatch::default()
+    };
+    json_out(&TenantView::from(
+        &tenants::update(db, config, &id, patch, now_ms()).await?,
+    ))
+}
+
 async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
     let db = storage::connect_and_migrate(&config.storage.database_url, 1).await?;
     match command {
@@ -538,6 +597,7 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
             alert_webhook_url,
             alert_thresholds_percent,
             rate_mode,
+            max_in_flight,
         } => {
             let new = NewTenant {
                 id,
@@ -553,6 +613,7 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
                 alert_webhook_url,
                 alert_thresholds_percent,
                 rate_mode,
+                max_in_flight,
                 ..NewTenant::default()
             };
             let record = tenants::create(&db, &config, new, now_ms()).await?;
@@ -563,39 +624,7 @@ async fn tenant(config: Arc<Config>, command: TenantCommand) -> Result<()> {
             json_out(&records.iter().map(TenantView::from).collect::<Vec<_>>())
         }
         TenantCommand::Show { id } => json_out(&TenantView::from(&tenants::get(&db, &id).await?)),
-        TenantCommand::Update {
-            id,
-            tier,
-            name,
-            rpm,
-            budget,
-            mode,
-            plan,
-            audit_payloads,
-            alert_webhook_url,
-            alert_thresholds_percent,
-            rate_mode,
-        } => {
-            let patch = TenantPatch {
-                name,
-                tier,
-                rpm_limit: rpm.map(Some),
-                monthly_budget: budget.map(Some),
-                budget_mode: mode,
-                plan: plan.map(Some),
-                audit_payloads,
-                alert_webhook_url: alert_webhook_url.map(|url| (url != "none").then_some(url)),
-                alert_thresholds_percent: alert_thresholds_percent
-                    .as_deref()
-                    .map(cli_percents)
-                    .transpose()?,
-                rate_mode: rate_mode.map(|mode| (mode != "tier").then_some(mode)),
-                ..TenantPatch::default()
-            };
-            json_out(&TenantView::from(
-                &tenants::update(&db, &config, &id, patch, now_ms()).await?,
-            ))
-        }
+        TenantCommand::Update(update) => update_tenant(&db, &config, update).await,
     }
 }
 
@@ -620,6 +649,7 @@ async fn key(config: Arc<Config>, command: KeyCommand) -> Result<()> {
             budget,
             budget_period,
             expires_at,
+            max_in_flight,
         } => {
             let pepper = config.require_pepper()?;
             let new = keys::NewKey {
@@ -628,6 +658,7 @@ async fn key(config: Arc<Config>, command: KeyCommand) -> Result<()> {
                 expires_at: expires_at.map(serde_json::Value::String),
                 credits: false,
                 budget_period,
+                max_in_flight,
             };
             let (_, view) = keys::issue(&db, pepper, &tenant, new, now_ms()).await?;
             json_out(&view)
@@ -799,6 +830,7 @@ async fn demo(path: Option<&Path>, listen: Option<std::net::SocketAddr>) -> Resu
             expires_at: None,
             credits: false,
             budget_period: None,
+            max_in_flight: None,
         },
         now_ms(),
     )

@@ -28,6 +28,10 @@ pub enum ErrorCode {
     RateLimited,
     /// Tokens per minute, or the daily or monthly token limit.
     TokenLimited,
+    /// The tenant has its cap of calls in flight (`max_in_flight`).
+    TenantInFlightLimited,
+    /// The key has its cap of calls in flight.
+    KeyInFlightLimited,
     BudgetExceeded,
     /// The upstream refused the request itself (a 4xx other than 429); passed back as is.
     UpstreamRejected,
@@ -92,6 +96,8 @@ impl ErrorCode {
             ErrorCode::Conflict              => row("conflict",               S::CONFLICT,              INVALID,                INVALID),
             ErrorCode::RateLimited           => row("rate_limit_exceeded",    S::TOO_MANY_REQUESTS,     RATE,                   RATE),
             ErrorCode::TokenLimited          => row("token_limit_exceeded",   S::TOO_MANY_REQUESTS,     RATE,                   RATE),
+            ErrorCode::TenantInFlightLimited => row("tenant_in_flight_limit_exceeded", S::TOO_MANY_REQUESTS, RATE,            RATE),
+            ErrorCode::KeyInFlightLimited    => row("key_in_flight_limit_exceeded", S::TOO_MANY_REQUESTS, RATE,               RATE),
             ErrorCode::BudgetExceeded        => row("budget_exceeded",        S::PAYMENT_REQUIRED,      "insufficient_quota",   "billing_error"),
             ErrorCode::UpstreamRejected      => row("upstream_rejected",      S::BAD_REQUEST,           INVALID,                INVALID),
             ErrorCode::ProviderMisconfigured => row("provider_misconfigured", S::INTERNAL_SERVER_ERROR, SERVER,                 "api_error"),

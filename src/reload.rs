@@ -102,6 +102,9 @@ pub fn start_providers(
             tracing::warn!(provider = %name, env, "Provider disabled: {env} is not set.");
             continue;
         }
+        if let Some(note) = provider.per_replica_fleet_note(shared.is_some()) {
+            tracing::warn!(provider = %name, "{note}");
+        }
         let unchanged = previous.and_then(|live| {
             let before = live.config.providers.get(name)?;
             (before == provider).then(|| live.providers.get(name).cloned())?
@@ -121,7 +124,7 @@ pub fn start_providers(
         }
         providers.insert(
             name.clone(),
-            ProviderHandle::start(provider, clock.clone(), shared),
+            ProviderHandle::start(provider, clock.clone(), shared, config.storage.replicas),
         );
         started.push(name.to_string());
     }

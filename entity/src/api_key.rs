@@ -22,6 +22,8 @@ pub struct Model {
     pub on_credits: bool,
     /// What `monthly_budget_nanos` runs over: `day`, `week`, `month` or `lifetime` (`None`: a month).
     pub budget_period: Option<String>,
+    /// The key's own cap on calls in flight at once; `None`: only the tenant's applies.
+    pub max_in_flight: Option<i32>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

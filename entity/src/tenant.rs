@@ -48,6 +48,8 @@ pub struct Model {
     pub alert_thresholds_percent: Option<String>,
     /// Overrides the tier's `rate_mode`: `enforce` or `alert` (`None`: the tier's).
     pub rate_mode: Option<String>,
+    /// Calls in flight at once; `None`: the tier's cap.
+    pub max_in_flight: Option<i32>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

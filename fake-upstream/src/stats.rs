@@ -39,6 +39,19 @@ pub struct FakeStats {
     streams_cancelled: AtomicU64,
     streams_completed: AtomicU64,
     connections: AtomicU64,
+    /// Requests being answered now (from arrival until the handler returns:
+    /// a non-streaming answer's delay included), and the most at once.
+    in_flight: AtomicU64,
+    peak_in_flight: AtomicU64,
+}
+
+/// One request being answered: counted in flight until dropped.
+pub(crate) struct Answering<'a>(&'a FakeStats);
+
+impl Drop for Answering<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 #[derive(Debug, Default)]
@@ -65,6 +78,23 @@ impl FakeStats {
 
     pub(crate) fn connection_accepted(&self) {
         self.connections.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A request arrived: counted in flight until the returned guard drops.
+    pub(crate) fn answering(&self) -> Answering<'_> {
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak_in_flight.fetch_max(now, Ordering::SeqCst);
+        Answering(self)
+    }
+
+    /// Requests being answered right now.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// The most requests this fake was answering at once.
+    pub fn peak_in_flight(&self) -> u64 {
+        self.peak_in_flight.load(Ordering::SeqCst)
     }
 
     /// Streaming answers begun.
@@ -189,5 +219,18 @@ mod tests {
         assert_eq!(captured.len(), 4);
         assert_eq!(captured[1].body, json!({"model": "b"}));
         assert_eq!(captured[0].header("X-Trace"), Some("1"));
+    }
+
+    #[test]
+    fn requests_in_flight_and_their_peak_are_counted() {
+        let stats = FakeStats::default();
+        let first = stats.answering();
+        let second = stats.answering();
+        assert_eq!(stats.in_flight(), 2);
+        drop(first);
+        drop(second);
+        let _third = stats.answering();
+        assert_eq!(stats.in_flight(), 1);
+        assert_eq!(stats.peak_in_flight(), 2);
     }
 }

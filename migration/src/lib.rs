@@ -25,6 +25,7 @@ mod m20261205_000020_cache_usage_index;
 mod m20261206_000021_web_searches;
 mod m20261206_000022_stored_responses;
 mod m20261207_000023_sessions;
+mod m20261207_000024_in_flight_caps;
 mod m20261207_000025_bill_lines;
 mod m20261207_000026_tenant_alerts;
 mod m20261207_000027_route_grants;
@@ -62,6 +63,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261206_000021_web_searches::Migration),
             Box::new(m20261206_000022_stored_responses::Migration),
             Box::new(m20261207_000023_sessions::Migration),
+            Box::new(m20261207_000024_in_flight_caps::Migration),
             Box::new(m20261207_000025_bill_lines::Migration),
             Box::new(m20261207_000026_tenant_alerts::Migration),
             Box::new(m20261207_000027_route_grants::Migration),

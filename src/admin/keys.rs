@@ -24,6 +24,7 @@ pub struct KeyView {
     pub expires_at_ms: Option<i64>,
     pub credits: bool,
     pub budget_period: Period,
+    pub max_in_flight: Option<u32>,
 }
 
 impl From<entity::api_key::Model> for KeyView {
@@ -38,6 +39,7 @@ impl From<entity::api_key::Model> for KeyView {
             expires_at_ms: k.expires_at_ms,
             credits: k.on_credits,
             budget_period: period_of(k.budget_period.as_deref()),
+            max_in_flight: k.max_in_flight.and_then(|v| u32::try_from(v).ok()),
         }
     }
 }
@@ -64,6 +66,8 @@ pub struct NewKey {
     pub credits: bool,
     /// What `monthly_budget` runs over: `day`, `week`, `month` (the default) or `lifetime`.
     pub budget_period: Option<String>,
+    /// Calls of this key in flight at once; none: only the tenant's cap applies.
+    pub max_in_flight: Option<u32>,
 }
 
 /// A change to a key (`PATCH`): a field left out stays as it is, `null` clears it.
@@ -78,6 +82,9 @@ pub struct KeyChange {
     pub expires_at: Option<Option<serde_json::Value>>,
     pub credits: Option<bool>,
     pub budget_period: Option<String>,
+    /// A cap on the key's calls in flight, or `null`: only the tenant's applies.
+    #[serde(default, deserialize_with = "tenants::double_option")]
+    pub max_in_flight: Option<Option<u32>>,
 }
 
 fn parse_budget(text: Option<&str>) -> Result<Option<Nanos>, AdminError> {
@@ -118,6 +125,10 @@ pub async fn issue(
     if new.credits && budget.is_some() {
         return Err(credits_and_budget());
     }
+    let max_in_flight = new
+        .max_in_flight
+        .map(|v| tenants::positive("max_in_flight", v))
+        .transpose()?;
     let issued = auth::issue_key(pepper);
     let model = entity::api_key::ActiveModel {
         id: Set(issued.key_id.to_string()),
@@ -130,6 +141,7 @@ pub async fn issue(
         expires_at_ms: Set(expires_at_ms),
         on_credits: Set(new.credits),
         budget_period: Set(Some(budget_period.as_str().to_owned())),
+        max_in_flight: Set(max_in_flight),
     };
     repo::insert_key(db, model).await?;
     let record = KeyRecord {
@@ -140,6 +152,7 @@ pub async fn issue(
         expires_at_ms,
         on_credits: new.credits,
         budget_period,
+        max_in_flight: new.max_in_flight,
     };
     let view = IssuedKeyView {
         id: issued.key_id.to_string(),
@@ -169,6 +182,13 @@ pub async fn update(
         budget_period: change
             .budget_period
             .map(|p| tenants::parse_period("budget_period", Some(&p)))
+            .transpose()?,
+        max_in_flight: change
+            .max_in_flight
+            .map(|cap| {
+                cap.map(|v| tenants::positive("max_in_flight", v))
+                    .transpose()
+            })
             .transpose()?,
     };
     let id = KeyId::new(key_id);

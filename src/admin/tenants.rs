@@ -57,6 +57,8 @@ pub struct NewTenant {
     /// `enforce` or `alert`; absent: the tier's.
     #[serde(default)]
     pub rate_mode: Option<String>,
+    /// Calls in flight at once; absent: the tier's `max_in_flight`.
+    pub max_in_flight: Option<u32>,
 }
 
 /// A partial update; `null` clears an optional limit.
@@ -107,6 +109,9 @@ pub struct TenantPatch {
     /// `null`: the tier's mode.
     #[serde(default, deserialize_with = "double_option")]
     pub rate_mode: Option<Option<String>>,
+    /// A cap on calls in flight, or `null`: the tier's.
+    #[serde(default, deserialize_with = "double_option")]
+    pub max_in_flight: Option<Option<u32>>,
 }
 
 #[expect(
@@ -150,6 +155,8 @@ pub struct TenantView {
     pub alert_thresholds_percent: Option<Vec<u32>>,
     /// The tenant's override of its tier's rate mode (`None`: the tier's).
     pub rate_mode: Option<RateMode>,
+    /// The tenant's own cap on calls in flight (`None`: the tier's).
+    pub max_in_flight: Option<u32>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
@@ -192,6 +199,7 @@ impl From<&TenantRecord> for TenantView {
             alert_webhook_url: t.alert_webhook_url.clone(),
             alert_thresholds_percent: t.alert_thresholds_percent.clone(),
             rate_mode: t.rate_mode,
+            max_in_flight: t.max_in_flight,
             created_at_ms: t.created_at_ms,
             updated_at_ms: t.updated_at_ms,
         }
@@ -225,6 +233,24 @@ fn parse_store_policy(text: &str) -> Result<String, AdminError> {
 
 fn parse_mode(text: &str) -> Result<BudgetMode, AdminError> {
     text.parse().map_err(|e: String| invalid("budget_mode", e))
+}
+
+/// A tenant's alert target, thresholds and rate mode, as stored.
+type StoredAlerts = (Option<String>, Option<String>, Option<String>);
+
+/// A new tenant's alert target, thresholds and rate mode, as stored.
+fn alerts_of_new(new: &NewTenant) -> Result<StoredAlerts, AdminError> {
+    Ok((
+        new.alert_webhook_url
+            .as_deref()
+            .map(webhook_url)
+            .transpose()?,
+        new.alert_thresholds_percent
+            .as_deref()
+            .map(thresholds)
+            .transpose()?,
+        new.rate_mode.as_deref().map(parse_rate_mode).transpose()?,
+    ))
 }
 
 fn parse_rate_mode(text: &str) -> Result<String, AdminError> {
@@ -270,7 +296,7 @@ fn thresholds(percents: &[u32]) -> Result<String, AdminError> {
         .join(","))
 }
 
-fn positive(field: &str, value: u32) -> Result<i32, AdminError> {
+pub(super) fn positive(field: &str, value: u32) -> Result<i32, AdminError> {
     i32::try_from(value)
         .ok()
         .filter(|v| *v > 0)
@@ -361,6 +387,7 @@ pub async fn create(
         return Err(credits_and_budget());
     }
     let (allowed, granted, pins) = route_access::of_new(config, &new)?;
+    let alerts = alerts_of_new(&new)?;
     let model = entity::tenant::ActiveModel {
         id: Set(id.to_string()),
         name: Set(new.name.unwrap_or_else(|| id.to_string())),
@@ -408,22 +435,18 @@ pub async fn create(
         prompts: Set(prompts_json(config, new.prompts.as_ref())?),
         plan: Set(plan_name(config, new.plan.as_deref())?),
         audit_payloads: Set(new.audit_payloads),
+        max_in_flight: Set(new
+            .max_in_flight
+            .map(|v| positive("max_in_flight", v))
+            .transpose()?),
         prompt_breakpoints: Set(new
             .prompt_breakpoints
             .as_deref()
             .map(parse_breakpoints)
             .transpose()?),
-        alert_webhook_url: Set(new
-            .alert_webhook_url
-            .as_deref()
-            .map(webhook_url)
-            .transpose()?),
-        alert_thresholds_percent: Set(new
-            .alert_thresholds_percent
-            .as_deref()
-            .map(thresholds)
-            .transpose()?),
-        rate_mode: Set(new.rate_mode.as_deref().map(parse_rate_mode).transpose()?),
+        alert_webhook_url: Set(alerts.0),
+        alert_thresholds_percent: Set(alerts.1),
+        rate_mode: Set(alerts.2),
     };
     Ok(repo::insert_tenant(db, model).await?)
 }
@@ -523,6 +546,9 @@ pub async fn update(
     }
     if let Some(audit) = patch.audit_payloads {
         model.audit_payloads = Set(audit);
+    }
+    if let Some(cap) = patch.max_in_flight {
+        model.max_in_flight = Set(cap.map(|v| positive("max_in_flight", v)).transpose()?);
     }
     if let Some(breakpoints) = patch.prompt_breakpoints {
         model.prompt_breakpoints = Set(Some(parse_breakpoints(&breakpoints)?));

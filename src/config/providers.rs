@@ -35,6 +35,9 @@ pub(super) struct RawProvider {
     first_byte_timeout_ms: Option<u64>,
     #[serde(default = "default_max_concurrency")]
     max_concurrency: u32,
+    /// Calls in flight at this provider account across every replica,
+    /// through the shared store (per replica without one); default no cap.
+    fleet_max_concurrency: Option<u32>,
     /// Moves the concurrency limit between `adaptive_min_concurrency` and
     /// `max_concurrency`: max × baseline latency / current latency.
     #[serde(default)]
@@ -223,6 +226,8 @@ pub struct Provider {
     pub connect_timeout_ms: u64,
     pub first_byte_timeout_ms: u64,
     pub max_concurrency: u32,
+    /// The account's calls in flight across the fleet (`None`: no cap).
+    pub fleet_max_concurrency: Option<u32>,
     pub adaptive_concurrency: bool,
     pub adaptive_min_concurrency: u32,
     pub adaptive_window_ms: u64,
@@ -251,6 +256,16 @@ pub struct Provider {
 }
 
 impl Provider {
+    /// The one line that says a fleet cap bounds each replica alone, where
+    /// there is no shared store to count the fleet's calls in.
+    pub fn per_replica_fleet_note(&self, shared_store: bool) -> Option<String> {
+        let cap = self.fleet_max_concurrency.filter(|_| !shared_store)?;
+        Some(format!(
+            "providers.{}.fleet_max_concurrency = {cap} applies per replica: there is no shared store (storage.redis_url) to count the fleet's calls",
+            self.name
+        ))
+    }
+
     /// The env var this provider needs and does not have, if any.
     pub fn missing_key_env(&self) -> Option<&str> {
         match (&self.api_key_env, &self.api_key) {
@@ -310,6 +325,10 @@ impl RawProvider {
             ("connect_timeout_ms", Some(self.connect_timeout_ms)),
             ("first_byte_timeout_ms", self.first_byte_timeout_ms),
             ("max_concurrency", Some(u64::from(self.max_concurrency))),
+            (
+                "fleet_max_concurrency",
+                self.fleet_max_concurrency.map(u64::from),
+            ),
         ] {
             if value == Some(0) {
                 problems.add(format!("{entry}.{field}"), "must be positive");
@@ -343,6 +362,7 @@ impl RawProvider {
             connect_timeout_ms: p.connect_timeout_ms,
             first_byte_timeout_ms: p.first_byte_timeout_ms.unwrap_or(p.timeout_ms),
             max_concurrency: p.max_concurrency,
+            fleet_max_concurrency: p.fleet_max_concurrency,
             adaptive_concurrency: p.adaptive_concurrency,
             adaptive_min_concurrency: p.adaptive_min_concurrency,
             adaptive_window_ms: p.adaptive_window_ms,

@@ -617,3 +617,38 @@ fn an_alert_webhook_is_an_http_url_and_a_tier_may_alert_on_its_rates() {
     let loose = BASE.replace("rpm = 60", "rpm = 60\nrate_mode = \"loose\"");
     assert!(Config::from_toml(&loose, &pepper()).is_err());
 }
+
+#[test]
+fn a_fleet_cap_without_a_shared_store_is_said_to_apply_per_replica_and_zero_caps_are_refused() {
+    let text = BASE.replace(
+        "api_key_env = \"DEEPSEEK_API_KEY\"",
+        "api_key_env = \"DEEPSEEK_API_KEY\"\nfleet_max_concurrency = 20",
+    );
+    let config = Config::from_toml(&text, &pepper()).unwrap();
+    let deepseek = &config.providers[&ProviderName::new("deepseek")];
+    assert_eq!(deepseek.fleet_max_concurrency, Some(20));
+    let note = deepseek.per_replica_fleet_note(false).unwrap();
+    assert!(note.contains("providers.deepseek.fleet_max_concurrency = 20 applies per replica"));
+    assert_eq!(deepseek.per_replica_fleet_note(true), None);
+    let qwen = &config.providers[&ProviderName::new("qwen")];
+    assert_eq!(qwen.per_replica_fleet_note(false), None);
+
+    let zero = BASE
+        .replace(
+            "api_key_env = \"DEEPSEEK_API_KEY\"",
+            "api_key_env = \"DEEPSEEK_API_KEY\"\nfleet_max_concurrency = 0",
+        )
+        .replace(
+            "default_max_tokens = 1024",
+            "default_max_tokens = 1024\nmax_in_flight = 0",
+        );
+    let error = Config::from_toml(&zero, &pepper()).unwrap_err().to_string();
+    assert!(
+        error.contains("providers.deepseek.fleet_max_concurrency: must be positive"),
+        "{error}"
+    );
+    assert!(
+        error.contains("tiers.free.max_in_flight: must be positive"),
+        "{error}"
+    );
+}

@@ -25,6 +25,8 @@ pub(super) struct RawTier {
     /// The most completions (`n`) one request may ask for; default 8.
     #[serde(default = "default_max_choices")]
     max_choices: u32,
+    /// Calls of one tenant in flight at once, across replicas; default no cap.
+    max_in_flight: Option<u32>,
     /// What the tier's tenants get while the shared quota store is unreachable.
     #[serde(default)]
     on_store_error: StoreErrorPolicy,
@@ -90,6 +92,8 @@ pub struct Tier {
     pub default_max_tokens: u32,
     /// The most completions (`n`) one request may ask for.
     pub max_choices: u32,
+    /// Calls of one tenant in flight at once (`None`: no cap).
+    pub max_in_flight: Option<u32>,
     pub on_store_error: StoreErrorPolicy,
     pub rate_mode: crate::directory::RateMode,
 }
@@ -185,6 +189,7 @@ impl RawTier {
             ("rpm", self.rpm),
             ("default_max_tokens", self.default_max_tokens),
             ("max_choices", self.max_choices),
+            ("max_in_flight", self.max_in_flight.unwrap_or(1)),
         ] {
             if value == 0 {
                 problems.add(format!("tiers.{name}.{field}"), "must be positive");
@@ -217,6 +222,7 @@ impl RawTier {
             burst: self.burst.unwrap_or(self.rpm).max(1),
             default_max_tokens: self.default_max_tokens,
             max_choices: self.max_choices,
+            max_in_flight: self.max_in_flight,
             on_store_error: self.on_store_error,
             rate_mode: self.rate_mode,
         }

@@ -241,6 +241,7 @@ mod tests {
             expires_at_ms: None,
             on_credits: false,
             budget_period: crate::calendar::Period::Month,
+            max_in_flight: None,
         });
         first.finish(Outcome::Found(record), 0);
         assert!(matches!(waiting.borrow().as_ref(), Some(Outcome::Found(_))));

@@ -38,6 +38,8 @@ pub struct KeyRecord {
     pub on_credits: bool,
     /// What `monthly_budget` runs over.
     pub budget_period: crate::calendar::Period,
+    /// The key's own cap on calls in flight at once; `None`: only the tenant's.
+    pub max_in_flight: Option<u32>,
 }
 
 impl KeyRecord {

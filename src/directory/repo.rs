@@ -173,6 +173,7 @@ pub struct KeyChange {
     pub expires_at_ms: Option<Option<i64>>,
     pub on_credits: Option<bool>,
     pub budget_period: Option<Period>,
+    pub max_in_flight: Option<Option<i32>>,
 }
 
 pub async fn update_key(
@@ -198,6 +199,9 @@ pub async fn update_key(
     }
     if let Some(period) = change.budget_period {
         model.budget_period = Set(Some(period.as_str().to_owned()));
+    }
+    if let Some(cap) = change.max_in_flight {
+        model.max_in_flight = Set(cap);
     }
     Ok(Some(model.update(db).await?))
 }
@@ -257,6 +261,7 @@ fn key_record(row: api_key::Model) -> KeyRecord {
         expires_at_ms: row.expires_at_ms,
         on_credits: row.on_credits,
         budget_period: period_of(row.budget_period.as_deref()),
+        max_in_flight: row.max_in_flight.and_then(|v| u32::try_from(v).ok()),
     }
 }
 

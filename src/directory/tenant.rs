@@ -168,6 +168,8 @@ pub struct TenantRecord {
     pub alert_thresholds_percent: Option<Vec<u32>>,
     /// Overrides the tier's `rate_mode`.
     pub rate_mode: Option<RateMode>,
+    /// Overrides the tier's cap on calls in flight.
+    pub max_in_flight: Option<u32>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
@@ -230,6 +232,7 @@ impl TenantRecord {
                 .and_then(parse_percents),
             // An unknown hand-edited value falls back to the tier's mode.
             rate_mode: model.rate_mode.and_then(|m| m.parse().ok()),
+            max_in_flight: model.max_in_flight.and_then(|v| u32::try_from(v).ok()),
             created_at_ms: model.created_at_ms,
             updated_at_ms: model.updated_at_ms,
         }

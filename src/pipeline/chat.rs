@@ -28,9 +28,12 @@ use crate::routing::Complexity;
 use crate::state::Gateway;
 use crate::telemetry::metrics::{Metric, counter_add};
 use crate::tenant::end_users::EndUserHold;
+use crate::tenant::in_flight::{CALL_MARGIN_MS, CallCaps, CallScope, Crowded};
 use crate::tenant::sessions::SessionHold;
 use crate::tenant::tokens::{TokenLimitKind, TokenWindow};
-use crate::tenant::{QuotaError, RateDecision, ReservationMeta, ReserveRequest, TenantHandle};
+use crate::tenant::{
+    CallSlot, QuotaError, RateDecision, ReservationMeta, ReserveRequest, TenantHandle,
+};
 use crate::tokenize::Estimate;
 
 /// A served call: its whole body, or a stream that is being relayed.
@@ -147,6 +150,8 @@ pub async fn handle_chat(
         Cached::Served(outcome) => return Ok(outcome),
         Cached::Missed(missed) => missed,
     };
+    // Before the rate and any hold: a call over its cap takes nothing.
+    let call = enter_call(gw, &tenant, ctx, tier).await?;
     let limited = paid_gate(gw, &tenant).await?;
     let max_tokens = output_limit(&request, ctx, tier, route);
     // The request's deadline bounds every attempt and wait; its holds expire after it.
@@ -163,7 +168,8 @@ pub async fn handle_chat(
         session,
         prefix: prefix.as_ref(),
     };
-    let (rate, hold, input) = admission.reserve(limited).await?;
+    let (rate, mut hold, input) = admission.reserve(limited).await?;
+    hold.carry(call);
 
     let dispatch = Dispatch {
         meter,
@@ -867,6 +873,48 @@ pub(super) fn quota_error(error: &QuotaError) -> ApiError {
             "the shared quota store is unreachable and this tenant's limits fail closed; try again shortly",
         )
         .with_retry_after(1),
+        QuotaError::InFlight(crowded) => in_flight_refusal(crowded),
+    }
+}
+
+/// A call over its tenant's or key's cap on calls in flight: no end of a
+/// call in flight can be foreseen, so the caller is asked back in a second.
+fn in_flight_refusal(crowded: &Crowded) -> ApiError {
+    let code = match crowded.scope {
+        CallScope::Tenant => ErrorCode::TenantInFlightLimited,
+        CallScope::Key(_) => ErrorCode::KeyInFlightLimited,
+    };
+    ApiError::new(code, crowded.to_string()).with_retry_after(1)
+}
+
+/// The call's slot among its tenant's and key's calls in flight, where the
+/// tier, the tenant or the key caps them (`None`: no cap, nothing asked).
+/// Its expiry gives it back should this replica die with it.
+async fn enter_call(
+    gw: &Gateway,
+    tenant: &TenantHandle,
+    ctx: &RequestContext,
+    tier: &Tier,
+) -> Result<Option<CallSlot>, ApiError> {
+    let caps = CallCaps {
+        tenant: ctx.tenant.max_in_flight.or(tier.max_in_flight),
+        key: ctx.key.max_in_flight,
+    };
+    if !caps.any() {
+        return Ok(None);
+    }
+    let expires_at_ms = gw.clock.now_ms() + gw.config.server.request_timeout_ms + CALL_MARGIN_MS;
+    match tenant
+        .enter_call(ctx.key.id.clone(), caps, expires_at_ms)
+        .await
+    {
+        Ok(slot) => Ok(Some(slot)),
+        Err(QuotaError::InFlight(crowded)) => {
+            let scope = crowded.scope.label();
+            counter_add(Metric::InFlightRefusalsTotal, &[("scope", scope)], 1);
+            Err(in_flight_refusal(&crowded))
+        }
+        Err(error) => Err(quota_error(&error)),
     }
 }
 
@@ -891,7 +939,10 @@ fn budget_error(error: &QuotaError, rate: &RateDecision) -> ApiError {
             &[("kind", "end_user_daily_tokens")],
             1,
         ),
-        QuotaError::Unavailable | QuotaError::LedgerUnreadable | QuotaError::StoreDown => {}
+        QuotaError::Unavailable
+        | QuotaError::LedgerUnreadable
+        | QuotaError::StoreDown
+        | QuotaError::InFlight(_) => {}
     }
     quota_error(error).with_rate(*rate)
 }

@@ -161,7 +161,8 @@ impl Dispatch<'_> {
         trail: &mut Trail,
     ) -> Option<crate::provider::actor::Permit> {
         let queued = monotonic();
-        let admitted = actix_rt::time::timeout(self.time_left(), handle.admit()).await;
+        let time_left = self.time_left();
+        let admitted = actix_rt::time::timeout(time_left, handle.admit(time_left)).await;
         let queued = elapsed(queued);
         self.meter.add_wait(queued);
         let labels = [("provider", target.provider.as_str())];
@@ -264,7 +265,7 @@ impl Dispatch<'_> {
     /// A successful attempt: settled now, or handed to the stream relay.
     async fn serve(
         &self,
-        hold: &Hold,
+        hold: &mut Hold,
         (target, provider): (&Target, &Provider),
         serving: Serving,
         trail: &Trail,
@@ -324,6 +325,7 @@ impl Dispatch<'_> {
                 let stream_hold = settle::Held {
                     guard,
                     growth: hold.growth(),
+                    call: hold.take_call(),
                 };
                 served.relay(stream_hold, start, target, provider, status, row.number)
             }

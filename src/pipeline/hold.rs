@@ -12,7 +12,9 @@
 
 use crate::money::Nanos;
 use crate::tenant::TenantHandle;
-use crate::tenant::{Granted, QuotaError, ReservationGuard, ReservationMeta, ReserveRequest};
+use crate::tenant::{
+    CallSlot, Granted, QuotaError, ReservationGuard, ReservationMeta, ReserveRequest,
+};
 
 pub struct Hold {
     tenant: TenantHandle,
@@ -26,6 +28,10 @@ pub struct Hold {
     /// Where the hold grows with the stream: the output limit sent upstream
     /// (the caller's), and what each further step reserves.
     grows: Option<(u32, Box<GrowthStep>)>,
+    /// The call's slot among the tenant's and key's calls in flight, where
+    /// they are capped: it goes with the hold to the stream relay, and is
+    /// given back when whichever has it last drops it.
+    call: Option<CallSlot>,
 }
 
 /// What one more step of a growing hold reserves, and records beside it.
@@ -59,7 +65,18 @@ impl Hold {
             guard: Some(guard),
             granted,
             grows: None,
+            call: None,
         }
+    }
+
+    /// Keeps the call's slot for as long as the call lasts.
+    pub fn carry(&mut self, call: Option<CallSlot>) {
+        self.call = call;
+    }
+
+    /// The call's slot, for the stream relay that outlives the attempt loop.
+    pub fn take_call(&mut self) -> Option<CallSlot> {
+        self.call.take()
     }
 
     /// Sends the upstream `limit` while the hold covers only its first step,

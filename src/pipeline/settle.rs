@@ -24,7 +24,7 @@ use crate::provider::adapters::openai::{self, ResponseUsage};
 use crate::provider::call::{UpstreamBody, UpstreamReply};
 use crate::state::Gateway;
 use crate::telemetry::metrics::{Metric, counter_add};
-use crate::tenant::ReservationGuard;
+use crate::tenant::{CallSlot, ReservationGuard};
 
 use super::hold::Growth;
 use crate::tokenize::Estimate;
@@ -47,6 +47,8 @@ pub struct Served<'a> {
 pub struct Held {
     pub guard: ReservationGuard,
     pub growth: Option<Growth>,
+    /// The call's slot among the calls in flight, given back when the relay ends.
+    pub call: Option<CallSlot>,
 }
 
 /// A stream whose first chunk arrived: from here on there is no failover.
@@ -169,7 +171,11 @@ impl Served<'_> {
         success_status: AttemptStatus,
         attempt: u32,
     ) -> OutcomeBody {
-        let Held { guard, mut growth } = held;
+        let Held {
+            guard,
+            mut growth,
+            call,
+        } = held;
         let granted = guard.granted();
         let ceiling = |limit: u32| provider.max_tokens_ceiling.map_or(limit, |c| limit.min(c));
         let choices = u64::from(self.request.choices());
@@ -200,6 +206,7 @@ impl Served<'_> {
             reservation: guard,
             growth,
             steps: Vec::new(),
+            call,
             event_id: stream.event_id,
             permit: stream.permit,
             started: stream.started,

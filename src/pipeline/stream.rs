@@ -27,7 +27,7 @@ use crate::provider::adapters::{Ending, Relayed, Translated, Translator};
 use crate::provider::call::UpstreamBody;
 use crate::state::Gateway;
 use crate::telemetry::metrics::{Metric, counter_add};
-use crate::tenant::ReservationGuard;
+use crate::tenant::{CallSlot, ReservationGuard};
 
 use super::hold::Growth;
 
@@ -67,6 +67,8 @@ pub struct Relay {
     /// The steps the hold has grown by: released once the first guard is
     /// settled at the whole cost.
     pub steps: Vec<ReservationGuard>,
+    /// The call's slot among the calls in flight: the relay's until it ends.
+    pub call: Option<CallSlot>,
     /// The attempt's journal reserve; its row settles it.
     pub event_id: EventId,
     pub permit: Permit,

@@ -1,8 +1,10 @@
 //! ProviderActor: admits, queues or skips calls to one upstream (breaker,
-//! concurrency limit, bounded queue) and learns from their classified
-//! outcomes. A `Permit` reports back exactly once: with an outcome, or as
-//! abandoned on drop — also when it dies unreceived in a timed-out waiter's
-//! channel, so a slot can never leak.
+//! concurrency limit, bounded queue, and with a shared store the account's
+//! concurrency across the fleet, `fleet.rs`) and learns from their
+//! classified outcomes. A `Permit` reports back exactly once: with an
+//! outcome, or as abandoned on drop — also when it dies unreceived in a
+//! timed-out waiter's channel, so a slot can never leak; its fleet lease goes
+//! back with it.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -13,13 +15,14 @@ use tokio::sync::oneshot;
 
 use super::adaptive::{AdaptiveConfig, AdaptiveLimit};
 use super::breaker::{Breaker, BreakerConfig, BreakerState, Transition};
+use super::fleet::{FleetLease, FleetLimit, Leased};
 use super::retry::{Next, RetryBudget, RetryPolicy};
 use super::shared_breaker::SharedBreaker;
 use super::slots::Slots;
 use crate::clock::{SharedClock, elapsed_ms, monotonic};
 use crate::config::Provider;
 use crate::ids::ProviderName;
-use crate::telemetry::metrics::{Metric, as_gauge, counter_add, gauge_set};
+use crate::telemetry::metrics::{Metric, as_gauge, as_gauge_u64, counter_add, gauge_set};
 use crate::tenant::SharedStore;
 
 const MAILBOX_CAPACITY: usize = 4096;
@@ -38,6 +41,8 @@ pub enum Skip {
     QueueFull,
     #[error("no slot within the queue timeout")]
     QueueTimeout,
+    #[error("at its concurrency limit across the fleet")]
+    FleetFull,
     #[error("provider actor stopped")]
     Stopped,
 }
@@ -51,6 +56,13 @@ pub enum Verdict {
     Failed,
     /// No verdict: the call never left, or the caller went away.
     Abandoned,
+}
+
+/// A call's fleet lease ended: the actor gives it back to the shared store.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct LeaseEnded {
+    pub id: String,
 }
 
 /// A slot was freed without a message while callers queue: hand it over.
@@ -91,9 +103,31 @@ pub struct ProviderActor {
     /// When the breaker last changed here or was taken from another replica.
     changed_at_ms: u64,
     polling: bool,
+    /// With Redis and `fleet_max_concurrency`: the account's calls across the fleet.
+    fleet: Option<Arc<FleetLimit>>,
+    polling_fleet: bool,
 }
 
 impl ProviderActor {
+    /// Publishes the fleet's leases in use, as the shared store counts them.
+    fn poll_fleet(&mut self, ctx: &mut Context<Self>) {
+        let Some(fleet) = self.fleet.clone() else {
+            return;
+        };
+        if self.polling_fleet {
+            return;
+        }
+        self.polling_fleet = true;
+        let count = async move { fleet.in_use().await };
+        ctx.spawn(count.into_actor(self).map(|in_use, act, _| {
+            act.polling_fleet = false;
+            if let Some(in_use) = in_use {
+                let labels = [("provider", act.name.as_str())];
+                gauge_set(Metric::FleetLeasesInUse, &labels, as_gauge_u64(in_use));
+            }
+        }));
+    }
+
     fn publish(&self) {
         let name = self.name.as_str();
         gauge_set(
@@ -143,6 +177,7 @@ impl ProviderActor {
                 slots: self.slots.clone(),
                 granted: monotonic(),
                 done: false,
+                fleet: None,
             };
             if let Err(mut unclaimed) = waiter.send(permit) {
                 // The waiter timed out: take the slot back without a second `Done`.
@@ -200,6 +235,9 @@ impl Actor for ProviderActor {
         if self.shared.is_some() {
             ctx.run_interval(SHARED_POLL_INTERVAL, Self::poll_shared);
         }
+        if self.fleet.is_some() {
+            ctx.run_interval(SHARED_POLL_INTERVAL, Self::poll_fleet);
+        }
         ctx.run_interval(TALLY_INTERVAL, |act, ctx| {
             act.tally(ctx);
             // A slot freed just as a caller queued is not left idle.
@@ -244,6 +282,16 @@ impl Handler<Admit> for ProviderActor {
         }
         self.publish();
         Ok(Slot::Now)
+    }
+}
+
+impl Handler<LeaseEnded> for ProviderActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: LeaseEnded, ctx: &mut Context<Self>) {
+        if let Some(fleet) = self.fleet.clone() {
+            ctx.spawn(async move { fleet.give_back(&msg.id).await }.into_actor(self));
+        }
     }
 }
 
@@ -292,6 +340,7 @@ pub struct ProviderHandle {
     queue_timeout: Duration,
     retry_policy: RetryPolicy,
     retry_budget: Arc<RetryBudget>,
+    fleet: Option<Arc<FleetLimit>>,
 }
 
 impl ProviderHandle {
@@ -299,19 +348,32 @@ impl ProviderHandle {
         provider: &Provider,
         clock: SharedClock,
         shared: Option<&SharedStore>,
+        replicas: u32,
     ) -> ProviderHandle {
+        // Without a shared store the fleet's cap bounds this replica's own slots.
+        let max_concurrency = match (shared, provider.fleet_max_concurrency) {
+            (None, Some(cap)) => provider.max_concurrency.min(cap),
+            _ => provider.max_concurrency,
+        };
         let adaptive = provider.adaptive_concurrency.then(|| {
             AdaptiveLimit::new(
                 AdaptiveConfig {
-                    target: provider.max_concurrency,
-                    min: provider.adaptive_min_concurrency,
-                    max: provider.max_concurrency,
+                    target: max_concurrency,
+                    min: provider.adaptive_min_concurrency.min(max_concurrency),
+                    max: max_concurrency,
                     window_ms: provider.adaptive_window_ms,
                 },
                 clock.now_ms(),
             )
         });
-        let slots = Arc::new(Slots::new(provider.max_concurrency));
+        let fleet = shared
+            .zip(provider.fleet_max_concurrency)
+            .map(|(store, cap)| {
+                let caps = (cap, replicas);
+                let limit = FleetLimit::new(store.clone(), &provider.name, caps, clock.clone());
+                Arc::new(limit)
+            });
+        let slots = Arc::new(Slots::new(max_concurrency));
         let actor = ProviderActor {
             name: provider.name.clone(),
             breaker: Breaker::new(BreakerConfig {
@@ -329,6 +391,8 @@ impl ProviderHandle {
             shared: shared.map(|store| SharedBreaker::new(store.clone(), &provider.name)),
             changed_at_ms: clock.now_ms(),
             polling: false,
+            fleet: fleet.clone(),
+            polling_fleet: false,
             clock,
         };
         ProviderHandle {
@@ -344,6 +408,7 @@ impl ProviderHandle {
                 provider.retry_budget_percent,
                 provider.retry_burst,
             )),
+            fleet,
         }
     }
 
@@ -370,13 +435,39 @@ impl ProviderHandle {
         )
     }
 
-    /// A slot now, after waiting in the queue (at most the queue timeout), or a skip.
-    pub async fn admit(&self) -> Result<Permit, Skip> {
+    /// A slot now, after waiting in the queue (at most the queue timeout),
+    /// then one of the fleet's, where it has a cap; or a skip. A fleet lease
+    /// outlives the call's `time_left` only by a margin.
+    pub async fn admit(&self, time_left: Duration) -> Result<Permit, Skip> {
+        let mut permit = self.slot().await?;
+        let Some(fleet) = &self.fleet else {
+            return Ok(permit);
+        };
+        match fleet.lease(time_left).await {
+            Leased::Taken(id) => {
+                let addr = self.addr.clone();
+                permit.fleet = Some(FleetLease::Leased { addr, id });
+                Ok(permit)
+            }
+            Leased::OnShare => {
+                permit.fleet = Some(FleetLease::OnShare(fleet.clone()));
+                Ok(permit)
+            }
+            Leased::Full => {
+                permit.finish(Verdict::Abandoned);
+                Err(Skip::FleetFull)
+            }
+        }
+    }
+
+    /// This replica's slot: now, or after waiting in the queue.
+    async fn slot(&self) -> Result<Permit, Skip> {
         let permit = || Permit {
             addr: self.addr.clone(),
             slots: self.slots.clone(),
             granted: monotonic(),
             done: false,
+            fleet: None,
         };
         if self.slots.try_take_fast() {
             return Ok(permit());
@@ -403,6 +494,8 @@ pub struct Permit {
     slots: Arc<Slots>,
     granted: Instant,
     done: bool,
+    /// The call's lease among the fleet's, given back when the permit drops.
+    fleet: Option<FleetLease>,
 }
 
 impl Permit {

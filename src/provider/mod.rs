@@ -12,6 +12,7 @@ pub mod breaker;
 pub mod call;
 pub mod classify;
 pub mod clients;
+pub mod fleet;
 pub mod retry;
 pub mod shared_breaker;
 pub mod slots;

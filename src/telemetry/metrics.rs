@@ -116,6 +116,8 @@ metrics! {
         "Calls an alert-only rate limit let pass over it, by tenant and limit (rpm, tpm).";
     RejectionsTotal => "tollgate_rejections_total", Counter, Event,
         "Requests refused before the upstream, by kind.";
+    InFlightRefusalsTotal => "tollgate_in_flight_refusals_total", Counter, Start,
+        "Calls refused with 429 because their tenant or key had its cap of calls in flight (`max_in_flight`), by scope (tenant, key).";
     StreamInterruptionsTotal => "tollgate_stream_interruptions_total", Counter, Configured,
         "Streams that did not end normally, by provider and reason (partial, client_cancelled, cut_at_hold).";
     StreamHoldStepsTotal => "tollgate_stream_hold_steps_total", Counter, Configured,
@@ -148,6 +150,10 @@ metrics! {
         "Events replayed from the journal at start, by kind (settle, orphan).";
     ProviderInFlight => "tollgate_provider_in_flight", Gauge, Event,
         "Upstream calls in flight, by provider.";
+    FleetLeasesInUse => "tollgate_provider_fleet_leases", Gauge, Configured,
+        "Calls in flight at a provider across every replica, as the shared store's leases count them, by provider (0 without `fleet_max_concurrency` or a shared store).";
+    FleetFullTotal => "tollgate_provider_fleet_full_total", Counter, Configured,
+        "Calls that skipped a provider because it had `fleet_max_concurrency` calls in flight across the fleet, by provider.";
     ProviderQueued => "tollgate_provider_queued", Gauge, Event,
         "Calls waiting for a provider slot, by provider.";
     BreakerState => "tollgate_breaker_state", Gauge, Event,

@@ -24,6 +24,9 @@ pub fn zero_configured(config: &Config) {
     counter_add(Metric::TokenizerFailuresTotal, &[], 0);
 
     counter_add(Metric::QuotaHoldsLostTotal, &[], 0);
+    for scope in ["tenant", "key"] {
+        counter_add(Metric::InFlightRefusalsTotal, &[("scope", scope)], 0);
+    }
     counter_add(Metric::AuditPayloadsDroppedTotal, &[], 0);
     gauge_set(
         Metric::BillDriftLimitRatio,
@@ -113,6 +116,8 @@ fn zero_provider(provider: &str) {
         let labels = [("provider", provider), ("reason", reason)];
         counter_add(Metric::StreamInterruptionsTotal, &labels, 0);
     }
+    counter_add(Metric::FleetFullTotal, &[("provider", provider)], 0);
+    gauge_set(Metric::FleetLeasesInUse, &[("provider", provider)], 0.0);
 }
 
 #[cfg(test)]

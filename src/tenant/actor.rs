@@ -29,8 +29,8 @@ use super::decision::Decision;
 use super::end_users::{EndUserHold, EndUserStatus};
 use super::handle::QuotaError;
 use super::messages::{
-    AddCredit, Admitted, CheckRate, GetBalance, GetEndUser, GetStatus, RateAndReserve, Release,
-    ReservationMeta, Reserve, Settle, SettleReply, UpdateLimits,
+    AddCredit, Admitted, CheckRate, EnterCall, GetBalance, GetEndUser, GetStatus, LeaveCall,
+    RateAndReserve, Release, ReservationMeta, Reserve, Settle, SettleReply, UpdateLimits,
 };
 use super::registry::RegistryInner;
 use super::seed::SeedSource;
@@ -867,6 +867,40 @@ impl Handler<Release> for TenantActor {
         // decision sees the money back.
         if let Decision::Later(released) = self.close(close, now, ctx) {
             ctx.wait(released.map(|_, _, _| ()));
+        }
+    }
+}
+
+impl Handler<EnterCall> for TenantActor {
+    type Result = Decision<Self, QuotaAnswer<()>>;
+
+    fn handle(&mut self, msg: EnterCall, _ctx: &mut Context<Self>) -> Self::Result {
+        let now = self.touch();
+        let call = msg.0;
+        // An open slot keeps the actor, as a hold does, until it expires.
+        self.last_expiry_ms = self.last_expiry_ms.max(call.expires_at_ms);
+        self.decide(now, move |store, now| store.enter_call(&call, now), None)
+    }
+}
+
+impl Handler<LeaveCall> for TenantActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: LeaveCall, ctx: &mut Context<Self>) {
+        let now = self.touch();
+        // A slot taken on the book while Redis was away is the book's.
+        if self.redis.is_none() || self.book.holds_call(msg.id) {
+            self.book.leave_call(msg.id);
+            return;
+        }
+        let Some(mut redis) = self.redis.clone() else {
+            return;
+        };
+        // As with a release, the next decision sees the slot back. A leave
+        // Redis does not take is left to the lease's expiry.
+        if let StoreReply::Pending(left) = QuotaStore::leave_call(&mut redis, msg.id, &msg.key, now)
+        {
+            ctx.wait(left.into_actor(self).map(|_, _, _| ()));
         }
     }
 }

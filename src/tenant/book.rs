@@ -24,6 +24,7 @@ use crate::money::{CostAccumulator, Nanos, PricePerMTok};
 use super::alerts::RateLimit;
 use super::credits::Credits;
 use super::end_users::{EndUserHold, EndUsers};
+use super::in_flight::{Call, CallId, Crowded, InFlight};
 use super::messages::ReservationMeta;
 use super::seed::EndUserSeed;
 use super::sessions::{SessionHold, Sessions};
@@ -409,6 +410,8 @@ pub struct QuotaBook {
     sessions: Sessions,
     credits: Credits,
     rate_alerts: RateAlerts,
+    /// Calls open at once, against the tenant's and keys' caps.
+    in_flight: InFlight,
 }
 
 impl QuotaBook {
@@ -437,7 +440,27 @@ impl QuotaBook {
             sessions: Sessions::default(),
             credits: Credits::default(),
             rate_alerts: RateAlerts::default(),
+            in_flight: InFlight::default(),
         }
+    }
+
+    /// Opens a call's slot unless the tenant's or its key's cap is reached.
+    pub fn enter_call(&mut self, call: &Call, now_ms: u64) -> Result<(), Crowded> {
+        self.in_flight.enter(call, now_ms)
+    }
+
+    /// Gives a call's slot back; whether this book had it.
+    pub fn leave_call(&mut self, id: CallId) -> bool {
+        self.in_flight.leave(id)
+    }
+
+    pub fn holds_call(&self, id: CallId) -> bool {
+        self.in_flight.holds(id)
+    }
+
+    /// Calls open on this book.
+    pub fn calls_open(&self) -> usize {
+        self.in_flight.len()
     }
 
     /// Tokens already used today and this month, from the ledger.

@@ -13,9 +13,10 @@ use super::book::{
     Refusal, Refused, ReserveRequest, Settled,
 };
 use super::end_users::{EndUserHold, EndUserStatus};
+use super::in_flight::{Call, CallCaps, CallId, Crowded};
 use super::messages::{
-    AddCredit, Admitted, CheckRate, GetBalance, GetEndUser, GetStatus, RateAndReserve, Release,
-    ReservationMeta, Reserve, Settle, SettleReply,
+    AddCredit, Admitted, CheckRate, EnterCall, GetBalance, GetEndUser, GetStatus, LeaveCall,
+    RateAndReserve, Release, ReservationMeta, Reserve, Settle, SettleReply,
 };
 use super::registry::{RunningActor, TenantRegistry};
 use super::store::CreditAdded;
@@ -43,6 +44,9 @@ pub enum QuotaError {
     /// The shared quota store is unreachable and the tenant is `fail_closed`.
     #[error("the shared quota store is unreachable")]
     StoreDown,
+    /// The tenant or the key has its cap of calls in flight.
+    #[error(transparent)]
+    InFlight(#[from] Crowded),
 }
 
 #[derive(Clone)]
@@ -166,6 +170,33 @@ impl TenantHandle {
         }
     }
 
+    /// A slot among the calls in flight of the tenant and of `key`, held
+    /// until the returned guard drops; past `expires_at_ms` the slot is
+    /// given back even if the guard never drops (a replica that died).
+    pub async fn enter_call(
+        &self,
+        key: KeyId,
+        caps: CallCaps,
+        expires_at_ms: u64,
+    ) -> Result<CallSlot, QuotaError> {
+        // Random, so replicas sharing the tenant never pick the same one.
+        let id = CallId(rand::random::<u64>() >> 2);
+        let call = Call {
+            id,
+            key: key.clone(),
+            caps,
+            expires_at_ms,
+        };
+        let (entered, actor) = self.call_on(EnterCall(call)).await?;
+        entered?;
+        actor.open_holds.fetch_add(1, Ordering::AcqRel);
+        Ok(CallSlot {
+            running: actor,
+            id,
+            key,
+        })
+    }
+
     pub async fn status(&self) -> Result<BudgetStatus, QuotaError> {
         self.call(GetStatus).await?
     }
@@ -266,6 +297,26 @@ impl Drop for ReservationGuard {
             self.send_release();
             self.close();
         }
+    }
+}
+
+/// A call's slot among the calls in flight: given back when it drops, on
+/// every path a call can end by (answered, failed, its caller gone).
+#[must_use = "a call's slot is given back when its guard drops"]
+pub struct CallSlot {
+    /// The actor that opened it: its open slot keeps the actor running.
+    running: RunningActor,
+    id: CallId,
+    key: KeyId,
+}
+
+impl Drop for CallSlot {
+    fn drop(&mut self) {
+        self.running.addr.do_send(LeaveCall {
+            id: self.id,
+            key: self.key.clone(),
+        });
+        self.running.open_holds.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -10,6 +10,7 @@ use super::book::{
 };
 use super::end_users::{EndUserHold, EndUserStatus};
 use super::handle::QuotaError;
+use super::in_flight::{Call, CallId};
 use crate::ids::{KeyId, RequestId, ReservationId};
 use crate::money::Nanos;
 
@@ -107,6 +108,19 @@ pub struct UpdateLimits(pub Limits);
 #[derive(Message, Clone)]
 #[rtype(result = "Result<(), QuotaError>")]
 pub struct AddCredit(pub super::store::CreditAdded);
+
+/// Opens a call's slot, unless the tenant's or its key's cap on calls in flight is reached.
+#[derive(Message, Clone)]
+#[rtype(result = "Result<(), QuotaError>")]
+pub struct EnterCall(pub Call);
+
+/// Gives a call's slot back.
+#[derive(Message, Clone)]
+#[rtype(result = "()")]
+pub struct LeaveCall {
+    pub id: CallId,
+    pub key: KeyId,
+}
 
 /// The tenant's prepaid balance (`None`) or a key's.
 #[derive(Message, Clone)]

@@ -9,6 +9,7 @@ pub mod credits;
 mod decision;
 pub mod end_users;
 pub mod handle;
+pub mod in_flight;
 pub mod messages;
 pub mod registry;
 pub(crate) mod seed;
@@ -20,7 +21,7 @@ pub mod store;
 pub mod tokens;
 
 pub use book::{BudgetStatus, Granted, Limits, RateDecision, Refusal, Refused, ReserveRequest};
-pub use handle::{QuotaError, RateAndHold, ReservationGuard, TenantHandle};
+pub use handle::{CallSlot, QuotaError, RateAndHold, ReservationGuard, TenantHandle};
 pub use messages::ReservationMeta;
 pub use registry::TenantRegistry;
 pub use shared::SharedStore;

@@ -13,6 +13,7 @@ use super::book::{
     BalanceStatus, BudgetStatus, Granted, Limits, QuotaBook, RateDecision, ReserveRequest, Settled,
 };
 use super::handle::QuotaError;
+use super::in_flight::{Call, CallId};
 use super::messages::{Admitted, ReservationMeta};
 use super::shared::StoreFailure;
 use crate::ids::{KeyId, ReservationId};
@@ -100,6 +101,10 @@ pub trait QuotaStore {
     fn add_credit(&mut self, top_up: &CreditAdded) -> StoreReply<()>;
     /// The tenant's prepaid balance (`None`) or a key's.
     fn balance(&mut self, key: Option<KeyId>, now_ms: u64) -> StoreReply<BalanceStatus>;
+    /// Opens a call's slot unless the tenant's or its key's cap is reached.
+    fn enter_call(&mut self, call: &Call, now_ms: u64) -> StoreReply<()>;
+    /// Gives a call's slot back; giving it back twice changes nothing.
+    fn leave_call(&mut self, id: CallId, key: &KeyId, now_ms: u64) -> StoreReply<()>;
 }
 
 /// A top-up as written to the ledger.
@@ -163,5 +168,14 @@ impl QuotaStore for QuotaBook {
 
     fn balance(&mut self, key: Option<KeyId>, _now_ms: u64) -> StoreReply<BalanceStatus> {
         StoreReply::Done(Ok(QuotaBook::balance(self, key.as_ref())))
+    }
+
+    fn enter_call(&mut self, call: &Call, now_ms: u64) -> StoreReply<()> {
+        StoreReply::Done(QuotaBook::enter_call(self, call, now_ms).map_err(QuotaError::from))
+    }
+
+    fn leave_call(&mut self, id: CallId, _key: &KeyId, _now_ms: u64) -> StoreReply<()> {
+        QuotaBook::leave_call(self, id);
+        StoreReply::Done(Ok(()))
     }
 }

@@ -99,6 +99,7 @@ async fn an_id_refused_as_unknown_works_at_once_when_issued_here_and_after_a_syn
         expires_at_ms: None,
         on_credits: false,
         budget_period: tollgate::calendar::Period::Month,
+        max_in_flight: None,
     });
     assert!(directory.authenticate(&here).await.is_ok());
 
@@ -123,6 +124,7 @@ async fn an_id_refused_as_unknown_works_at_once_when_issued_here_and_after_a_syn
             expires_at_ms: Set(None),
             on_credits: Set(false),
             budget_period: Set(None),
+            max_in_flight: Set(None),
         },
     )
     .await
@@ -156,6 +158,7 @@ async fn a_key_issued_elsewhere_is_known_after_a_sync_without_a_lookup() {
             expires_at_ms: Set(None),
             on_credits: Set(false),
             budget_period: Set(None),
+            max_in_flight: Set(None),
         },
     )
     .await

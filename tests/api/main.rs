@@ -48,9 +48,13 @@ mod errors;
 #[cfg(test)]
 mod failover;
 #[cfg(test)]
+mod fleet_limit;
+#[cfg(test)]
 mod healthcheck;
 #[cfg(test)]
 mod holds;
+#[cfg(test)]
+mod in_flight;
 #[cfg(test)]
 mod invoices;
 #[cfg(test)]

@@ -120,6 +120,7 @@ fn routes(
 /// Any of the fake's `POST` routes: the request recorded, its delay waited, then a failure
 /// (scenario or injected) or the answer its path asks for.
 async fn answer(req: HttpRequest, body: web::Bytes, state: web::Data<AppState>) -> HttpResponse {
+    let _answering = state.stats.answering();
     let Received {
         request,
         model,

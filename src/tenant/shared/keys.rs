@@ -45,6 +45,16 @@ impl TenantKeys {
         format!("{}:s:{}", self.prefix, hex_id(id))
     }
 
+    /// The tenant's calls in flight, as leases by expiry (see `leases.rs`).
+    pub fn calls(&self) -> String {
+        format!("{}:f", self.prefix)
+    }
+
+    /// One key's calls in flight.
+    pub fn key_calls(&self, key: &str) -> String {
+        super::leases::key_calls(&self.prefix, key)
+    }
+
     /// Prepaid balances and lifetime spend (see `scripts.rs`).
     pub fn credit(&self) -> String {
         format!("{}:c", self.prefix)
@@ -85,6 +95,8 @@ mod tests {
             keys.month("2026-11"),
             keys.credit(),
             keys.window("2026-W49"),
+            keys.calls(),
+            keys.key_calls("k1"),
         ] {
             assert!(key.starts_with("tg:{acme}:"), "{key}");
         }

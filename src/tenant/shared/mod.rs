@@ -18,6 +18,7 @@ pub mod epoch;
 pub mod expiry;
 mod health;
 mod keys;
+mod leases;
 pub mod restart;
 mod scripts;
 mod seeding;
@@ -98,10 +99,13 @@ struct Scripts {
     seed_window: Script,
     epoch: Script,
     settled: Script,
+    lease: Script,
+    unlease: Script,
+    leases: Script,
 }
 
 impl Scripts {
-    fn all(&self) -> [&Script; 18] {
+    fn all(&self) -> [&Script; 21] {
         [
             &self.rate,
             &self.reserve,
@@ -121,6 +125,9 @@ impl Scripts {
             &self.seed_window,
             &self.epoch,
             &self.settled,
+            &self.lease,
+            &self.unlease,
+            &self.leases,
         ]
     }
 }
@@ -199,6 +206,9 @@ impl SharedStore {
                 seed_window: Script::new(scripts::SEED_WINDOW),
                 epoch: Script::new(epoch::EPOCH),
                 settled: Script::new(epoch::SETTLED),
+                lease: Script::new(leases::LEASE),
+                unlease: Script::new(leases::UNLEASE),
+                leases: Script::new(leases::LEASES),
             }),
         })
     }

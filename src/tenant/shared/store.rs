@@ -12,6 +12,7 @@ use crate::money::Nanos;
 use crate::tenant::book::{BalanceStatus, Seed};
 use crate::tenant::book::{BudgetStatus, Granted, Limits, RateDecision};
 use crate::tenant::handle::QuotaError;
+use crate::tenant::in_flight::{Call, CallId};
 use crate::tenant::messages::Admitted;
 use crate::tenant::seed::SeedSource;
 use crate::tenant::store::{
@@ -309,6 +310,21 @@ impl QuotaStore for RedisQuota {
                 .add_credit(top_up.id, top_up.key.as_ref(), top_up.amount)
                 .await
                 .map(Ok)
+        })
+    }
+
+    fn enter_call(&mut self, call: &Call, now_ms: u64) -> StoreReply<()> {
+        let call = call.clone();
+        self.pending(now_ms, move |store| async move {
+            let entered = store.quota.enter_call(&call, now_ms).await?;
+            Ok(entered.map_err(QuotaError::from))
+        })
+    }
+
+    fn leave_call(&mut self, id: CallId, key: &KeyId, now_ms: u64) -> StoreReply<()> {
+        let key = key.clone();
+        self.pending(now_ms, move |store| async move {
+            store.quota.leave_call(id, &key).await.map(Ok)
         })
     }
 
