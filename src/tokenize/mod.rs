@@ -16,6 +16,7 @@ use serde_json::{Map, Value};
 use tiktoken_rs::CoreBPE;
 
 mod bounded;
+pub mod pdf;
 
 /// Chat format overhead: role and separators per message (OpenAI's cookbook counts 3 plus
 /// 1 for a name; 4 leaves room for providers whose template is wordier).
@@ -398,6 +399,13 @@ impl Estimator {
         match (kind, part.get("text")) {
             ("text", Some(Value::String(text))) => self.count_text(text),
             ("image_url" | "image" | "input_image", _) => self.image_tokens,
+            // Billed by the page (its text and an image of it) beside what it says.
+            ("document" | "file" | "input_file", _) => {
+                let per_page = pdf::PAGE_TEXT_TOKENS.saturating_add(self.image_tokens);
+                let pages = pdf::pages_of_part(part).unwrap_or(0);
+                self.count_text(&part.to_string())
+                    .saturating_add(pages.saturating_mul(per_page))
+            }
             _ => self.count_text(&part.to_string()),
         }
     }

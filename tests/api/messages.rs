@@ -916,3 +916,42 @@ async fn omitted_thinking_grows_the_hold_by_anthropic_s_estimates_and_is_cut_at_
     assert!(rows[0].charged_nanos <= 500_000_000);
     assert_eq!(app.budget(&tenant).await["reserved"], "0");
 }
+
+/// A compact PDF of `pages` pages: a few dozen bytes a page, as a PDF of
+/// mostly text compresses to, sent inline as Anthropic's document block.
+fn pdf_document(pages: usize) -> Value {
+    use base64::Engine;
+    use std::fmt::Write as _;
+    let mut pdf = format!("%PDF-1.4\n2 0 obj << /Type /Pages /Count {pages} >> endobj\n");
+    for i in 0..pages {
+        let _ = writeln!(
+            pdf,
+            "{} 0 obj << /Type /Page /Parent 2 0 R >> endobj",
+            i + 3
+        );
+    }
+    let data = base64::engine::general_purpose::STANDARD.encode(pdf);
+    json!({"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": data}})
+}
+
+#[actix_web::test]
+async fn an_inline_pdf_is_held_at_its_pages_not_at_its_base64() {
+    let app = spawn_app(setup().price_field(CLAUDE, "image_tokens", 1_600)).await;
+    // 20 pages hold 20 × (3,000 + 1,600) input tokens at 3 per 1M, 0.276:
+    // past 0.1, though their base64 counts a few hundred tokens.
+    let (_tenant, key) = app
+        .tenant_with_key("free", json!({"monthly_budget": "0.1"}))
+        .await;
+    let with_pdf = |pages| {
+        json!({"model": "claude", "max_tokens": 100, "messages": [{"role": "user",
+            "content": [pdf_document(pages), {"type": "text", "text": "Summarize it."}]}]})
+    };
+
+    let large = messages(&app, &key, &with_pdf(20)).await;
+    assert_eq!(large.status, 402, "{}", large.raw);
+    assert_eq!(app.anthropic.state.requests(), 0);
+
+    let small = messages(&app, &key, &with_pdf(2)).await;
+    assert_eq!(small.status, 200, "{}", small.raw);
+    assert_eq!(app.anthropic.state.requests(), 1);
+}
