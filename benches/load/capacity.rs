@@ -158,7 +158,8 @@ fn in_flight_paragraph(v: &Value) -> String {
         .as_u64()
         .zip(held["peak"]["fds"].as_u64())
         .zip(conns)
-        .and_then(|((b, p), n)| p.saturating_sub(b).checked_div(n));
+        // Rounded: a client and an upstream socket are 1.99 a call, not 1.
+        .and_then(|((b, p), n)| (p.saturating_sub(b) + n / 2).checked_div(n));
     let mut out = format!(
         "**In flight (Little's law).** Calls in flight per replica = arrival rate per replica × upstream latency: \
          600 calls/s on 3 replicas with LLM calls averaging 4 s is 200/s × 4 s = **800 in flight per replica**. \
@@ -232,7 +233,7 @@ fn scale_sentence(scale: &Value) -> String {
         },
         limit = scale["open_files"]["too_low"]
             .as_str()
-            .map_or_else(String::new, |why| format!(" That run's {why}.")),
+            .map_or_else(String::new, |why| format!(" In that run {why}.")),
     )
 }
 
