@@ -47,7 +47,7 @@ fn inline_pdf(part: &Value) -> Option<&str> {
 pub fn pages(pdf: &[u8]) -> Option<u64> {
     let mut found = scan(pdf);
     let mut budget = MAX_INFLATED;
-    for stream in object_streams(pdf) {
+    for stream in object_streams(pdf)? {
         let mut inflated = Vec::new();
         let read = ZlibDecoder::new(stream)
             .take(budget.saturating_add(1))
@@ -63,13 +63,20 @@ pub fn pages(pdf: &[u8]) -> Option<u64> {
 
 /// The larger of the page objects and the page trees' `/Count` in `bytes`.
 fn scan(bytes: &[u8]) -> u64 {
+    // `/Ty#70e /P#61ge` is `/Type /Page` to a PDF reader: read it so too.
+    let decoded;
+    let bytes = if bytes.contains(&b'#') {
+        decoded = decode_names(bytes);
+        &decoded[..]
+    } else {
+        bytes
+    };
     let mut page_objects = 0;
     let mut most_counted = 0;
     let mut at = 0;
     while let Some(found) = find(&bytes[at..], b"/Type") {
         at += found + b"/Type".len();
-        let rest = skip_space(&bytes[at..]);
-        if rest.starts_with(b"/Page") && !rest.get(5).is_some_and(u8::is_ascii_alphanumeric) {
+        if name(skip_space(&bytes[at..])).as_deref() == Some(&b"Page"[..]) {
             page_objects += 1;
         }
     }
@@ -90,17 +97,16 @@ fn scan(bytes: &[u8]) -> u64 {
     page_objects.max(most_counted)
 }
 
-/// The data of each compressed object stream (`/Type /ObjStm` with
-/// `/FlateDecode`): where page objects hide in PDFs since 1.5.
-fn object_streams(pdf: &[u8]) -> Vec<&[u8]> {
+/// The data of each compressed object stream (`/Type /ObjStm`): where page
+/// objects hide in PDFs since 1.5. `None` where one is compressed other than
+/// by `/FlateDecode` alone (pages hidden there could not be counted).
+fn object_streams(pdf: &[u8]) -> Option<Vec<&[u8]>> {
     let mut streams = Vec::new();
     let mut at = 0;
     while let Some(found) = find(&pdf[at..], b"/ObjStm") {
         let dict_at = at + found;
         at = dict_at + b"/ObjStm".len();
-        let Some(start) = find(&pdf[at..], b"stream") else {
-            break;
-        };
+        let start = find(&pdf[at..], b"stream")?;
         // The stream's dictionary, from its `<<`: its filter may come first.
         let dict_start = rfind(&pdf[..dict_at], b"<<").unwrap_or(dict_at);
         let header = &pdf[dict_start..at + start];
@@ -111,15 +117,81 @@ fn object_streams(pdf: &[u8]) -> Vec<&[u8]> {
         if pdf.get(data_at) == Some(&b'\n') {
             data_at += 1;
         }
-        let Some(end) = find(&pdf[data_at..], b"endstream") else {
-            break;
-        };
-        if find(header, b"/FlateDecode").is_some() {
-            streams.push(&pdf[data_at..data_at + end]);
+        let end = find(&pdf[data_at..], b"endstream")?;
+        if !flate_only(header) {
+            return None;
         }
+        streams.push(&pdf[data_at..data_at + end]);
         at = data_at + end;
     }
-    streams
+    Some(streams)
+}
+
+/// Whether a stream's only filter is `/FlateDecode`.
+fn flate_only(header: &[u8]) -> bool {
+    let filters = [
+        &b"/ASCIIHexDecode"[..],
+        b"/ASCII85Decode",
+        b"/LZWDecode",
+        b"/RunLengthDecode",
+        b"/Crypt",
+        b"/AHx",
+        b"/A85",
+        b"/LZW",
+        b"/RL",
+        b"/Fl ",
+    ];
+    find(header, b"/FlateDecode").is_some() && !filters.iter().any(|f| find(header, f).is_some())
+}
+
+/// `bytes` with every name's `#xx` escapes decoded.
+fn decode_names(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'/' {
+            let name = name(&bytes[i..]).unwrap_or_default();
+            let raw = 1 + bytes[i + 1..]
+                .iter()
+                .position(|b| b.is_ascii_whitespace() || b"/<>[]()%{}".contains(b))
+                .unwrap_or(bytes.len() - i - 1);
+            out.push(b'/');
+            out.extend(name);
+            i += raw;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The PDF name at the start of `bytes` (`/Page`), its `#xx` escapes
+/// decoded as a PDF reader decodes them; `None` if no name starts there.
+fn name(bytes: &[u8]) -> Option<Vec<u8>> {
+    let rest = bytes.strip_prefix(b"/")?;
+    let end = rest
+        .iter()
+        .position(|b| b.is_ascii_whitespace() || b"/<>[]()%{}".contains(b))
+        .unwrap_or(rest.len());
+    let mut decoded = Vec::with_capacity(end);
+    let mut i = 0;
+    while i < end {
+        let hex = rest
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok());
+        match (rest[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'#', Some(byte)) if i + 2 < end => {
+                decoded.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                decoded.push(byte);
+                i += 1;
+            }
+        }
+    }
+    Some(decoded)
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
@@ -178,6 +250,26 @@ mod tests {
         // The page tree's own word, where it names more pages than are seen.
         assert_eq!(pages(b"<< /Type /Pages /Count 40 >>"), Some(40));
         assert_eq!(pages(b"not a pdf"), None);
+    }
+
+    /// What a caller might send to be held at fewer pages than it is billed.
+    #[test]
+    fn pages_hidden_from_the_count_make_it_unknown_or_are_found() {
+        // A page tree that says 1 while 9 page objects say otherwise.
+        let mut lying = plain_pdf(9);
+        lying.extend(b"<< /Type /Pages /Count 1 >>");
+        assert_eq!(pages(&lying), Some(9));
+        // Names escaped as a PDF reader reads them.
+        assert_eq!(pages(b"<< /Type /#50age >> << /Type/Pa#67e >>"), Some(2));
+        assert_eq!(pages(b"<< /Ty#70e /Page >> << /#43ount 30 >>"), Some(30));
+        assert_eq!(pages(b"<< /Type /Pages >> << /Type /PageLabel >>"), None);
+        // Page objects in an object stream under a filter this count cannot read.
+        let hidden =
+            b"<< /Type /ObjStm /N 5 /Filter /LZWDecode >>\nstream\nxxxx\nendstream\n<< /Type /Page >>";
+        assert_eq!(pages(hidden), None);
+        let chained =
+            b"<< /Type /ObjStm /Filter [/ASCII85Decode /FlateDecode] >>\nstream\nxx\nendstream";
+        assert_eq!(pages(chained), None);
     }
 
     #[test]
