@@ -3,52 +3,15 @@
 //! charge per feature and model, and month over month per tenant and feature.
 
 use serde_json::{Value, json};
-use tollgate::ids::{EventId, KeyId, RequestId, TenantId};
-use tollgate::ledger::{AttemptStatus, UsageEvent, UsageKind};
-use tollgate::money::Nanos;
-use tollgate::period::parse_instant;
-use tollgate::pricing::Usage;
+use tollgate::ledger::{AttemptStatus, UsageEvent};
 
 use crate::support::process::cli;
 use crate::support::{TestApp, TestSetup, spawn_app, write_config};
 
+/// A call's row: `invoices::row` with the feature before the model.
 fn row(tenant: &str, feature: &str, model: &str, at: &str, charged: u64) -> UsageEvent {
-    UsageEvent {
-        event_id: EventId::generate(),
-        request_id: RequestId::generate(),
-        client_request_id: None,
-        trace_id: None,
-        tenant: TenantId::new(tenant),
-        key: KeyId::new("key-1"),
-        feature: feature.to_owned(),
-        end_user: None,
-        session: None,
-        api: tollgate::ledger::Api::Chat,
-        route: "fast".to_owned(),
-        provider: "primary".to_owned(),
-        model: model.to_owned(),
-        attempt: 1,
-        status: AttemptStatus::Ok,
-        upstream_status: Some(200),
-        usage: Usage {
-            prompt_tokens: 10,
-            cached_tokens: 0,
-            cache_write_tokens: 0,
-            completion_tokens: 5,
-            web_searches: 0,
-        },
-        usage_kind: UsageKind::Reported,
-        reserved: Nanos::new(charged),
-        charged: Nanos::new(charged),
-        cost: None,
-        plan: None,
-        price_version: "test".to_owned(),
-        latency_ms: 1,
-        ttft_ms: None,
-        error: None,
-        cache: None,
-        created_at_ms: parse_instant(at).unwrap(),
-    }
+    let charged = i64::try_from(charged).unwrap();
+    crate::invoices::row(tenant, model, feature, AttemptStatus::Ok, at, charged)
 }
 
 async fn write(app: &TestApp, rows: &[UsageEvent]) {
