@@ -1,8 +1,8 @@
 use sea_orm::entity::prelude::*;
 use serde::{Deserialize, Serialize};
 
-/// One top-up of a prepaid balance, never changed once written: a tenant's
-/// (or a key's) balance is the sum of its top-ups less its lifetime spend.
+/// One grant of prepaid credit (a top-up), never changed once written: a
+/// tenant's (or a key's) balance is what its grants valid now have left.
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, Serialize, Deserialize)]
 #[sea_orm(table_name = "credits")]
 pub struct Model {
@@ -18,6 +18,14 @@ pub struct Model {
     pub added_by: String,
     pub reason: String,
     pub created_at_ms: i64,
+    /// `paid` or `promotional`.
+    pub kind: String,
+    /// Lower is drawn first.
+    pub priority: i32,
+    /// Drawn from this instant on (`None`: from when it was written).
+    pub starts_at_ms: Option<i64>,
+    /// Drawn until this instant; then what is left is breakage (`None`: never).
+    pub expires_at_ms: Option<i64>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

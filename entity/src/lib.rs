@@ -8,6 +8,7 @@ pub mod audit_payload;
 pub mod bill_line;
 pub mod closed_invoice;
 pub mod credit;
+pub mod credit_breakage;
 pub mod end_user_limit;
 pub mod feature_budget;
 pub mod period_close;

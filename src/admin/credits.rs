@@ -1,6 +1,7 @@
-//! Prepaid balances: top-ups as the admin API and the CLI take them, and
-//! how a balance is shown. The ledger row is written first; the deciding
-//! store hears of it after, once by its row, so a retry is always safe.
+//! Prepaid balances: grants (top-ups) as the admin API and the CLI take
+//! them, and how a balance is shown, grant by grant. The ledger row is
+//! written first; the deciding store hears of it after, once by its row, so
+//! a retry is always safe.
 
 use sea_orm::DatabaseConnection;
 use serde::{Deserialize, Serialize};
@@ -10,7 +11,8 @@ use crate::directory::repo;
 use crate::ids::{KeyId, TenantId};
 use crate::ledger::credits::{self, CreditError, TopUp};
 use crate::money::Nanos;
-use crate::tenant::book::BalanceStatus;
+use crate::tenant::book::{Balance, BalanceStatus};
+use crate::tenant::grants::{GrantKind, GrantState};
 
 /// Longest idempotency key, reason and author kept.
 const MAX_TEXT: usize = 256;
@@ -27,15 +29,75 @@ pub struct NewCredit {
     pub reason: String,
     /// Who adds it (a person, a payment system); default `admin`.
     pub added_by: Option<String>,
+    /// `paid` (default) or `promotional` (drawn first at one priority).
+    pub kind: Option<String>,
+    /// Lower is drawn first; default 0.
+    pub priority: Option<i32>,
+    /// Unix ms it may be drawn from; default: now.
+    pub starts_at_ms: Option<i64>,
+    /// Unix ms it is drawn until; what is left then is breakage. Default: never.
+    pub expires_at_ms: Option<i64>,
 }
 
-/// A top-up as shown.
+/// A grant's terms, checked.
+struct Terms {
+    kind: GrantKind,
+    priority: i32,
+    starts_at_ms: Option<i64>,
+    expires_at_ms: Option<i64>,
+}
+
+fn terms(new: &NewCredit, now_ms: i64) -> Result<Terms, AdminError> {
+    let kind = match new.kind.as_deref() {
+        None => GrantKind::Paid,
+        Some(text) => GrantKind::parse(text)
+            .ok_or_else(|| invalid("kind", "must be `paid` or `promotional`"))?,
+    };
+    let priority = new.priority.unwrap_or(0);
+    if !(-1_000_000..=1_000_000).contains(&priority) {
+        return Err(invalid("priority", "must be within ±1,000,000"));
+    }
+    if new.starts_at_ms.is_some_and(|at| at < 0) {
+        return Err(invalid("starts_at_ms", "must be a Unix time in ms"));
+    }
+    if let Some(expires) = new.expires_at_ms {
+        let starts = new.starts_at_ms.unwrap_or(now_ms);
+        if expires <= starts {
+            return Err(invalid("expires_at_ms", "must be after the grant starts"));
+        }
+        if expires <= now_ms {
+            return Err(invalid("expires_at_ms", "must be in the future"));
+        }
+    }
+    Ok(Terms {
+        kind,
+        priority,
+        starts_at_ms: new.starts_at_ms,
+        expires_at_ms: new.expires_at_ms,
+    })
+}
+
+impl Terms {
+    /// A grant Redis's balances can keep: one sum, drawn in any order.
+    fn plain(&self) -> bool {
+        self.kind == GrantKind::Paid
+            && self.priority == 0
+            && self.starts_at_ms.is_none()
+            && self.expires_at_ms.is_none()
+    }
+}
+
+/// A grant as shown.
 #[derive(Debug, Serialize)]
 pub struct CreditView {
     pub id: i64,
     pub tenant_id: String,
     pub key_id: Option<String>,
     pub amount: Nanos,
+    pub kind: String,
+    pub priority: i32,
+    pub starts_at_ms: i64,
+    pub expires_at_ms: Option<i64>,
     pub idempotency_key: String,
     pub added_by: String,
     pub reason: String,
@@ -49,6 +111,10 @@ impl From<entity::credit::Model> for CreditView {
             tenant_id: row.tenant_id,
             key_id: (!row.key_id.is_empty()).then_some(row.key_id),
             amount: Nanos::from_db(row.amount_nanos),
+            kind: row.kind,
+            priority: row.priority,
+            starts_at_ms: row.starts_at_ms.unwrap_or(row.created_at_ms),
+            expires_at_ms: row.expires_at_ms,
             idempotency_key: row.idempotency_key,
             added_by: row.added_by,
             reason: row.reason,
@@ -57,7 +123,7 @@ impl From<entity::credit::Model> for CreditView {
     }
 }
 
-/// A balance and the top-ups it is made of.
+/// A balance and the grants it is made of, each with what it has left.
 #[derive(Debug, Serialize)]
 pub struct BalanceView {
     pub tenant_id: String,
@@ -66,7 +132,22 @@ pub struct BalanceView {
     pub on_credits: bool,
     #[serde(flatten)]
     pub balance: BalanceStatus,
-    pub top_ups: Vec<CreditView>,
+    /// In drawing order.
+    pub grants: Vec<GrantView>,
+}
+
+/// One grant of a balance, now.
+#[derive(Debug, Serialize)]
+pub struct GrantView {
+    #[serde(flatten)]
+    pub credit: CreditView,
+    pub drawn: Nanos,
+    /// What it can still give: 0 once expired.
+    pub remaining: Nanos,
+    /// `scheduled`, `active`, `used_up`, `expired` (breakage not booked yet) or `closed`.
+    pub state: &'static str,
+    /// What it left when it expired, once booked.
+    pub breakage: Option<Nanos>,
 }
 
 /// Whose balance a call is about: the tenant's own, or one of its keys'.
@@ -111,20 +192,33 @@ fn text(field: &str, value: String, required: bool) -> Result<String, AdminError
 }
 
 /// Writes the top-up once; `(row, true)` when this call wrote it.
+/// `shared`: the gateway decides on Redis.
 pub async fn add(
     db: &DatabaseConnection,
     holder: &Holder,
     new: NewCredit,
     now_ms: i64,
+    shared: bool,
 ) -> Result<(entity::credit::Model, bool), AdminError> {
     let amount = Nanos::parse_decimal(&new.amount).map_err(|e| invalid("amount", e.to_string()))?;
     if amount == Nanos::ZERO {
         return Err(invalid("amount", "must be above zero"));
     }
+    let terms = terms(&new, now_ms)?;
+    if shared && !terms.plain() {
+        return Err(invalid(
+            "kind",
+            "grants with a kind, priority, start or expiry are drawn in order by the in-memory quota store; this gateway decides on Redis, which keeps one sum per balance: add plain paid credit",
+        ));
+    }
     let top_up = TopUp {
         tenant: holder.tenant.clone(),
         key: holder.key.clone(),
         amount,
+        kind: terms.kind,
+        priority: terms.priority,
+        starts_at_ms: terms.starts_at_ms,
+        expires_at_ms: terms.expires_at_ms,
         idempotency_key: text("idempotency_key", new.idempotency_key, true)?,
         added_by: text(
             "added_by",
@@ -140,20 +234,67 @@ pub async fn add(
     })
 }
 
+/// The balance with its grants: the deciding store's draws where it keeps
+/// them (in memory), else the ledger's replay of them.
 pub async fn view(
     db: &DatabaseConnection,
     holder: &Holder,
-    balance: BalanceStatus,
+    balance: Balance,
+    now_ms: u64,
 ) -> Result<BalanceView, AdminError> {
     let rows = credits::list(db, &holder.tenant, holder.key.as_ref()).await?;
-    let rows = rows
+    let rows: Vec<_> = rows
         .into_iter()
-        .filter(|row| holder.key.is_some() || row.key_id.is_empty());
+        .filter(|row| holder.key.is_some() || row.key_id.is_empty())
+        .collect();
+    let mut states = balance.grants;
+    if states.len() < rows.len() {
+        let totals = credits::totals(db, &holder.tenant).await?;
+        states = totals
+            .grants
+            .into_iter()
+            .filter(|(key, _)| *key == holder.key)
+            .map(|(_, state)| state)
+            .collect();
+    }
+    let booked = credits::breakage(db, &holder.tenant).await?;
+    let mut grants = Vec::with_capacity(rows.len());
+    for state in states {
+        let Some(row) = rows.iter().find(|row| row.id == state.grant.id) else {
+            continue;
+        };
+        let breakage = booked.iter().find(|(id, _)| *id == row.id).map(|b| b.1);
+        grants.push(GrantView {
+            credit: CreditView::from(row.clone()),
+            drawn: state.drawn,
+            remaining: if state.grant.expired(now_ms) {
+                Nanos::ZERO
+            } else {
+                state.left()
+            },
+            state: grant_state(&state, breakage.is_some(), now_ms),
+            breakage,
+        });
+    }
     Ok(BalanceView {
         tenant_id: holder.tenant.to_string(),
         key_id: holder.key.as_ref().map(ToString::to_string),
         on_credits: holder.on_credits,
-        balance,
-        top_ups: rows.map(CreditView::from).collect(),
+        balance: balance.status,
+        grants,
     })
+}
+
+fn grant_state(state: &GrantState, booked: bool, now_ms: u64) -> &'static str {
+    if booked || state.closed {
+        "closed"
+    } else if state.grant.expired(now_ms) {
+        "expired"
+    } else if !state.grant.started(now_ms) {
+        "scheduled"
+    } else if state.left() == Nanos::ZERO {
+        "used_up"
+    } else {
+        "active"
+    }
 }

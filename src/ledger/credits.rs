@@ -1,27 +1,25 @@
-//! Prepaid balances: every top-up is a row of `credits`, never changed, so a
-//! balance is always the ledger's sum (top-ups less lifetime spend). A
-//! top-up carries an idempotency key: a retried POST finds the first row.
+//! Prepaid balances: every grant (top-up) is a row of `credits`, never
+//! changed, and what an expired grant left is a row of `credit_breakage`,
+//! booked once. A grant carries an idempotency key: a retried POST finds
+//! the first row. `tenant/grants.rs` states how grants are drawn.
 
-use std::collections::HashMap;
-
+use sea_orm::sea_query::OnConflict;
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder, Set,
 };
 
-use entity::credit;
+use entity::{credit, credit_breakage};
 
 use crate::ids::{KeyId, TenantId};
 use crate::money::Nanos;
 use crate::storage::StorageError;
+use crate::tenant::grants::{Grant, GrantKind, GrantState};
 
-/// A tenant's top-ups, summed: its own and each key's.
+/// A tenant's grants, its own (`None`) and its keys', with what the ledger
+/// says was drawn from each: what a store starts from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CreditTotals {
-    pub tenant: Nanos,
-    pub keys: HashMap<KeyId, Nanos>,
-    /// The rows summed (id, key, amount), so a store that hears of a top-up
-    /// twice (from the ledger and from the admin call) adds it once.
-    pub rows: Vec<(i64, Option<KeyId>, Nanos)>,
+    pub grants: Vec<(Option<KeyId>, GrantState)>,
 }
 
 /// One top-up as the admin API asked for it.
@@ -31,6 +29,11 @@ pub struct TopUp {
     /// `None`: the tenant's own balance.
     pub key: Option<KeyId>,
     pub amount: Nanos,
+    pub kind: GrantKind,
+    pub priority: i32,
+    /// `None`: from when it is written.
+    pub starts_at_ms: Option<i64>,
+    pub expires_at_ms: Option<i64>,
     pub idempotency_key: String,
     pub added_by: String,
     pub reason: String,
@@ -41,7 +44,7 @@ pub struct TopUp {
 pub enum CreditError {
     /// The idempotency key was used before for another top-up.
     #[error(
-        "idempotency_key `{0}` was already used for a different top-up (another amount or balance)"
+        "idempotency_key `{0}` was already used for a different grant (another amount, balance, kind, priority, start or expiry)"
     )]
     Reused(String),
     #[error(transparent)]
@@ -65,6 +68,10 @@ pub async fn add(
         added_by: Set(top_up.added_by.clone()),
         reason: Set(top_up.reason.clone()),
         created_at_ms: Set(top_up.at_ms),
+        kind: Set(top_up.kind.as_str().to_owned()),
+        priority: Set(top_up.priority),
+        starts_at_ms: Set(top_up.starts_at_ms),
+        expires_at_ms: Set(top_up.expires_at_ms),
         ..Default::default()
     };
     match model.insert(db).await {
@@ -83,7 +90,11 @@ fn key_column(key: Option<&KeyId>) -> String {
 
 fn same(earlier: credit::Model, top_up: &TopUp) -> Result<credit::Model, CreditError> {
     let matches = earlier.amount_nanos == top_up.amount.to_db()
-        && earlier.key_id == key_column(top_up.key.as_ref());
+        && earlier.key_id == key_column(top_up.key.as_ref())
+        && earlier.kind == top_up.kind.as_str()
+        && earlier.priority == top_up.priority
+        && earlier.starts_at_ms == top_up.starts_at_ms
+        && earlier.expires_at_ms == top_up.expires_at_ms;
     if matches {
         Ok(earlier)
     } else {
@@ -116,22 +127,74 @@ pub async fn list(
     Ok(query.order_by_asc(credit::Column::Id).all(db).await?)
 }
 
+/// A grant as the stores take it: from its row.
+pub fn grant_of(row: &credit::Model) -> (Option<KeyId>, Grant) {
+    let key = (!row.key_id.is_empty()).then(|| KeyId::new(row.key_id.clone()));
+    let ms = |at: i64| u64::try_from(at).unwrap_or(0);
+    let grant = Grant {
+        id: row.id,
+        kind: GrantKind::parse(&row.kind).unwrap_or(GrantKind::Paid),
+        priority: row.priority,
+        starts_ms: ms(row.starts_at_ms.unwrap_or(row.created_at_ms)),
+        expires_ms: row.expires_at_ms.map(ms),
+        amount: Nanos::from_db(row.amount_nanos),
+    };
+    (key, grant)
+}
+
+/// Every grant of the tenant with what was drawn from it. A closed grant's
+/// draw is its amount less its booked breakage; the others' is replayed
+/// from the ledger by `draws.rs`.
 pub async fn totals(
     db: &DatabaseConnection,
     tenant: &TenantId,
 ) -> Result<CreditTotals, StorageError> {
-    let mut totals = CreditTotals::default();
-    for row in list(db, tenant, None).await? {
-        let amount = Nanos::from_db(row.amount_nanos);
-        let key = (!row.key_id.is_empty()).then(|| KeyId::new(row.key_id));
-        match &key {
-            None => totals.tenant = totals.tenant.saturating_add(amount),
-            Some(key) => {
-                let sum = totals.keys.entry(key.clone()).or_default();
-                *sum = sum.saturating_add(amount);
-            }
-        }
-        totals.rows.push((row.id, key, amount));
-    }
-    Ok(totals)
+    let rows = list(db, tenant, None).await?;
+    let booked = breakage(db, tenant).await?;
+    let grants = rows.iter().map(grant_of).collect();
+    let grants = super::draws::replay(db, tenant, grants, &booked).await?;
+    Ok(CreditTotals { grants })
+}
+
+/// The breakage booked for the tenant's grants: (grant row, amount).
+pub async fn breakage(
+    db: &DatabaseConnection,
+    tenant: &TenantId,
+) -> Result<Vec<(i64, Nanos)>, StorageError> {
+    Ok(credit_breakage::Entity::find()
+        .filter(credit_breakage::Column::TenantId.eq(tenant.as_str()))
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|row| (row.credit_id, Nanos::from_db(row.amount_nanos)))
+        .collect())
+}
+
+/// Books an expired grant's breakage once; a second booking keeps the first.
+pub async fn book_breakage(
+    db: &DatabaseConnection,
+    tenant: &TenantId,
+    key: Option<&KeyId>,
+    grant: i64,
+    amount: Nanos,
+    at_ms: i64,
+) -> Result<(), StorageError> {
+    let row = credit_breakage::ActiveModel {
+        credit_id: Set(grant),
+        tenant_id: Set(tenant.to_string()),
+        key_id: Set(key_column(key)),
+        amount_nanos: Set(amount.to_db()),
+        booked_at_ms: Set(at_ms),
+        ..Default::default()
+    };
+    credit_breakage::Entity::insert(row)
+        .on_conflict(
+            OnConflict::column(credit_breakage::Column::CreditId)
+                .do_nothing()
+                .to_owned(),
+        )
+        .do_nothing()
+        .exec(db)
+        .await?;
+    Ok(())
 }

@@ -7,6 +7,7 @@ pub mod analysis;
 pub mod batch;
 pub mod credits;
 mod daily;
+mod draws;
 pub mod event;
 pub mod focus;
 mod insert;

@@ -20,10 +20,12 @@ use std::time::Duration;
 use actix::prelude::*;
 use sea_orm::DatabaseConnection;
 
+mod breakage;
+
 use super::alerts::{self, AlertBook, AlertNotice, RateLimit};
 use super::book::{
-    BalanceStatus, BudgetStatus, Granted, KeyShare, Lapsed, Limits, PassedOver, QuotaBook,
-    RateDecision, Seed, Settled,
+    Balance, BudgetStatus, Granted, KeyShare, Lapsed, Limits, PassedOver, QuotaBook, RateDecision,
+    Seed, Settled,
 };
 use super::decision::Decision;
 use super::end_users::{EndUserHold, EndUserStatus};
@@ -65,6 +67,8 @@ pub struct TenantDeps {
     pub shared: Option<SharedStore>,
     pub replicas: u32,
     pub reconcile_interval_ms: u64,
+    /// The longest a hold lives: past a grant's expiry by this, no call can draw it.
+    pub hold_lifetime_ms: u64,
     /// Reservations this actor granted whose guards are still open: while
     /// any is, the actor must not stop, or their settles would be lost.
     pub open_holds: Arc<AtomicUsize>,
@@ -113,6 +117,9 @@ pub struct TenantActor {
     shared_totals: Option<(Nanos, Nanos)>,
     reconcile_interval_ms: u64,
     last_reconcile_ms: u64,
+    hold_lifetime_ms: u64,
+    /// A breakage booking is under way.
+    booking_breakage: bool,
     /// When the gauges were last published (their budget period is that month's).
     published_ms: Option<u64>,
     /// The book's own reservation ids when it is the only store.
@@ -141,6 +148,7 @@ impl TenantActor {
             shared,
             replicas,
             reconcile_interval_ms,
+            hold_lifetime_ms,
             open_holds,
         } = deps;
         let now = clock.now_ms();
@@ -178,6 +186,8 @@ impl TenantActor {
             shared_totals: None,
             reconcile_interval_ms,
             last_reconcile_ms: now,
+            hold_lifetime_ms,
+            booking_breakage: false,
             published_ms: None,
             next_id: 0,
             open_holds,
@@ -412,6 +422,7 @@ impl TenantActor {
             self.publish(now);
             self.check_alerts(now);
         }
+        self.book_breakage(now, ctx);
         if let Some(quota) = self.shared().cloned()
             && quota.health().is_up()
         {
@@ -421,7 +432,12 @@ impl TenantActor {
         // A Redis hold is not in the book: its open guard keeps the actor, until
         // every hold it granted has expired (a guard may never be closed).
         let held = self.open_holds.load(Ordering::Acquire) > 0 && now <= self.last_expiry_ms;
-        if idle && !held && self.book.outstanding() == 0 && self.pending.is_empty() {
+        if idle
+            && !held
+            && self.book.outstanding() == 0
+            && self.pending.is_empty()
+            && !self.booking_breakage
+        {
             ctx.stop();
         }
     }
@@ -540,7 +556,7 @@ impl TenantActor {
         }
         // The book's remaining in `Local` mode is this replica's share.
         let remaining = if on_book {
-            self.book.remaining()
+            self.book.remaining(now)
         } else {
             let spent = closed.committed.saturating_add(closed.reserved);
             self.limits.budget.map(|b| b.saturating_sub(spent))
@@ -987,7 +1003,7 @@ impl Handler<AddCredit> for TenantActor {
 }
 
 impl Handler<GetBalance> for TenantActor {
-    type Result = Decision<Self, QuotaAnswer<BalanceStatus>>;
+    type Result = Decision<Self, QuotaAnswer<Balance>>;
 
     fn handle(&mut self, msg: GetBalance, _ctx: &mut Context<Self>) -> Self::Result {
         let now = self.touch();

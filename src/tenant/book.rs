@@ -24,6 +24,7 @@ use crate::money::{CostAccumulator, Nanos, PricePerMTok};
 use super::alerts::RateLimit;
 use super::credits::Credits;
 use super::end_users::{EndUserHold, EndUsers};
+use super::grants::{self, Grant, GrantState};
 use super::in_flight::{Call, CallId, Crowded, InFlight};
 use super::messages::ReservationMeta;
 use super::seed::EndUserSeed;
@@ -288,6 +289,8 @@ pub struct Refused {
     pub scope: Scope,
     pub remaining: Nanos,
     pub needed: Nanos,
+    /// A balance's grants: which ran out, when the next starts.
+    pub note: Option<String>,
 }
 
 fn refused_message(refused: &Refused) -> String {
@@ -295,10 +298,12 @@ fn refused_message(refused: &Refused) -> String {
         scope,
         remaining,
         needed,
+        note,
     } = refused;
     if scope.is_balance() {
+        let note = note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default();
         format!(
-            "credit balance exhausted ({scope}): balance {remaining} after calls in flight, this request needs up to {needed}; add credits to go on"
+            "credit balance exhausted ({scope}): balance {remaining} after calls in flight, this request needs up to {needed}; add credits to go on{note}"
         )
     } else {
         format!(
@@ -307,7 +312,16 @@ fn refused_message(refused: &Refused) -> String {
     }
 }
 
-/// A prepaid balance: its top-ups, spend since the first row, and what calls in flight hold.
+/// A prepaid balance and its grants, each with what was drawn from it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Balance {
+    pub status: BalanceStatus,
+    pub grants: Vec<GrantState>,
+}
+
+/// A prepaid balance: what its grants allow now (`added`: every started
+/// grant, less what expired ones left), spend since the first row, and what
+/// calls in flight hold.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct BalanceStatus {
     pub added: Nanos,
@@ -490,37 +504,45 @@ impl QuotaBook {
             self.features.entry(feature.clone()).or_default().spent = spent;
         }
         self.set_token_usage(seed.tokens_today, seed.tokens_this_month, now_ms);
-        let heard = self.credits.heard();
-        self.credits.reload(&seed.credits, &heard);
+        self.credits.reload(&seed.credits);
     }
 
-    /// A top-up the ledger has just written; one already counted changes nothing.
-    pub fn add_credit(&mut self, id: i64, key: Option<KeyId>, amount: Nanos) -> bool {
-        self.credits.add(id, key, amount)
+    /// A grant the ledger has just written; one already counted changes nothing.
+    pub fn add_credit(&mut self, key: Option<&KeyId>, grant: Grant) -> bool {
+        self.credits.add(key, grant)
     }
 
-    /// The tenant's balance (`None`), or a key's.
-    pub fn balance(&self, key: Option<&KeyId>) -> BalanceStatus {
-        match key {
-            None => BalanceStatus::new(self.credits.tenant(), self.spent.lifetime, self.reserved),
+    /// The tenant's balance (`None`), or a key's, and its grants.
+    pub fn balance(&self, key: Option<&KeyId>, now_ms: u64) -> Balance {
+        let (spent, reserved) = match key {
+            None => (self.spent.lifetime, self.reserved),
             Some(key) => {
                 let totals = self.keys.get(key).copied().unwrap_or_default();
-                BalanceStatus::new(
-                    self.credits.key(key),
-                    totals.spent.lifetime,
-                    totals.reserved,
-                )
+                (totals.spent.lifetime, totals.reserved)
             }
+        };
+        let grants = self.credits.pool(key).map(|p| p.grants().to_vec());
+        Balance {
+            status: BalanceStatus::new(self.credits.limit(key, now_ms), spent, reserved),
+            grants: grants.unwrap_or_default(),
         }
     }
 
-    /// A balance's top-ups, or this replica's share of what is left of them
-    /// while the book stands in for the shared store.
-    fn credit_limit(&self, key: Option<&KeyId>) -> Nanos {
-        let added = match key {
-            None => self.credits.tenant(),
-            Some(key) => self.credits.key(key),
-        };
+    /// Expired grants no call can still draw from (expired by `cutoff_ms`)
+    /// whose breakage is not booked: (key, grant row, what it left).
+    pub fn due_breakage(&self, cutoff_ms: u64) -> Vec<(Option<KeyId>, i64, Nanos)> {
+        self.credits.due_breakage(cutoff_ms)
+    }
+
+    /// A grant's breakage is booked; what it had left.
+    pub fn close_grant(&mut self, key: Option<&KeyId>, id: i64) -> Option<Nanos> {
+        self.credits.close(key, id)
+    }
+
+    /// What a balance's grants allow in all at `now_ms`, or this replica's
+    /// share of what is left of it while the book stands in for the shared store.
+    fn credit_limit(&self, key: Option<&KeyId>, now_ms: u64) -> Nanos {
+        let added = self.credits.limit(key, now_ms);
         let Some(share) = &self.key_share else {
             return added;
         };
@@ -609,6 +631,7 @@ impl QuotaBook {
         &self,
         request: &ReserveRequest,
         end_user: Option<Nanos>,
+        now_ms: u64,
     ) -> Option<(Scope, Nanos)> {
         let tenant = Totals {
             spent: self.spent,
@@ -644,11 +667,11 @@ impl QuotaBook {
         }
         // A balance is drawn by everything ever spent, less what calls in flight hold.
         if self.limits.credits {
-            let limit = self.credit_limit(None);
+            let limit = self.credit_limit(None, now_ms);
             scopes.push((Scope::Credits, tenant.remaining(limit, Period::Lifetime)));
         }
         if request.key_credits {
-            let limit = self.credit_limit(Some(&request.key));
+            let limit = self.credit_limit(Some(&request.key), now_ms);
             scopes.push((
                 Scope::KeyCredits(request.key.clone()),
                 key.remaining(limit, Period::Lifetime),
@@ -688,7 +711,7 @@ impl QuotaBook {
                 Some(self.key_budget_share(&request.key, budget, request.key_period));
         }
         let end_user = self.end_user_check(&request, now_ms)?;
-        let fit = self.fit_budgets(&request, end_user)?;
+        let fit = self.fit_budgets(&request, end_user, now_ms)?;
         // Tokens are admitted last: a refusal here leaves the money untouched.
         let tokens = request
             .input_tokens
@@ -706,7 +729,7 @@ impl QuotaBook {
             amount: fit.amount,
             max_tokens: fit.max_tokens,
             clamped: fit.clamped,
-            remaining: self.remaining(),
+            remaining: self.remaining(now_ms),
             over_budget: fit.over_budget,
             over_tpm,
             tokens: window,
@@ -733,6 +756,7 @@ impl QuotaBook {
         &self,
         request: &ReserveRequest,
         end_user: Option<Nanos>,
+        now_ms: u64,
     ) -> Result<Fit, Refused> {
         let mut fit = Fit {
             amount: worst_case(request, request.max_tokens),
@@ -740,16 +764,23 @@ impl QuotaBook {
             clamped: false,
             over_budget: false,
         };
-        let Some((scope, remaining)) = self.tightest(request, end_user) else {
+        let Some((scope, remaining)) = self.tightest(request, end_user, now_ms) else {
             return Ok(fit);
         };
         if fit.amount <= remaining {
             return Ok(fit);
         }
+        let note = match &scope {
+            Scope::Credits => self.credits.pool(None),
+            Scope::KeyCredits(key) => self.credits.pool(Some(key)),
+            _ => None,
+        }
+        .and_then(|pool| grants::note(pool, now_ms));
         let refused = Refused {
             scope,
             remaining,
             needed: fit.amount,
+            note,
         };
         match self.limits.mode {
             BudgetMode::Strict => return Err(refused),
@@ -860,6 +891,7 @@ impl QuotaBook {
         }
         self.reserved = self.reserved.saturating_sub(held.amount);
         self.spent.add(charged);
+        self.credits.draw(&held.key, charged, now_ms);
         for totals in [
             self.keys.get_mut(&held.key),
             self.features.get_mut(&held.feature),
@@ -938,15 +970,16 @@ impl QuotaBook {
             budget: self.limits.budget,
             committed: self.spent.get(self.limits.period),
             reserved: self.reserved,
-            remaining: self.remaining(),
+            remaining: self.remaining(now_ms),
             period: self.windows.key(self.limits.period).to_owned(),
         }
     }
 
     /// What the tenant has left: its balance when it is on credits, else its budget's rest.
-    pub fn remaining(&self) -> Option<Nanos> {
+    pub fn remaining(&self, now_ms: u64) -> Option<Nanos> {
         if self.limits.credits {
-            return Some(self.balance(None).balance);
+            let limit = self.credits.limit(None, now_ms);
+            return Some(BalanceStatus::new(limit, self.spent.lifetime, self.reserved).balance);
         }
         let spent = self.spent.get(self.limits.period);
         self.limits

@@ -9,7 +9,7 @@ use actix::MailboxError;
 
 use super::actor::TenantActor;
 use super::book::{
-    BalanceStatus, BudgetStatus, EndUserRateLimited, EndUserTokensLimited, Granted, RateDecision,
+    Balance, BudgetStatus, EndUserRateLimited, EndUserTokensLimited, Granted, RateDecision,
     Refusal, Refused, ReserveRequest, Settled,
 };
 use super::end_users::{EndUserHold, EndUserStatus};
@@ -212,7 +212,7 @@ impl TenantHandle {
     }
 
     /// The tenant's prepaid balance (`None`) or a key's.
-    pub async fn balance(&self, key: Option<KeyId>) -> Result<BalanceStatus, QuotaError> {
+    pub async fn balance(&self, key: Option<KeyId>) -> Result<Balance, QuotaError> {
         self.call(GetBalance(key)).await?
     }
 }

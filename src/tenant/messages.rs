@@ -5,9 +5,7 @@ use actix::Message;
 
 use serde::{Deserialize, Serialize};
 
-use super::book::{
-    BalanceStatus, BudgetStatus, Granted, Limits, RateDecision, ReserveRequest, Settled,
-};
+use super::book::{Balance, BudgetStatus, Granted, Limits, RateDecision, ReserveRequest, Settled};
 use super::end_users::{EndUserHold, EndUserStatus};
 use super::handle::QuotaError;
 use super::in_flight::{Call, CallId};
@@ -124,5 +122,5 @@ pub struct LeaveCall {
 
 /// The tenant's prepaid balance (`None`) or a key's.
 #[derive(Message, Clone)]
-#[rtype(result = "Result<BalanceStatus, QuotaError>")]
+#[rtype(result = "Result<Balance, QuotaError>")]
 pub struct GetBalance(pub Option<KeyId>);

@@ -8,6 +8,7 @@ pub mod book;
 pub mod credits;
 mod decision;
 pub mod end_users;
+pub mod grants;
 pub mod handle;
 pub mod in_flight;
 pub mod messages;

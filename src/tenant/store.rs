@@ -10,8 +10,9 @@
 use futures_util::future::LocalBoxFuture;
 
 use super::book::{
-    BalanceStatus, BudgetStatus, Granted, Limits, QuotaBook, RateDecision, ReserveRequest, Settled,
+    Balance, BudgetStatus, Granted, Limits, QuotaBook, RateDecision, ReserveRequest, Settled,
 };
+use super::grants::Grant;
 use super::handle::QuotaError;
 use super::in_flight::{Call, CallId};
 use super::messages::{Admitted, ReservationMeta};
@@ -100,19 +101,18 @@ pub trait QuotaStore {
     /// Adds a top-up the ledger wrote (row `id`); one added before changes nothing.
     fn add_credit(&mut self, top_up: &CreditAdded) -> StoreReply<()>;
     /// The tenant's prepaid balance (`None`) or a key's.
-    fn balance(&mut self, key: Option<KeyId>, now_ms: u64) -> StoreReply<BalanceStatus>;
+    fn balance(&mut self, key: Option<KeyId>, now_ms: u64) -> StoreReply<Balance>;
     /// Opens a call's slot unless the tenant's or its key's cap is reached.
     fn enter_call(&mut self, call: &Call, now_ms: u64) -> StoreReply<()>;
     /// Gives a call's slot back; giving it back twice changes nothing.
     fn leave_call(&mut self, id: CallId, key: &KeyId, now_ms: u64) -> StoreReply<()>;
 }
 
-/// A top-up as written to the ledger.
+/// A grant as written to the ledger.
 #[derive(Debug, Clone)]
 pub struct CreditAdded {
-    pub id: i64,
     pub key: Option<KeyId>,
-    pub amount: Nanos,
+    pub grant: Grant,
 }
 
 impl QuotaStore for QuotaBook {
@@ -162,12 +162,12 @@ impl QuotaStore for QuotaBook {
     }
 
     fn add_credit(&mut self, top_up: &CreditAdded) -> StoreReply<()> {
-        QuotaBook::add_credit(self, top_up.id, top_up.key.clone(), top_up.amount);
+        QuotaBook::add_credit(self, top_up.key.as_ref(), top_up.grant.clone());
         StoreReply::Done(Ok(()))
     }
 
-    fn balance(&mut self, key: Option<KeyId>, _now_ms: u64) -> StoreReply<BalanceStatus> {
-        StoreReply::Done(Ok(QuotaBook::balance(self, key.as_ref())))
+    fn balance(&mut self, key: Option<KeyId>, now_ms: u64) -> StoreReply<Balance> {
+        StoreReply::Done(Ok(QuotaBook::balance(self, key.as_ref(), now_ms)))
     }
 
     fn enter_call(&mut self, call: &Call, now_ms: u64) -> StoreReply<()> {

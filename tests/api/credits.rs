@@ -81,7 +81,7 @@ async fn a_top_up_is_added_once_and_a_tenant_on_credits_spends_its_balance_and_n
     let balance = app.admin("GET", &path, None).await;
     assert_eq!(balance.status, 200, "{}", balance.raw);
     assert_eq!(nanos(&balance.body["added"]), 1_000_000);
-    assert_eq!(balance.body["top_ups"].as_array().unwrap().len(), 1);
+    assert_eq!(balance.body["grants"].as_array().unwrap().len(), 1);
     assert_eq!(balance.body["on_credits"], true);
 
     for _ in 0..2 {
@@ -186,12 +186,12 @@ async fn a_key_on_credits_spends_its_own_balance_inside_its_tenants_budget() {
     assert_eq!(balance.status, 200, "{}", balance.raw);
     assert_eq!(balance.body["key_id"], key_id.as_str());
     assert_eq!(nanos(&balance.body["spent"]), charged(&key_rows));
-    assert_eq!(balance.body["top_ups"].as_array().unwrap().len(), 1);
+    assert_eq!(balance.body["grants"].as_array().unwrap().len(), 1);
     // The tenant's own balance has no top-ups: the key's are the key's.
     let tenant_balance = app
         .admin("GET", &format!("/tenants/{tenant}/credits"), None)
         .await;
-    assert_eq!(tenant_balance.body["top_ups"].as_array().unwrap().len(), 0);
+    assert_eq!(tenant_balance.body["grants"].as_array().unwrap().len(), 0);
 }
 
 async fn wait_for_key(app: &TestApp, key: &str) {

@@ -661,10 +661,16 @@ impl<'a> Run<'a> {
 
     async fn seen(&self) -> Seen {
         let status = self.handle.status().await.unwrap();
-        let credits = self.handle.balance(None).await.unwrap();
+        let credits = self.handle.balance(None).await.unwrap().status;
         let mut keys = Vec::new();
         for key in 0..3 {
-            keys.push(self.handle.balance(Some(self.key_id(key))).await.unwrap());
+            keys.push(
+                self.handle
+                    .balance(Some(self.key_id(key)))
+                    .await
+                    .unwrap()
+                    .status,
+            );
         }
         let mut users = Vec::new();
         for user in 0..3 {

@@ -50,6 +50,8 @@ mod failover;
 #[cfg(test)]
 mod fleet_limit;
 #[cfg(test)]
+mod grants;
+#[cfg(test)]
 mod healthcheck;
 #[cfg(test)]
 mod holds;

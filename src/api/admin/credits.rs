@@ -74,12 +74,12 @@ fn unavailable(error: &QuotaError, what: &str) -> ApiError {
 /// is how a top-up the store missed reaches it.
 async fn add(gw: &Gateway, holder: Holder, new: NewCredit) -> Result<HttpResponse, ApiError> {
     let db = gw.directory.db();
-    let (row, written) = credits::add(db, &holder, new, now_ms(gw)).await?;
+    let shared = gw.config.storage.redis_url.is_some();
+    let (row, written) = credits::add(db, &holder, new, now_ms(gw), shared).await?;
     let handle = handle(gw, &holder).await?;
     let top_up = CreditAdded {
-        id: row.id,
         key: holder.key.clone(),
-        amount: crate::money::Nanos::from_db(row.amount_nanos),
+        grant: crate::ledger::credits::grant_of(&row).1,
     };
     let recorded = format!(
         "top-up {} is in the ledger, but the quota store has not taken it yet; send the same request again",
@@ -93,7 +93,7 @@ async fn add(gw: &Gateway, holder: Holder, new: NewCredit) -> Result<HttpRespons
         .balance(holder.key.clone())
         .await
         .map_err(|e| unavailable(&e, "cannot read the balance"))?;
-    let view = credits::view(db, &holder, balance).await?;
+    let view = credits::view(db, &holder, balance, gw.clock.now_ms()).await?;
     let body = serde_json::json!({
         "credit": credits::CreditView::from(row),
         "replayed": !written,
@@ -112,6 +112,7 @@ async fn balance(gw: &Gateway, holder: Holder) -> Result<HttpResponse, ApiError>
         .balance(holder.key.clone())
         .await
         .map_err(|e| unavailable(&e, "cannot read the balance"))?;
-    let view = credits::view(gw.directory.db(), &holder, balance).await?;
+    let now = gw.clock.now_ms();
+    let view = credits::view(gw.directory.db(), &holder, balance, now).await?;
     Ok(HttpResponse::Ok().json(view))
 }

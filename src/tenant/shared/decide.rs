@@ -125,6 +125,8 @@ impl SharedQuota {
                 scope,
                 remaining,
                 needed,
+                // Redis keeps a balance's sum: its grants are plain, none starts later.
+                note: None,
             }))
         };
         if limits.mode != BudgetMode::Clamp {

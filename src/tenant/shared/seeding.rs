@@ -109,9 +109,9 @@ impl SharedQuota {
             keys_spent: amounts(&seed.lifetime.keys),
             top_ups: seed
                 .credits
-                .rows
+                .grants
                 .iter()
-                .map(|(row, key, amount)| top_up(*row, key.as_ref(), *amount))
+                .map(|(key, g)| top_up(g.grant.id, key.as_ref(), g.grant.amount))
                 .collect(),
         };
         self.store

@@ -9,7 +9,7 @@ use super::{Reserved, SharedQuota, StoreFailure, Unseeded, threshold_amount};
 use crate::calendar::Period;
 use crate::ids::KeyId;
 use crate::money::Nanos;
-use crate::tenant::book::{BalanceStatus, Seed};
+use crate::tenant::book::{Balance, Seed};
 use crate::tenant::book::{BudgetStatus, Granted, Limits, RateDecision};
 use crate::tenant::handle::QuotaError;
 use crate::tenant::in_flight::{Call, CallId};
@@ -307,7 +307,7 @@ impl QuotaStore for RedisQuota {
         self.pending(0, move |store| async move {
             store
                 .quota
-                .add_credit(top_up.id, top_up.key.as_ref(), top_up.amount)
+                .add_credit(top_up.grant.id, top_up.key.as_ref(), top_up.grant.amount)
                 .await
                 .map(Ok)
         })
@@ -328,7 +328,9 @@ impl QuotaStore for RedisQuota {
         })
     }
 
-    fn balance(&mut self, key: Option<KeyId>, now_ms: u64) -> StoreReply<BalanceStatus> {
+    /// Redis keeps a balance's sum, not its grants (only grants without a
+    /// start, an expiry or an order reach it): the admin view reads them from the ledger.
+    fn balance(&mut self, key: Option<KeyId>, now_ms: u64) -> StoreReply<Balance> {
         self.pending(now_ms, move |store| async move {
             let mut balance = store.quota.balance(key.as_ref()).await?;
             if balance.is_none() {
@@ -337,7 +339,10 @@ impl QuotaStore for RedisQuota {
                 }
                 balance = store.quota.balance(key.as_ref()).await?;
             }
-            Ok(Ok(balance.unwrap_or_default()))
+            Ok(Ok(Balance {
+                status: balance.unwrap_or_default(),
+                grants: Vec::new(),
+            }))
         })
     }
 }
