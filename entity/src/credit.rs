@@ -26,6 +26,9 @@ pub struct Model {
     pub starts_at_ms: Option<i64>,
     /// Drawn until this instant; then what is left is breakage (`None`: never).
     pub expires_at_ms: Option<i64>,
+    /// Past its expiry by the longest a call lives: no call can draw it any
+    /// more, and what it left is breakage.
+    pub closes_at_ms: Option<i64>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -10,6 +10,7 @@ enum Credits {
     Priority,
     StartsAtMs,
     ExpiresAtMs,
+    ClosesAtMs,
 }
 
 #[derive(DeriveIden)]
@@ -45,6 +46,10 @@ impl MigrationTrait for Migration {
                 .null()
                 .to_owned(),
             ColumnDef::new(Credits::ExpiresAtMs)
+                .big_integer()
+                .null()
+                .to_owned(),
+            ColumnDef::new(Credits::ClosesAtMs)
                 .big_integer()
                 .null()
                 .to_owned(),
@@ -111,6 +116,7 @@ impl MigrationTrait for Migration {
             Credits::Priority,
             Credits::StartsAtMs,
             Credits::ExpiresAtMs,
+            Credits::ClosesAtMs,
         ] {
             manager
                 .alter_table(

@@ -47,7 +47,9 @@ struct Terms {
     expires_at_ms: Option<i64>,
 }
 
-fn terms(new: &NewCredit, now_ms: i64) -> Result<Terms, AdminError> {
+/// `retry`: a grant with this idempotency key was written before; its times
+/// were checked then (and the clock has moved since).
+fn terms(new: &NewCredit, now_ms: i64, retry: bool) -> Result<Terms, AdminError> {
     let kind = match new.kind.as_deref() {
         None => GrantKind::Paid,
         Some(text) => GrantKind::parse(text)
@@ -60,7 +62,7 @@ fn terms(new: &NewCredit, now_ms: i64) -> Result<Terms, AdminError> {
     if new.starts_at_ms.is_some_and(|at| at < 0) {
         return Err(invalid("starts_at_ms", "must be a Unix time in ms"));
     }
-    if let Some(expires) = new.expires_at_ms {
+    if let Some(expires) = new.expires_at_ms.filter(|_| !retry) {
         let starts = new.starts_at_ms.unwrap_or(now_ms);
         if expires <= starts {
             return Err(invalid("expires_at_ms", "must be after the grant starts"));
@@ -75,16 +77,6 @@ fn terms(new: &NewCredit, now_ms: i64) -> Result<Terms, AdminError> {
         starts_at_ms: new.starts_at_ms,
         expires_at_ms: new.expires_at_ms,
     })
-}
-
-impl Terms {
-    /// A grant Redis's balances can keep: one sum, drawn in any order.
-    fn plain(&self) -> bool {
-        self.kind == GrantKind::Paid
-            && self.priority == 0
-            && self.starts_at_ms.is_none()
-            && self.expires_at_ms.is_none()
-    }
 }
 
 /// A grant as shown.
@@ -192,25 +184,22 @@ fn text(field: &str, value: String, required: bool) -> Result<String, AdminError
 }
 
 /// Writes the top-up once; `(row, true)` when this call wrote it.
-/// `shared`: the gateway decides on Redis.
+/// `call_lifetime_ms`: the longest a call lives, which closes an expired grant that long after.
 pub async fn add(
     db: &DatabaseConnection,
     holder: &Holder,
     new: NewCredit,
     now_ms: i64,
-    shared: bool,
+    call_lifetime_ms: u64,
 ) -> Result<(entity::credit::Model, bool), AdminError> {
     let amount = Nanos::parse_decimal(&new.amount).map_err(|e| invalid("amount", e.to_string()))?;
     if amount == Nanos::ZERO {
         return Err(invalid("amount", "must be above zero"));
     }
-    let terms = terms(&new, now_ms)?;
-    if shared && !terms.plain() {
-        return Err(invalid(
-            "kind",
-            "grants with a kind, priority, start or expiry are drawn in order by the in-memory quota store; this gateway decides on Redis, which keeps one sum per balance: add plain paid credit",
-        ));
-    }
+    let retry = credits::find(db, &holder.tenant, &new.idempotency_key)
+        .await?
+        .is_some();
+    let terms = terms(&new, now_ms, retry)?;
     let top_up = TopUp {
         tenant: holder.tenant.clone(),
         key: holder.key.clone(),
@@ -219,6 +208,9 @@ pub async fn add(
         priority: terms.priority,
         starts_at_ms: terms.starts_at_ms,
         expires_at_ms: terms.expires_at_ms,
+        closes_at_ms: terms
+            .expires_at_ms
+            .map(|at| at.saturating_add(i64::try_from(call_lifetime_ms).unwrap_or(i64::MAX))),
         idempotency_key: text("idempotency_key", new.idempotency_key, true)?,
         added_by: text(
             "added_by",

@@ -34,6 +34,8 @@ pub struct TopUp {
     /// `None`: from when it is written.
     pub starts_at_ms: Option<i64>,
     pub expires_at_ms: Option<i64>,
+    /// `expires_at_ms` plus the longest a call lives.
+    pub closes_at_ms: Option<i64>,
     pub idempotency_key: String,
     pub added_by: String,
     pub reason: String,
@@ -72,6 +74,7 @@ pub async fn add(
         priority: Set(top_up.priority),
         starts_at_ms: Set(top_up.starts_at_ms),
         expires_at_ms: Set(top_up.expires_at_ms),
+        closes_at_ms: Set(top_up.closes_at_ms),
         ..Default::default()
     };
     match model.insert(db).await {
@@ -102,7 +105,8 @@ fn same(earlier: credit::Model, top_up: &TopUp) -> Result<credit::Model, CreditE
     }
 }
 
-async fn find(
+/// The grant written under `idempotency_key`, if any.
+pub async fn find(
     db: &DatabaseConnection,
     tenant: &TenantId,
     idempotency_key: &str,
@@ -137,6 +141,7 @@ pub fn grant_of(row: &credit::Model) -> (Option<KeyId>, Grant) {
         priority: row.priority,
         starts_ms: ms(row.starts_at_ms.unwrap_or(row.created_at_ms)),
         expires_ms: row.expires_at_ms.map(ms),
+        closes_ms: row.closes_at_ms.or(row.expires_at_ms).map(ms),
         amount: Nanos::from_db(row.amount_nanos),
     };
     (key, grant)

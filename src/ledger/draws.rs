@@ -4,8 +4,9 @@
 //! the same, so the replay draws each stretch's spend in one step, in the
 //! order `tenant/grants.rs` states: the ledger's rows by when they were
 //! written, a rolled-up day's rows at its start. A store deciding live draws
-//! at each settle instead; around a boundary the two can differ by the calls
-//! that settled across it. A grant whose breakage was booked keeps the draw
+//! at each settle instead; the two differ only where a row and a grant
+//! starting as it is written fall in the same millisecond (the replay draws
+//! the row from the grant, wherever it came first). A grant whose breakage was booked keeps the draw
 //! that booking fixed.
 
 use sea_orm::sea_query::Expr;
@@ -74,7 +75,13 @@ async fn draw_stretches(
     let mut bounds: Vec<u64> = pool
         .grants()
         .iter()
-        .flat_map(|g| [Some(g.grant.starts_ms), g.grant.expires_ms])
+        .flat_map(|g| {
+            [
+                Some(g.grant.starts_ms),
+                g.grant.expires_ms,
+                g.grant.closes_ms,
+            ]
+        })
         .flatten()
         .collect();
     bounds.sort_unstable();

@@ -67,8 +67,6 @@ pub struct TenantDeps {
     pub shared: Option<SharedStore>,
     pub replicas: u32,
     pub reconcile_interval_ms: u64,
-    /// The longest a hold lives: past a grant's expiry by this, no call can draw it.
-    pub hold_lifetime_ms: u64,
     /// Reservations this actor granted whose guards are still open: while
     /// any is, the actor must not stop, or their settles would be lost.
     pub open_holds: Arc<AtomicUsize>,
@@ -117,9 +115,10 @@ pub struct TenantActor {
     shared_totals: Option<(Nanos, Nanos)>,
     reconcile_interval_ms: u64,
     last_reconcile_ms: u64,
-    hold_lifetime_ms: u64,
     /// A breakage booking is under way.
     booking_breakage: bool,
+    /// When to ask Redis next for grants due.
+    next_shared_breakage_ms: u64,
     /// When the gauges were last published (their budget period is that month's).
     published_ms: Option<u64>,
     /// The book's own reservation ids when it is the only store.
@@ -148,7 +147,6 @@ impl TenantActor {
             shared,
             replicas,
             reconcile_interval_ms,
-            hold_lifetime_ms,
             open_holds,
         } = deps;
         let now = clock.now_ms();
@@ -186,8 +184,8 @@ impl TenantActor {
             shared_totals: None,
             reconcile_interval_ms,
             last_reconcile_ms: now,
-            hold_lifetime_ms,
             booking_breakage: false,
+            next_shared_breakage_ms: 0,
             published_ms: None,
             next_id: 0,
             open_holds,

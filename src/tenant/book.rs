@@ -528,10 +528,9 @@ impl QuotaBook {
         }
     }
 
-    /// Expired grants no call can still draw from (expired by `cutoff_ms`)
-    /// whose breakage is not booked: (key, grant row, what it left).
-    pub fn due_breakage(&self, cutoff_ms: u64) -> Vec<(Option<KeyId>, i64, Nanos)> {
-        self.credits.due_breakage(cutoff_ms)
+    /// Grants closed by `now_ms` whose breakage is not booked: (key, grant row, what it left).
+    pub fn due_breakage(&self, now_ms: u64) -> Vec<(Option<KeyId>, i64, Nanos)> {
+        self.credits.due_breakage(now_ms)
     }
 
     /// A grant's breakage is booked; what it had left.

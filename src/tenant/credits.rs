@@ -77,12 +77,11 @@ impl Credits {
         }
     }
 
-    /// Expired grants no call can draw from any more, whose breakage is not
-    /// booked: (key, grant row, what it left).
-    pub fn due_breakage(&self, cutoff_ms: u64) -> Vec<(Option<KeyId>, i64, Nanos)> {
+    /// Grants closed by `now_ms` whose breakage is not booked: (key, grant row, what it left).
+    pub fn due_breakage(&self, now_ms: u64) -> Vec<(Option<KeyId>, i64, Nanos)> {
         self.pools()
             .flat_map(|(key, pool)| {
-                pool.due_breakage(cutoff_ms)
+                pool.due_breakage(now_ms)
                     .into_iter()
                     .map(move |(id, left)| (key.cloned(), id, left))
             })
@@ -107,6 +106,7 @@ mod tests {
             priority: 0,
             starts_ms: 0,
             expires_ms: None,
+            closes_ms: None,
             amount: Nanos::new(amount),
         }
     }

@@ -11,12 +11,14 @@
 //! - A settle draws its charge from the grants valid at that instant, in
 //!   order: lower `priority` first, then promotional before paid, then the
 //!   earliest expiry, then the oldest. What they cannot cover is drawn from
-//!   grants that expired while calls were still held against them (a call
-//!   admitted before an expiry that ends after it); what is still left is
-//!   spend no grant covers, and lowers the balance like any spend.
-//! - Once no call admitted before a grant's expiry can still settle (its
-//!   expiry plus the longest a hold lives), what it has left is breakage,
-//!   booked once in the ledger; the grant is then closed and draws nothing.
+//!   grants expired but not closed yet (a call admitted before an expiry
+//!   that ends after it); what is still left is spend no grant covers, and
+//!   lowers the balance like any spend.
+//! - A grant closes when no call admitted before its expiry can still settle
+//!   (its expiry plus the longest a call lives, fixed when it is written):
+//!   from then on it draws nothing, and what it left is breakage, booked
+//!   once in the ledger. Every rule here is a function of the clock, so
+//!   every store, and a replay of the ledger, draws alike.
 
 use serde::Serialize;
 
@@ -56,6 +58,8 @@ pub struct Grant {
     pub priority: i32,
     pub starts_ms: u64,
     pub expires_ms: Option<u64>,
+    /// When it stops being drawn at all (after `expires_ms`).
+    pub closes_ms: Option<u64>,
     pub amount: Nanos,
 }
 
@@ -76,6 +80,10 @@ impl Grant {
 
     pub fn expired(&self, now_ms: u64) -> bool {
         self.expires_ms.is_some_and(|at| at <= now_ms)
+    }
+
+    pub fn closed(&self, now_ms: u64) -> bool {
+        self.expired(now_ms) && self.closes_ms.is_none_or(|at| at <= now_ms)
     }
 }
 
@@ -140,8 +148,9 @@ impl Pool {
                 if left == Nanos::ZERO {
                     return left;
                 }
-                let eligible =
-                    g.grant.started(now_ms) && !g.closed && g.grant.expired(now_ms) == expired_pass;
+                let eligible = g.grant.started(now_ms)
+                    && !g.grant.closed(now_ms)
+                    && g.grant.expired(now_ms) == expired_pass;
                 if eligible {
                     let take = left.min(g.left());
                     g.drawn = g.drawn.saturating_add(take);
@@ -152,11 +161,11 @@ impl Pool {
         left
     }
 
-    /// Grants expired by `cutoff_ms` whose breakage is not booked: (row, left).
-    pub fn due_breakage(&self, cutoff_ms: u64) -> Vec<(i64, Nanos)> {
+    /// Grants closed by `now_ms` whose breakage is not booked: (row, left).
+    pub fn due_breakage(&self, now_ms: u64) -> Vec<(i64, Nanos)> {
         self.grants
             .iter()
-            .filter(|g| !g.closed && g.grant.expired(cutoff_ms))
+            .filter(|g| !g.closed && g.grant.closed(now_ms))
             .map(|g| (g.grant.id, g.left()))
             .collect()
     }
@@ -236,6 +245,7 @@ mod tests {
                 priority: 0,
                 starts_ms: 0,
                 expires_ms,
+                closes_ms: expires_ms.map(|at| at + 100),
                 amount: Nanos::new(amount),
             },
             drawn: Nanos::ZERO,
@@ -281,10 +291,10 @@ mod tests {
         assert_eq!(pool.limit(499), Nanos::new(20));
         assert_eq!(pool.limit(500), Nanos::new(14));
         // A call held across the expiry draws the valid grant first.
-        pool.draw(Nanos::new(3), 600);
+        pool.draw(Nanos::new(3), 550);
         assert_eq!(drawn(&pool), vec![(1, 4), (2, 3)]);
-        assert_eq!(pool.due_breakage(499), vec![]);
-        assert_eq!(pool.due_breakage(700), vec![(1, Nanos::new(6))]);
+        assert_eq!(pool.due_breakage(599), vec![]);
+        assert_eq!(pool.due_breakage(600), vec![(1, Nanos::new(6))]);
         assert_eq!(pool.close(1), Some(Nanos::new(6)));
         assert_eq!(pool.due_breakage(700), vec![]);
     }
@@ -293,10 +303,9 @@ mod tests {
     fn a_call_held_across_an_expiry_falls_back_on_the_expired_grant_until_it_closes() {
         let mut pool = Pool::default();
         pool.add(grant(1, GrantKind::Promotional, 10, Some(500)));
-        assert_eq!(pool.draw(Nanos::new(6), 600), Nanos::ZERO);
-        assert_eq!(pool.limit(600), Nanos::new(6));
-        pool.close(1);
-        assert_eq!(pool.draw(Nanos::new(1), 700), Nanos::new(1));
+        assert_eq!(pool.draw(Nanos::new(6), 599), Nanos::ZERO);
+        assert_eq!(pool.limit(599), Nanos::new(6));
+        assert_eq!(pool.draw(Nanos::new(1), 600), Nanos::new(1));
     }
 
     #[test]

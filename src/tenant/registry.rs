@@ -248,10 +248,6 @@ impl TenantRegistry {
             shared: inner.shared.clone(),
             replicas: config.storage.replicas,
             reconcile_interval_ms: config.storage.reconcile_interval_ms,
-            hold_lifetime_ms: config
-                .server
-                .request_timeout_ms
-                .saturating_add(crate::pipeline::dispatch::RESERVATION_MARGIN_MS),
             open_holds,
         };
         let registry = Arc::downgrade(&self.inner);

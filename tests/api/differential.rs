@@ -2,8 +2,9 @@
 //! Redis script (`tenant/shared/scripts.rs`), on one Redis and on a Redis
 //! Cluster, are fed the same random sequences of holds, settles with any
 //! usage (under, at and over the hold), releases, holds left to lapse by the
-//! store's own expiry sweep and settled late, top-ups of the tenant's and a
-//! key's prepaid balance, drained restarts on the same database and Redis,
+//! store's own expiry sweep and settled late, grants of the tenant's and a
+//! key's prepaid balance (paid or promotional, with priorities, later starts
+//! and expiries that pass within the sequence), drained restarts on the same database and Redis,
 //! end users and clock steps across local day, week and month boundaries in
 //! a non-UTC zone, and must give the same answer and the same balances at
 //! every step. On every store and at every step, no budget or balance is
@@ -26,6 +27,7 @@ use tollgate::ids::{KeyId, TenantId};
 use tollgate::money::{Nanos, PricePerMTok};
 use tollgate::tenant::book::BalanceStatus;
 use tollgate::tenant::end_users::{EndUserHold, EndUserStatus};
+use tollgate::tenant::grants::GrantState;
 use tollgate::tenant::{BudgetStatus, QuotaError, ReservationGuard, ReserveRequest, TenantHandle};
 
 use crate::support::cluster::RedisCluster;
@@ -91,6 +93,7 @@ enum Op {
         key: bool,
         amount: &'static str,
         again: bool,
+        terms: Option<Terms>,
     },
     /// Moves the clock on by this much.
     Advance {
@@ -105,6 +108,45 @@ enum Op {
     Restart {
         settle: bool,
     },
+}
+
+/// A grant's terms, its start and expiry from the clock when it is added.
+#[derive(Debug, Clone)]
+struct Terms {
+    promotional: bool,
+    priority: i32,
+    starts_in_ms: Option<u64>,
+    expires_in_ms: Option<u64>,
+}
+
+impl Terms {
+    fn body(&self, now_ms: u64) -> serde_json::Value {
+        let mut body = json!({
+            "kind": if self.promotional { "promotional" } else { "paid" },
+            "priority": self.priority,
+        });
+        let starts = self.starts_in_ms.map(|ms| now_ms + ms);
+        if let Some(at) = starts {
+            body["starts_at_ms"] = json!(at);
+        }
+        if let Some(ms) = self.expires_in_ms {
+            body["expires_at_ms"] = json!(starts.unwrap_or(now_ms) + ms);
+        }
+        body
+    }
+}
+
+fn terms(rng: &mut StdRng) -> Option<Terms> {
+    rng.random_bool(0.7).then(|| Terms {
+        promotional: rng.random_bool(0.5),
+        priority: [-1, 0, 0, 1][rng.random_range(0..4)],
+        starts_in_ms: rng
+            .random_bool(0.3)
+            .then(|| [MINUTE_MS, HOUR_MS][rng.random_range(0..2)]),
+        expires_in_ms: rng
+            .random_bool(0.6)
+            .then(|| [10 * MINUTE_MS, HOUR_MS, 6 * HOUR_MS][rng.random_range(0..3)]),
+    })
 }
 
 /// A seed's tenant (on prepaid credits, or with a monthly budget of 1) and
@@ -146,6 +188,7 @@ fn op(rng: &mut StdRng) -> Op {
             key: rng.random_bool(0.5),
             amount: ["0.05", "0.2", "0.5"][rng.random_range(0..3)],
             again: rng.random_bool(0.25),
+            terms: terms(rng),
         },
         79..89 => Op::Advance {
             ms: [1_000, MINUTE_MS, HOUR_MS, 5 * HOUR_MS][rng.random_range(0..4)],
@@ -271,6 +314,8 @@ struct Seen {
     credits: BalanceStatus,
     keys: Vec<BalanceStatus>,
     users: Vec<EndUserStatus>,
+    /// The tenant's and key 2's grants, in drawing order, with their draws.
+    grants: String,
 }
 
 /// A budget or balance on one store, and what it may hold at the most.
@@ -301,8 +346,9 @@ struct Run<'a> {
     /// only spend past a budget or balance allowed.
     overrun: HashMap<String, Nanos>,
     key_windows: Vec<KeyWindow>,
-    /// The last top-up of the tenant's balance and of key 2's: idempotency key and amount.
-    top_ups: [(String, &'static str); 2],
+    /// The last grant of the tenant's balance and of key 2's: idempotency
+    /// key, amount and terms (absolute times: a repeat sends the same).
+    top_ups: [(String, &'static str, serde_json::Value); 2],
 }
 
 impl<'a> Run<'a> {
@@ -350,8 +396,8 @@ impl<'a> Run<'a> {
             overrun: HashMap::new(),
             key_windows,
             top_ups: [
-                ("first-tenant".to_owned(), FIRST_TOP_UPS[0]),
-                ("first-key".to_owned(), FIRST_TOP_UPS[1]),
+                ("first-tenant".to_owned(), FIRST_TOP_UPS[0], json!({})),
+                ("first-key".to_owned(), FIRST_TOP_UPS[1], json!({})),
             ],
         };
         for key in [false, true] {
@@ -407,9 +453,22 @@ impl<'a> Run<'a> {
             }
             Op::Settle { .. } | Op::Release { .. } => "nothing open".to_owned(),
             Op::LateSettle { which, percent } => self.late_settle(*which, *percent).await,
-            Op::TopUp { key, amount, again } => {
+            Op::TopUp {
+                key,
+                amount,
+                again,
+                terms,
+            } => {
                 if !again {
-                    self.top_ups[usize::from(*key)] = (format!("{}-{step}", self.tenant), *amount);
+                    // A grant starts when it is written: a row of the same
+                    // millisecond written before it would be its in a
+                    // replay of the ledger (`ledger/draws.rs`), not live.
+                    self.subject.clock.advance_ms(1);
+                    let body = terms
+                        .as_ref()
+                        .map_or_else(|| json!({}), |t| t.body(self.now()));
+                    let idempotency_key = format!("{}-{step}", self.tenant);
+                    self.top_ups[usize::from(*key)] = (idempotency_key, *amount, body);
                 }
                 self.send_top_up(*key).await
             }
@@ -564,17 +623,20 @@ impl<'a> Run<'a> {
 
     /// Sends the last top-up of the tenant's balance (`key` false) or key 2's.
     async fn send_top_up(&self, key: bool) -> String {
-        let (idempotency_key, amount) = &self.top_ups[usize::from(key)];
+        let (idempotency_key, amount, terms) = &self.top_ups[usize::from(key)];
         let (path, whose) = if key {
             (format!("/keys/{}/credits", self.credit_key), "key_2")
         } else {
             (format!("/tenants/{}/credits", self.tenant), "the tenant")
         };
-        let body = json!({
+        let mut body = json!({
             "amount": amount,
             "idempotency_key": idempotency_key,
             "reason": "differential",
         });
+        for (field, value) in terms.as_object().into_iter().flatten() {
+            body[field] = value.clone();
+        }
         let added = self.subject.app.admin("POST", &path, Some(body)).await;
         format!(
             "top-up {amount} of {whose} ({idempotency_key}): {}",
@@ -661,16 +723,15 @@ impl<'a> Run<'a> {
 
     async fn seen(&self) -> Seen {
         let status = self.handle.status().await.unwrap();
-        let credits = self.handle.balance(None).await.unwrap().status;
+        let tenant = self.handle.balance(None).await.unwrap();
         let mut keys = Vec::new();
+        let mut grants = vec![draws(&tenant.grants)];
         for key in 0..3 {
-            keys.push(
-                self.handle
-                    .balance(Some(self.key_id(key)))
-                    .await
-                    .unwrap()
-                    .status,
-            );
+            let balance = self.handle.balance(Some(self.key_id(key))).await.unwrap();
+            if key == 2 {
+                grants.push(draws(&balance.grants));
+            }
+            keys.push(balance.status);
         }
         let mut users = Vec::new();
         for user in 0..3 {
@@ -682,9 +743,10 @@ impl<'a> Run<'a> {
         }
         Seen {
             status,
-            credits,
+            credits: tenant.status,
             keys,
             users,
+            grants: grants.join(" / "),
         }
     }
 
@@ -770,6 +832,18 @@ impl<'a> Run<'a> {
     }
 }
 
+/// Grants as a store draws them: kind, priority, amount and what each drew.
+fn draws(grants: &[GrantState]) -> String {
+    let each: Vec<String> = grants
+        .iter()
+        .map(|g| {
+            let kind = &g.grant.kind.as_str()[..2];
+            format!("{kind}{} {}:{}", g.grant.priority, g.grant.amount, g.drawn)
+        })
+        .collect();
+    each.join(" ")
+}
+
 fn balance(balance: &BalanceStatus) -> String {
     format!(
         "{}+{} of {}",
@@ -787,14 +861,15 @@ fn line(said: &str, seen: &Seen) -> String {
         .map(|user| format!("{}+{}", user.committed, user.reserved))
         .collect();
     format!(
-        "{said} | tenant {}+{} of {:?} ({}) | credits {} | keys {} | users {}",
+        "{said} | tenant {}+{} of {:?} ({}) | credits {} | keys {} | users {} | grants {}",
         seen.status.committed,
         seen.status.reserved,
         seen.status.budget,
         seen.status.period,
         balance(&seen.credits),
         keys.join(", "),
-        users.join(" ")
+        users.join(" "),
+        seen.grants
     )
 }
 

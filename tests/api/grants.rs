@@ -1,7 +1,9 @@
 //! Credit grants: paid and promotional credit with a start, an expiry and a
 //! priority, drawn in order inside the same all-or-nothing hold as a plain
 //! balance; what an expired grant left is booked once as breakage. The
-//! gateway's clock is a manual one, so expiries and starts are exact.
+//! gateway's clock is a manual one, so expiries and starts are exact. On the
+//! book, and on Redis with `TOLLGATE_TEST_REDIS=1`; the replica test always
+//! runs there.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +14,9 @@ use tollgate::clock::ManualClock;
 use tollgate::money::Nanos;
 
 use crate::support::redis::RedisServer;
-use crate::support::{TestApp, TestSetup, chat_body, now_ms, spawn_app, wait_until};
+use futures_util::future::join_all;
+
+use crate::support::{TestApp, TestSetup, chat_body, now_ms, spawn_app, spawn_replica, wait_until};
 
 /// A call costs 0.000322 (1 prompt token at 2/M, 40 completion at 8/M) and
 /// holds 0.000402 (its prompt and 50 output tokens at 8/M).
@@ -228,7 +232,7 @@ async fn a_key_s_grants_are_drawn_beside_its_tenant_s_and_a_priority_goes_first(
 }
 
 #[actix_web::test]
-async fn grant_terms_are_checked_and_redis_takes_plain_credit_only() {
+async fn a_grant_s_terms_are_checked_and_a_bad_one_is_named() {
     let now = now_ms();
     let clock = Arc::new(ManualClock::new(now));
     let route = "grants-terms";
@@ -259,24 +263,87 @@ async fn grant_terms_are_checked_and_redis_takes_plain_credit_only() {
         assert_eq!(refused.status, 400, "{}", refused.raw);
         assert!(refused.raw.contains(field), "{field}: {}", refused.raw);
     }
+}
 
+#[actix_web::test]
+async fn three_replicas_on_one_redis_draw_one_tenant_s_grants_in_order_to_the_last_nano_unit() {
     let redis = RedisServer::start().await;
-    let route = "grants-redis";
-    let shared = spawn_app(setup(route, clock).redis(&redis.url(), 1)).await;
-    let (tenant, _) = shared
+    let route = "grants-replicas";
+    let clock = Arc::new(ManualClock::new(now_ms()));
+    let setup = setup(route, clock)
+        .redis(&redis.url(), 3)
+        .set("storage.redis_timeout_ms", 10_000);
+    let first = spawn_app(setup.clone()).await;
+    let others = [
+        spawn_replica(&first, &setup).await,
+        spawn_replica(&first, &setup).await,
+    ];
+    let (tenant, key) = first
         .tenant_with_key("prepaid", json!({"credits": true}))
         .await;
+    let apps: Vec<&TestApp> = std::iter::once(&first).chain(others.iter()).collect();
+    for app in &apps {
+        wait_for_key(app, &key).await;
+    }
     let path = format!("/tenants/{tenant}/credits");
-    let timed = json!({"amount": "1", "idempotency_key": "t", "expires_at_ms": now + HOUR_MS});
-    let refused = shared.admin("POST", &path, Some(timed)).await;
-    assert_eq!(refused.status, 400, "{}", refused.raw);
-    assert!(refused.raw.contains("Redis"), "{}", refused.raw);
-    let plain = shared
-        .admin(
-            "POST",
-            &path,
-            Some(json!({"amount": "1", "idempotency_key": "p"})),
-        )
-        .await;
-    assert_eq!(plain.status, 201, "{}", plain.raw);
+    // 0.01 in three grants, added on three replicas: 31 calls at most.
+    let paid = grant(
+        &others[0],
+        &path,
+        json!({"amount": "0.005", "idempotency_key": "paid"}),
+    )
+    .await;
+    let promo = grant(
+        &others[1],
+        &path,
+        json!({"amount": "0.003", "idempotency_key": "promo", "kind": "promotional"}),
+    )
+    .await;
+    let first_paid = grant(
+        &first,
+        &path,
+        json!({"amount": "0.002", "idempotency_key": "first", "priority": -1}),
+    )
+    .await;
+    let replies = join_all((0..90).map(|call| {
+        let app = apps[call % apps.len()];
+        let key = key.clone();
+        async move { app.chat(&key, &chat_body(route)).await }
+    }))
+    .await;
+    let ok = replies.iter().filter(|r| r.status == 200).count();
+    let refused = replies.iter().filter(|r| r.status == 402).count();
+    assert_eq!(
+        ok + refused,
+        replies.len(),
+        "{:?}",
+        replies.iter().map(|r| &r.raw).collect::<Vec<_>>()
+    );
+    assert!(ok >= 20, "only {ok} calls were admitted");
+    // One database: each replica's rows are there once it has written them.
+    let rows = first.ledger_rows_eventually(&tenant, ok).await;
+    let spent: i64 = rows.iter().map(|r| r.charged_nanos).sum();
+    assert_eq!(rows.len(), ok, "one row per admitted call");
+    assert!(spent <= 10_000_000, "spent {spent} of 10,000,000");
+    // Every nano-unit spent was drawn from a grant, in order: priority -1,
+    // then promotional, then paid.
+    let drawn = grants(&first, &path).await;
+    let ids: Vec<i64> = drawn.iter().map(|g| g.0).collect();
+    assert_eq!(ids, vec![first_paid, promo, paid]);
+    assert_eq!(drawn.iter().map(|g| g.1).sum::<i64>(), spent, "{drawn:?}");
+    assert_eq!(drawn[0].1, 2_000_000, "{drawn:?}");
+    assert_eq!(drawn[1].1, 3_000_000, "{drawn:?}");
+    assert_eq!(drawn[2].1, spent - 5_000_000, "{drawn:?}");
+}
+
+async fn wait_for_key(app: &TestApp, key: &str) {
+    wait_until(
+        Duration::from_secs(5),
+        "a replica to learn the key",
+        async || {
+            let status = app.get("/v1/models", key).await.status;
+            crate::support::done_if(status == 200, status)
+        },
+    )
+    .await;
 }

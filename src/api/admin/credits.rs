@@ -74,8 +74,14 @@ fn unavailable(error: &QuotaError, what: &str) -> ApiError {
 /// is how a top-up the store missed reaches it.
 async fn add(gw: &Gateway, holder: Holder, new: NewCredit) -> Result<HttpResponse, ApiError> {
     let db = gw.directory.db();
-    let shared = gw.config.storage.redis_url.is_some();
-    let (row, written) = credits::add(db, &holder, new, now_ms(gw), shared).await?;
+    // A hold lives the request's timeout and a margin; its sweep runs within a minute.
+    let call_lifetime_ms = gw
+        .config
+        .server
+        .request_timeout_ms
+        .saturating_add(crate::pipeline::dispatch::RESERVATION_MARGIN_MS)
+        .saturating_add(60_000);
+    let (row, written) = credits::add(db, &holder, new, now_ms(gw), call_lifetime_ms).await?;
     let handle = handle(gw, &holder).await?;
     let top_up = CreditAdded {
         key: holder.key.clone(),

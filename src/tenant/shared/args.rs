@@ -117,6 +117,7 @@ pub struct WindowTtls {
 /// `SETTLE`: closes one hold at what its call cost.
 #[derive(Debug, Serialize)]
 pub struct SettleArgs {
+    pub now: String,
     pub id: String,
     pub charged: String,
     pub used_tokens: String,
@@ -159,6 +160,7 @@ pub enum SettleReply {
 /// `CLOSE_REQUEST`: closes what one request still holds after a journal replay.
 #[derive(Debug, Serialize)]
 pub struct CloseRequestArgs<'a> {
+    pub now: String,
     pub request: &'a str,
     /// `-1`: at the hold's own amount and tokens (an orphan).
     pub charged: String,
@@ -250,13 +252,18 @@ pub struct SeedCreditArgs {
     pub top_ups: Vec<TopUp>,
 }
 
-/// One top-up row (`CREDIT` takes one alone).
+/// One grant's row (`CREDIT` takes one alone).
 #[derive(Debug, Serialize)]
 pub struct TopUp {
     pub row: String,
     /// Empty: the tenant's balance.
     pub key: String,
     pub amount: String,
+    /// `id|priority|kind|starts|expires|closes|amount` (see `scripts.rs`).
+    pub grant: String,
+    /// What the ledger says it drew (a seed's), and whether its breakage is booked.
+    pub drawn: String,
+    pub closed: bool,
 }
 
 /// What `RESERVE` answered.

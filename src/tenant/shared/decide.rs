@@ -3,12 +3,12 @@
 
 use super::args::{self, ReserveReply, SettleArgs, SettleReply, Threshold};
 use super::{
-    BalanceStatus, BudgetMode, Closed, EndUserArgs, EndUserHold, EndUserRateLimited,
-    EndUserTokensLimited, Granted, KeyId, Limits, MONTH_TTL_MS, Nanos, Period, RateDecision,
-    Refusal, Refused, ReservationId, ReserveArgs, ReserveRequest, Reserved, Scope, SessionArgs,
-    Settled, SharedQuota, StoreFailure, TokenLimitKind, UNITS_PER_REQUEST, Unseeded, amount,
-    bucket_capacity, clamped_max_tokens, count, daily_refusal, end_user_ttl_ms, field, keys,
-    monthly_refusal, nanos, number, per_minute_refusal, threshold_amount, window, worst_case,
+    BudgetMode, Closed, EndUserArgs, EndUserHold, EndUserRateLimited, EndUserTokensLimited,
+    Granted, Limits, MONTH_TTL_MS, Nanos, Period, RateDecision, Refusal, Refused, ReservationId,
+    ReserveArgs, ReserveRequest, Reserved, Scope, SessionArgs, Settled, SharedQuota, StoreFailure,
+    TokenLimitKind, UNITS_PER_REQUEST, Unseeded, amount, bucket_capacity, clamped_max_tokens,
+    count, daily_refusal, end_user_ttl_ms, field, keys, monthly_refusal, nanos, number,
+    per_minute_refusal, threshold_amount, window, worst_case,
 };
 use crate::directory::RateMode;
 use crate::tenant::book::PassedOver;
@@ -120,13 +120,18 @@ impl SharedQuota {
             Attempt::NeedWindow(period) => return Ok(Reserved::NeedWindow(period)),
             Attempt::Budget(scope, remaining) => (scope, remaining),
         };
+        // A refused balance says why in its grants' words: one more read, on refusals only.
+        let note = match &scope {
+            Scope::Credits => self.grants_note(None, now_ms).await,
+            Scope::KeyCredits(key) => self.grants_note(Some(key), now_ms).await,
+            _ => None,
+        };
         let refused = |scope, remaining, needed| {
             Reserved::Refused(Refusal::Budget(Refused {
                 scope,
                 remaining,
                 needed,
-                // Redis keeps a balance's sum: its grants are plain, none starts later.
-                note: None,
+                note: note.clone(),
             }))
         };
         if limits.mode != BudgetMode::Clamp {
@@ -381,6 +386,7 @@ impl SharedQuota {
     ) -> Result<Closed, StoreFailure> {
         let (keys, month) = self.book_keys(now_ms);
         let args = SettleArgs {
+            now: now_ms.to_string(),
             id: id.0.to_string(),
             charged: charged.get().to_string(),
             used_tokens: used_tokens.to_string(),
@@ -455,31 +461,6 @@ impl SharedQuota {
             "seed_w" => Err(Unseeded::Window(period)),
             _ => Ok((nanos(&reply, 1)?, nanos(&reply, 2)?)),
         })
-    }
-
-    /// The tenant's (`None`) or a key's balance (`None` outside: not seeded yet).
-    pub async fn balance(
-        &self,
-        key: Option<&KeyId>,
-    ) -> Result<Option<BalanceStatus>, StoreFailure> {
-        let arg = key.map(ToString::to_string).unwrap_or_default();
-        let reply = self
-            .store
-            .run(
-                &self.store.scripts.credit_status,
-                &[self.keys.credit()],
-                &[arg],
-            )
-            .await?;
-        if field(&reply, 0)? == "seed" {
-            return Ok(None);
-        }
-        let at = if key.is_some() { 4 } else { 1 };
-        Ok(Some(BalanceStatus::new(
-            nanos(&reply, at)?,
-            nanos(&reply, at + 1)?,
-            nanos(&reply, at + 2)?,
-        )))
     }
 
     /// An end user's committed in their current window (`None`: not seeded,

@@ -13,6 +13,7 @@
 
 mod args;
 mod connection;
+mod credit;
 mod decide;
 pub mod epoch;
 pub mod expiry;
@@ -42,11 +43,11 @@ pub use health::StoreHealth;
 use keys::TenantKeys;
 pub use store::RedisQuota;
 
-use super::book::{
-    BalanceStatus, Granted, Limits, RateDecision, Refusal, Refused, ReserveRequest, Scope, Seed,
-    Settled, UNITS_PER_REQUEST, bucket_capacity, clamped_max_tokens, worst_case,
-};
 use super::book::{EndUserRateLimited, EndUserTokensLimited};
+use super::book::{
+    Granted, Limits, RateDecision, Refusal, Refused, ReserveRequest, Scope, Seed, Settled,
+    UNITS_PER_REQUEST, bucket_capacity, clamped_max_tokens, worst_case,
+};
 use super::end_users::EndUserHold;
 use super::seed::EndUserSeed;
 use super::store::Closed;
@@ -96,6 +97,8 @@ struct Scripts {
     seed_credit: Script,
     credit: Script,
     credit_status: Script,
+    due_breakage: Script,
+    close_grant: Script,
     seed_window: Script,
     epoch: Script,
     settled: Script,
@@ -105,7 +108,7 @@ struct Scripts {
 }
 
 impl Scripts {
-    fn all(&self) -> [&Script; 21] {
+    fn all(&self) -> [&Script; 23] {
         [
             &self.rate,
             &self.reserve,
@@ -122,6 +125,8 @@ impl Scripts {
             &self.seed_credit,
             &self.credit,
             &self.credit_status,
+            &self.due_breakage,
+            &self.close_grant,
             &self.seed_window,
             &self.epoch,
             &self.settled,
@@ -203,6 +208,8 @@ impl SharedStore {
                 seed_credit: Script::new(scripts::SEED_CREDIT),
                 credit: Script::new(scripts::CREDIT),
                 credit_status: Script::new(scripts::CREDIT_STATUS),
+                due_breakage: Script::new(scripts::DUE_BREAKAGE),
+                close_grant: Script::new(scripts::CLOSE_GRANT),
                 seed_window: Script::new(scripts::SEED_WINDOW),
                 epoch: Script::new(epoch::EPOCH),
                 settled: Script::new(epoch::SETTLED),

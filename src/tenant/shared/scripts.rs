@@ -73,11 +73,88 @@ local function split_session(eu)
   return string.sub(eu, 1, at - 1), string.sub(eu, at + 1)
 end
 local function mark_closed(held, id) redis.call('SET', closed_mark(held, id), '1', 'PX', 300000) end
-local function add_top_up(cr, row, key, amount)
-  if redis.call('HSETNX', cr, 't:' .. row, '1') == 0 then return end
+-- A balance's grants (`tenant/grants.rs`): the field `gl` (the tenant's) or
+-- `k:<key>:gl` holds a JSON list, in drawing order, of `id|priority|kind|
+-- starts|expires|closes|amount` (kind 0 promotional, 1 paid; -1: never),
+-- `gp` the list of those fields; `gd:<id>` what a grant drew, `gx:<id>` set
+-- once its breakage is booked.
+local function pool_field(key)
+  if key == '' then return 'gl' end
+  return 'k:' .. key .. ':gl'
+end
+local function grant(rec)
+  local id, p, k, st, e, c, a = string.match(rec, '^(%d+)|(-?%d+)|(%d)|(%d+)|(-?%d+)|(-?%d+)|(%d+)$')
+  return {id = id, p = tonumber(p), k = tonumber(k), s = tonumber(st), e = tonumber(e), c = tonumber(c), a = tonumber(a), rec = rec}
+end
+local function grants(cr, f)
+  local raw = redis.call('HGET', cr, f)
+  local out = {}
+  if not raw then return out end
+  for _, rec in ipairs(cjson.decode(raw)) do out[#out + 1] = grant(rec) end
+  return out
+end
+local function expired(g, now) return g.e >= 0 and g.e <= now end
+local function closed(g, now) return expired(g, now) and (g.c < 0 or g.c <= now) end
+-- Every started grant's amount, less what expired ones left.
+local function grant_limit(cr, f, now)
+  local sum = 0
+  for _, g in ipairs(grants(cr, f)) do
+    if g.s <= now then
+      if expired(g, now) then sum = sum + n(redis.call('HGET', cr, 'gd:' .. g.id))
+      else sum = sum + g.a end
+    end
+  end
+  return sum
+end
+-- A charge drawn from the valid grants in order, then from expired ones not closed.
+local function draw(cr, f, charge, now)
+  local left = tonumber(charge)
+  if left <= 0 then return end
+  local list = grants(cr, f)
+  for pass = 1, 2 do
+    for _, g in ipairs(list) do
+      if left <= 0 then return end
+      local open = g.s <= now and not closed(g, now)
+      if open and expired(g, now) == (pass == 2) then
+        local take = math.min(left, g.a - n(redis.call('HGET', cr, 'gd:' .. g.id)))
+        if take > 0 then
+          redis.call('HINCRBY', cr, 'gd:' .. g.id, s(take))
+          left = left - take
+        end
+      end
+    end
+  end
+end
+local function before(x, y)
+  if x.p ~= y.p then return x.p < y.p end
+  if x.k ~= y.k then return x.k < y.k end
+  local xe, ye = x.e, y.e
+  if xe < 0 then xe = math.huge end
+  if ye < 0 then ye = math.huge end
+  if xe ~= ye then return xe < ye end
+  return tonumber(x.id) < tonumber(y.id)
+end
+local function add_grant(cr, key, rec)
+  local f = pool_field(key)
+  local list = grants(cr, f)
+  local new = grant(rec)
+  for _, g in ipairs(list) do if g.id == new.id then return end end
+  list[#list + 1] = new
+  table.sort(list, before)
+  local recs = {}
+  for i, g in ipairs(list) do recs[i] = g.rec end
+  redis.call('HSET', cr, f, cjson.encode(recs))
+  local pools = cjson.decode(redis.call('HGET', cr, 'gp') or '[]')
+  for _, p in ipairs(pools) do if p == f then return end end
+  pools[#pools + 1] = f
+  redis.call('HSET', cr, 'gp', cjson.encode(pools))
+end
+local function add_top_up(cr, t)
+  add_grant(cr, t.key, t.grant)
+  if redis.call('HSETNX', cr, 't:' .. t.row, '1') == 0 then return end
   local f = 'b'
-  if key ~= '' then f = 'k:' .. key .. ':b' end
-  redis.call('HINCRBY', cr, f, amount)
+  if t.key ~= '' then f = 'k:' .. t.key .. ':b' end
+  redis.call('HINCRBY', cr, f, t.amount)
 end
 -- The end users' windows now (`EndUserWindows`): a lifetime's key is itself.
 local function euctx(E)
@@ -217,12 +294,13 @@ if sk ~= '' then
 end
 local cr, tcred, kcred = KEYS[5], A.tenant_credits, A.key_credits
 local counted = redis.call('HEXISTS', cr, 'seeded') == 1
-if (tcred or kcred) and not counted then return cjson.encode({kind = 'seed_credit'}) end
+local graded = redis.call('HEXISTS', cr, 'gv') == 1
+if (tcred or kcred) and not (counted and graded) then return cjson.encode({kind = 'seed_credit'}) end
 if tcred or kcred then
-  local kb = 'k:' .. A.key .. ':b'
-  local cv = redis.call('HMGET', cr, 'b', 'c', 'r', kb, 'k:' .. A.key .. ':c', kr)
-  if tcred then consider('credits', n(cv[1]), n(cv[2]), n(cv[3])) end
-  if kcred then consider('key_credits', n(cv[4]), n(cv[5]), n(cv[6])) end
+  local now = tonumber(A.now)
+  local cv = redis.call('HMGET', cr, 'c', 'r', 'k:' .. A.key .. ':c', kr)
+  if tcred then consider('credits', grant_limit(cr, 'gl', now), n(cv[1]), n(cv[2])) end
+  if kcred then consider('key_credits', grant_limit(cr, pool_field(A.key), now), n(cv[3]), n(cv[4])) end
 end
 local over = '0'
 if left ~= nil and amount > left then
@@ -362,10 +440,12 @@ local function close_session(sk, a, charged)
   redis.call('HINCRBY', sk, 'r', s(-tonumber(a)))
   redis.call('HINCRBY', sk, 'c', charged)
 end
-local function close_credit(cr, a, key, charged, counted)
+local function close_credit(cr, a, key, charged, counted, now)
   if redis.call('HEXISTS', cr, 'seeded') == 0 then return end
   redis.call('HINCRBY', cr, 'c', charged)
   redis.call('HINCRBY', cr, 'k:' .. key .. ':c', charged)
+  draw(cr, 'gl', charged, now)
+  draw(cr, pool_field(key), charged, now)
   if counted then
     redis.call('HINCRBY', cr, 'r', s(-tonumber(a)))
     redis.call('HINCRBY', cr, 'k:' .. key .. ':r', s(-tonumber(a)))
@@ -380,13 +460,13 @@ local function close_windows(windows, key, feat, charged)
     end
   end
 end
-local function close(rec, charged, used, cur, prev, curmonth, today, b, tpm, E, cr, windows)
+local function close(rec, charged, used, cur, prev, curmonth, today, b, tpm, E, cr, windows, now)
   local a, est, mo, day, key, feat, eu, counted = parse(rec)
   local sess
   eu, sess = split_session(eu)
   if sess then close_session(sess, a, charged) end
   if eu ~= '' then close_end_user(eu, a, est, charged, used, E) end
-  close_credit(cr, a, key, charged, counted)
+  close_credit(cr, a, key, charged, counted, now)
   close_windows(windows, key, feat, charged)
   local hm = cur
   if mo ~= curmonth then hm = prev end
@@ -445,7 +525,7 @@ end
 redis.call('HDEL', KEYS[3], A.id)
 redis.call('ZREM', KEYS[4], A.id)
 mark_closed(KEYS[3], A.id)
-local a = close(rec, A.charged, A.used_tokens, KEYS[1], KEYS[6], A.month, A.day, KEYS[2], tonumber(A.tpm), euctx(A.end_users), KEYS[5], {KEYS[7], KEYS[8], KEYS[9]})
+local a = close(rec, A.charged, A.used_tokens, KEYS[1], KEYS[6], A.month, A.day, KEYS[2], tonumber(A.tpm), euctx(A.end_users), KEYS[5], {KEYS[7], KEYS[8], KEYS[9]}, tonumber(A.now))
 local th = ({day = KEYS[7], week = KEYS[8], lifetime = KEYS[9]})[A.period] or KEYS[1]
 local committed = n(redis.call('HGET', th, 'c'))
 local reserved = n(redis.call('HGET', KEYS[1], 'r')) + n(redis.call('HGET', KEYS[6], 'r'))
@@ -602,7 +682,7 @@ for i = 1, #all, 2 do
     local charged, used = A.charged, A.used_tokens
     if charged == '-1' then charged = a end
     if used == '-1' then used = est end
-    close(rec, charged, used, KEYS[1], KEYS[6], A.month, A.day, KEYS[2], -1, euctx(A.end_users), KEYS[5], {KEYS[7], KEYS[8], KEYS[9]})
+    close(rec, charged, used, KEYS[1], KEYS[6], A.month, A.day, KEYS[2], -1, euctx(A.end_users), KEYS[5], {KEYS[7], KEYS[8], KEYS[9]}, tonumber(A.now))
     return {cjson.encode({kind = 'closed', id = id})}
   end
 end
@@ -643,20 +723,34 @@ return {'ok', v[2] or '0', r}
 ";
 
 /// Starts the credit hash from the ledger, once: the tenant's and keys'
-/// lifetime spend, every top-up not added yet (by its row), and what the
-/// reservations held now amount to, which are marked as counted.
+/// lifetime spend, every grant not added yet (by its row) with what the
+/// ledger says it drew, and what the reservations held now amount to, which
+/// are marked as counted. A hash seeded before grants were kept (no `gv`)
+/// takes the grants and their draws only.
 /// KEYS: credit, held. ARGV: one JSON object, `SeedCreditArgs` in `args.rs`:
-/// `tenant_spent`, `keys_spent` (key: lifetime spend), `top_ups` (`row`,
-/// `key` or '', `amount`).
+/// `tenant_spent`, `keys_spent` (key: lifetime spend), `top_ups` (`TopUp`s
+/// with `drawn` and `closed`).
 pub const SEED_CREDIT: &str = concat!(
     prelude!(),
     r"
 local A = cjson.decode(ARGV[1])
 local cr, h = KEYS[1], KEYS[2]
-if redis.call('HSETNX', cr, 'seeded', '1') == 0 then return {'already'} end
+local function grade()
+  for _, t in ipairs(A.top_ups) do
+    add_top_up(cr, t)
+    raise(cr, 'gd:' .. t.row, t.drawn)
+    if t.closed then redis.call('HSET', cr, 'gx:' .. t.row, '1') end
+  end
+  redis.call('HSET', cr, 'gv', '1')
+end
+if redis.call('HSETNX', cr, 'seeded', '1') == 0 then
+  if redis.call('HEXISTS', cr, 'gv') == 1 then return {'already'} end
+  grade()
+  return {'seeded'}
+end
 redis.call('HINCRBY', cr, 'c', A.tenant_spent)
 for key, spent in pairs(A.keys_spent) do redis.call('HINCRBY', cr, 'k:' .. key .. ':c', spent) end
-for _, t in ipairs(A.top_ups) do add_top_up(cr, t.row, t.key, t.amount) end
+grade()
 local all = redis.call('HGETALL', h)
 for j = 1, #all, 2 do
   local rec = all[j + 1]
@@ -671,24 +765,62 @@ return {'seeded'}
 "
 );
 
-/// Adds one top-up the ledger has written, once by its row, seeded or not (a
+/// Adds one grant the ledger has written, once by its row, seeded or not (a
 /// later seed skips it). KEYS: credit. ARGV: one JSON object, a `TopUp` in
-/// `args.rs`: `row`, `key` or '', `amount`.
+/// `args.rs`: `row`, `key` or '', `amount`, `grant`.
 pub const CREDIT: &str = concat!(
     prelude!(),
     r"
 local T = cjson.decode(ARGV[1])
-add_top_up(KEYS[1], T.row, T.key, T.amount)
+add_top_up(KEYS[1], T)
 return {'ok'}
 "
 );
 
-/// KEYS: credit. ARGV: key. Returns {'seed'} | {'ok', b, c, r, key's b, c, r}.
+/// KEYS: credit. ARGV: key (or ''), now. Returns {'seed'} | {'ok', the
+/// tenant's limit, c, r, the key's limit, c, r, the asked pool's grants as
+/// a JSON list of `<grant>|<drawn>|<closed 0/1>`}.
 pub const CREDIT_STATUS: &str = concat!(
     prelude!(),
     r"
-local v = redis.call('HMGET', KEYS[1], 'seeded', 'b', 'c', 'r', 'k:' .. ARGV[1] .. ':b', 'k:' .. ARGV[1] .. ':c', 'k:' .. ARGV[1] .. ':r')
-if not v[1] then return {'seed'} end
-return {'ok', s(n(v[2])), s(n(v[3])), s(n(v[4])), s(n(v[5])), s(n(v[6])), s(n(v[7]))}
+local cr, key, now = KEYS[1], ARGV[1], tonumber(ARGV[2])
+local v = redis.call('HMGET', cr, 'seeded', 'gv', 'c', 'r', 'k:' .. key .. ':c', 'k:' .. key .. ':r')
+if not v[1] or not v[2] then return {'seed'} end
+local pool = {}
+for i, g in ipairs(grants(cr, pool_field(key))) do
+  local closed = redis.call('HEXISTS', cr, 'gx:' .. g.id)
+  pool[i] = g.rec .. '|' .. s(n(redis.call('HGET', cr, 'gd:' .. g.id))) .. '|' .. closed
+end
+local listed = '[]'
+if #pool > 0 then listed = cjson.encode(pool) end
+return {'ok', s(grant_limit(cr, 'gl', now)), s(n(v[3])), s(n(v[4])),
+  s(grant_limit(cr, pool_field(key), now)), s(n(v[5])), s(n(v[6])), listed}
 "
 );
+
+/// Grants closed by now whose breakage is not booked, in every pool.
+/// KEYS: credit. ARGV: now. Returns {key or '', grant id, left, ...}.
+pub const DUE_BREAKAGE: &str = concat!(
+    prelude!(),
+    r"
+local cr, now = KEYS[1], tonumber(ARGV[1])
+local out = {}
+for _, f in ipairs(cjson.decode(redis.call('HGET', cr, 'gp') or '[]')) do
+  local key = string.match(f, '^k:(.*):gl$') or ''
+  for _, g in ipairs(grants(cr, f)) do
+    if closed(g, now) and redis.call('HEXISTS', cr, 'gx:' .. g.id) == 0 then
+      local left = g.a - n(redis.call('HGET', cr, 'gd:' .. g.id))
+      if left < 0 then left = 0 end
+      out[#out + 1] = key; out[#out + 1] = g.id; out[#out + 1] = s(left)
+    end
+  end
+end
+return out
+"
+);
+
+/// A grant's breakage is booked. KEYS: credit. ARGV: grant id.
+pub const CLOSE_GRANT: &str = r"
+redis.call('HSET', KEYS[1], 'gx:' .. ARGV[1], '1')
+return {'ok'}
+";

@@ -8,6 +8,8 @@ use super::args::{
     AbsorbArgs, RaiseArgs, RaiseReply, ScopeSpend, SeedArgs, SeedCreditArgs, SeedEndUserArgs,
     SeedWindowArgs, TopUp,
 };
+use crate::tenant::grants::{Grant, GrantKind, GrantState};
+
 use super::{
     EndUserHold, EndUserSeed, KeyId, LIFETIME_IDLE_TTL_MS, MONTH_TTL_MS, Nanos, Period, Seed,
     SharedQuota, StoreFailure, amount, end_user_ttl_ms,
@@ -111,7 +113,7 @@ impl SharedQuota {
                 .credits
                 .grants
                 .iter()
-                .map(|(key, g)| top_up(g.grant.id, key.as_ref(), g.grant.amount))
+                .map(|(key, state)| top_up(key.as_ref(), state))
                 .collect(),
         };
         self.store
@@ -124,18 +126,18 @@ impl SharedQuota {
         Ok(())
     }
 
-    /// Adds a top-up the ledger wrote (once by its row).
-    pub async fn add_credit(
-        &self,
-        row: i64,
-        key: Option<&KeyId>,
-        amount: Nanos,
-    ) -> Result<(), StoreFailure> {
+    /// Adds a grant the ledger wrote (once by its row).
+    pub async fn add_credit(&self, key: Option<&KeyId>, grant: &Grant) -> Result<(), StoreFailure> {
+        let state = GrantState {
+            grant: grant.clone(),
+            drawn: Nanos::ZERO,
+            closed: false,
+        };
         self.store
             .run_args(
                 &self.store.scripts.credit,
                 &[self.keys.credit()],
-                &top_up(row, key, amount),
+                &top_up(key, &state),
             )
             .await?;
         Ok(())
@@ -190,10 +192,62 @@ fn amounts<K: ToString>(by: &HashMap<K, Nanos>) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn top_up(row: i64, key: Option<&KeyId>, amount: Nanos) -> TopUp {
+fn top_up(key: Option<&KeyId>, state: &GrantState) -> TopUp {
+    let g = &state.grant;
+    let kind = match g.kind {
+        GrantKind::Promotional => 0,
+        GrantKind::Paid => 1,
+    };
+    let time = |at: Option<u64>| at.map_or_else(|| "-1".to_owned(), |at| at.to_string());
+    let (expires, closes) = (time(g.expires_ms), time(g.closes_ms));
     TopUp {
-        row: row.to_string(),
+        row: g.id.to_string(),
         key: key.map(ToString::to_string).unwrap_or_default(),
-        amount: amount.get().to_string(),
+        amount: g.amount.get().to_string(),
+        grant: format!(
+            "{}|{}|{kind}|{}|{expires}|{closes}|{}",
+            g.id,
+            g.priority,
+            g.starts_ms,
+            g.amount.get()
+        ),
+        drawn: state.drawn.get().to_string(),
+        closed: state.closed,
     }
+}
+
+/// A grant as `CREDIT_STATUS` lists it: `<grant>|<drawn>|<closed>`.
+pub(super) fn grant_state(text: &str) -> Option<GrantState> {
+    let parts: Vec<&str> = text.split('|').collect();
+    let [
+        id,
+        priority,
+        kind,
+        starts,
+        expires,
+        closes,
+        amount,
+        drawn,
+        booked,
+    ] = parts[..]
+    else {
+        return None;
+    };
+    Some(GrantState {
+        grant: Grant {
+            id: id.parse().ok()?,
+            kind: if kind == "0" {
+                GrantKind::Promotional
+            } else {
+                GrantKind::Paid
+            },
+            priority: priority.parse().ok()?,
+            starts_ms: starts.parse().ok()?,
+            expires_ms: expires.parse().ok(),
+            closes_ms: closes.parse().ok(),
+            amount: Nanos::new(amount.parse().ok()?),
+        },
+        drawn: Nanos::new(drawn.parse().ok()?),
+        closed: booked == "1",
+    })
 }

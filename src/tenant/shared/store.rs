@@ -307,7 +307,7 @@ impl QuotaStore for RedisQuota {
         self.pending(0, move |store| async move {
             store
                 .quota
-                .add_credit(top_up.grant.id, top_up.key.as_ref(), top_up.grant.amount)
+                .add_credit(top_up.key.as_ref(), &top_up.grant)
                 .await
                 .map(Ok)
         })
@@ -328,21 +328,16 @@ impl QuotaStore for RedisQuota {
         })
     }
 
-    /// Redis keeps a balance's sum, not its grants (only grants without a
-    /// start, an expiry or an order reach it): the admin view reads them from the ledger.
     fn balance(&mut self, key: Option<KeyId>, now_ms: u64) -> StoreReply<Balance> {
         self.pending(now_ms, move |store| async move {
-            let mut balance = store.quota.balance(key.as_ref()).await?;
+            let mut balance = store.quota.balance(key.as_ref(), now_ms).await?;
             if balance.is_none() {
                 if let Err(error) = store.seed_credit(now_ms).await? {
                     return Ok(Err(error));
                 }
-                balance = store.quota.balance(key.as_ref()).await?;
+                balance = store.quota.balance(key.as_ref(), now_ms).await?;
             }
-            Ok(Ok(Balance {
-                status: balance.unwrap_or_default(),
-                grants: Vec::new(),
-            }))
+            Ok(Ok(balance.unwrap_or_default()))
         })
     }
 }

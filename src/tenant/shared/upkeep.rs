@@ -44,6 +44,7 @@ impl SharedQuota {
     ) -> Result<bool, StoreFailure> {
         let (keys, month) = self.book_keys(now_ms);
         let args = CloseRequestArgs {
+            now: now_ms.to_string(),
             request,
             charged: charged.map_or_else(|| "-1".to_owned(), |c| c.get().to_string()),
             used_tokens: tokens.map_or_else(|| "-1".to_owned(), |t| t.to_string()),
