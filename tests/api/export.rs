@@ -7,6 +7,7 @@
 //! ledger's. The same across a SIGKILL of the sending replica.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::process::Stdio;
 use std::time::Duration;
 
 use sea_orm::EntityTrait;
@@ -15,10 +16,14 @@ use toml::Table;
 
 use tollgate::calendar::{Calendar, Period};
 use tollgate::export::outbox;
+use tollgate::ids::TenantId;
+use tollgate::ledger::repo;
 
+use crate::support::process::{self, GatewayProcess, free_port};
 use crate::support::receiver::{Answer, FlakyReceiver, Received, form_fields};
 use crate::support::{
-    TestApp, TestSetup, chat_body, done_if, entry, spawn_app, unique_tenant, wait_until,
+    TestApp, TestSetup, chat_body, configured_database_url, done_if, edit_config, entry, spawn_app,
+    unique_tenant, wait_until, write_config,
 };
 
 const TARGET: &str = "primary/usage-120-0-30";
@@ -305,4 +310,184 @@ async fn stripe_meter_events_arrive_exactly_once_and_unmapped_tenants_wait() {
         json!(pending.waiting)
     );
     assert_eq!(status.body["sinks"][0]["delivered_rows"], json!(8));
+}
+
+/// The acknowledgement is fenced by the lease: a replica whose lease lapsed
+/// and was taken over books nothing of what it sent (the new holder sends
+/// those rows again under the same keys and books them), and a row is
+/// counted once however often it is acknowledged. A replayed ledger batch
+/// queues no row twice.
+#[actix_web::test]
+async fn a_replica_that_lost_the_sink_books_nothing_and_a_row_counts_once() {
+    use tollgate::export::lease;
+    use tollgate::money::Nanos;
+    let app = spawn_app(setup()).await;
+    let db = app.gateway.directory.db();
+    let calendar = Calendar::utc();
+    let tenant = unique_tenant("fence");
+    let now = crate::support::now_ms();
+    let rows: Vec<_> = (0..3)
+        .map(|i| {
+            let charged = Nanos::from_db(1_000 + i);
+            crate::support::settled_row(&tenant, "k", charged, charged, now)
+        })
+        .collect();
+    let sinks = ["manual".to_owned()];
+    for _ in 0..2 {
+        tollgate::ledger::repo::insert_exported_batch(db, &rows, &calendar, &sinks)
+            .await
+            .unwrap();
+    }
+    let queued = outbox::next_rows(db, "manual", None, 10).await.unwrap();
+    assert_eq!(queued.len(), 3, "{queued:?}");
+    let ids: Vec<i64> = queued.iter().map(|r| r.id).collect();
+
+    lease::ensure(db, "manual").await.unwrap();
+    assert!(
+        lease::claim(db, "manual", "a", now, now + 1_000)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !lease::claim(db, "manual", "b", now + 500, now + 1_500)
+            .await
+            .unwrap()
+    );
+    // `a` stalls past its lease; `b` takes the sink over.
+    assert!(
+        lease::claim(db, "manual", "b", now + 2_000, now + 3_000)
+            .await
+            .unwrap()
+    );
+    let late = outbox::acknowledge(db, "manual", "a", &ids, &calendar, now + 2_500).await;
+    assert_eq!(
+        late.unwrap(),
+        None,
+        "a replica without the lease books nothing"
+    );
+    let booked = outbox::acknowledge(db, "manual", "b", &ids, &calendar, now + 2_500)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((booked.rows, booked.nanos.get()), (3, 3_003));
+    let again = outbox::acknowledge(db, "manual", "b", &ids, &calendar, now + 2_600)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.rows, 0, "a row acknowledged twice is counted once");
+    let month = calendar.window(Period::Month, now).key;
+    let totals = tollgate::export::delivered_totals(db, "manual", &month)
+        .await
+        .unwrap();
+    assert_eq!((totals.rows, totals.nanos.get()), (3, 3_003));
+}
+
+/// Two `tollgate serve` processes on one database: the one sending to the
+/// sink is killed with SIGKILL while a slow receiver takes its batches; the
+/// other takes the sink over once the lease lapses and delivers the rest,
+/// and each row is still there exactly once with the cursor at the ledger's.
+#[actix_web::test]
+async fn the_sink_survives_a_sigkill_of_the_sending_replica() {
+    let receiver = FlakyReceiver::start(vec![
+        Answer::RecordThenDelay(Duration::from_millis(150)),
+        Answer::RecordThenDelay(Duration::from_millis(150)),
+        Answer::RecordThen500,
+    ])
+    .await;
+    let fake = fake_upstream::start(
+        fake_upstream::FakeConfig::default(),
+        ([127, 0, 0, 1], 0).into(),
+        1,
+    )
+    .unwrap();
+    let (doomed_addr, live_addr) = (free_port(), free_port());
+    let mut sink = cloudevents_sink(&receiver.url);
+    sink.insert("timeout_ms".into(), 1_000.into());
+    sink.insert("batch_rows".into(), 2.into());
+    let setup = setup().push("export.sinks", sink);
+    let env = setup.env_vars().clone();
+    let (dir, doomed_config) = write_config(&setup, &fake.base_url());
+    let live_config = dir.path().join("live.toml");
+    std::fs::copy(&doomed_config, &live_config).unwrap();
+    for (path, addr, journal) in [
+        (&doomed_config, doomed_addr, "doomed"),
+        (&live_config, live_addr, "live"),
+    ] {
+        let journal = dir.path().join(journal).display().to_string();
+        edit_config(path, |doc| {
+            let server = doc["server"].as_table_mut().unwrap();
+            server.insert("listen".into(), addr.to_string().into());
+            let ledger = doc["ledger"].as_table_mut().unwrap();
+            ledger.insert("journal_dir".into(), journal.into());
+        });
+    }
+    let db = sea_orm::Database::connect(configured_database_url(&doomed_config))
+        .await
+        .unwrap();
+    let doomed = GatewayProcess::serve(&doomed_config, &env, doomed_addr, Stdio::null()).await;
+    let sender = wait_until(
+        Duration::from_secs(10),
+        "a replica to hold the sink",
+        async || {
+            let row = entity::export_sink::Entity::find_by_id(SINK.to_owned())
+                .one(&db)
+                .await
+                .unwrap();
+            let owner = row.and_then(|r| r.owner);
+            done_if(owner.is_some(), owner)
+        },
+    )
+    .await
+    .unwrap();
+    let _live = GatewayProcess::serve(&live_config, &env, live_addr, Stdio::null()).await;
+    let tenant = unique_tenant("kill");
+    let key = process::tenant_with_key(&live_config, &env, &tenant, "open");
+    let client = awc::Client::default();
+    for _ in 0..24 {
+        let status = client
+            .post(format!("http://{live_addr}/v1/chat/completions"))
+            .insert_header(("authorization", format!("Bearer {key}")))
+            .send_json(&chat_body("metered"))
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, 200);
+    }
+    let ledger = TenantId::new(tenant.as_str());
+    let rows = wait_until(Duration::from_secs(10), "24 ledger rows", async || {
+        let rows = repo::tenant_rows(&db, &ledger).await.unwrap();
+        done_if(rows.len() == 24, rows)
+    })
+    .await;
+    wait_until(
+        Duration::from_secs(30),
+        "the doomed replica mid-delivery",
+        async || {
+            let recorded = cloud_events(&receiver.recorded()).len();
+            done_if(recorded >= 6, recorded)
+        },
+    )
+    .await;
+    doomed.kill_9().await;
+    let keys_before: BTreeSet<String> = cloud_events(&receiver.recorded())
+        .into_iter()
+        .map(|e| e.key)
+        .collect();
+    wait_drained(&db, None).await;
+    let owner = entity::export_sink::Entity::find_by_id(SINK.to_owned())
+        .one(&db)
+        .await
+        .unwrap()
+        .unwrap()
+        .owner;
+    assert!(owner.is_some() && owner != Some(sender), "{owner:?}");
+    let rows = exported(&rows);
+    assert_eq!(rows.len(), 24);
+    let events = cloud_events(&receiver.recorded());
+    assert!(
+        keys_before.len() < 24,
+        "the kill came before the last batch"
+    );
+    assert_exactly_once(&events, &rows);
+    assert_cursor_matches(&db, &rows).await;
 }

@@ -15,8 +15,8 @@ use tokio::net::{TcpListener, TcpStream};
 pub enum Answer {
     /// Closes the connection once the request's headers are in: nothing recorded.
     Drop,
-    /// Records the request, then answers 200 only after this long (past the
-    /// sender's timeout, it never reads the answer).
+    /// Records the request, then answers 200 after this long (past the
+    /// sender's timeout it never reads the answer: a slow receiver otherwise).
     RecordThenDelay(Duration),
     /// Records the request and answers 500.
     RecordThen500,
