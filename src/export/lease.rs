@@ -76,19 +76,3 @@ pub async fn renew<C: ConnectionTrait>(
         .await?;
     Ok(updated.rows_affected == 1)
 }
-
-/// Gives the sink up at once (a replica stopping), so the next need not wait.
-pub async fn release<C: ConnectionTrait>(
-    db: &C,
-    sink: &str,
-    owner: &str,
-) -> Result<(), StorageError> {
-    export_sink::Entity::update_many()
-        .col_expr(export_sink::Column::Owner, Option::<String>::None.into())
-        .col_expr(export_sink::Column::LeaseUntilMs, 0_i64.into())
-        .filter(export_sink::Column::Sink.eq(sink))
-        .filter(export_sink::Column::Owner.eq(owner))
-        .exec(db)
-        .await?;
-    Ok(())
-}

@@ -106,7 +106,10 @@ impl Sender {
         let db = gw.directory.db();
         let name = self.sink.name.clone();
         let name = name.as_str();
-        lease::ensure(db, name).await?;
+        if !self.held {
+            // The row may be missing still if the database was away at start.
+            lease::ensure(db, name).await?;
+        }
         let now = gw.clock.now_ms();
         let held = lease::claim(db, name, &gw.replica_id, now, self.lease_until()).await?;
         if held != self.held {
