@@ -15,7 +15,8 @@ pub struct Model {
     /// Rows and charge delivered since the sink was first configured.
     pub rows: i64,
     pub nanos: i64,
-    pub updated_at_ms: i64,
+    /// When rows were last booked, Unix ms (0: never).
+    pub delivered_at_ms: i64,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -34,7 +34,7 @@ enum ExportSinks {
     DeliveredThrough,
     Rows,
     Nanos,
-    UpdatedAtMs,
+    DeliveredAtMs,
 }
 
 #[derive(DeriveIden)]
@@ -112,7 +112,7 @@ impl MigrationTrait for Migration {
                     .col(big(ExportSinks::DeliveredThrough))
                     .col(big(ExportSinks::Rows))
                     .col(big(ExportSinks::Nanos))
-                    .col(big(ExportSinks::UpdatedAtMs))
+                    .col(big(ExportSinks::DeliveredAtMs))
                     .to_owned(),
             )
             .await?;

@@ -25,7 +25,7 @@ pub async fn ensure<C: ConnectionTrait>(db: &C, sink: &str) -> Result<(), Storag
         delivered_through: Set(0),
         rows: Set(0),
         nanos: Set(0),
-        updated_at_ms: Set(0),
+        delivered_at_ms: Set(0),
     };
     export_sink::Entity::insert(row)
         .on_conflict(

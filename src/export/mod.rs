@@ -138,11 +138,12 @@ impl Sender {
             return Ok(false);
         }
         let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
-        let until = self.lease_until();
+        let (now, until) = (self.gw.clock.now_ms(), self.lease_until());
         let db = self.gw.directory.db();
         let calendar = &self.gw.config.calendar;
+        let owner = &self.gw.replica_id;
         let Some(delivered) =
-            outbox::acknowledge(db, name, &self.gw.replica_id, &ids, calendar, until).await?
+            outbox::acknowledge(db, name, owner, &ids, calendar, now, until).await?
         else {
             tracing::warn!(
                 sink = name,

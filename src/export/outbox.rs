@@ -156,6 +156,7 @@ pub async fn acknowledge(
     owner: &str,
     ids: &[i64],
     calendar: &Calendar,
+    now_ms: u64,
     lease_until_ms: u64,
 ) -> Result<Option<Delivered>, StorageError> {
     let txn = db.begin().await?;
@@ -203,6 +204,10 @@ pub async fn acknowledge(
         .col_expr(
             export_sink::Column::DeliveredThrough,
             Expr::value(cursor.max(through)),
+        )
+        .col_expr(
+            export_sink::Column::DeliveredAtMs,
+            Expr::value(i64::try_from(now_ms).unwrap_or(i64::MAX)),
         )
         .filter(export_sink::Column::Sink.eq(sink))
         .exec(&txn)

@@ -22,6 +22,8 @@ pub struct SinkStatus {
     pub delivered_through: i64,
     pub delivered_rows: u64,
     pub delivered: Nanos,
+    /// When rows were last booked, Unix ms (0: never).
+    pub delivered_at_ms: u64,
     pub pending: Pending,
 }
 
@@ -54,6 +56,7 @@ pub async fn sinks(
             delivered: row
                 .as_ref()
                 .map_or(Nanos::ZERO, |r| Nanos::from_db(r.nanos)),
+            delivered_at_ms: row.as_ref().map_or(0, |r| as_u64(r.delivered_at_ms)),
             pending,
         });
     }

@@ -324,12 +324,12 @@ async fn a_replica_that_lost_the_sink_books_nothing_and_a_row_counts_once() {
     let app = spawn_app(setup()).await;
     let db = app.gateway.directory.db();
     let calendar = Calendar::utc();
-    let tenant = unique_tenant("fence");
+    let fenced = unique_tenant("fence");
     let now = crate::support::now_ms();
     let rows: Vec<_> = (0..3)
         .map(|i| {
             let charged = Nanos::from_db(1_000 + i);
-            crate::support::settled_row(&tenant, "k", charged, charged, now)
+            crate::support::settled_row(&fenced, "k", charged, charged, now)
         })
         .collect();
     let sinks = ["manual".to_owned()];
@@ -340,6 +340,12 @@ async fn a_replica_that_lost_the_sink_books_nothing_and_a_row_counts_once() {
     }
     let queued = outbox::next_rows(db, "manual", None, 10).await.unwrap();
     assert_eq!(queued.len(), 3, "{queued:?}");
+    // This gateway has no sink: its own calls queue nothing.
+    let key = tenant(&app, &unique_tenant("nosink")).await;
+    calls(&app, &[key], 2).await;
+    app.flush_ledger().await;
+    let outbox_rows = entity::export_outbox::Entity::find().all(db).await.unwrap();
+    assert_eq!(outbox_rows.len(), 3, "only the rows queued by hand");
     let ids: Vec<i64> = queued.iter().map(|r| r.id).collect();
 
     lease::ensure(db, "manual").await.unwrap();
@@ -359,18 +365,18 @@ async fn a_replica_that_lost_the_sink_books_nothing_and_a_row_counts_once() {
             .await
             .unwrap()
     );
-    let late = outbox::acknowledge(db, "manual", "a", &ids, &calendar, now + 2_500).await;
+    let late = outbox::acknowledge(db, "manual", "a", &ids, &calendar, now, now + 2_500).await;
     assert_eq!(
         late.unwrap(),
         None,
         "a replica without the lease books nothing"
     );
-    let booked = outbox::acknowledge(db, "manual", "b", &ids, &calendar, now + 2_500)
+    let booked = outbox::acknowledge(db, "manual", "b", &ids, &calendar, now, now + 2_500)
         .await
         .unwrap()
         .unwrap();
     assert_eq!((booked.rows, booked.nanos.get()), (3, 3_003));
-    let again = outbox::acknowledge(db, "manual", "b", &ids, &calendar, now + 2_600)
+    let again = outbox::acknowledge(db, "manual", "b", &ids, &calendar, now, now + 2_600)
         .await
         .unwrap()
         .unwrap();
