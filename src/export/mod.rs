@@ -32,6 +32,10 @@ use crate::telemetry::metrics::{Metric, counter_add, gauge_set};
 
 pub use outbox::{DeliveredTotals, delivered_totals};
 
+/// How often each replica counts a sink's outbox for its gauges: a count
+/// reads the whole outbox, which grows while a receiver is away.
+const GAUGE_INTERVAL: Duration = Duration::from_secs(5);
+
 /// One sender per configured sink.
 pub fn spawn(gateway: &Arc<Gateway>) -> Vec<actix_rt::task::JoinHandle<()>> {
     gateway
@@ -55,6 +59,7 @@ struct Sender {
     held: bool,
     /// Rows waiting for a customer mapping at the last look: logged when it changes.
     waiting: u64,
+    counted_at: Option<Instant>,
     failures: u32,
     retry_at: Option<Instant>,
 }
@@ -75,6 +80,7 @@ impl Sender {
             sendable,
             held: false,
             waiting: 0,
+            counted_at: None,
             failures: 0,
             retry_at: None,
         }
@@ -182,6 +188,13 @@ impl Sender {
 
     /// The outbox's gauges, from the database (every replica reports the same).
     async fn report_pending(&mut self) -> Result<(), StorageError> {
+        if self
+            .counted_at
+            .is_some_and(|at| at.elapsed() < GAUGE_INTERVAL)
+        {
+            return Ok(());
+        }
+        self.counted_at = Some(monotonic());
         let name = self.sink.name.as_str();
         let pending =
             outbox::pending(self.gw.directory.db(), name, self.sendable.as_deref()).await?;

@@ -496,4 +496,11 @@ async fn the_sink_survives_a_sigkill_of_the_sending_replica() {
     );
     assert_exactly_once(&events, &rows);
     assert_cursor_matches(&db, &rows).await;
+    let status: Value =
+        serde_json::from_str(&process::cli(&live_config, &env, &["export", "status"])).unwrap();
+    let sink = &status["sinks"][0];
+    assert_eq!(sink["name"], SINK);
+    assert_eq!(sink["owner"].as_str(), owner.as_deref());
+    assert_eq!(sink["delivered_rows"], 24);
+    assert_eq!(sink["pending"]["rows"], 0);
 }
