@@ -92,6 +92,7 @@ fn spawn_background(gateway: &Arc<Gateway>) -> Vec<actix_rt::task::JoinHandle<()
     ]
     .into_iter()
     .flatten()
+    .chain(crate::export::spawn(gateway))
     .collect()
 }
 
@@ -326,6 +327,7 @@ async fn open_ledger(
             clock.clone(),
             &config.ledger,
             config.calendar.clone(),
+            config.export.sink_names(),
             None,
         ));
     };
@@ -342,6 +344,7 @@ async fn open_ledger(
         clock.clone(),
         &config.ledger,
         config.calendar.clone(),
+        config.export.sink_names(),
         Some(journal.clone()),
     );
     replay(&ledger, &journal, recovered).await;

@@ -16,6 +16,7 @@ pub mod clock;
 pub mod config;
 pub mod directory;
 pub mod error;
+pub mod export;
 pub mod fields;
 pub mod ids;
 pub mod journal;

@@ -31,6 +31,7 @@ mod m20261207_000026_tenant_alerts;
 mod m20261207_000027_route_grants;
 mod m20261207_000028_period_closes;
 mod m20261207_000029_credit_grants;
+mod m20261207_000030_export_outbox;
 
 pub use m20261203_000018_usage_retention::partition_name;
 pub use m20261205_000020_cache_usage_index::{CACHE_USAGE_INDEX, CACHE_USAGE_ROWS};
@@ -70,6 +71,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261207_000027_route_grants::Migration),
             Box::new(m20261207_000028_period_closes::Migration),
             Box::new(m20261207_000029_credit_grants::Migration),
+            Box::new(m20261207_000030_export_outbox::Migration),
         ]
     }
 }

@@ -1,5 +1,6 @@
-//! `tollgate period close|list` (months that close) and `tollgate export
-//! focus` (a day of the ledger for a data warehouse).
+//! `tollgate period close|list` (months that close), `tollgate export
+//! focus` (a day of the ledger for a data warehouse) and `tollgate export
+//! status` (the export sinks' cursors and outboxes).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -24,6 +25,8 @@ pub(super) enum ExportCommand {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Each export sink's lease holder, cursor, delivered totals and waiting rows.
+    Status,
 }
 
 #[derive(Debug, Subcommand)]
@@ -41,8 +44,14 @@ pub(super) enum PeriodCommand {
 }
 
 pub(super) async fn export(config: Arc<Config>, action: ExportCommand) -> Result<()> {
-    let ExportCommand::Focus { date, out } = action;
     let db = storage::connect_and_migrate(&config.storage.database_url, 1).await?;
+    let (date, out) = match action {
+        ExportCommand::Focus { date, out } => (date, out),
+        ExportCommand::Status => {
+            let sinks = crate::export::status::sinks(&db, &config.export).await?;
+            return json_out(&serde_json::json!({ "sinks": sinks }));
+        }
+    };
     let sink: Box<dyn Write> = match &out {
         Some(path) => Box::new(
             std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,

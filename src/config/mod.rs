@@ -16,6 +16,7 @@ mod cache;
 mod catalog;
 mod env;
 mod errors;
+mod export;
 mod ledger;
 mod plans;
 mod price_file;
@@ -50,6 +51,7 @@ pub use env::{
     ADMIN_TOKEN_ENV, DATABASE_URL_ENV, EnvSource, KEY_PEPPER_ENV, ProcessEnv, REDIS_URL_ENV, Secret,
 };
 pub use errors::{ConfigError, ConfigErrors};
+pub use export::{ExportConfig, Sink, SinkKind, StripeValue};
 pub use ledger::{FsyncMode, LedgerConfig, OnBacklogFull};
 pub use plans::{COST, Plan};
 pub use price_file::{Billing, load_billing, load_price_table};
@@ -88,6 +90,7 @@ struct RawConfig {
     audit: AuditConfig,
     responses: StoreConfig,
     reconcile: ReconcileConfig,
+    export: export::RawExport,
     providers: BTreeMap<String, providers::RawProvider>,
     routes: BTreeMap<String, routes::RawRoute>,
     tiers: BTreeMap<String, tiers::RawTier>,
@@ -117,6 +120,8 @@ pub struct Config {
     /// `[responses]`: how the Responses door keeps stored responses.
     pub responses: StoreConfig,
     pub reconcile: ReconcileConfig,
+    /// `[export]`: usage delivered to billing systems.
+    pub export: ExportConfig,
     pub providers: HashMap<ProviderName, Provider>,
     pub routes: HashMap<RouteName, Route>,
     pub tiers: HashMap<String, Tier>,
@@ -274,6 +279,7 @@ fn validate(raw: RawConfig, dir: &Path, env: &dyn EnvSource) -> Result<Config, C
     let calendar = raw.billing.calendar(&mut problems);
     let providers = providers::validate_providers(&raw.providers, env, &mut problems);
     raw.reconcile.check(&providers, &mut problems);
+    let export = raw.export.resolve(env, &mut problems);
     // Without its catalogs the price table is incomplete: every route would
     // be refused for prices that are only missing because of this one error.
     let merged = match catalog::merge(raw.prices, &raw.include, dir, &raw.billing.currency) {
@@ -306,6 +312,7 @@ fn validate(raw: RawConfig, dir: &Path, env: &dyn EnvSource) -> Result<Config, C
         audit: raw.audit,
         responses: raw.responses,
         reconcile: raw.reconcile,
+        export,
         providers,
         routes,
         tiers,

@@ -652,3 +652,65 @@ fn a_fleet_cap_without_a_shared_store_is_said_to_apply_per_replica_and_zero_caps
         "{error}"
     );
 }
+
+#[test]
+fn export_sinks_are_checked_at_their_paths_and_their_secrets_read_from_env() {
+    let sinks = r#"
+[export]
+lease_ms = 10000
+
+[[export.sinks]]
+name = "meter"
+kind = "cloudevents"
+url = "https://meter.example/api/v1/events"
+auth_env = "METER_TOKEN"
+
+[[export.sinks]]
+name = "stripe"
+kind = "stripe"
+url = "https://api.stripe.com/v1/billing/meter_events"
+event_name = "llm_charge"
+value = "tokens"
+customers = { acme = "cus_1" }
+"#;
+    let vars = env(&[("TOLLGATE_KEY_PEPPER", "p"), ("METER_TOKEN", "t0ken")]);
+    let config = Config::from_toml(&format!("{BASE}\n{sinks}"), &vars).unwrap();
+    assert_eq!(config.export.sink_names(), ["meter", "stripe"]);
+    assert_eq!(
+        config.export.sinks[0].token.as_ref().map(Secret::expose),
+        Some("t0ken")
+    );
+    assert!(matches!(
+        &config.export.sinks[1].kind,
+        SinkKind::Stripe { value: StripeValue::Tokens, customers, .. } if customers["acme"] == "cus_1"
+    ));
+
+    let bad = r#"
+[[export.sinks]]
+name = "a b"
+kind = "kafka"
+url = "ftp://x"
+auth_env = "UNSET_TOKEN"
+timeout_ms = 20000
+
+[[export.sinks]]
+name = "s"
+kind = "stripe"
+url = "http://127.0.0.1:9"
+source = "x"
+"#;
+    let error = Config::from_toml(&format!("{BASE}\n{bad}"), &pepper())
+        .unwrap_err()
+        .to_string();
+    for expected in [
+        "export.sinks[0].timeout_ms: must be shorter than export.lease_ms",
+        "export.sinks[0].name: must be letters",
+        "export.sinks[0].url: must be an http:// or https:// URL",
+        "export.sinks[0].auth_env: `UNSET_TOKEN` is not set",
+        "export.sinks[0].kind: `kafka` is not `cloudevents` or `stripe`",
+        "export.sinks[1].source: is not a setting of kind `stripe`",
+        "export.sinks[1].event_name: is required for kind `stripe`",
+    ] {
+        assert!(error.contains(expected), "{expected}\nin:\n{error}");
+    }
+}

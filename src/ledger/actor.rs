@@ -82,6 +82,8 @@ pub struct LedgerActor {
     clock: SharedClock,
     /// Where an end user's day begins, for their running totals.
     calendar: Calendar,
+    /// The export sinks each written row is queued for (none: no outbox).
+    export_sinks: Arc<[String]>,
     batch: Batch<Journaled>,
     flush_interval: Duration,
     /// Shared with the handle: events recorded and not yet in the database.
@@ -138,8 +140,9 @@ impl LedgerActor {
         self.last_write_ms = self.clock.now_ms();
         let db = self.db.clone();
         let calendar = self.calendar.clone();
+        let sinks = self.export_sinks.clone();
         let fut = async move {
-            let result = repo::insert_batch(&db, &events, &calendar)
+            let result = repo::insert_exported_batch(&db, &events, &calendar, &sinks)
                 .await
                 .map_err(|e| e.to_string());
             (events, result)
@@ -334,6 +337,7 @@ impl Handler<Flush> for LedgerActor {
         }
         let db = self.db.clone();
         let calendar = self.calendar.clone();
+        let sinks = self.export_sinks.clone();
         // The spill's cursor travels with the flush and comes back with its outcome.
         let mut spill = self.spill.take();
         let upto = self.journal.as_ref().map_or(0, |j| j.last_seq());
@@ -346,7 +350,7 @@ impl Handler<Flush> for LedgerActor {
                 let result = if failed {
                     Err("an earlier chunk of this flush failed".to_owned())
                 } else {
-                    repo::insert_batch(&db, &chunk, &calendar)
+                    repo::insert_exported_batch(&db, &chunk, &calendar, &sinks)
                         .await
                         .map_err(|e| e.to_string())
                 };
@@ -361,7 +365,7 @@ impl Handler<Flush> for LedgerActor {
                         break;
                     }
                     Ok(chunk) => {
-                        let result = repo::insert_batch(&db, &chunk, &calendar)
+                        let result = repo::insert_exported_batch(&db, &chunk, &calendar, &sinks)
                             .await
                             .map_err(|e| e.to_string());
                         failed |= result.is_err();
@@ -433,6 +437,7 @@ impl LedgerHandle {
         clock: SharedClock,
         config: &LedgerConfig,
         calendar: Calendar,
+        export_sinks: Vec<String>,
         journal: Option<Arc<Journal>>,
     ) -> LedgerHandle {
         let backlog = Arc::new(AtomicUsize::new(0));
@@ -450,6 +455,7 @@ impl LedgerHandle {
             db,
             clock,
             calendar,
+            export_sinks: export_sinks.into(),
             batch: Batch::new(max_batch_rows),
             flush_interval: Duration::from_millis(flush_interval_ms),
             backlog: shared,

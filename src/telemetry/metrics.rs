@@ -196,6 +196,18 @@ metrics! {
         "A provider's imported bill less the ledger's cost, as a share of the bill, over the days of the last drift computed (an import or a drift report): positive where the provider billed more.";
     BillDriftLimitRatio => "tollgate_bill_drift_limit_ratio", Gauge, Configured,
         "The drift share past which TollgateBillDrift fires (`reconcile.max_drift_percent` ÷ 100).";
+    ExportPendingRows => "tollgate_export_pending_rows", Gauge, Configured,
+        "Ledger rows waiting in an export sink's outbox, by sink (every replica reports the database's count).";
+    ExportWaitingRows => "tollgate_export_waiting_rows", Gauge, Configured,
+        "Rows of a Stripe sink's outbox that cannot be sent: their tenant has no customer mapping, by sink.";
+    ExportOldestPendingSeconds => "tollgate_export_oldest_pending_seconds", Gauge, Configured,
+        "Age of the oldest row waiting for an export sink (0 when none waits), by sink: TollgateExportStalled watches it.";
+    ExportDeliveredRowsTotal => "tollgate_export_delivered_rows_total", Counter, Configured,
+        "Ledger rows an export sink acknowledged and this replica booked, by sink.";
+    ExportDeliveredNanosTotal => "tollgate_export_delivered_nanos_total", Counter, Configured,
+        "The charge of the rows an export sink acknowledged, in nano-units, by sink.";
+    ExportFailuresTotal => "tollgate_export_failures_total", Counter, Configured,
+        "Requests to an export sink that failed (refused, timed out, connection lost) and are retried, by sink.";
 }
 
 pub fn describe_all() {

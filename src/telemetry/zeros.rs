@@ -33,6 +33,23 @@ pub fn zero_configured(config: &Config) {
         &[],
         config.reconcile.max_drift_ratio(),
     );
+    for sink in &config.export.sinks {
+        let labels = [("sink", sink.name.as_str())];
+        for gauge in [
+            Metric::ExportPendingRows,
+            Metric::ExportWaitingRows,
+            Metric::ExportOldestPendingSeconds,
+        ] {
+            gauge_set(gauge, &labels, 0.0);
+        }
+        for counter in [
+            Metric::ExportDeliveredRowsTotal,
+            Metric::ExportDeliveredNanosTotal,
+            Metric::ExportFailuresTotal,
+        ] {
+            counter_add(counter, &labels, 0);
+        }
+    }
     for reason in ["queue_full", "export_failed"] {
         counter_add(Metric::TraceSpansDroppedTotal, &[("reason", reason)], 0);
     }

@@ -312,6 +312,15 @@ fn setup() -> TestSetup {
             1000,
             100,
         )
+        // The export's series, per sink, exist from the start.
+        .push(
+            "export.sinks",
+            crate::support::entry([
+                ("name", "warehouse".into()),
+                ("kind", "cloudevents".into()),
+                ("url", "http://127.0.0.1:9/events".into()),
+            ]),
+        )
 }
 
 /// ok, a cache miss and hit, a fallback, a normal stream, a cut stream, a 402 and a 429.
@@ -521,6 +530,7 @@ fn the_alert_rules_pass_promtool_and_define_the_documented_alerts() {
         "LedgerLagHigh",
         "GatewayOverheadP95High",
         "ReservationsOrphaned",
+        "TollgateExportStalled",
     ] {
         assert!(
             rules

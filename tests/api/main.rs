@@ -46,6 +46,8 @@ mod end_users;
 #[cfg(test)]
 mod errors;
 #[cfg(test)]
+mod export;
+#[cfg(test)]
 mod failover;
 #[cfg(test)]
 mod fleet_limit;

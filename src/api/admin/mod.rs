@@ -4,6 +4,7 @@ pub mod bill;
 pub mod costs;
 pub mod credits;
 pub mod end_users;
+pub mod export;
 pub mod keys;
 pub mod periods;
 pub mod prompt_cache;
@@ -77,7 +78,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/reload", web::post().to(reload::reload_config))
         .route("/prompt-cache", web::get().to(prompt_cache::last_review))
         .route("/prompt-cache/review", web::post().to(prompt_cache::review))
-        .route("/ledger/rollup", web::post().to(retention::roll_up));
+        .route("/ledger/rollup", web::post().to(retention::roll_up))
+        .route("/export/sinks", web::get().to(export::sinks));
 }
 
 fn now_ms(gw: &crate::state::Gateway) -> i64 {

@@ -8,6 +8,7 @@ pub mod cluster;
 mod logs;
 pub mod postgres;
 pub mod process;
+pub mod receiver;
 pub mod redis;
 mod setup;
 mod wait;
