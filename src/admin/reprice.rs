@@ -260,6 +260,7 @@ impl<'a> Tally<'a> {
                 model: row.model.clone(),
                 feature: row.feature.clone(),
                 stamped_month: self.stamped_month(row),
+                charged: Nanos::from_db(row.charged_nanos),
                 billed,
                 repriced: priced.new.1,
             });

@@ -42,7 +42,9 @@ pub struct Difference {
     pub feature: String,
     /// `YYYY-MM` of the billing time zone the row is stamped in.
     pub stamped_month: String,
-    /// What the row was billed so far, and its charge at the new prices.
+    /// The row's charge, what it was billed so far (with its adjustments),
+    /// and its charge at the new prices.
+    pub charged: Nanos,
     pub billed: Nanos,
     pub repriced: Nanos,
 }
@@ -98,7 +100,8 @@ pub async fn written_for<C: ConnectionTrait>(
 }
 
 /// Writes `differences` under `run_key`; how many rows it wrote (a row the
-/// same run wrote already is not written again).
+/// same run wrote already is not written again, and a row another run has
+/// adjusted since it was read is adjusted from what it is billed now).
 pub async fn write(
     db: &DatabaseConnection,
     calendar: &Calendar,
@@ -107,12 +110,7 @@ pub async fn write(
     now_ms: u64,
 ) -> Result<u64, StorageError> {
     let txn = db.begin().await?;
-    // A close running now either sees these rows (it waits for this
-    // transaction) or has committed before the month is chosen below.
-    if txn.get_database_backend() == DbBackend::Postgres {
-        txn.execute_unprepared("LOCK TABLE period_closes IN SHARE MODE")
-            .await?;
-    }
+    one_writer(&txn).await?;
     let closes = periods::closes(&txn).await?;
     let first_open = closes
         .last()
@@ -120,28 +118,28 @@ pub async fn write(
     let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
     let mut written = 0;
     for chunk in differences.chunks(INSERT_ROWS) {
-        let models = chunk.iter().map(|d| {
-            let (debit, credit) = d.sides();
-            let month = match &first_open {
-                Some(open) if open.as_str() > d.stamped_month.as_str() => open.clone(),
-                _ => d.stamped_month.clone(),
-            };
-            adjustment::ActiveModel {
-                run_key: Set(run_key.to_owned()),
-                usage_id: Set(d.usage_id),
-                price_version: Set(price_version.to_owned()),
-                month: Set(month),
-                tenant_id: Set(d.tenant.clone()),
-                key_id: Set(d.key.clone()),
-                provider: Set(d.provider.clone()),
-                model: Set(d.model.clone()),
-                feature: Set(d.feature.clone()),
-                debit_nanos: Set(debit.to_db()),
-                credit_nanos: Set(credit.to_db()),
-                created_at_ms: Set(now),
-                ..Default::default()
-            }
+        let ids: Vec<i64> = chunk.iter().map(|d| d.usage_id).collect();
+        let so_far = written_for(&txn, &ids).await?;
+        let now_billed = chunk.iter().filter_map(|d| {
+            let (debit, credit) = so_far.get(&d.usage_id).copied().unwrap_or_default();
+            let billed = d.charged.saturating_add(debit).saturating_sub(credit);
+            (billed != d.repriced).then(|| Difference {
+                billed,
+                ..d.clone()
+            })
         });
+        let models: Vec<_> = now_billed
+            .map(|d| {
+                let month = match &first_open {
+                    Some(open) if open.as_str() > d.stamped_month.as_str() => open.clone(),
+                    _ => d.stamped_month.clone(),
+                };
+                active(&d, (run_key, price_version), month, now)
+            })
+            .collect();
+        if models.is_empty() {
+            continue;
+        }
         written += adjustment::Entity::insert_many(models)
             .on_conflict(
                 OnConflict::columns([adjustment::Column::RunKey, adjustment::Column::UsageId])
@@ -153,6 +151,51 @@ pub async fn write(
     }
     txn.commit().await?;
     Ok(written)
+}
+
+/// The row that books `d` in `month`.
+fn active(
+    d: &Difference,
+    (run_key, price_version): (&str, &str),
+    month: String,
+    now_ms: i64,
+) -> adjustment::ActiveModel {
+    let (debit, credit) = d.sides();
+    adjustment::ActiveModel {
+        run_key: Set(run_key.to_owned()),
+        usage_id: Set(d.usage_id),
+        price_version: Set(price_version.to_owned()),
+        month: Set(month),
+        tenant_id: Set(d.tenant.clone()),
+        key_id: Set(d.key.clone()),
+        provider: Set(d.provider.clone()),
+        model: Set(d.model.clone()),
+        feature: Set(d.feature.clone()),
+        debit_nanos: Set(debit.to_db()),
+        credit_nanos: Set(credit.to_db()),
+        created_at_ms: Set(now_ms),
+        ..Default::default()
+    }
+}
+
+/// Makes the transaction the one writer of adjustments until it ends, so
+/// each sees what the one before wrote; and orders it with a close: a close
+/// running now either sees these rows (on PostgreSQL it waits for this
+/// transaction) or has committed before the month is chosen.
+async fn one_writer<C: ConnectionTrait>(txn: &C) -> Result<(), StorageError> {
+    if txn.get_database_backend() == DbBackend::Postgres {
+        // SHARE ROW EXCLUSIVE conflicts with itself, not with readers.
+        txn.execute_unprepared("LOCK TABLE reprice_adjustments IN SHARE ROW EXCLUSIVE MODE")
+            .await?;
+        txn.execute_unprepared("LOCK TABLE period_closes IN SHARE MODE")
+            .await?;
+    } else {
+        // SQLite has one writer; a write as the first statement takes its
+        // turn before anything is read.
+        txn.execute_unprepared("DELETE FROM reprice_adjustments WHERE 1 = 0")
+            .await?;
+    }
+    Ok(())
 }
 
 #[derive(Debug, FromQueryResult)]

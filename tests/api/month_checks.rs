@@ -297,6 +297,30 @@ async fn a_reprice_over_a_closed_month_writes_its_differences_once_on_the_first_
     assert_eq!(again["adjustments"]["rows_written"], 0, "{again}");
     assert_eq!(again["adjustments"]["by_key"], json!([]), "{again}");
     assert_eq!(again["current_total"], again["repriced_total"], "{again}");
+    // Another run over part of the span has a key of its own and finds the
+    // rows billed at the new prices already.
+    let (ok, out, err) = run(
+        &app,
+        &[
+            "reprice",
+            "--prices",
+            &prices,
+            "--from",
+            "2026-06-05",
+            "--to",
+            "2026-06-05",
+            "--write-adjustments",
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    let part: Value = serde_json::from_str(&out).unwrap();
+    assert_ne!(
+        part["adjustments"]["run_key"],
+        again["adjustments"]["run_key"]
+    );
+    assert_eq!(part["rows"], 1, "{part}");
+    assert_eq!(part["adjustments"]["rows_written"], 0, "{part}");
     assert_eq!(
         invoice(&app, &tenant, "2026-07").await,
         (5 + 19_999_997, 10_000_000, false, 19_999_997, 10_000_000)
