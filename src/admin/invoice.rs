@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use sea_orm::DatabaseConnection;
+use sea_orm::{ConnectionTrait, DatabaseConnection};
 use serde::Serialize;
 
 use super::{AdminError, invalid, tenants};
@@ -98,8 +98,8 @@ pub(crate) fn lines_sides(lines: &[InvoiceLine]) -> Sides {
 }
 
 /// `tenant`'s lines of the month `window` as its invoice shows them.
-pub(crate) async fn lines_of(
-    db: &DatabaseConnection,
+pub(crate) async fn lines_of<C: ConnectionTrait>(
+    db: &C,
     calendar: &Calendar,
     tenant: &crate::ids::TenantId,
     window: &crate::calendar::Window,
@@ -110,8 +110,8 @@ pub(crate) async fn lines_of(
 /// A month's lines as it stands: kept if it is closed, with the late rows
 /// booked in it if it is the first open month, else its rows; an open
 /// month's with the reprice adjustments booked in it.
-async fn month_lines(
-    db: &DatabaseConnection,
+async fn month_lines<C: ConnectionTrait>(
+    db: &C,
     calendar: &Calendar,
     tenant: &crate::ids::TenantId,
     window: &crate::calendar::Window,

@@ -13,7 +13,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use sea_orm::DatabaseConnection;
+use sea_orm::{
+    AccessMode, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend,
+    IsolationLevel, TransactionTrait,
+};
 use serde::Serialize;
 
 use super::invoice::{lines_of, lines_sides};
@@ -25,6 +28,7 @@ use crate::ledger::invoice::{self, Span};
 use crate::ledger::periods::{self, Standing};
 use crate::ledger::reprice_adjustments::{self, Sides};
 use crate::money::Nanos;
+use crate::storage::StorageError;
 
 /// Which of the ledger's sums a source is compared with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -119,6 +123,8 @@ pub async fn check(
     let window = calendar
         .month(month)
         .ok_or_else(|| invalid("month", format!("`{month}` is not a YYYY-MM month")))?;
+    let snapshot = snapshot(db).await?;
+    let db = &snapshot;
     let closes = periods::closes(db).await?;
     let standing = periods::standing(calendar, &closes, &window.key);
     let booking = Booking::of(calendar, &closes, &window, &standing);
@@ -150,6 +156,20 @@ pub async fn check(
         // `Source::total_only(sink, Basis::Stamped, rows, nanos)`.
     ];
     Ok(compare(window.key, &standing, &ledger, sources))
+}
+
+/// A read-only transaction that sees the database as it was when it began,
+/// so rows written while the sources are read cannot show as differences
+/// (SQLite's WAL gives every read transaction its snapshot).
+async fn snapshot(db: &DatabaseConnection) -> Result<DatabaseTransaction, StorageError> {
+    let txn = if db.get_database_backend() == DbBackend::Postgres {
+        let isolation = Some(IsolationLevel::RepeatableRead);
+        db.begin_with_config(isolation, Some(AccessMode::ReadOnly))
+            .await?
+    } else {
+        db.begin().await?
+    };
+    Ok(txn)
 }
 
 /// How the ledger books the month: the ids of its own rows that count, and
@@ -196,9 +216,9 @@ impl Booking {
     }
 
     /// `tenant`'s (booked, stamped) sums.
-    async fn sums(
+    async fn sums<C: ConnectionTrait>(
         &self,
-        db: &DatabaseConnection,
+        db: &C,
         tenant: &TenantId,
         window: &Window,
     ) -> Result<(Sides, Sides), AdminError> {
@@ -252,7 +272,10 @@ fn add(a: Sides, b: Sides) -> Sides {
 
 /// Every tenant the month may hold: those with a row stamped before it ends
 /// (late rows included) and those with adjustments booked in it.
-async fn tenants(db: &DatabaseConnection, window: &Window) -> Result<BTreeSet<String>, AdminError> {
+async fn tenants<C: ConnectionTrait>(
+    db: &C,
+    window: &Window,
+) -> Result<BTreeSet<String>, AdminError> {
     let mut tenants: BTreeSet<String> = periods::tenants_before(db, window.end_ms)
         .await?
         .into_iter()

@@ -9,7 +9,10 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 use jiff::Timestamp;
-use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect,
+};
 use serde::Serialize;
 
 use entity::usage;
@@ -78,8 +81,8 @@ pub async fn write_day(
 }
 
 /// Writes the day `window` of `calendar` to `out`.
-async fn write_window(
-    db: &DatabaseConnection,
+async fn write_window<C: ConnectionTrait>(
+    db: &C,
     calendar: &Calendar,
     currency: &str,
     window: &Window,
@@ -197,8 +200,8 @@ pub struct Tally {
 /// The files of every day of the month `window` of `calendar`, read back
 /// as a warehouse reads them: each line's `BilledCost` summed by
 /// `SubAccountId` (the tenant). A line that does not read is an error.
-pub async fn month_totals(
-    db: &DatabaseConnection,
+pub async fn month_totals<C: ConnectionTrait>(
+    db: &C,
     calendar: &Calendar,
     currency: &str,
     window: &Window,

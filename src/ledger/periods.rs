@@ -106,8 +106,8 @@ pub fn standing(calendar: &Calendar, closes: &[period_close::Model], month: &str
 }
 
 /// A closed month's kept invoice of `tenant` (`None`: it had no rows).
-pub async fn kept(
-    db: &DatabaseConnection,
+pub async fn kept<C: ConnectionTrait>(
+    db: &C,
     tenant: &TenantId,
     month: &str,
 ) -> Result<Option<closed_invoice::Model>, StorageError> {
