@@ -160,6 +160,10 @@ async fn a_month_closed_with_late_rows_checks_out_and_a_charge_changed_behind_it
         .await;
     assert_eq!(api.status, 200, "{}", api.raw);
     assert_eq!(api.body["agrees"], true, "{}", api.raw);
+    let bad = app
+        .admin("GET", "/invoices/check?month=2026-13", None)
+        .await;
+    assert_eq!(bad.status, 400, "{}", bad.raw);
 
     // A charge of closed June changed in the database, not through the ledger.
     app.gateway
