@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use super::invoice::{lines_of, lines_sides};
 use super::{AdminError, invalid};
-use crate::calendar::{Calendar, Period, Window};
+use crate::calendar::{Calendar, Window};
 use crate::ids::TenantId;
 use crate::ledger::focus;
 use crate::ledger::invoice::{self, Span};
@@ -127,7 +127,7 @@ pub async fn check(
     let db = &snapshot;
     let closes = periods::closes(db).await?;
     let standing = periods::standing(calendar, &closes, &window.key);
-    let booking = Booking::of(calendar, &closes, &window, &standing);
+    let booking = Booking::of(&closes, &window, &standing);
     let mut ledger = BTreeMap::new();
     let mut invoices = BTreeMap::new();
     for tenant in tenants(db, &window).await? {
@@ -182,26 +182,19 @@ struct Booking {
 }
 
 impl Booking {
-    fn of(
-        calendar: &Calendar,
-        closes: &[entity::period_close::Model],
-        window: &Window,
-        standing: &Standing,
-    ) -> Booking {
+    fn of(closes: &[entity::period_close::Model], window: &Window, standing: &Standing) -> Booking {
         match standing {
             Standing::Closed => {
-                let watermark = |month: &str| {
-                    closes
-                        .iter()
-                        .find(|close| close.month == month)
-                        .map(|close| close.watermark)
-                };
-                let own = watermark(&window.key);
-                let before = watermark(&month_before(calendar, window));
+                let key = window.key.as_str();
+                // The close that covered it (a month before the ledger's
+                // first has no close of its own) and the one before that.
+                let own = closes.iter().find(|c| c.month.as_str() >= key);
+                let before = closes.iter().rev().find(|c| c.month.as_str() < key);
+                let own = own.map(|c| c.watermark);
                 Booking {
                     through: own,
                     // A month closed with the one before it books no late rows.
-                    late_after: before.filter(|before| Some(*before) < own),
+                    late_after: before.map(|c| c.watermark).filter(|b| Some(*b) < own),
                 }
             }
             Standing::FirstOpen { after } => Booking {
@@ -382,11 +375,4 @@ impl fmt::Display for Shown {
         }
         Ok(())
     }
-}
-
-/// The month before `window`.
-fn month_before(calendar: &Calendar, window: &Window) -> String {
-    calendar
-        .window(Period::Month, window.start_ms.saturating_sub(1))
-        .key
 }

@@ -117,7 +117,9 @@ async fn a_month_closed_with_late_rows_checks_out_and_a_charge_changed_behind_it
     let closed = app.admin("POST", "/periods/2026-06/close", None).await;
     assert_eq!(closed.status, 200, "{}", closed.raw);
 
-    // Written after the close: late rows stamped in June, and July's own.
+    // Written after the close: late rows stamped in June and in May (before
+    // the ledger's first month, closed with June), and July's own.
+    insert(&app, &a, &[("2026-05-20T00:00:00Z", 50_000)]).await;
     insert(
         &app,
         &a,
@@ -129,7 +131,7 @@ async fn a_month_closed_with_late_rows_checks_out_and_a_charge_changed_behind_it
     assert_eq!(invoice(&app, &b, "2026-06").await, (100, 0, true, 0, 0));
     assert_eq!(
         invoice(&app, &a, "2026-07").await,
-        (1_005, 0, false, 1_000, 0)
+        (51_005, 0, false, 51_000, 0)
     );
     assert_eq!(
         invoice(&app, &b, "2026-07").await,
@@ -146,7 +148,7 @@ async fn a_month_closed_with_late_rows_checks_out_and_a_charge_changed_behind_it
     let (ok, july, err) = check(&app, "2026-07").await;
     assert!(ok, "{err}\n{july}");
     assert_eq!(july["standing"], "first_open");
-    assert_eq!(nanos(&july["booked"]["debit"]), 21_005, "{july}");
+    assert_eq!(nanos(&july["booked"]["debit"]), 71_005, "{july}");
     assert_eq!(nanos(&july["stamped"]["debit"]), 5, "{july}");
     let sources: Vec<&str> = july["sources"]
         .as_array()
@@ -155,6 +157,10 @@ async fn a_month_closed_with_late_rows_checks_out_and_a_charge_changed_behind_it
         .map(|s| s["name"].as_str().unwrap())
         .collect();
     assert_eq!(sources, ["invoices", "focus_export"]);
+    let (ok, may, err) = check(&app, "2026-05").await;
+    assert!(ok, "{err}\n{may}");
+    assert_eq!(nanos(&may["stamped"]["debit"]), 50_000, "{may}");
+    assert_eq!(nanos(&may["booked"]["debit"]), 0, "{may}");
     let api = app
         .admin("GET", "/invoices/check?month=2026-07", None)
         .await;
