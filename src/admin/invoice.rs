@@ -279,4 +279,43 @@ mod tests {
              total,,,,,,,1.5,\n"
         );
     }
+
+    #[test]
+    fn a_reprice_credit_shows_net_with_a_minus_sign_and_its_reason() {
+        let line = InvoiceLine {
+            model: "m".to_owned(),
+            feature: "chat".to_owned(),
+            requests: 0,
+            rows: 2,
+            prompt_tokens: 0,
+            cached_tokens: 0,
+            completion_tokens: 0,
+            amount: Nanos::new(250_000_000),
+            credit: Nanos::new(750_000_000),
+            adjustment: true,
+            reason: Some("repriced at price version v2".to_owned()),
+        };
+        let invoice = Invoice {
+            tenant_id: "acme".to_owned(),
+            month: "2026-11".to_owned(),
+            timezone: "UTC".to_owned(),
+            currency: "USD".to_owned(),
+            from_ms: 0,
+            to_ms: 1,
+            lines: vec![line],
+            total: Nanos::new(250_000_000),
+            credits: Nanos::new(750_000_000),
+            closed: false,
+            basis: Basis::Live,
+        };
+        let text = csv(&invoice);
+        assert!(
+            text.ends_with(
+                "m,chat,0,2,0,0,0,-0.5,adjustment: repriced at price version v2\n\
+                 total,,,,,,,-0.5,\n"
+            ),
+            "{text}"
+        );
+        assert_eq!(signed(Nanos::new(3), Nanos::new(1)), "0.000000002");
+    }
 }
