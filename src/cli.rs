@@ -64,13 +64,18 @@ enum Command {
     /// Spend report from the ledger.
     Spend(SpendArgs),
     /// What the ledger's calls would cost under a price table (the configured one by
-    /// default); reads the ledger, never rewrites it.
+    /// default); reads the ledger, never rewrites it. A span over a closed month is
+    /// refused unless the differences are written as adjustments.
     Reprice {
         /// A TOML file with `[[prices]]` (a configuration file works too).
         #[arg(long)]
         prices: Option<PathBuf>,
         #[command(flatten)]
         range: LedgerRange,
+        /// Write each row's difference as an adjustment of an open month's
+        /// invoice (once per run: an identical run writes nothing).
+        #[arg(long)]
+        write_adjustments: bool,
     },
     /// Rows charged their hold without the provider's usage (orphaned, or an
     /// unknown outcome), by provider: what to compare with each provider's bill.
@@ -96,15 +101,18 @@ enum Command {
     /// A tenant's invoice for a month of the billing time zone, from the ledger:
     /// lines by model and feature whose total is the ledger's sum.
     Invoice {
+        /// The tenant whose invoice to write; with `--check`, only its invoice is checked.
         #[arg(long)]
-        tenant: String,
+        tenant: Option<String>,
         /// YYYY-MM.
         #[arg(long)]
         month: String,
         /// `csv` or `json`.
         #[arg(long, default_value = "csv")]
         format: String,
-        /// Read the ledger's sum again without the grouping; exit non-zero unless it is the total.
+        /// Exit non-zero unless the sources agree: with `--tenant`, the invoice's
+        /// total and the ledger's sum; without, every tenant's invoices, the
+        /// ledger and the exports of the month, each difference listed.
         #[arg(long)]
         check: bool,
     },
@@ -306,13 +314,19 @@ fn json_out<T: serde::Serialize>(value: &T) -> Result<()> {
 
 async fn invoice(
     config: Arc<Config>,
-    tenant: &str,
+    tenant: Option<&str>,
     month: &str,
     format: &str,
     check: bool,
 ) -> Result<()> {
     let db = storage::connect_and_migrate(&config.storage.database_url, 1).await?;
     let currency = &config.billing.currency;
+    let Some(tenant) = tenant else {
+        if !check {
+            anyhow::bail!("--tenant names the invoice to write (or check a month with --check)");
+        }
+        return closes::check_month(&db, &config, month).await;
+    };
     let invoice =
         crate::admin::invoice::build(&db, &config.calendar, currency, tenant, month).await?;
     if check {
@@ -366,8 +380,13 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Command::Tenant(command) => tenant(load(config_path, &ProcessEnv)?, command).await,
         Command::Key(command) => key(load(config_path, &ProcessEnv)?, command).await,
         Command::Spend(args) => spend_report(load(config_path, &ProcessEnv)?, args).await,
-        Command::Reprice { prices, range } => {
-            reprice(load(config_path, &ProcessEnv)?, prices.as_deref(), range).await
+        Command::Reprice {
+            prices,
+            range,
+            write_adjustments,
+        } => {
+            let config = load(config_path, &ProcessEnv)?;
+            reprice(config, prices.as_deref(), range, write_adjustments).await
         }
         Command::Reconcile { range } => reconcile(load(config_path, &ProcessEnv)?, range).await,
         Command::Period { action } => closes::period(load(config_path, &ProcessEnv)?, action).await,
@@ -388,7 +407,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
         } => {
             invoice(
                 load(config_path, &ProcessEnv)?,
-                &tenant,
+                tenant.as_deref(),
                 &month,
                 &format,
                 check,
@@ -430,7 +449,12 @@ async fn serve(config_path: Option<&Path>) -> Result<()> {
 }
 
 /// Prices the ledger's rows again (at `prices`, else the configured ones).
-async fn reprice(config: Arc<Config>, prices: Option<&Path>, range: LedgerRange) -> Result<()> {
+async fn reprice(
+    config: Arc<Config>,
+    prices: Option<&Path>,
+    range: LedgerRange,
+    write_adjustments: bool,
+) -> Result<()> {
     let LedgerRange { tenant, from, to } = range;
     let billing = match prices {
         Some(path) => {
@@ -443,9 +467,14 @@ async fn reprice(config: Arc<Config>, prices: Option<&Path>, range: LedgerRange)
         text.map(|t| Date::parse(&t).with_context(|| format!("`{t}` is not a YYYY-MM-DD date")))
             .transpose()
     };
-    let report =
-        crate::admin::reprice::reprice(&db, &billing, tenant.as_deref(), day(from)?, day(to)?)
-            .await?;
+    let run = crate::admin::reprice::RepriceRun {
+        tenant: tenant.as_deref(),
+        from: day(from)?,
+        to: day(to)?,
+        write_adjustments,
+        now_ms: SystemClock.now_ms(),
+    };
+    let report = crate::admin::reprice::reprice(&db, &config.calendar, &billing, run).await?;
     json_out(&report)
 }
 

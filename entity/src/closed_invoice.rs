@@ -17,6 +17,8 @@ pub struct Model {
     /// The ledger's own sum of the same rows, read apart when it closed.
     pub ledger_nanos: i64,
     pub ledger_rows: i64,
+    /// The credits among the ledger's adjustments of the month.
+    pub ledger_credit_nanos: i64,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -17,6 +17,7 @@ pub mod feature_budget;
 pub mod period_close;
 pub mod prelude;
 pub mod report_delivery;
+pub mod reprice_adjustment;
 pub mod stored_response;
 pub mod stored_response_item;
 pub mod tenant;

@@ -32,6 +32,7 @@ mod m20261207_000027_route_grants;
 mod m20261207_000028_period_closes;
 mod m20261207_000029_credit_grants;
 mod m20261207_000030_export_outbox;
+mod m20261207_000031_reprice_adjustments;
 
 pub use m20261203_000018_usage_retention::partition_name;
 pub use m20261205_000020_cache_usage_index::{CACHE_USAGE_INDEX, CACHE_USAGE_ROWS};
@@ -72,6 +73,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261207_000028_period_closes::Migration),
             Box::new(m20261207_000029_credit_grants::Migration),
             Box::new(m20261207_000030_export_outbox::Migration),
+            Box::new(m20261207_000031_reprice_adjustments::Migration),
         ]
     }
 }

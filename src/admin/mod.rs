@@ -9,6 +9,7 @@ pub mod daily_push;
 pub mod end_users;
 pub mod invoice;
 pub mod keys;
+pub mod month_check;
 pub mod periods;
 pub mod reconcile;
 pub mod report;

@@ -1,6 +1,7 @@
 //! `tollgate period close|list` (months that close), `tollgate export
-//! focus` (a day of the ledger for a data warehouse) and `tollgate export
-//! status` (the export sinks' cursors and outboxes).
+//! focus` (a day of the ledger for a data warehouse), `tollgate export
+//! status` (the export sinks' cursors and outboxes) and `tollgate invoice
+//! --check --month` (a month's numbers against each other).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -84,4 +85,31 @@ pub(super) async fn period(config: Arc<Config>, action: PeriodCommand) -> Result
         }
         PeriodCommand::List => json_out(&crate::admin::periods::list(&db).await?),
     }
+}
+
+/// Prints the month's check; an error listing each difference unless every
+/// source agrees with the ledger.
+pub(super) async fn check_month(
+    db: &sea_orm::DatabaseConnection,
+    config: &Config,
+    month: &str,
+) -> Result<()> {
+    let currency = &config.billing.currency;
+    let checked = crate::admin::month_check::check(db, &config.calendar, currency, month).await?;
+    json_out(&checked)?;
+    if !checked.agrees {
+        let listed: Vec<String> = checked
+            .differences
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        anyhow::bail!(
+            "{}: {} difference{}: {}",
+            checked.month,
+            listed.len(),
+            if listed.len() == 1 { "" } else { "s" },
+            listed.join("; ")
+        );
+    }
+    Ok(())
 }

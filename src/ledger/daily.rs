@@ -123,7 +123,9 @@ pub(super) async fn invoice_lines<C: ConnectionTrait>(
             cached_tokens: count(r.cached_tokens),
             completion_tokens: count(r.completion_tokens),
             amount: Nanos::from_db(r.charged_nanos.unwrap_or(0)),
+            credit: Nanos::ZERO,
             adjustment: false,
+            reason: None,
         })
         .collect())
 }

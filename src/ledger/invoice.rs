@@ -28,10 +28,26 @@ pub struct InvoiceLine {
     pub cached_tokens: u64,
     pub completion_tokens: u64,
     pub amount: Nanos,
+    /// What the line takes off the invoice: a reprice's credits (money has
+    /// no sign, so a line's debits and credits are apart).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub credit: Nanos,
     /// Rows stamped in a month closed before they were written, booked in
-    /// this one (see `periods.rs`).
+    /// this one (see `periods.rs`), or a reprice's differences
+    /// (`reprice_adjustments.rs`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub adjustment: bool,
+    /// Why an adjustment that is not a late row is on the invoice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+#[expect(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if passes a reference"
+)]
+fn is_zero(amount: &Nanos) -> bool {
+    *amount == Nanos::ZERO
 }
 
 /// The rows a read takes: those created in `[from_ms, to_ms)` with an id in
@@ -136,7 +152,9 @@ pub async fn lines<C: ConnectionTrait>(
             cached_tokens: count(r.cached_tokens),
             completion_tokens: count(r.completion_tokens),
             amount: Nanos::from_db(r.charged_nanos.unwrap_or(0)),
+            credit: Nanos::ZERO,
             adjustment: false,
+            reason: None,
         })
         .collect();
     if span.rows_only {

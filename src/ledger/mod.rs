@@ -15,6 +15,7 @@ pub mod invoice;
 mod partitions;
 pub mod periods;
 pub mod repo;
+pub mod reprice_adjustments;
 pub mod retention;
 mod rollup;
 pub mod settle;

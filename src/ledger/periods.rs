@@ -10,7 +10,8 @@
 //! after the latest close, whose invoice shows it on lines of its own, and
 //! keeps it when that month closes in turn. Every row is thus on exactly one
 //! invoice. The retention roll-up leaves such rows alone until then
-//! (`late_rows_from`), since a rolled-up row has no id to book it by.
+//! (`late_rows_from`), since a rolled-up row has no id to book it by. A
+//! reprice's adjustments booked in a month are kept with its invoice.
 //!
 //! The watermark is exact because nothing is written while it is read: on
 //! PostgreSQL the close locks `usage` against writers (it waits for those
@@ -26,6 +27,7 @@ use sea_orm::{
 use entity::{closed_invoice, period_close};
 
 use super::invoice::{self, InvoiceLine, Span};
+use super::reprice_adjustments::{self, Sides};
 use crate::calendar::{Calendar, Period};
 use crate::ids::TenantId;
 use crate::money::Nanos;
@@ -82,7 +84,7 @@ pub async fn closes<C: ConnectionTrait>(db: &C) -> Result<Vec<period_close::Mode
 }
 
 /// The month after `month` (`YYYY-MM`) in `calendar`.
-fn next_month(calendar: &Calendar, month: &str) -> Option<String> {
+pub fn next_month(calendar: &Calendar, month: &str) -> Option<String> {
     let window = calendar.month(month)?;
     Some(calendar.window(Period::Month, window.end_ms).key)
 }
@@ -104,8 +106,8 @@ pub fn standing(calendar: &Calendar, closes: &[period_close::Model], month: &str
 }
 
 /// A closed month's kept invoice of `tenant` (`None`: it had no rows).
-pub async fn kept(
-    db: &DatabaseConnection,
+pub async fn kept<C: ConnectionTrait>(
+    db: &C,
     tenant: &TenantId,
     month: &str,
 ) -> Result<Option<closed_invoice::Model>, StorageError> {
@@ -295,10 +297,17 @@ async fn keep_month<C: ConnectionTrait>(
             rows += late_rows;
             charged = charged.saturating_add(late_charged);
         }
+        lines.extend(reprice_adjustments::lines(txn, &tenant, month).await?);
+        let repriced = reprice_adjustments::sum(txn, &tenant, month).await?;
         if lines.is_empty() {
             continue;
         }
-        keep_invoice(txn, &tenant, month, &lines, (rows, charged)).await?;
+        let ledger = Sides {
+            rows: rows + repriced.rows,
+            debit: charged.saturating_add(repriced.debit),
+            credit: repriced.credit,
+        };
+        keep_invoice(txn, &tenant, month, &lines, ledger).await?;
         kept += 1;
     }
     Ok(kept)
@@ -309,7 +318,7 @@ async fn keep_invoice<C: ConnectionTrait>(
     tenant: &TenantId,
     month: &str,
     lines: &[InvoiceLine],
-    (ledger_rows, ledger_charged): (u64, Nanos),
+    ledger: Sides,
 ) -> Result<(), CloseError> {
     let total = lines
         .iter()
@@ -323,8 +332,9 @@ async fn keep_invoice<C: ConnectionTrait>(
         lines: Set(serde_json::to_string(lines).unwrap_or_default()),
         total_nanos: Set(total.to_db()),
         rows: Set(db_count(rows)),
-        ledger_nanos: Set(ledger_charged.to_db()),
-        ledger_rows: Set(db_count(ledger_rows)),
+        ledger_nanos: Set(ledger.debit.to_db()),
+        ledger_rows: Set(db_count(ledger.rows)),
+        ledger_credit_nanos: Set(ledger.credit.to_db()),
     })
     .exec(txn)
     .await?;
@@ -332,7 +342,7 @@ async fn keep_invoice<C: ConnectionTrait>(
 }
 
 /// Every tenant with a row or rolled-up day before `end_ms`.
-async fn tenants_before<C: ConnectionTrait>(
+pub async fn tenants_before<C: ConnectionTrait>(
     txn: &C,
     end_ms: u64,
 ) -> Result<Vec<TenantId>, StorageError> {

@@ -70,9 +70,14 @@ async fn a_dated_price_takes_over_at_its_day_and_reprice_honours_each_rows_date(
 
     let config = &app.gateway.config;
     let db = app.gateway.directory.db();
-    let repriced = tollgate::admin::reprice::reprice(db, &config.billing(), None, None, None)
-        .await
-        .unwrap();
+    let repriced = tollgate::admin::reprice::reprice(
+        db,
+        &config.calendar,
+        &config.billing(),
+        tollgate::admin::reprice::RepriceRun::default(),
+    )
+    .await
+    .unwrap();
     assert_eq!(repriced.current_total.to_db(), 280_000 + 560_000 + 672_000);
     assert_eq!(repriced.repriced_total, repriced.current_total);
     assert_eq!(
@@ -140,9 +145,14 @@ async fn a_plans_dated_price_takes_over_at_its_day() {
 
     let config = &app.gateway.config;
     let db = app.gateway.directory.db();
-    let repriced = tollgate::admin::reprice::reprice(db, &config.billing(), None, None, None)
-        .await
-        .unwrap();
+    let repriced = tollgate::admin::reprice::reprice(
+        db,
+        &config.calendar,
+        &config.billing(),
+        tollgate::admin::reprice::RepriceRun::default(),
+    )
+    .await
+    .unwrap();
     assert_eq!(repriced.current_total.to_db(), 420_000 + 140_000);
     assert_eq!(repriced.repriced_total, repriced.current_total);
 }

@@ -72,6 +72,8 @@ mod messages;
 #[cfg(test)]
 mod metrics;
 #[cfg(test)]
+mod month_checks;
+#[cfg(test)]
 mod openapi;
 #[cfg(test)]
 mod period_closes;

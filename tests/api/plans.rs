@@ -174,7 +174,11 @@ async fn a_negotiated_price_replaces_the_markup_and_a_tenant_on_no_plan_pays_the
     // cost is repriced and the charge kept.
     let config = &app.gateway.config;
     let db = app.gateway.directory.db();
-    let same = tollgate::admin::reprice::reprice(db, &config.billing(), Some(&big), None, None)
+    let run = tollgate::admin::reprice::RepriceRun {
+        tenant: Some(&big),
+        ..Default::default()
+    };
+    let same = tollgate::admin::reprice::reprice(db, &config.calendar, &config.billing(), run)
         .await
         .unwrap();
     assert_eq!(same.repriced_total, same.current_total);
@@ -185,7 +189,7 @@ async fn a_negotiated_price_replaces_the_markup_and_a_tenant_on_no_plan_pays_the
         plans: std::collections::BTreeMap::new(),
         ..config.billing()
     };
-    let without = tollgate::admin::reprice::reprice(db, &no_plans, Some(&big), None, None)
+    let without = tollgate::admin::reprice::reprice(db, &config.calendar, &no_plans, run)
         .await
         .unwrap();
     assert_eq!(without.unplanned, ["bigco"]);

@@ -9,6 +9,7 @@ pub mod keys;
 pub mod periods;
 pub mod prompt_cache;
 pub mod reload;
+pub mod reprice;
 pub mod retention;
 pub mod spend;
 pub mod tenants;
@@ -66,6 +67,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             "/tenants/{id}/invoices/{month}",
             web::get().to(spend::tenant_invoice),
         )
+        .route("/invoices/check", web::get().to(spend::month_check))
+        .route("/reprice", web::post().to(reprice::reprice))
         .route("/spend", web::get().to(spend::all_spend))
         .route("/periods", web::get().to(periods::list))
         .route("/periods/{month}/close", web::post().to(periods::close))

@@ -121,6 +121,32 @@ pub struct InvoiceParams {
     format: Option<String>,
 }
 
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MonthParams {
+    /// YYYY-MM.
+    month: String,
+}
+
+/// `GET /admin/v1/invoices/check?month=YYYY-MM`: every tenant's invoices of
+/// the month, the ledger and the exports side by side; `agrees` is false and
+/// `differences` lists each one where they do not.
+pub async fn month_check(
+    _admin: AdminAuth,
+    gw: web::Data<Gateway>,
+    params: web::Query<MonthParams>,
+) -> Result<HttpResponse, ApiError> {
+    let currency = &gw.config.billing.currency;
+    let checked = crate::admin::month_check::check(
+        gw.directory.db(),
+        &gw.config.calendar,
+        currency,
+        &params.month,
+    )
+    .await?;
+    Ok(HttpResponse::Ok().json(checked))
+}
+
 /// `GET /admin/v1/tenants/{id}/invoices/{month}`: the month's invoice, with
 /// the ledger's own sum beside its total (JSON), or its lines (CSV).
 pub async fn tenant_invoice(
