@@ -38,6 +38,9 @@ pub enum Basis {
     Booked,
     /// The rows stamped in the month's days, whenever written.
     Stamped,
+    /// Their charge only: an export sink carries the rows with a charge or
+    /// usage, so its count of rows is its own.
+    Exported,
 }
 
 /// One source of the month's numbers.
@@ -52,6 +55,15 @@ pub struct Source {
 }
 
 impl Source {
+    fn agrees_with(&self, ledger: &Sides) -> bool {
+        match self.basis {
+            Basis::Exported => {
+                (self.total.debit, self.total.credit) == (ledger.debit, ledger.credit)
+            }
+            Basis::Booked | Basis::Stamped => self.total == *ledger,
+        }
+    }
+
     /// A source that knows only its month's total, such as an export sink's
     /// delivered rows and amount.
     pub fn total_only(name: impl Into<String>, basis: Basis, rows: u64, charged: Nanos) -> Source {
@@ -113,12 +125,14 @@ pub struct MonthCheck {
     pub agrees: bool,
 }
 
-/// Checks `month` (`YYYY-MM` of `calendar`).
+/// Checks `month` (`YYYY-MM` of `calendar`), with what each export sink in
+/// `sinks` has delivered of it.
 pub async fn check(
     db: &DatabaseConnection,
     calendar: &Calendar,
     currency: &str,
     month: &str,
+    sinks: &[String],
 ) -> Result<MonthCheck, AdminError> {
     let window = calendar
         .month(month)
@@ -148,13 +162,20 @@ pub async fn check(
             (tenant, sides)
         })
         .collect();
-    let sources = vec![
+    let mut sources = vec![
         Source::per_tenant("invoices", Basis::Booked, invoices),
         Source::per_tenant("focus_export", Basis::Stamped, exported),
-        // Export sinks join the comparison here: each configured sink's
-        // delivered rows and amount for the month, one more
-        // `Source::total_only(sink, Basis::Stamped, rows, nanos)`.
     ];
+    for sink in sinks {
+        let delivered = crate::export::delivered_totals(db, sink, &window.key).await?;
+        let name = format!("export sink `{sink}`");
+        sources.push(Source::total_only(
+            name,
+            Basis::Exported,
+            delivered.rows,
+            delivered.nanos,
+        ));
+    }
     Ok(compare(window.key, &standing, &ledger, sources))
 }
 
@@ -286,7 +307,7 @@ fn compare(
 ) -> MonthCheck {
     let on = |basis: Basis, sums: (Sides, Sides)| match basis {
         Basis::Booked => sums.0,
-        Basis::Stamped => sums.1,
+        Basis::Stamped | Basis::Exported => sums.1,
     };
     let booked = ledger.values().fold(Sides::default(), |s, v| add(s, v.0));
     let stamped = ledger.values().fold(Sides::default(), |s, v| add(s, v.1));
@@ -294,7 +315,7 @@ fn compare(
     let mut tenants: BTreeMap<String, TenantSums> = BTreeMap::new();
     for source in &sources {
         let expected = on(source.basis, (booked, stamped));
-        if source.total != expected {
+        if !source.agrees_with(&expected) {
             differences.push(Difference {
                 source: source.name.clone(),
                 basis: source.basis,
@@ -351,6 +372,7 @@ impl fmt::Display for Difference {
         let basis = match self.basis {
             Basis::Booked => "booked in the month",
             Basis::Stamped => "stamped in the month",
+            Basis::Exported => "charged on rows stamped in the month",
         };
         match &self.tenant {
             Some(tenant) => write!(f, "{} of tenant {tenant}", self.source)?,

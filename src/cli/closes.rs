@@ -95,7 +95,9 @@ pub(super) async fn check_month(
     month: &str,
 ) -> Result<()> {
     let currency = &config.billing.currency;
-    let checked = crate::admin::month_check::check(db, &config.calendar, currency, month).await?;
+    let sinks = config.export.sink_names();
+    let checked =
+        crate::admin::month_check::check(db, &config.calendar, currency, month, &sinks).await?;
     json_out(&checked)?;
     if !checked.agrees {
         let listed: Vec<String> = checked

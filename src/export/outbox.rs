@@ -264,8 +264,8 @@ pub struct DeliveredTotals {
     pub nanos: Nanos,
 }
 
-pub async fn delivered_totals(
-    db: &DatabaseConnection,
+pub async fn delivered_totals<C: sea_orm::ConnectionTrait>(
+    db: &C,
     sink: &str,
     month: &str,
 ) -> Result<DeliveredTotals, StorageError> {

@@ -263,6 +263,30 @@ async fn cloudevents_arrive_exactly_once_through_a_flaky_receiver() {
     let expected: BTreeSet<&str> = ["user-7", &tenants[0], &tenants[1]].into_iter().collect();
     assert_eq!(subjects, expected);
     assert_cursor_matches(db, &rows).await;
+    assert_month_checks_out(&app, &rows).await;
+}
+
+/// The month's check puts the sink's delivered amount beside the ledger's
+/// and the invoices': they agree once the outbox is drained.
+async fn assert_month_checks_out(app: &crate::support::TestApp, rows: &[&entity::usage::Model]) {
+    let months: BTreeSet<String> = rows.iter().map(|row| row.period.clone()).collect();
+    for month in months {
+        let checked = app
+            .admin("GET", &format!("/invoices/check?month={month}"), None)
+            .await;
+        assert_eq!(checked.status, 200, "{}", checked.raw);
+        assert_eq!(checked.body["agrees"], true, "{}", checked.raw);
+        let names: Vec<&str> = checked.body["sources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap())
+            .collect();
+        assert!(
+            names.contains(&format!("export sink `{SINK}`").as_str()),
+            "{names:?}"
+        );
+    }
 }
 
 #[actix_web::test]

@@ -142,6 +142,7 @@ pub async fn month_check(
         &gw.config.calendar,
         currency,
         &params.month,
+        &gw.config.export.sink_names(),
     )
     .await?;
     Ok(HttpResponse::Ok().json(checked))
