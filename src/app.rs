@@ -82,13 +82,15 @@ fn start_tracer(config: &Config) -> Result<crate::telemetry::traces::Tracer, App
     })
 }
 
-/// The daily report's push, the review of prompt-cache breakpoints and the
-/// ledger's roll-up, where they are on.
+/// The daily report's push, the review of prompt-cache breakpoints, the
+/// ledger's roll-up, where they are on, the look for unbooked breakage and
+/// the export senders.
 fn spawn_background(gateway: &Arc<Gateway>) -> Vec<actix_rt::task::JoinHandle<()>> {
     [
         crate::admin::daily_push::spawn(gateway.clone()),
         crate::prompts::advisor::spawn(gateway.clone()),
         crate::ledger::retention::spawn(gateway.clone()),
+        crate::admin::breakage::spawn(gateway.clone()),
     ]
     .into_iter()
     .flatten()

@@ -3,6 +3,7 @@
 //! callers that serve traffic also refresh their in-memory view.
 
 pub mod bill;
+pub mod breakage;
 pub mod costs;
 pub mod credits;
 pub mod daily_push;

@@ -347,3 +347,52 @@ async fn wait_for_key(app: &TestApp, key: &str) {
     )
     .await;
 }
+
+#[actix_web::test]
+async fn a_customer_who_never_comes_back_still_has_its_promotional_credit_broken() {
+    let start = now_ms();
+    let clock = Arc::new(ManualClock::new(start));
+    let route = "grants-idle";
+    let app = spawn_app(setup(route, clock.clone())).await;
+    let (tenant, key) = app
+        .tenant_with_key("prepaid", json!({"credits": true}))
+        .await;
+    let path = format!("/tenants/{tenant}/credits");
+    let expires = start + HOUR_MS;
+    let promo = grant(
+        &app,
+        &path,
+        json!({"amount": "0.0005", "idempotency_key": "promo", "kind": "promotional", "expires_at_ms": expires}),
+    )
+    .await;
+    call_ok(&app, &key, route).await;
+    app.ledger_rows_eventually(&tenant, 1).await;
+
+    // The customer goes quiet: its actor stops, and nothing of it runs.
+    clock.set_ms(start + 10 * 60_000);
+    let tenants = &app.gateway.tenants;
+    wait_until(
+        Duration::from_secs(10),
+        "the idle actor to stop",
+        async || {
+            let running = tenants.running_tenants();
+            crate::support::done_if(!running.iter().any(|t| t.as_str() == tenant), running)
+        },
+    )
+    .await;
+    clock.set_ms(expires + 24 * HOUR_MS);
+    let db = app.gateway.directory.db().clone();
+    let booked = wait_until(Duration::from_secs(30), "the breakage booked", async || {
+        let rows = entity::credit_breakage::Entity::find()
+            .filter(entity::credit_breakage::Column::TenantId.eq(tenant.as_str()))
+            .all(&db)
+            .await
+            .unwrap();
+        crate::support::done_if(!rows.is_empty(), rows)
+    })
+    .await;
+    assert_eq!(
+        (booked[0].credit_id, booked[0].amount_nanos),
+        (promo, 500_000 - CALL)
+    );
+}
