@@ -4,16 +4,19 @@
 //! is refused unless it writes adjustments, which it writes once.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use sea_orm::ConnectionTrait;
 use serde_json::{Value, json};
 use tollgate::clock::ManualClock;
+use tollgate::export::outbox;
 use tollgate::ledger::AttemptStatus;
 use tollgate::money::Nanos;
 use tollgate::period::parse_instant;
 
 use crate::invoices::row;
-use crate::support::{TestApp, TestSetup, spawn_app};
+use crate::support::receiver::{Answer, FlakyReceiver};
+use crate::support::{TestApp, TestSetup, done_if, entry, spawn_app, wait_until};
 
 async fn setup() -> (TestApp, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::new(
@@ -350,4 +353,94 @@ async fn a_reprice_over_a_closed_month_writes_its_differences_once_on_the_first_
     );
     let (ok, report, err) = check(&app, "2026-07").await;
     assert!(ok, "{err}\n{report}");
+}
+
+/// Writes rows as the ledger does when an export sink is configured: each
+/// queued for the sink in the transaction that writes it.
+async fn insert_exported(app: &TestApp, tenant: &str, rows: &[(&str, i64)]) {
+    let events: Vec<_> = rows
+        .iter()
+        .map(|(at, charged)| row(tenant, "m", "chat", AttemptStatus::Ok, at, *charged))
+        .collect();
+    tollgate::ledger::repo::insert_exported_batch(
+        app.gateway.directory.db(),
+        &events,
+        &tollgate::calendar::Calendar::utc(),
+        &["billing".to_owned()],
+    )
+    .await
+    .unwrap();
+}
+
+#[actix_web::test]
+async fn what_an_export_sink_delivered_agrees_across_a_close_with_late_rows() {
+    let receiver = FlakyReceiver::start(vec![Answer::Ok, Answer::RecordThen500]).await;
+    let clock = Arc::new(ManualClock::new(
+        parse_instant("2026-07-15T12:00:00Z").unwrap(),
+    ));
+    let sink = entry([
+        ("name", "billing".into()),
+        ("kind", "cloudevents".into()),
+        ("url", receiver.url.clone().into()),
+        ("timeout_ms", 1_000.into()),
+        ("batch_rows", 2.into()),
+    ]);
+    let app = spawn_app(
+        TestSetup::new()
+            .clock(clock)
+            .route("fast", &["primary/ok"])
+            .tier("free", &["fast"], 1000, 100)
+            .set("billing.timezone", "Asia/Shanghai")
+            .push("export.sinks", sink),
+    )
+    .await;
+    let (a, _) = app.tenant_with_key("free", json!({})).await;
+    insert_exported(
+        &app,
+        &a,
+        &[("2026-06-05T00:00:00Z", 3), ("2026-06-20T00:00:00Z", 7)],
+    )
+    .await;
+    let closed = app.admin("POST", "/periods/2026-06/close", None).await;
+    assert_eq!(closed.status, 200, "{}", closed.raw);
+    insert_exported(
+        &app,
+        &a,
+        &[("2026-06-25T00:00:00Z", 1_000), ("2026-07-03T00:00:00Z", 5)],
+    )
+    .await;
+    let db = app.gateway.directory.db().clone();
+    wait_until(Duration::from_mins(1), "the outbox to drain", async || {
+        let pending = outbox::pending(&db, "billing", None).await.unwrap();
+        done_if(pending.rows == 0, pending)
+    })
+    .await;
+
+    for month in ["2026-06", "2026-07"] {
+        let (ok, report, err) = check(&app, month).await;
+        assert!(ok, "{month}: {report} {err}");
+        let names: Vec<&str> = report["sources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap())
+            .collect();
+        assert!(names.contains(&"export sink `billing`"), "{names:?}");
+    }
+    // June's kept invoice has 10; the sink and the rows stamped in June, 1,010.
+    assert_eq!(invoice(&app, &a, "2026-06").await, (10, 0, true, 0, 0));
+    let june = tollgate::export::delivered_totals(&db, "billing", "2026-06")
+        .await
+        .unwrap();
+    assert_eq!((june.rows, june.nanos.get()), (3, 1_010));
+
+    // A sink that booked less than it was sent is a difference naming it.
+    db.execute_unprepared(
+        "UPDATE export_delivered SET nanos = nanos - 1 WHERE sink = 'billing' AND month = '2026-06'",
+    )
+    .await
+    .unwrap();
+    let (ok, report, err) = check(&app, "2026-06").await;
+    assert!(!ok, "{report}");
+    assert!(err.contains("export sink `billing`"), "{err}");
 }
