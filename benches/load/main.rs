@@ -67,7 +67,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const USAGE: &str = "usage: cargo bench --bench load [-- [--quick] [--runs N] [--seconds S] \
                      [--wait-quiet S] [--soak-seconds N] [--end-users N] [--nginx-workers N] \
                      [--skip-nginx] [--skip-bare] [--skip-crabllm] [--skip-redis] [--no-renice] [--no-profile] \
-                     [--in-flight-only] [--shape-only] [--skip-shape] [--skip-postgres] [--skip-scale] \
+                     [--in-flight-only] [--shape-only] [--skip-shape] [--skip-postgres] [--skip-scale] [--scale-only] \
                      [--agent-seconds S] [--scale-calls N] [--scale-seconds S] [--write-capacity RESULTS.json]]";
 const DEFAULT_NGINX_WORKERS: u32 = 2;
 /// The soak of a full run; the 10-minute soak of the target is `--soak-seconds 600`.
@@ -131,6 +131,7 @@ fn parse_options(args: &[String]) -> Result<Options> {
             "--shape-only" => shape.only = true,
             "--skip-shape" => shape.skip = true,
             "--skip-scale" => shape.skip_scale = true,
+            "--scale-only" => shape.scale_only = true,
             "--skip-postgres" => shape.skip_postgres = true,
             "--agent-seconds" | "--scale-calls" | "--scale-seconds" => {
                 let value: u64 = args
@@ -198,7 +199,7 @@ fn parse_options(args: &[String]) -> Result<Options> {
             bare,
             crabllm,
             redis,
-            postgres: !shape.skip_postgres,
+            postgres: !shape.skip_postgres && !shape.scale_only,
         },
         renice,
         profile,
@@ -211,7 +212,8 @@ fn parse_options(args: &[String]) -> Result<Options> {
             end_users::END_USERS
         }),
         in_flight_only,
-        shape_only: shape.only,
+        // Only the scale cell is only a part of the shape run.
+        shape_only: shape.only || shape.scale_only,
         shape: shape.options(timing),
     })
 }
@@ -230,6 +232,8 @@ struct ShapeFlags {
     skip: bool,
     skip_scale: bool,
     skip_postgres: bool,
+    /// Only the scale cell: the other shape cells and the PostgreSQL ones are skipped.
+    scale_only: bool,
     agent_seconds: Option<u64>,
     scale_calls: Option<usize>,
     scale_seconds: Option<u64>,
@@ -246,6 +250,7 @@ impl ShapeFlags {
             agent_seconds: self.agent_seconds.unwrap_or(if quick { 10 } else { 60 }),
             isolation_runs: if quick { 2 } else { timing.runs.max(3) },
             scale: !self.skip_scale,
+            scale_only: self.scale_only,
             scale_calls: self.scale_calls.unwrap_or(scale::CALLS),
             scale_seconds: self.scale_seconds.unwrap_or(if quick {
                 scale::QUICK_SECONDS

@@ -1628,7 +1628,7 @@ fn options_paragraph() -> String {
         `--end-users N` (end users the end-user cells name, default {full}; {quick} under `--quick`), \
         `--nginx-workers N` (default 2), `--skip-nginx`, `--skip-bare`, `--skip-crabllm`, `--skip-redis`, `--no-renice`, `--no-profile`, `--in-flight-only` (only the 1,000-in-flight scenario and its soak, to target/load/results-in-flight.json; BENCHMARKS.md is left as it is), \
         `--shape-only` (only the cells in production's shape, the PostgreSQL cells among them, to target/load/results-shape.json and BENCHMARKS-shape.md there), \
-        `--skip-shape` (no agent, tenant, fault or scale cells), `--skip-postgres`, `--skip-scale`, `--agent-seconds S` (each side of an agent cell, default 60; 10 under `--quick`), \
+        `--skip-shape` (no agent, tenant, fault or scale cells), `--skip-postgres`, `--skip-scale`, `--scale-only` (the scale cell alone: `--shape-only` without the agent, tenant, fault and PostgreSQL cells), `--agent-seconds S` (each side of an agent cell, default 60; 10 under `--quick`), \
         `--scale-calls N` (default {scale_calls}), `--scale-seconds S` (default {scale_full}; {scale_quick} under `--quick`), \
         `--write-capacity RESULTS.json` (only rewrites deploy/README.md's capacity figures from a results file; a full run does it itself).\n\n",
         full = grouped(crate::end_users::END_USERS),

@@ -37,6 +37,8 @@ pub struct ShapeOptions {
     /// Runs of the isolation cell (at least two: its noise is their spread).
     pub isolation_runs: u32,
     pub scale: bool,
+    /// The agent, isolation and fault cells are skipped.
+    pub scale_only: bool,
     pub scale_calls: usize,
     pub scale_seconds: u64,
 }
@@ -88,20 +90,13 @@ pub async fn run(
         scenario,
         options,
     };
-    match shape.agents().await {
-        Ok(cells) => results.agents = cells,
-        Err(error) => results.agents_failed = Some(failed("agent", &error)),
-    }
-    match shape.isolation_and_faults().await {
-        Ok((isolation, cells)) => {
-            results.isolation = Some(isolation);
-            results.faults = cells;
-        }
-        Err(error) => {
-            let reason = failed("isolation and fault", &error);
-            results.isolation_failed = Some(reason.clone());
-            results.faults_failed = Some(reason);
-        }
+    if options.scale_only {
+        let reason = "--scale-only was given".to_owned();
+        results.agents_failed = Some(reason.clone());
+        results.isolation_failed = Some(reason.clone());
+        results.faults_failed = Some(reason);
+    } else {
+        shape.agents_isolation_and_faults(&mut results).await;
     }
     if options.scale {
         match shape.scale(open_files).await {
@@ -244,6 +239,24 @@ struct Shape<'a> {
 }
 
 impl Shape<'_> {
+    async fn agents_isolation_and_faults(&self, results: &mut ShapeResults) {
+        match self.agents().await {
+            Ok(cells) => results.agents = cells,
+            Err(error) => results.agents_failed = Some(failed("agent", &error)),
+        }
+        match self.isolation_and_faults().await {
+            Ok((isolation, cells)) => {
+                results.isolation = Some(isolation);
+                results.faults = cells;
+            }
+            Err(error) => {
+                let reason = failed("isolation and fault", &error);
+                results.isolation_failed = Some(reason.clone());
+                results.faults_failed = Some(reason);
+            }
+        }
+    }
+
     /// `lognormal`: the agent route's fake, if this gateway serves agents.
     async fn gateway(
         &self,

@@ -141,12 +141,15 @@ pub async fn handle_chat(
         plan: plan_of(&live.config, ctx),
         placed: prefix.map(|p| p.digest()),
     };
+    // The cache lookup and the admission are boxed: each runs once, before
+    // the upstream call, and inline they sized this future (live until a
+    // stream's first token) by their own awaits.
     let Missed {
         cache_key,
         keep,
         embedding_cost,
         header,
-    } = match caches.consult(body).await? {
+    } = match Box::pin(caches.consult(body)).await? {
         Cached::Served(outcome) => return Ok(outcome),
         Cached::Missed(missed) => missed,
     };
@@ -168,7 +171,7 @@ pub async fn handle_chat(
         session,
         prefix: prefix.as_ref(),
     };
-    let (rate, mut hold, input) = admission.reserve(limited).await?;
+    let (rate, mut hold, input) = Box::pin(admission.reserve(limited)).await?;
     hold.carry(call);
 
     let dispatch = Dispatch {

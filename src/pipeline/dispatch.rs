@@ -240,7 +240,11 @@ impl Dispatch<'_> {
                     opened,
                     status,
                 };
-                self.serve(hold, (target, provider), serving, trail).await
+                // Boxed, as the failure's path below: the attempt's future is
+                // live while the upstream is waited for, and inline the
+                // serving (settling a whole answer, handing a stream to its
+                // relay) doubled its size for the whole of that wait.
+                Box::pin(self.serve(hold, (target, provider), serving, trail)).await
             }
             (Class::GiveBack, Ok(Opened::Complete(reply))) => {
                 permit.finish(Verdict::Healthy);
@@ -257,7 +261,7 @@ impl Dispatch<'_> {
             }
             (_, result) => {
                 permit.finish(Verdict::Failed);
-                failed(attempt, target, result, trail).await
+                Box::pin(failed(attempt, target, result, trail)).await
             }
         }
     }

@@ -11,7 +11,7 @@ use super::chat::OutcomeBody;
 use super::context::RequestContext;
 use super::record::{self, AttemptRow};
 use super::semantic::{self, Keep};
-use super::stream::Relay;
+use super::stream::{Relay, StreamSettings};
 use crate::cache::{CacheKey, CachedResponse};
 use crate::config::{Provider, Route, Target};
 use crate::ids::EventId;
@@ -191,7 +191,7 @@ impl Served<'_> {
             ctx: self.ctx.clone(),
             route: self.route.name.to_string(),
             target: target.clone(),
-            provider: provider.clone(),
+            settings: StreamSettings::of(provider),
             success_status,
             attempt,
             // Charged only if the stream ends without the provider's usage.

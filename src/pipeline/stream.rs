@@ -42,7 +42,7 @@ pub struct Relay {
     pub ctx: RequestContext,
     pub route: String,
     pub target: Target,
-    pub provider: Provider,
+    pub settings: StreamSettings,
     /// `ok` or `fallback_ok`, if the stream completes.
     pub success_status: AttemptStatus,
     pub attempt: u32,
@@ -74,6 +74,25 @@ pub struct Relay {
     pub permit: Permit,
     pub started: std::time::Instant,
     pub ttft_ms: u64,
+}
+
+/// The provider's settings a relay reads, copied out of them: the whole
+/// provider (its URLs, key and headers) would be cloned into every stream.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamSettings {
+    pub first_token_timeout_ms: u64,
+    pub drain_timeout_ms: u64,
+    pub on_client_disconnect: OnClientDisconnect,
+}
+
+impl StreamSettings {
+    pub fn of(provider: &Provider) -> StreamSettings {
+        StreamSettings {
+            first_token_timeout_ms: provider.first_token_timeout_ms,
+            drain_timeout_ms: provider.drain_timeout_ms,
+            on_client_disconnect: provider.on_client_disconnect,
+        }
+    }
 }
 
 /// The code of the error event a broken stream ends with, and its request's status.
@@ -225,8 +244,8 @@ impl Relay {
         let mut usage: Option<Usage> = None;
         let mut client_gone = false;
         let mut draining = false;
-        let idle = Duration::from_millis(self.provider.first_token_timeout_ms);
-        let drain_deadline = Duration::from_millis(self.provider.drain_timeout_ms);
+        let idle = Duration::from_millis(self.settings.first_token_timeout_ms);
+        let drain_deadline = Duration::from_millis(self.settings.drain_timeout_ms);
         let mut gone_at = None;
 
         let end = 'relay: loop {
@@ -238,7 +257,10 @@ impl Relay {
                 };
                 for item in relayed {
                     while !passed.fits(&self, &item) {
-                        if !self.grow().await {
+                        // Boxed, as the settle below: a stream holds its task
+                        // for its whole life, and inline these rare steps would
+                        // size every stream's task by theirs.
+                        if !Box::pin(self.grow()).await {
                             break 'relay End::Cut;
                         }
                     }
@@ -292,7 +314,7 @@ impl Relay {
             .flatten();
         // The row is written before the caller's stream ends: a graceful shutdown
         // waits for responses, not for this task, so it cannot outrun the row.
-        self.settle(end, client_gone, usage, &passed.content).await;
+        Box::pin(self.settle(end, client_gone, usage, &passed.content)).await;
         if let Some(last) = last {
             let _ = tx.send(Ok(last)).await;
         }
@@ -493,7 +515,7 @@ impl Relay {
 
     /// Whether this relay may keep reading after its caller left.
     fn start_drain(&self) -> bool {
-        if self.provider.on_client_disconnect == OnClientDisconnect::Cancel {
+        if self.settings.on_client_disconnect == OnClientDisconnect::Cancel {
             return false;
         }
         let active = self.gw.active_drains.fetch_add(1, Ordering::SeqCst);
@@ -627,8 +649,22 @@ impl Relay {
 
 #[cfg(test)]
 mod tests {
-    use super::word_boundary;
+    use super::{Relay, word_boundary};
     use crate::tokenize::Estimator;
+
+    /// The size of what an async fn of four arguments returns, without calling it.
+    fn future_size<A, B, C, D, F>(_: fn(A, B, C, D) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    /// Every stream in flight holds its relay's task for its whole life: the
+    /// settle and the hold's growth, each once at most, are boxed rather than
+    /// sizing every stream's task by theirs (it took 17 KiB with them inline).
+    #[test]
+    fn a_relays_task_stays_small() {
+        let size = future_size(Relay::run);
+        assert!(size <= 6 * 1024, "the relay's future takes {size} bytes");
+    }
 
     #[test]
     fn a_text_split_at_its_last_word_boundary_counts_as_the_whole() {

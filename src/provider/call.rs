@@ -5,6 +5,7 @@ use std::time::Duration;
 use std::pin::Pin;
 
 use actix_web::http::StatusCode;
+use actix_web::http::header::HeaderMap;
 use awc::error::{ConnectError, PayloadError, SendRequestError};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
@@ -137,6 +138,12 @@ pub async fn open_stream(
     if !response.status().is_success() {
         return read_reply(response).await.map(Opened::Complete);
     }
+    // Nothing reads a stream's headers once it is open, and the body keeps
+    // its response for the stream's whole life: about 2 KiB a stream.
+    let response = response.map_body(|head, payload| {
+        head.headers = HeaderMap::new();
+        payload
+    });
     let mut body: UpstreamBody = Box::pin(response);
     let left = first_token.saturating_sub(monotonic().saturating_duration_since(started));
     match actix_rt::time::timeout(left, body.next()).await {

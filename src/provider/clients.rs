@@ -32,6 +32,11 @@ impl UpstreamClients {
                     )
                     // Per-call timeouts are set on each request from the provider's settings.
                     .disable_timeout()
+                    // A provider answers a POST where it was sent; following a
+                    // redirect would resend the key to whatever host it names.
+                    // Without the redirect layer awc also keeps no copy of each
+                    // request's headers while it waits for the answer.
+                    .disable_redirects()
                     .finish()
             })
             .clone()

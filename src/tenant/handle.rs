@@ -3,6 +3,7 @@
 //! inside a `ReservationGuard` that releases it on drop unless settled, which
 //! covers a handler future dropped when the client disconnects.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use actix::MailboxError;
@@ -53,7 +54,10 @@ pub enum QuotaError {
 pub struct TenantHandle {
     running: RunningActor,
     registry: TenantRegistry,
-    tenant: TenantRecord,
+    /// Shared with the request's context: every reservation's guard holds a
+    /// handle for as long as its call (a stream's whole life), and a copy of
+    /// the record (its names, routes and maps) in each would cost that much per call.
+    tenant: Arc<TenantRecord>,
 }
 
 /// The rate decision, and the reservation when the rate allowed one.
@@ -66,7 +70,7 @@ impl TenantHandle {
     pub(super) fn new(
         running: RunningActor,
         registry: TenantRegistry,
-        tenant: TenantRecord,
+        tenant: Arc<TenantRecord>,
     ) -> Self {
         TenantHandle {
             running,

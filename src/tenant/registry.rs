@@ -205,9 +205,9 @@ impl TenantRegistry {
     }
 
     /// The tenant's actor, started if it is not running.
-    pub fn handle(&self, tenant: &TenantRecord) -> Result<TenantHandle, UnknownTier> {
+    pub fn handle(&self, tenant: &Arc<TenantRecord>) -> Result<TenantHandle, UnknownTier> {
         let running = self.running_actor(tenant)?;
-        Ok(TenantHandle::new(running, self.clone(), tenant.clone()))
+        Ok(TenantHandle::new(running, self.clone(), Arc::clone(tenant)))
     }
 
     pub(super) fn running_actor(&self, tenant: &TenantRecord) -> Result<RunningActor, UnknownTier> {
