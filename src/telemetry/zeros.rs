@@ -146,10 +146,15 @@ mod tests {
     use crate::telemetry::metrics::{Zero, install};
 
     /// Every part whose counters the configuration names: two providers on a
-    /// route (a fallback pair), the exact and the semantic cache, alerts.
+    /// route (a fallback pair), the exact and the semantic cache, alerts, an
+    /// export sink.
     const EVERY_PART: &str = r#"
         [alerts]
         thresholds_percent = [80, 100]
+        [[export.sinks]]
+        name = "openmeter"
+        kind = "cloudevents"
+        url = "http://127.0.0.1:9/api/v1/events"
         [providers.first]
         kind = "openai"
         base_url = "http://127.0.0.1:9/v1"
