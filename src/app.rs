@@ -203,7 +203,24 @@ impl Application {
                 tracing::error!(error = %error, backlog = self.gateway.ledger.backlog(), "Ledger flush at shutdown failed.");
             }
         }
+        release_sinks(&self.gateway).await;
         result
+    }
+}
+
+/// Gives back the export sinks this replica sends to, once its senders are
+/// stopped and its last rows queued, so another replica goes on at once.
+async fn release_sinks(gateway: &Gateway) {
+    if gateway.config.export.sinks.is_empty() {
+        return;
+    }
+    let db = gateway.directory.db();
+    match crate::export::lease::release(db, &gateway.replica_id).await {
+        Ok(released) if released > 0 => tracing::info!(released, "Gave back the export sinks."),
+        Ok(_) => {}
+        Err(error) => {
+            tracing::warn!(error = %error, "Cannot give back the export sinks; another replica takes them when their leases lapse.");
+        }
     }
 }
 

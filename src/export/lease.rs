@@ -61,6 +61,19 @@ pub async fn claim<C: ConnectionTrait>(
     Ok(updated.rows_affected == 1)
 }
 
+/// Gives back every sink `owner` holds (a replica that stops): the next
+/// replica to ask takes each at once rather than after its lease lapses.
+/// Returns how many it held.
+pub async fn release<C: ConnectionTrait>(db: &C, owner: &str) -> Result<u64, StorageError> {
+    let updated = export_sink::Entity::update_many()
+        .col_expr(export_sink::Column::Owner, Option::<String>::None.into())
+        .col_expr(export_sink::Column::LeaseUntilMs, 0i64.into())
+        .filter(export_sink::Column::Owner.eq(owner))
+        .exec(db)
+        .await?;
+    Ok(updated.rows_affected)
+}
+
 /// Extends the lease `owner` holds; `false`: another replica took it.
 pub async fn renew<C: ConnectionTrait>(
     db: &C,

@@ -528,3 +528,68 @@ async fn the_sink_survives_a_sigkill_of_the_sending_replica() {
     assert_eq!(sink["delivered_rows"], 24);
     assert_eq!(sink["pending"]["rows"], 0);
 }
+
+#[actix_web::test]
+async fn a_replica_that_stops_hands_its_sink_over_at_once() {
+    let receiver = FlakyReceiver::start(vec![Answer::Ok]).await;
+    let fake = fake_upstream::start(
+        fake_upstream::FakeConfig::default(),
+        ([127, 0, 0, 1], 0).into(),
+        1,
+    )
+    .unwrap();
+    let (first_addr, second_addr) = (free_port(), free_port());
+    // A lease far longer than the test waits: only a hand-over can pass it on.
+    let setup = setup()
+        .push("export.sinks", cloudevents_sink(&receiver.url))
+        .set("export.lease_ms", 120_000);
+    let env = setup.env_vars().clone();
+    let (dir, first_config) = write_config(&setup, &fake.base_url());
+    let second_config = dir.path().join("second.toml");
+    std::fs::copy(&first_config, &second_config).unwrap();
+    for (path, addr, journal) in [
+        (&first_config, first_addr, "first"),
+        (&second_config, second_addr, "second"),
+    ] {
+        let journal = dir.path().join(journal).display().to_string();
+        edit_config(path, |doc| {
+            let server = doc["server"].as_table_mut().unwrap();
+            server.insert("listen".into(), addr.to_string().into());
+            let ledger = doc["ledger"].as_table_mut().unwrap();
+            ledger.insert("journal_dir".into(), journal.into());
+        });
+    }
+    let db = sea_orm::Database::connect(configured_database_url(&first_config))
+        .await
+        .unwrap();
+    let owner = async || {
+        entity::export_sink::Entity::find_by_id(SINK.to_owned())
+            .one(&db)
+            .await
+            .unwrap()
+            .and_then(|row| row.owner)
+    };
+    let mut first = GatewayProcess::serve(&first_config, &env, first_addr, Stdio::null()).await;
+    let holder = wait_until(
+        Duration::from_secs(10),
+        "the first replica to hold the sink",
+        async || {
+            let holder = owner().await;
+            done_if(holder.is_some(), holder)
+        },
+    )
+    .await;
+    let _second = GatewayProcess::serve(&second_config, &env, second_addr, Stdio::null()).await;
+    first.terminate();
+    assert!(first.exit_status().await.success());
+    let taken = wait_until(
+        Duration::from_secs(15),
+        "the second replica to take the sink",
+        async || {
+            let now = owner().await;
+            done_if(now.is_some() && now != holder, now)
+        },
+    )
+    .await;
+    assert_ne!(taken, holder);
+}
