@@ -6,10 +6,10 @@
 //! within a sweep. Two replicas waking one tenant book it once (the ledger
 //! keeps one row per grant).
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sea_orm::sea_query::Query;
 use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QuerySelect};
 
 use entity::{credit, credit_breakage};
@@ -41,35 +41,20 @@ pub fn spawn(gateway: Arc<Gateway>) -> Option<actix_rt::task::JoinHandle<()>> {
 }
 
 /// Tenants with a grant closed by `now_ms` and no breakage booked for it.
-async fn tenants_due(
-    db: &DatabaseConnection,
-    now_ms: i64,
-) -> Result<BTreeSet<String>, StorageError> {
-    let closed: Vec<(i64, String)> = credit::Entity::find()
-        .select_only()
-        .column(credit::Column::Id)
-        .column(credit::Column::TenantId)
-        .filter(credit::Column::ClosesAtMs.lte(now_ms))
-        .into_tuple()
-        .all(db)
-        .await?;
-    if closed.is_empty() {
-        return Ok(BTreeSet::new());
-    }
-    let booked: BTreeSet<i64> = credit_breakage::Entity::find()
-        .select_only()
+async fn tenants_due(db: &DatabaseConnection, now_ms: i64) -> Result<Vec<String>, StorageError> {
+    let booked = Query::select()
         .column(credit_breakage::Column::CreditId)
-        .filter(credit_breakage::Column::CreditId.is_in(closed.iter().map(|c| c.0)))
+        .from(credit_breakage::Entity)
+        .to_owned();
+    Ok(credit::Entity::find()
+        .select_only()
+        .column(credit::Column::TenantId)
+        .distinct()
+        .filter(credit::Column::ClosesAtMs.lte(now_ms))
+        .filter(credit::Column::Id.not_in_subquery(booked))
         .into_tuple()
         .all(db)
-        .await?
-        .into_iter()
-        .collect();
-    Ok(closed
-        .into_iter()
-        .filter(|(id, _)| !booked.contains(id))
-        .map(|(_, tenant)| tenant)
-        .collect())
+        .await?)
 }
 
 /// Starts the tenant's actor (a balance read is the lightest message).

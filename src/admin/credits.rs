@@ -47,9 +47,7 @@ struct Terms {
     expires_at_ms: Option<i64>,
 }
 
-/// `retry`: a grant with this idempotency key was written before; its times
-/// were checked then (and the clock has moved since).
-fn terms(new: &NewCredit, now_ms: i64, retry: bool) -> Result<Terms, AdminError> {
+fn terms(new: &NewCredit) -> Result<Terms, AdminError> {
     let kind = match new.kind.as_deref() {
         None => GrantKind::Paid,
         Some(text) => GrantKind::parse(text)
@@ -62,21 +60,27 @@ fn terms(new: &NewCredit, now_ms: i64, retry: bool) -> Result<Terms, AdminError>
     if new.starts_at_ms.is_some_and(|at| at < 0) {
         return Err(invalid("starts_at_ms", "must be a Unix time in ms"));
     }
-    if let Some(expires) = new.expires_at_ms.filter(|_| !retry) {
-        let starts = new.starts_at_ms.unwrap_or(now_ms);
-        if expires <= starts {
-            return Err(invalid("expires_at_ms", "must be after the grant starts"));
-        }
-        if expires <= now_ms {
-            return Err(invalid("expires_at_ms", "must be in the future"));
-        }
-    }
     Ok(Terms {
         kind,
         priority,
         starts_at_ms: new.starts_at_ms,
         expires_at_ms: new.expires_at_ms,
     })
+}
+
+/// A new grant's expiry is after its start and in the future. A retried one
+/// was checked when it was written (the clock has moved since).
+fn check_times(terms: &Terms, now_ms: i64) -> Result<(), AdminError> {
+    let Some(expires) = terms.expires_at_ms else {
+        return Ok(());
+    };
+    if expires <= terms.starts_at_ms.unwrap_or(now_ms) {
+        return Err(invalid("expires_at_ms", "must be after the grant starts"));
+    }
+    if expires <= now_ms {
+        return Err(invalid("expires_at_ms", "must be in the future"));
+    }
+    Ok(())
 }
 
 /// A grant as shown.
@@ -196,10 +200,7 @@ pub async fn add(
     if amount == Nanos::ZERO {
         return Err(invalid("amount", "must be above zero"));
     }
-    let retry = credits::find(db, &holder.tenant, &new.idempotency_key)
-        .await?
-        .is_some();
-    let terms = terms(&new, now_ms, retry)?;
+    let terms = terms(&new)?;
     let top_up = TopUp {
         tenant: holder.tenant.clone(),
         key: holder.key.clone(),
@@ -220,10 +221,15 @@ pub async fn add(
         reason: text("reason", new.reason, false)?,
         at_ms: now_ms,
     };
-    credits::add(db, top_up).await.map_err(|error| match error {
+    let refused = |error: CreditError| match error {
         CreditError::Reused(_) => AdminError::Conflict(error.to_string()),
         CreditError::Storage(error) => AdminError::Storage(error),
-    })
+    };
+    if let Some(earlier) = credits::replayed(db, &top_up).await.map_err(refused)? {
+        return Ok((earlier, false));
+    }
+    check_times(&terms, now_ms)?;
+    credits::insert(db, top_up).await.map_err(refused)
 }
 
 /// The balance with its grants: the deciding store's draws where it keeps
@@ -278,7 +284,7 @@ pub async fn view(
 }
 
 fn grant_state(state: &GrantState, booked: bool, now_ms: u64) -> &'static str {
-    if booked || state.closed {
+    if booked || state.booked {
         "closed"
     } else if state.grant.expired(now_ms) {
         "expired"

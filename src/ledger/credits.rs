@@ -53,15 +53,24 @@ pub enum CreditError {
     Storage(#[from] StorageError),
 }
 
-/// Writes a top-up once: `(row, true)` when this call wrote it, `(row,
-/// false)` when an earlier call with the same idempotency key did.
-pub async fn add(
+/// The grant an earlier call wrote under this top-up's idempotency key, if
+/// any; a different grant under it is `Reused`.
+pub async fn replayed(
+    db: &DatabaseConnection,
+    top_up: &TopUp,
+) -> Result<Option<credit::Model>, CreditError> {
+    match find(db, &top_up.tenant, &top_up.idempotency_key).await? {
+        Some(earlier) => same(earlier, top_up).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Writes a top-up no earlier call wrote (`replayed` says so): `(row, true)`,
+/// or `(row, false)` when a concurrent call with its key got in first.
+pub async fn insert(
     db: &DatabaseConnection,
     top_up: TopUp,
 ) -> Result<(credit::Model, bool), CreditError> {
-    if let Some(earlier) = find(db, &top_up.tenant, &top_up.idempotency_key).await? {
-        return same(earlier, &top_up).map(|row| (row, false));
-    }
     let model = credit::ActiveModel {
         tenant_id: Set(top_up.tenant.to_string()),
         key_id: Set(key_column(top_up.key.as_ref())),
@@ -105,8 +114,7 @@ fn same(earlier: credit::Model, top_up: &TopUp) -> Result<credit::Model, CreditE
     }
 }
 
-/// The grant written under `idempotency_key`, if any.
-pub async fn find(
+async fn find(
     db: &DatabaseConnection,
     tenant: &TenantId,
     idempotency_key: &str,

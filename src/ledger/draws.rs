@@ -39,7 +39,7 @@ pub async fn replay(
         let state = GrantState {
             grant: capacity,
             drawn: Nanos::ZERO,
-            closed: false,
+            booked: false,
         };
         if let Some((_, pool)) = pools.iter_mut().find(|(k, _)| *k == key) {
             pool.add(state);
@@ -57,7 +57,7 @@ pub async fn replay(
             if let Some((_, left)) = booked.iter().find(|(id, _)| *id == state.grant.id) {
                 state.grant.amount = state.grant.amount.saturating_add(*left);
                 state.drawn = state.grant.amount.saturating_sub(*left);
-                state.closed = true;
+                state.booked = true;
             }
             out.push((key.clone(), state));
         }

@@ -533,9 +533,9 @@ impl QuotaBook {
         self.credits.due_breakage(now_ms)
     }
 
-    /// A grant's breakage is booked; what it had left.
-    pub fn close_grant(&mut self, key: Option<&KeyId>, id: i64) -> Option<Nanos> {
-        self.credits.close(key, id)
+    /// A grant's breakage is booked.
+    pub fn mark_booked(&mut self, key: Option<&KeyId>, id: i64) {
+        self.credits.mark_booked(key, id);
     }
 
     /// What a balance's grants allow in all at `now_ms`, or this replica's

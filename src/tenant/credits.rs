@@ -56,7 +56,7 @@ impl Credits {
         self.pool_mut(key).add(GrantState {
             grant,
             drawn: Nanos::ZERO,
-            closed: false,
+            booked: false,
         })
     }
 
@@ -88,9 +88,9 @@ impl Credits {
             .collect()
     }
 
-    /// A grant's breakage is booked: it draws nothing more.
-    pub fn close(&mut self, key: Option<&KeyId>, id: i64) -> Option<Nanos> {
-        self.pool_mut(key).close(id)
+    /// A grant's breakage is booked.
+    pub fn mark_booked(&mut self, key: Option<&KeyId>, id: i64) {
+        self.pool_mut(key).mark_booked(id);
     }
 }
 
@@ -131,7 +131,7 @@ mod tests {
                 GrantState {
                     grant: grant(1, 10),
                     drawn: Nanos::new(4),
-                    closed: false,
+                    booked: false,
                 },
             )],
         };

@@ -92,8 +92,8 @@ impl Grant {
 pub struct GrantState {
     pub grant: Grant,
     pub drawn: Nanos,
-    /// Breakage booked: it draws nothing more.
-    pub closed: bool,
+    /// Its breakage is booked in the ledger.
+    pub booked: bool,
 }
 
 impl GrantState {
@@ -165,16 +165,16 @@ impl Pool {
     pub fn due_breakage(&self, now_ms: u64) -> Vec<(i64, Nanos)> {
         self.grants
             .iter()
-            .filter(|g| !g.closed && g.grant.closed(now_ms))
+            .filter(|g| !g.booked && g.grant.closed(now_ms))
             .map(|g| (g.grant.id, g.left()))
             .collect()
     }
 
-    /// Marks a grant's breakage booked; what it had left.
-    pub fn close(&mut self, id: i64) -> Option<Nanos> {
-        let g = self.grants.iter_mut().find(|g| g.grant.id == id)?;
-        g.closed = true;
-        Some(g.left())
+    /// Marks a grant's breakage booked.
+    pub fn mark_booked(&mut self, id: i64) {
+        if let Some(g) = self.grants.iter_mut().find(|g| g.grant.id == id) {
+            g.booked = true;
+        }
     }
 
     /// When the next grant not started yet starts.
@@ -249,7 +249,7 @@ mod tests {
                 amount: Nanos::new(amount),
             },
             drawn: Nanos::ZERO,
-            closed: false,
+            booked: false,
         }
     }
 
@@ -295,7 +295,7 @@ mod tests {
         assert_eq!(drawn(&pool), vec![(1, 4), (2, 3)]);
         assert_eq!(pool.due_breakage(599), vec![]);
         assert_eq!(pool.due_breakage(600), vec![(1, Nanos::new(6))]);
-        assert_eq!(pool.close(1), Some(Nanos::new(6)));
+        pool.mark_booked(1);
         assert_eq!(pool.due_breakage(700), vec![]);
     }
 

@@ -48,7 +48,7 @@ impl TenantActor {
                     continue;
                 }
                 if let Some(quota) = &shared
-                    && quota.close_grant(grant).await.is_err()
+                    && quota.mark_booked(grant).await.is_err()
                 {
                     continue;
                 }
@@ -59,7 +59,7 @@ impl TenantActor {
         ctx.spawn(work.into_actor(self).map(|booked, actor, _| {
             actor.booking_breakage = false;
             for (key, grant, left) in booked {
-                actor.book.close_grant(key.as_ref(), grant);
+                actor.book.mark_booked(key.as_ref(), grant);
                 tracing::info!(tenant = %actor.tenant, grant, breakage = %left, "Booked an expired grant's breakage.");
             }
         }));

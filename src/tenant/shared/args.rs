@@ -263,7 +263,7 @@ pub struct TopUp {
     pub grant: String,
     /// What the ledger says it drew (a seed's), and whether its breakage is booked.
     pub drawn: String,
-    pub closed: bool,
+    pub booked: bool,
 }
 
 /// What `RESERVE` answered.

@@ -79,10 +79,10 @@ impl SharedQuota {
     }
 
     /// A grant's breakage is booked.
-    pub async fn close_grant(&self, grant: i64) -> Result<(), StoreFailure> {
+    pub async fn mark_booked(&self, grant: i64) -> Result<(), StoreFailure> {
         self.store
             .run(
-                &self.store.scripts.close_grant,
+                &self.store.scripts.mark_booked,
                 &[self.keys.credit()],
                 &[grant.to_string()],
             )

@@ -739,7 +739,7 @@ local function grade()
   for _, t in ipairs(A.top_ups) do
     add_top_up(cr, t)
     raise(cr, 'gd:' .. t.row, t.drawn)
-    if t.closed then redis.call('HSET', cr, 'gx:' .. t.row, '1') end
+    if t.booked then redis.call('HSET', cr, 'gx:' .. t.row, '1') end
   end
   redis.call('HSET', cr, 'gv', '1')
 end
@@ -779,7 +779,7 @@ return {'ok'}
 
 /// KEYS: credit. ARGV: key (or ''), now. Returns {'seed'} | {'ok', the
 /// tenant's limit, c, r, the key's limit, c, r, the asked pool's grants as
-/// a JSON list of `<grant>|<drawn>|<closed 0/1>`}.
+/// a JSON list of `<grant>|<drawn>|<breakage booked 0/1>`}.
 pub const CREDIT_STATUS: &str = concat!(
     prelude!(),
     r"
@@ -788,8 +788,8 @@ local v = redis.call('HMGET', cr, 'seeded', 'gv', 'c', 'r', 'k:' .. key .. ':c',
 if not v[1] or not v[2] then return {'seed'} end
 local pool = {}
 for i, g in ipairs(grants(cr, pool_field(key))) do
-  local closed = redis.call('HEXISTS', cr, 'gx:' .. g.id)
-  pool[i] = g.rec .. '|' .. s(n(redis.call('HGET', cr, 'gd:' .. g.id))) .. '|' .. closed
+  local booked = redis.call('HEXISTS', cr, 'gx:' .. g.id)
+  pool[i] = g.rec .. '|' .. s(n(redis.call('HGET', cr, 'gd:' .. g.id))) .. '|' .. booked
 end
 local listed = '[]'
 if #pool > 0 then listed = cjson.encode(pool) end
@@ -820,7 +820,7 @@ return out
 );
 
 /// A grant's breakage is booked. KEYS: credit. ARGV: grant id.
-pub const CLOSE_GRANT: &str = r"
+pub const MARK_BOOKED: &str = r"
 redis.call('HSET', KEYS[1], 'gx:' .. ARGV[1], '1')
 return {'ok'}
 ";

@@ -131,7 +131,7 @@ impl SharedQuota {
         let state = GrantState {
             grant: grant.clone(),
             drawn: Nanos::ZERO,
-            closed: false,
+            booked: false,
         };
         self.store
             .run_args(
@@ -212,11 +212,11 @@ fn top_up(key: Option<&KeyId>, state: &GrantState) -> TopUp {
             g.amount.get()
         ),
         drawn: state.drawn.get().to_string(),
-        closed: state.closed,
+        booked: state.booked,
     }
 }
 
-/// A grant as `CREDIT_STATUS` lists it: `<grant>|<drawn>|<closed>`.
+/// A grant as `CREDIT_STATUS` lists it: `<grant>|<drawn>|<breakage booked>`.
 pub(super) fn grant_state(text: &str) -> Option<GrantState> {
     let parts: Vec<&str> = text.split('|').collect();
     let [
@@ -248,6 +248,6 @@ pub(super) fn grant_state(text: &str) -> Option<GrantState> {
             amount: Nanos::new(amount.parse().ok()?),
         },
         drawn: Nanos::new(drawn.parse().ok()?),
-        closed: booked == "1",
+        booked: booked == "1",
     })
 }
