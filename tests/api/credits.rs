@@ -194,7 +194,26 @@ async fn a_key_on_credits_spends_its_own_balance_inside_its_tenants_budget() {
     assert_eq!(tenant_balance.body["grants"].as_array().unwrap().len(), 0);
 }
 
-async fn wait_for_key(app: &TestApp, key: &str) {
+/// `n` concurrent calls spread over `apps` in turn; each is answered 200 or
+/// 402 (a balance spent). Returns how many were admitted.
+pub(crate) async fn calls_across(apps: &[&TestApp], key: &str, route: &str, n: usize) -> usize {
+    let replies = join_all((0..n).map(|call| {
+        let app = apps[call % apps.len()];
+        async move { app.chat(key, &chat_body(route)).await }
+    }))
+    .await;
+    let ok = replies.iter().filter(|r| r.status == 200).count();
+    let refused = replies.iter().filter(|r| r.status == 402).count();
+    assert_eq!(
+        ok + refused,
+        replies.len(),
+        "{:?}",
+        replies.iter().map(|r| &r.raw).collect::<Vec<_>>()
+    );
+    ok
+}
+
+pub(crate) async fn wait_for_key(app: &TestApp, key: &str) {
     crate::support::wait_until(
         std::time::Duration::from_secs(5),
         "a replica to learn the key",
@@ -234,20 +253,7 @@ async fn three_replicas_on_one_redis_spend_one_balance_and_no_more() {
         )
         .await;
     assert_eq!(added.status, 201, "{}", added.raw);
-    let replies = join_all((0..90).map(|call| {
-        let app = apps[call % apps.len()];
-        let key = key.clone();
-        async move { app.chat(&key, &chat_body(route)).await }
-    }))
-    .await;
-    let ok = replies.iter().filter(|r| r.status == 200).count();
-    let refused = replies.iter().filter(|r| r.status == 402).count();
-    assert_eq!(
-        ok + refused,
-        replies.len(),
-        "{:?}",
-        replies.iter().map(|r| &r.raw).collect::<Vec<_>>()
-    );
+    let ok = calls_across(&apps, &key, route, 90).await;
     assert!(ok >= 20, "only {ok} calls were admitted");
     let mut rows = Vec::new();
     for app in &apps {

@@ -19,11 +19,11 @@ use tollgate::export::outbox;
 use tollgate::ids::TenantId;
 use tollgate::ledger::repo;
 
-use crate::support::process::{self, GatewayProcess, free_port};
+use crate::support::process::{self, GatewayProcess};
 use crate::support::receiver::{Answer, FlakyReceiver, Received, form_fields};
 use crate::support::{
-    TestApp, TestSetup, chat_body, configured_database_url, done_if, edit_config, entry, spawn_app,
-    unique_tenant, wait_until, write_config,
+    TestApp, TestSetup, chat_body, configured_database_url, done_if, entry, spawn_app,
+    unique_tenant, wait_until,
 };
 
 const TARGET: &str = "primary/usage-120-0-30";
@@ -216,6 +216,15 @@ async fn calls(app: &TestApp, keys: &[String], n: usize) {
             assert_eq!(reply.status, 200, "{}", reply.raw);
         }
     }
+}
+
+/// The replica holding the sink's lease, if any.
+async fn sink_owner(db: &sea_orm::DatabaseConnection) -> Option<String> {
+    entity::export_sink::Entity::find_by_id(SINK.to_owned())
+        .one(db)
+        .await
+        .unwrap()
+        .and_then(|row| row.owner)
 }
 
 async fn wait_drained(db: &sea_orm::DatabaseConnection, sendable: Option<&[String]>) {
@@ -430,27 +439,13 @@ async fn the_sink_survives_a_sigkill_of_the_sending_replica() {
         1,
     )
     .unwrap();
-    let (doomed_addr, live_addr) = (free_port(), free_port());
     let mut sink = cloudevents_sink(&receiver.url);
     sink.insert("timeout_ms".into(), 1_000.into());
     sink.insert("batch_rows".into(), 2.into());
     let setup = setup().push("export.sinks", sink);
     let env = setup.env_vars().clone();
-    let (dir, doomed_config) = write_config(&setup, &fake.base_url());
-    let live_config = dir.path().join("live.toml");
-    std::fs::copy(&doomed_config, &live_config).unwrap();
-    for (path, addr, journal) in [
-        (&doomed_config, doomed_addr, "doomed"),
-        (&live_config, live_addr, "live"),
-    ] {
-        let journal = dir.path().join(journal).display().to_string();
-        edit_config(path, |doc| {
-            let server = doc["server"].as_table_mut().unwrap();
-            server.insert("listen".into(), addr.to_string().into());
-            let ledger = doc["ledger"].as_table_mut().unwrap();
-            ledger.insert("journal_dir".into(), journal.into());
-        });
-    }
+    let (_dir, [(doomed_config, doomed_addr), (live_config, live_addr)]) =
+        process::two_replicas(&setup, &fake.base_url());
     let db = sea_orm::Database::connect(configured_database_url(&doomed_config))
         .await
         .unwrap();
@@ -459,11 +454,7 @@ async fn the_sink_survives_a_sigkill_of_the_sending_replica() {
         Duration::from_secs(10),
         "a replica to hold the sink",
         async || {
-            let row = entity::export_sink::Entity::find_by_id(SINK.to_owned())
-                .one(&db)
-                .await
-                .unwrap();
-            let owner = row.and_then(|r| r.owner);
+            let owner = sink_owner(&db).await;
             done_if(owner.is_some(), owner)
         },
     )
@@ -504,12 +495,7 @@ async fn the_sink_survives_a_sigkill_of_the_sending_replica() {
         .map(|e| e.key)
         .collect();
     wait_drained(&db, None).await;
-    let owner = entity::export_sink::Entity::find_by_id(SINK.to_owned())
-        .one(&db)
-        .await
-        .unwrap()
-        .unwrap()
-        .owner;
+    let owner = sink_owner(&db).await;
     assert!(owner.is_some() && owner != Some(sender), "{owner:?}");
     let rows = exported(&rows);
     assert_eq!(rows.len(), 24);
@@ -538,43 +524,22 @@ async fn a_replica_that_stops_hands_its_sink_over_at_once() {
         1,
     )
     .unwrap();
-    let (first_addr, second_addr) = (free_port(), free_port());
     // A lease far longer than the test waits: only a hand-over can pass it on.
     let setup = setup()
         .push("export.sinks", cloudevents_sink(&receiver.url))
         .set("export.lease_ms", 120_000);
     let env = setup.env_vars().clone();
-    let (dir, first_config) = write_config(&setup, &fake.base_url());
-    let second_config = dir.path().join("second.toml");
-    std::fs::copy(&first_config, &second_config).unwrap();
-    for (path, addr, journal) in [
-        (&first_config, first_addr, "first"),
-        (&second_config, second_addr, "second"),
-    ] {
-        let journal = dir.path().join(journal).display().to_string();
-        edit_config(path, |doc| {
-            let server = doc["server"].as_table_mut().unwrap();
-            server.insert("listen".into(), addr.to_string().into());
-            let ledger = doc["ledger"].as_table_mut().unwrap();
-            ledger.insert("journal_dir".into(), journal.into());
-        });
-    }
+    let (_dir, [(first_config, first_addr), (second_config, second_addr)]) =
+        process::two_replicas(&setup, &fake.base_url());
     let db = sea_orm::Database::connect(configured_database_url(&first_config))
         .await
         .unwrap();
-    let owner = async || {
-        entity::export_sink::Entity::find_by_id(SINK.to_owned())
-            .one(&db)
-            .await
-            .unwrap()
-            .and_then(|row| row.owner)
-    };
     let mut first = GatewayProcess::serve(&first_config, &env, first_addr, Stdio::null()).await;
     let holder = wait_until(
         Duration::from_secs(10),
         "the first replica to hold the sink",
         async || {
-            let holder = owner().await;
+            let holder = sink_owner(&db).await;
             done_if(holder.is_some(), holder)
         },
     )
@@ -586,7 +551,7 @@ async fn a_replica_that_stops_hands_its_sink_over_at_once() {
         Duration::from_secs(15),
         "the second replica to take the sink",
         async || {
-            let now = owner().await;
+            let now = sink_owner(&db).await;
             done_if(now.is_some() && now != holder, now)
         },
     )

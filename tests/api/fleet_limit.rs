@@ -12,11 +12,11 @@ use fake_upstream::FakeConfig;
 use futures_util::future::join_all;
 use serde_json::json;
 
-use crate::support::process::{self, GatewayProcess, free_port};
+use crate::support::process::{self, GatewayProcess};
 use crate::support::redis::RedisServer;
 use crate::support::{
-    Reply, TestApp, TestSetup, chat_body, done_if, edit_config, metric_value, spawn_app,
-    spawn_replica, unique_tenant, wait_until, write_config,
+    Reply, TestApp, TestSetup, chat_body, done_if, metric_value, spawn_app, spawn_replica,
+    unique_tenant, wait_until,
 };
 
 /// Long enough that every call sent together arrives while the first ones run.
@@ -167,7 +167,6 @@ async fn without_a_shared_store_the_fleet_cap_bounds_each_replica() {
 async fn a_replica_killed_mid_call_leaves_slot_and_lease_that_expire() {
     let redis = RedisServer::start().await;
     let fake = fake_upstream::start(FakeConfig::default(), ([127, 0, 0, 1], 0).into(), 1).unwrap();
-    let (doomed_addr, live_addr) = (free_port(), free_port());
     let setup = setup()
         .route("stuck", &["primary/delay-20000ms"])
         .tier("one", &["stuck", "quick"], 1000, 100)
@@ -176,27 +175,10 @@ async fn a_replica_killed_mid_call_leaves_slot_and_lease_that_expire() {
         .set("providers.primary.fleet_max_concurrency", 1)
         .request_timeout_ms(2000)
         .set("providers.primary.timeout_ms", 30_000)
-        .redis(&redis.url(), 2)
-        .listen(doomed_addr);
+        .redis(&redis.url(), 2);
     let env = setup.env_vars().clone();
-    let (dir, doomed_config) = write_config(&setup, &fake.base_url());
-    let live_config = dir.path().join("live.toml");
-    std::fs::copy(&doomed_config, &live_config).unwrap();
-    for (path, addr, journal) in [
-        (&doomed_config, doomed_addr, "doomed"),
-        (&live_config, live_addr, "live"),
-    ] {
-        let journal = dir.path().join(journal).display().to_string();
-        edit_config(path, |doc| {
-            let server = doc["server"].as_table_mut().unwrap();
-            server.insert("listen".into(), addr.to_string().into());
-            let ledger = doc
-                .entry("ledger")
-                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-            let ledger = ledger.as_table_mut().unwrap();
-            ledger.insert("journal_dir".into(), journal.into());
-        });
-    }
+    let (_dir, [(doomed_config, doomed_addr), (live_config, live_addr)]) =
+        process::two_replicas(&setup, &fake.base_url());
     let doomed = GatewayProcess::serve(&doomed_config, &env, doomed_addr, Stdio::null()).await;
     let _live = GatewayProcess::serve(&live_config, &env, live_addr, Stdio::null()).await;
     let capped = process::tenant_with_key(&doomed_config, &env, &unique_tenant("one"), "one");

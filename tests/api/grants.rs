@@ -13,10 +13,11 @@ use serde_json::{Value, json};
 use tollgate::clock::ManualClock;
 use tollgate::money::Nanos;
 
+use crate::credits::{calls_across, wait_for_key};
 use crate::support::redis::RedisServer;
-use futures_util::future::join_all;
-
-use crate::support::{TestApp, TestSetup, chat_body, now_ms, spawn_app, spawn_replica, wait_until};
+use crate::support::{
+    TestApp, TestSetup, chat_body, done_if, now_ms, spawn_app, spawn_replica, wait_until,
+};
 
 /// A call costs 0.000322 (1 prompt token at 2/M, 40 completion at 8/M) and
 /// holds 0.000402 (its prompt and 50 output tokens at 8/M).
@@ -61,6 +62,53 @@ async fn grants(app: &TestApp, path: &str) -> Vec<(i64, i64, i64, String)> {
         .collect()
 }
 
+/// A gateway on a manual clock, and a tenant on credits with no grant yet.
+struct Prepaid {
+    app: TestApp,
+    clock: Arc<ManualClock>,
+    start: u64,
+    tenant: String,
+    key: String,
+    /// The tenant's balance in the admin API.
+    path: String,
+}
+
+async fn prepaid(route: &str) -> Prepaid {
+    let start = now_ms();
+    let clock = Arc::new(ManualClock::new(start));
+    let app = spawn_app(setup(route, clock.clone())).await;
+    let (tenant, key) = app
+        .tenant_with_key("prepaid", json!({"credits": true}))
+        .await;
+    let path = format!("/tenants/{tenant}/credits");
+    Prepaid {
+        app,
+        clock,
+        start,
+        tenant,
+        key,
+        path,
+    }
+}
+
+/// The tenant's breakage rows, once there is one (within `bound`).
+async fn booked_breakage(
+    app: &TestApp,
+    tenant: &str,
+    bound: Duration,
+) -> Vec<entity::credit_breakage::Model> {
+    let db = app.gateway.directory.db();
+    wait_until(bound, "the breakage booked", async || {
+        let rows = entity::credit_breakage::Entity::find()
+            .filter(entity::credit_breakage::Column::TenantId.eq(tenant))
+            .all(db)
+            .await
+            .unwrap();
+        done_if(!rows.is_empty(), rows)
+    })
+    .await
+}
+
 async fn call_ok(app: &TestApp, key: &str, route: &str) {
     let reply = app.chat(key, &chat_body(route)).await;
     assert_eq!(reply.status, 200, "{}", reply.raw);
@@ -68,14 +116,15 @@ async fn call_ok(app: &TestApp, key: &str, route: &str) {
 
 #[actix_web::test]
 async fn promotional_credit_is_drawn_first_and_what_it_left_at_expiry_is_booked_once_as_breakage() {
-    let start = now_ms();
-    let clock = Arc::new(ManualClock::new(start));
     let route = "grants-order";
-    let app = spawn_app(setup(route, clock.clone())).await;
-    let (tenant, key) = app
-        .tenant_with_key("prepaid", json!({"credits": true}))
-        .await;
-    let path = format!("/tenants/{tenant}/credits");
+    let Prepaid {
+        app,
+        clock,
+        start,
+        tenant,
+        key,
+        path,
+    } = prepaid(route).await;
     let paid = grant(
         &app,
         &path,
@@ -119,16 +168,7 @@ async fn promotional_credit_is_drawn_first_and_what_it_left_at_expiry_is_booked_
 
     // Once no call admitted before the expiry can settle, its rest is breakage, once.
     clock.set_ms(expires + 24 * HOUR_MS);
-    let db = app.gateway.directory.db().clone();
-    let booked = wait_until(Duration::from_secs(10), "the breakage booked", async || {
-        let rows = entity::credit_breakage::Entity::find()
-            .filter(entity::credit_breakage::Column::TenantId.eq(tenant.as_str()))
-            .all(&db)
-            .await
-            .unwrap();
-        crate::support::done_if(!rows.is_empty(), rows)
-    })
-    .await;
+    let booked = booked_breakage(&app, &tenant, Duration::from_secs(10)).await;
     assert_eq!(booked.len(), 1);
     assert_eq!(
         (booked[0].credit_id, booked[0].amount_nanos),
@@ -143,14 +183,15 @@ async fn promotional_credit_is_drawn_first_and_what_it_left_at_expiry_is_booked_
 
 #[actix_web::test]
 async fn a_grant_that_starts_later_is_not_spent_before_and_the_402_says_when_it_starts() {
-    let start = now_ms();
-    let clock = Arc::new(ManualClock::new(start));
     let route = "grants-start";
-    let app = spawn_app(setup(route, clock.clone())).await;
-    let (tenant, key) = app
-        .tenant_with_key("prepaid", json!({"credits": true}))
-        .await;
-    let path = format!("/tenants/{tenant}/credits");
+    let Prepaid {
+        app,
+        clock,
+        start,
+        key,
+        path,
+        ..
+    } = prepaid(route).await;
     let used = grant(
         &app,
         &path,
@@ -233,14 +274,12 @@ async fn a_key_s_grants_are_drawn_beside_its_tenant_s_and_a_priority_goes_first(
 
 #[actix_web::test]
 async fn a_grant_s_terms_are_checked_and_a_bad_one_is_named() {
-    let now = now_ms();
-    let clock = Arc::new(ManualClock::new(now));
-    let route = "grants-terms";
-    let app = spawn_app(setup(route, clock.clone())).await;
-    let (tenant, _) = app
-        .tenant_with_key("prepaid", json!({"credits": true}))
-        .await;
-    let path = format!("/tenants/{tenant}/credits");
+    let Prepaid {
+        app,
+        start: now,
+        path,
+        ..
+    } = prepaid("grants-terms").await;
     for (body, field) in [
         (
             json!({"amount": "1", "idempotency_key": "a", "kind": "gift"}),
@@ -305,20 +344,7 @@ async fn three_replicas_on_one_redis_draw_one_tenant_s_grants_in_order_to_the_la
         json!({"amount": "0.002", "idempotency_key": "first", "priority": -1}),
     )
     .await;
-    let replies = join_all((0..90).map(|call| {
-        let app = apps[call % apps.len()];
-        let key = key.clone();
-        async move { app.chat(&key, &chat_body(route)).await }
-    }))
-    .await;
-    let ok = replies.iter().filter(|r| r.status == 200).count();
-    let refused = replies.iter().filter(|r| r.status == 402).count();
-    assert_eq!(
-        ok + refused,
-        replies.len(),
-        "{:?}",
-        replies.iter().map(|r| &r.raw).collect::<Vec<_>>()
-    );
+    let ok = calls_across(&apps, &key, route, 90).await;
     assert!(ok >= 20, "only {ok} calls were admitted");
     // One database: each replica's rows are there once it has written them.
     let rows = first.ledger_rows_eventually(&tenant, ok).await;
@@ -336,28 +362,17 @@ async fn three_replicas_on_one_redis_draw_one_tenant_s_grants_in_order_to_the_la
     assert_eq!(drawn[2].1, spent - 5_000_000, "{drawn:?}");
 }
 
-async fn wait_for_key(app: &TestApp, key: &str) {
-    wait_until(
-        Duration::from_secs(5),
-        "a replica to learn the key",
-        async || {
-            let status = app.get("/v1/models", key).await.status;
-            crate::support::done_if(status == 200, status)
-        },
-    )
-    .await;
-}
-
 #[actix_web::test]
 async fn a_customer_who_never_comes_back_still_has_its_promotional_credit_broken() {
-    let start = now_ms();
-    let clock = Arc::new(ManualClock::new(start));
     let route = "grants-idle";
-    let app = spawn_app(setup(route, clock.clone())).await;
-    let (tenant, key) = app
-        .tenant_with_key("prepaid", json!({"credits": true}))
-        .await;
-    let path = format!("/tenants/{tenant}/credits");
+    let Prepaid {
+        app,
+        clock,
+        start,
+        tenant,
+        key,
+        path,
+    } = prepaid(route).await;
     let expires = start + HOUR_MS;
     let promo = grant(
         &app,
@@ -376,21 +391,12 @@ async fn a_customer_who_never_comes_back_still_has_its_promotional_credit_broken
         "the idle actor to stop",
         async || {
             let running = tenants.running_tenants();
-            crate::support::done_if(!running.iter().any(|t| t.as_str() == tenant), running)
+            done_if(!running.iter().any(|t| t.as_str() == tenant), running)
         },
     )
     .await;
     clock.set_ms(expires + 24 * HOUR_MS);
-    let db = app.gateway.directory.db().clone();
-    let booked = wait_until(Duration::from_secs(30), "the breakage booked", async || {
-        let rows = entity::credit_breakage::Entity::find()
-            .filter(entity::credit_breakage::Column::TenantId.eq(tenant.as_str()))
-            .all(&db)
-            .await
-            .unwrap();
-        crate::support::done_if(!rows.is_empty(), rows)
-    })
-    .await;
+    let booked = booked_breakage(&app, &tenant, Duration::from_secs(30)).await;
     assert_eq!(
         (booked[0].credit_id, booked[0].amount_nanos),
         (promo, 500_000 - CALL)

@@ -36,14 +36,21 @@ async fn setup() -> (TestApp, Arc<ManualClock>) {
 /// Writes rows of model `m` (10 prompt, 5 completion tokens) at the given
 /// instants and charges.
 async fn insert(app: &TestApp, tenant: &str, rows: &[(&str, i64)]) {
+    insert_for_sinks(app, tenant, rows, &[]).await;
+}
+
+/// `insert`, as the ledger writes rows when export sinks are configured:
+/// each queued for every sink in `sinks` in the transaction that writes it.
+async fn insert_for_sinks(app: &TestApp, tenant: &str, rows: &[(&str, i64)], sinks: &[String]) {
     let events: Vec<_> = rows
         .iter()
         .map(|(at, charged)| row(tenant, "m", "chat", AttemptStatus::Ok, at, *charged))
         .collect();
-    tollgate::ledger::repo::insert_batch(
+    tollgate::ledger::repo::insert_exported_batch(
         app.gateway.directory.db(),
         &events,
         &tollgate::calendar::Calendar::utc(),
+        sinks,
     )
     .await
     .unwrap();
@@ -355,25 +362,9 @@ async fn a_reprice_over_a_closed_month_writes_its_differences_once_on_the_first_
     assert!(ok, "{err}\n{report}");
 }
 
-/// Writes rows as the ledger does when an export sink is configured: each
-/// queued for the sink in the transaction that writes it.
-async fn insert_exported(app: &TestApp, tenant: &str, rows: &[(&str, i64)]) {
-    let events: Vec<_> = rows
-        .iter()
-        .map(|(at, charged)| row(tenant, "m", "chat", AttemptStatus::Ok, at, *charged))
-        .collect();
-    tollgate::ledger::repo::insert_exported_batch(
-        app.gateway.directory.db(),
-        &events,
-        &tollgate::calendar::Calendar::utc(),
-        &["billing".to_owned()],
-    )
-    .await
-    .unwrap();
-}
-
 #[actix_web::test]
 async fn what_an_export_sink_delivered_agrees_across_a_close_with_late_rows() {
+    let sinks = ["billing".to_owned()];
     let receiver = FlakyReceiver::start(vec![Answer::Ok, Answer::RecordThen500]).await;
     let clock = Arc::new(ManualClock::new(
         parse_instant("2026-07-15T12:00:00Z").unwrap(),
@@ -395,18 +386,20 @@ async fn what_an_export_sink_delivered_agrees_across_a_close_with_late_rows() {
     )
     .await;
     let (a, _) = app.tenant_with_key("free", json!({})).await;
-    insert_exported(
+    insert_for_sinks(
         &app,
         &a,
         &[("2026-06-05T00:00:00Z", 3), ("2026-06-20T00:00:00Z", 7)],
+        &sinks,
     )
     .await;
     let closed = app.admin("POST", "/periods/2026-06/close", None).await;
     assert_eq!(closed.status, 200, "{}", closed.raw);
-    insert_exported(
+    insert_for_sinks(
         &app,
         &a,
         &[("2026-06-25T00:00:00Z", 1_000), ("2026-07-03T00:00:00Z", 5)],
+        &sinks,
     )
     .await;
     let db = app.gateway.directory.db().clone();

@@ -3,7 +3,8 @@
 //! real process (SIGKILL, SIGTERM).
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
@@ -101,7 +102,36 @@ async fn wait(mut child: Child) -> ExitStatus {
         .unwrap()
 }
 
-pub fn free_port() -> std::net::SocketAddr {
+/// Two replicas' configurations of `setup`, on one database: each its own
+/// listener on a free port and its own journal. The directory holds both.
+pub fn two_replicas(
+    setup: &super::TestSetup,
+    fake_url: &str,
+) -> (tempfile::TempDir, [(PathBuf, SocketAddr); 2]) {
+    let (dir, first) = super::write_config(setup, fake_url);
+    let second = dir.path().join("second.toml");
+    std::fs::copy(&first, &second).unwrap();
+    let replicas = [(first, free_port()), (second, free_port())];
+    for (i, (path, addr)) in replicas.iter().enumerate() {
+        let journal = dir
+            .path()
+            .join(format!("journal-{i}"))
+            .display()
+            .to_string();
+        super::edit_config(path, |doc| {
+            let server = doc["server"].as_table_mut().unwrap();
+            server.insert("listen".into(), addr.to_string().into());
+            let ledger = doc
+                .entry("ledger")
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            let ledger = ledger.as_table_mut().unwrap();
+            ledger.insert("journal_dir".into(), journal.into());
+        });
+    }
+    (dir, replicas)
+}
+
+pub fn free_port() -> SocketAddr {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
