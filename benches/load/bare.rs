@@ -4,14 +4,17 @@
 //! read from `/proc` like every other side's.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use actix_web::body::{BodyStream, SizedStream};
 use actix_web::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use tollgate::config::UpstreamTls;
 
-/// `<this binary> --serve-bare-proxy <listen port> <upstream port>`.
+/// `<this binary> --serve-bare-proxy <listen port> <upstream port> [<CA file>]`: with a CA
+/// file the upstream is called over HTTPS trusting it, HTTP/2 offered first as the gateway does.
 pub const SERVE_ARG: &str = "--serve-bare-proxy";
 /// Like nginx's two workers.
 const WORKERS: usize = 2;
@@ -30,17 +33,27 @@ struct Upstream {
 /// Serves until SIGTERM when `args` (without the program name) ask for the proxy; `None`
 /// otherwise.
 pub fn serve_if_asked(args: &[String]) -> Option<ExitCode> {
-    let [flag, listen, upstream] = args else {
-        return None;
+    let (flag, listen, upstream, ca_file) = match args {
+        [flag, listen, upstream] => (flag, listen, upstream, None),
+        [flag, listen, upstream, ca_file] => (flag, listen, upstream, Some(ca_file)),
+        _ => return None,
     };
     if flag != SERVE_ARG {
         return None;
     }
     let (Ok(listen), Ok(upstream)) = (listen.parse::<u16>(), upstream.parse::<u16>()) else {
-        eprintln!("usage: {SERVE_ARG} <listen port> <upstream port>");
+        eprintln!("usage: {SERVE_ARG} <listen port> <upstream port> [<CA file>]");
         return Some(ExitCode::FAILURE);
     };
-    let served = actix_web::rt::System::new().block_on(serve(listen, upstream));
+    let tls = match ca_file.map(|ca_file| UpstreamTls::load(ca_file, Path::new(""))) {
+        None => None,
+        Some(Ok(tls)) => Some(tls),
+        Some(Err(error)) => {
+            eprintln!("the bare proxy's CA file: {error}");
+            return Some(ExitCode::FAILURE);
+        }
+    };
+    let served = actix_web::rt::System::new().block_on(serve(listen, upstream, tls));
     Some(match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -50,17 +63,21 @@ pub fn serve_if_asked(args: &[String]) -> Option<ExitCode> {
     })
 }
 
-async fn serve(listen: u16, upstream: u16) -> std::io::Result<()> {
-    let origin = format!("http://127.0.0.1:{upstream}");
+async fn serve(listen: u16, upstream: u16, tls: Option<UpstreamTls>) -> std::io::Result<()> {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let origin = format!("{scheme}://127.0.0.1:{upstream}");
     HttpServer::new(move || {
         // awc is `!Send`: each worker builds its own client, as the gateway's workers do.
+        let mut connector = awc::Connector::new()
+            .limit(MAX_CONNECTIONS)
+            .conn_keep_alive(KEEP_ALIVE);
+        if let Some(tls) = &tls {
+            connector = connector.rustls_0_23(tls.config.clone());
+        }
         let client = awc::Client::builder()
-            .connector(
-                awc::Connector::new()
-                    .limit(MAX_CONNECTIONS)
-                    .conn_keep_alive(KEEP_ALIVE),
-            )
+            .connector(connector)
             .disable_timeout()
+            .disable_redirects()
             .finish();
         App::new()
             .app_data(web::Data::new(Upstream {

@@ -216,10 +216,19 @@ fn scale_sentence(scale: &Value) -> String {
         Some(false) => "**not flat**",
         None => "too short to judge",
     };
+    let beyond_bare =
+        scale["kib_per_call_beyond_bare"]
+            .as_u64()
+            .map_or_else(String::new, |beyond| {
+                format!(
+                    ", {} KiB of it beyond what the bare actix-web proxy needs for the same calls",
+                    grouped(beyond)
+                )
+            });
     format!(
-        "**Streaming at scale.** {calls} streaming calls held through one replica for {seconds} s: \
-         **{per_call} KiB per call in flight** beyond the idle gateway (target ≤ 20 KiB), {fds} descriptors at the peak, \
-         {complete}; memory {flat}.{limit}\n\n",
+        "**Streaming at scale.** {calls} streaming calls held through one replica for {seconds} s, the provider on HTTPS with HTTP/2: \
+         **{per_call} KiB per call in flight** beyond the idle gateway{beyond_bare}, {fds} descriptors at the peak, \
+         {complete}; memory {flat}. Size memory as idle + calls in flight × that figure.{limit}\n\n",
         calls = grouped(calls),
         seconds = gateway["seconds"]
             .as_u64()

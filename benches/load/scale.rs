@@ -5,9 +5,14 @@
 //! gateway's, descriptors, whether every stream completed (a 200 ending in `[DONE]`), and
 //! whether memory stayed flat. The direct baseline sends the same calls to the fake itself.
 //!
-//! Every call holds a client socket and an upstream socket in the gateway: the harness raises
-//! its open-file limit (which its children inherit) to the hard limit first, and says when even
-//! that is too low.
+//! The fake serves HTTPS with HTTP/2, as providers do, so the gateway's calls ride as streams of
+//! a few upstream connections. Memory has a baseline of its own: the bare proxy (actix-web and
+//! awc, no governance) holding the same calls to the same fake, since a call's client connection
+//! costs what it costs in the framework whatever the gateway does; the gateway's figure beyond
+//! the bare proxy's is what governance adds per call.
+//!
+//! Every call holds a client socket in the gateway: the harness raises its open-file limit
+//! (which its children inherit) to the hard limit first, and says when even that is too low.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -38,7 +43,8 @@ pub const PROVIDER: &str = "bulk";
 const RAMP: Duration = Duration::from_secs(5);
 /// After the window: the last calls' streams.
 const GRACE: Duration = Duration::from_secs(30);
-/// Target: at most this much memory per in-flight call beyond the idle gateway's.
+/// Target: at most this much memory per in-flight call beyond the baseline (the bare proxy's
+/// own per call, each beyond its idle memory).
 pub const TARGET_KIB_PER_CALL: u64 = 20;
 /// The shortest steady stretch whose memory trend is judged.
 const MIN_TREND_S: u64 = 60;
@@ -85,6 +91,8 @@ pub struct Scale {
     /// The open-file limit the run had (soft, hard), and what it lacked, if anything.
     pub open_files: OpenFiles,
     pub direct: ScaleRun,
+    /// The same calls through the bare proxy (at most a minute), and its memory per call.
+    pub bare: Option<BareScale>,
     pub gateway: ScaleRun,
     pub idle_rss_kib: Option<u64>,
     pub idle_fds: Option<u64>,
@@ -92,6 +100,8 @@ pub struct Scale {
     pub peak_fds: Option<u64>,
     /// (peak resident memory − idle) ÷ calls in flight at that sample.
     pub kib_per_call: Option<u64>,
+    /// `kib_per_call` less the bare proxy's: what governance adds per call.
+    pub kib_per_call_beyond_bare: Option<u64>,
     /// Samples before this second (the ramp, the first calls' streams) are left out of the trend.
     pub ramp_s: u64,
     pub slope_kib_per_min: Option<i64>,
@@ -107,19 +117,49 @@ pub struct OpenFiles {
     pub too_low: Option<String>,
 }
 
-/// The direct side (at most a minute), then a fresh gateway's (`pid`), each `seconds` long.
-pub async fn run(
-    calls: usize,
-    seconds: u64,
-    direct: &Target,
-    gateway: &Target,
-    pid: u32,
-    open_files: OpenFiles,
-) -> Scale {
-    let direct_seconds = seconds.min(DIRECT_MAX_SECONDS);
-    println!("scale: {calls} streaming calls straight to the fake for {direct_seconds} s");
-    let direct = drive(direct, calls, Duration::from_secs(direct_seconds), None).await;
+#[derive(Debug, Serialize)]
+pub struct BareScale {
+    pub run: ScaleRun,
+    pub idle_rss_kib: Option<u64>,
+    pub peak_rss_kib: Option<u64>,
+    pub kib_per_call: Option<u64>,
+}
+
+/// Where the calls go: straight to the fake, through the bare proxy (its process), through the
+/// gateway (its process).
+pub struct Sides<'a> {
+    pub direct: &'a Target,
+    pub bare: Option<(&'a Target, u32)>,
+    pub gateway: (&'a Target, u32),
+}
+
+/// The direct side and the bare proxy's (each at most a minute), then a fresh gateway's, each
+/// `seconds` long.
+pub async fn run(calls: usize, seconds: u64, sides: &Sides<'_>, open_files: OpenFiles) -> Scale {
+    let baseline_seconds = seconds.min(DIRECT_MAX_SECONDS);
+    let baseline = Duration::from_secs(baseline_seconds);
+    println!("scale: {calls} streaming calls straight to the fake for {baseline_seconds} s");
+    let direct = drive(sides.direct, calls, baseline, None).await;
     progress("direct", &direct);
+    let bare = match sides.bare {
+        Some((target, pid)) => {
+            println!(
+                "scale: {calls} streaming calls through the bare proxy for {baseline_seconds} s"
+            );
+            let idle_rss_kib = rss_kib(pid);
+            let run = drive(target, calls, baseline, Some(pid)).await;
+            progress("bare", &run);
+            let peak = peak_sample(&run);
+            Some(BareScale {
+                idle_rss_kib,
+                peak_rss_kib: peak.map(|s| s.rss_kib),
+                kib_per_call: per_call(peak, idle_rss_kib),
+                run,
+            })
+        }
+        None => None,
+    };
+    let (gateway, pid) = sides.gateway;
     let idle_rss_kib = rss_kib(pid);
     let idle_fds = open_fds(pid);
     println!("scale: {calls} streaming calls through a fresh gateway (pid {pid}) for {seconds} s");
@@ -134,12 +174,11 @@ pub async fn run(
         .map(|s| (s.second, s.rss_kib))
         .collect();
     let slope = crate::inflight::slope_per_minute(&steady);
-    let peak = gateway.samples.iter().max_by_key(|s| s.rss_kib).copied();
-    let kib_per_call = peak.zip(idle_rss_kib).and_then(|(peak, idle)| {
-        peak.rss_kib
-            .saturating_sub(idle)
-            .checked_div(peak.in_flight)
-    });
+    let peak = peak_sample(&gateway);
+    let kib_per_call = per_call(peak, idle_rss_kib);
+    let kib_per_call_beyond_bare = kib_per_call
+        .zip(bare.as_ref().and_then(|bare| bare.kib_per_call))
+        .map(|(gateway, bare)| gateway.saturating_sub(bare));
     // Under a minute of steady load says nothing about a trend.
     let span = seconds.saturating_sub(ramp_s);
     let flat = slope
@@ -154,16 +193,31 @@ pub async fn run(
         call_ms: CALL_MS,
         open_files,
         direct,
+        bare,
         peak_rss_kib: peak.map(|s| s.rss_kib),
         peak_fds: gateway.samples.iter().map(|s| s.fds).max(),
         gateway,
         idle_rss_kib,
         idle_fds,
         kib_per_call,
+        kib_per_call_beyond_bare,
         ramp_s,
         slope_kib_per_min: slope,
         flat,
     }
+}
+
+fn peak_sample(run: &ScaleRun) -> Option<Sample> {
+    run.samples.iter().max_by_key(|s| s.rss_kib).copied()
+}
+
+/// (peak resident memory − idle) ÷ the calls in flight at the peak.
+fn per_call(peak: Option<Sample>, idle_rss_kib: Option<u64>) -> Option<u64> {
+    peak.zip(idle_rss_kib).and_then(|(peak, idle)| {
+        peak.rss_kib
+            .saturating_sub(idle)
+            .checked_div(peak.in_flight)
+    })
 }
 
 fn progress(side: &str, run: &ScaleRun) {
@@ -185,7 +239,8 @@ fn progress(side: &str, run: &ScaleRun) {
 }
 
 /// Raises this process's open-file limit to its hard limit (children inherit it) with
-/// `prlimit`, and says whether `calls` fit: the gateway needs two descriptors a call.
+/// `prlimit`, and says whether `calls` fit: the gateway needs a descriptor a call for its
+/// caller's socket (its HTTP/2 upstream connections each carry many calls).
 pub fn raise_open_files(calls: usize) -> OpenFiles {
     let (soft, hard) = open_file_limits();
     if let (Some(soft), Some(hard)) = (soft, hard)
@@ -203,11 +258,11 @@ pub fn raise_open_files(calls: usize) -> OpenFiles {
         }
     }
     let (soft, hard) = open_file_limits();
-    let needed = u64::try_from(calls).unwrap_or(u64::MAX) * 2 + FD_MARGIN;
+    let needed = u64::try_from(calls).unwrap_or(u64::MAX) + FD_MARGIN;
     let too_low = match soft {
         Some(soft) if soft < needed => Some(format!(
             "the open-file limit is {soft} (hard {}), below the {needed} a gateway may need for {calls} calls \
-             (a client and an upstream socket each, plus {FD_MARGIN}); raise the hard limit (`ulimit -Hn`, \
+             (a client socket each, plus {FD_MARGIN}); raise the hard limit (`ulimit -Hn`, \
              a container's `nofile`, systemd's `LimitNOFILE`) and run again",
             hard.map_or_else(|| "unknown".to_owned(), |h| h.to_string())
         )),

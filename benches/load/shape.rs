@@ -21,7 +21,9 @@ use crate::plan::{Door, MODE_RATES, Runner, gateway_target};
 use crate::procs::Child;
 use crate::scale::{self, OpenFiles, Scale};
 use crate::scenarios::{MAX_TOKENS, Scenario};
-use crate::stack::{Gateway, Spec, start_fake_with};
+use crate::stack::{
+    Bare, Gateway, Spec, TlsFake, start_bare_with, start_fake_with, start_tls_fake,
+};
 
 const CHAT_PATH: &str = "/v1/chat/completions";
 /// The route of the agent cells, on the lognormal fake.
@@ -62,6 +64,8 @@ pub struct ShapeResults {
 struct Fakes {
     faulty: (SocketAddr, Child),
     fast: SocketAddr,
+    /// The scale cell's upstream: HTTPS with HTTP/2, as providers serve.
+    tls: TlsFake,
     dir: std::path::PathBuf,
 }
 
@@ -125,9 +129,11 @@ async fn start_fakes(runner: &Runner<'_>) -> Result<Fakes> {
         &["--error-rate", faults::ERROR_RATE],
     )
     .await?;
+    let tls = start_tls_fake(&dir, "fake-tls", "the HTTPS fake upstream").await?;
     Ok(Fakes {
         faulty,
         fast: runner.stack.fake(0)?.addr,
+        tls,
         dir,
     })
 }
@@ -202,7 +208,8 @@ output = "1.5"
 
 [providers.{bulk}]
 kind = "openai"
-base_url = "http://{fast}"
+base_url = "https://{tls}"
+ca_file = "{ca_file}"
 max_concurrency = {concurrency}
 
 [tiers.{tier}]
@@ -214,7 +221,8 @@ default_max_tokens = {MAX_TOKENS}
         faulty_provider = faults::PROVIDER,
         faulty = fakes.faulty.0,
         bulk = scale::PROVIDER,
-        fast = fakes.fast,
+        tls = fakes.tls.https,
+        ca_file = fakes.tls.ca_file.display(),
         concurrency = scale_calls.max(1) * 2,
         tier = isolation::TIER,
         rpm = isolation::LIMIT_RPS * 60,
@@ -359,15 +367,35 @@ impl Shape<'_> {
     }
 
     async fn scale(&self, open_files: OpenFiles) -> Result<Scale> {
+        let tls = &self.fakes.tls;
+        let bare = start_bare_with(
+            &self.fakes.dir,
+            "bare-proxy-tls",
+            tls.https,
+            Some(&tls.ca_file),
+        )
+        .await?;
+        let bare = match &bare {
+            Bare::Running { addr, process } => {
+                Some((self.direct(*addr, scale::MODEL, true)?, process.pid()))
+            }
+            Bare::Skipped(reason) => {
+                println!("scale: no bare proxy beside the gateway: {reason}");
+                None
+            }
+        };
         let gateway = self.gateway("scale", "the scale gateway", None).await?;
-        let direct = self.direct(self.fakes.fast, scale::MODEL, true)?;
+        let direct = self.direct(tls.addr, scale::MODEL, true)?;
         let through = self.through(&gateway, &gateway.key, scale::ROUTE, true)?;
+        let sides = scale::Sides {
+            direct: &direct,
+            bare: bare.as_ref().map(|(target, pid)| (target, *pid)),
+            gateway: (&through, gateway.process.pid()),
+        };
         Ok(scale::run(
             self.options.scale_calls,
             self.options.scale_seconds,
-            &direct,
-            &through,
-            gateway.process.pid(),
+            &sides,
             open_files,
         )
         .await)

@@ -822,6 +822,36 @@ async fn wait_for_pong(server: &mut Child, addr: SocketAddr) -> Result<()> {
     )
 }
 
+/// A fake that also serves HTTPS (HTTP/2 by ALPN) as providers do: its plain address, its HTTPS
+/// address and the file holding the authority to trust.
+pub async fn start_tls_fake(dir: &Path, file: &str, name: &str) -> Result<TlsFake> {
+    let https = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+    let ca_file = dir.join(format!("{file}-ca.pem"));
+    let https_arg = https.to_string();
+    let ca_arg = ca_file.display().to_string();
+    let (addr, process) = start_fake_with(
+        dir,
+        file,
+        name,
+        &["--tls-listen", &https_arg, "--tls-ca", &ca_arg],
+    )
+    .await?;
+    Ok(TlsFake {
+        addr,
+        https,
+        ca_file,
+        _process: process,
+    })
+}
+
+pub struct TlsFake {
+    pub addr: SocketAddr,
+    pub https: SocketAddr,
+    pub ca_file: PathBuf,
+    /// Runs as long as this lives.
+    _process: Child,
+}
+
 async fn start_fake(dir: &Path, delay_ms: u64) -> Result<Fake> {
     let delay = delay_ms.to_string();
     let (addr, process) = start_fake_with(
@@ -911,6 +941,16 @@ async fn start_nginx(dir: &Path, upstream: SocketAddr, workers: u32) -> Result<N
 /// This binary again, serving as the bare proxy in front of `upstream`; skipped (with the
 /// reason) when it does not start, like nginx.
 async fn start_bare(dir: &Path, upstream: SocketAddr) -> Result<Bare> {
+    start_bare_with(dir, "bare-proxy", upstream, None).await
+}
+
+/// `start_bare`, logging to `{file}.log`; with `ca_file`, calling `upstream` over HTTPS.
+pub async fn start_bare_with(
+    dir: &Path,
+    file: &str,
+    upstream: SocketAddr,
+    ca_file: Option<&Path>,
+) -> Result<Bare> {
     let binary = std::env::current_exe().context("locating the harness's own binary")?;
     let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
     let mut command = Command::new(binary);
@@ -919,7 +959,10 @@ async fn start_bare(dir: &Path, upstream: SocketAddr) -> Result<Bare> {
         &addr.port().to_string(),
         &upstream.port().to_string(),
     ]);
-    let started = match Child::spawn("the bare proxy", command, &dir.join("bare-proxy.log")) {
+    if let Some(ca_file) = ca_file {
+        command.arg(ca_file);
+    }
+    let started = match Child::spawn("the bare proxy", command, &dir.join(format!("{file}.log"))) {
         Ok(mut process) => process
             .wait_ready(addr, "/fake/stats", READY_LIMIT)
             .await

@@ -31,6 +31,13 @@ pub struct FakeArgs {
     /// Seed of the latency and error draws: the same seed gives the same sequence of draws.
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Also serve HTTPS here, HTTP/2 or HTTP/1.1 by ALPN as providers do, with a certificate
+    /// for 127.0.0.1 and localhost signed by an authority made at start (needs `--tls-ca`).
+    #[arg(long, requires = "tls_ca")]
+    pub tls_listen: Option<SocketAddr>,
+    /// Where to write that authority's certificate (PEM), for clients to trust.
+    #[arg(long, requires = "tls_listen")]
+    pub tls_ca: Option<std::path::PathBuf>,
 }
 
 const PPM_DIGITS: u32 = 6;

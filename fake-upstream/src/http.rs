@@ -13,6 +13,7 @@ use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use serde_json::Value;
 
 use crate::stats::{CapturedRequest, FakeStats, Ordinals};
+use crate::tls::FakeTls;
 
 /// Far above any realistic prompt, so large-context tests (cached documents) are not cut off
 /// by actix's 256 KiB default before the request is captured.
@@ -31,12 +32,20 @@ pub(crate) struct Launch {
     pub handle_signals: bool,
     /// Counts accepted connections, where the fake reports them.
     pub connections: Option<Arc<FakeStats>>,
+    /// Also serves HTTPS here (HTTP/2 or HTTP/1.1 by ALPN), as a provider does.
+    pub tls: Option<(SocketAddr, FakeTls)>,
+}
+
+/// A bound server, not yet polled, and the addresses it listens on.
+pub(crate) struct Bound {
+    pub server: Server,
+    pub addr: SocketAddr,
+    pub tls_addr: Option<SocketAddr>,
 }
 
 impl Launch {
-    /// Binds `listen` (port 0 picks a free port) with `routes` and returns the server, not yet
-    /// polled, and the address it bound.
-    pub fn bind<F>(self, routes: F) -> io::Result<(Server, SocketAddr)>
+    /// Binds `listen` (and the TLS address, if any; port 0 picks a free port) with `routes`.
+    pub fn bind<F>(self, routes: F) -> io::Result<Bound>
     where
         F: Fn(&mut web::ServiceConfig) + Clone + Send + 'static,
     {
@@ -57,13 +66,21 @@ impl Launch {
         if !self.handle_signals {
             server = server.disable_signals();
         }
-        let server = server.bind(self.listen)?;
-        let addr = server
-            .addrs()
+        let mut server = server.bind(self.listen)?;
+        if let Some((tls_listen, tls)) = &self.tls {
+            server = server.bind_rustls_0_23(tls_listen, tls.server_config())?;
+        }
+        let addrs = server.addrs();
+        let addr = addrs
             .first()
             .copied()
             .ok_or_else(|| io::Error::other(format!("{} bound no address", self.name)))?;
-        Ok((server.run(), addr))
+        let tls_addr = self.tls.as_ref().and(addrs.get(1).copied());
+        Ok(Bound {
+            server: server.run(),
+            addr,
+            tls_addr,
+        })
     }
 
     /// `bind`, then runs the server on the current actix System and returns at once.
@@ -78,16 +95,21 @@ impl Launch {
                 self.name
             )));
         }
-        let (server, addr) = self.bind(routes)?;
-        let handle = server.handle();
-        actix_rt::spawn(server);
-        Ok(Spawned { addr, handle })
+        let bound = self.bind(routes)?;
+        let handle = bound.server.handle();
+        actix_rt::spawn(bound.server);
+        Ok(Spawned {
+            addr: bound.addr,
+            tls_addr: bound.tls_addr,
+            handle,
+        })
     }
 }
 
 /// A fake's server running inside the current actix System.
 pub(crate) struct Spawned {
     pub addr: SocketAddr,
+    pub tls_addr: Option<SocketAddr>,
     handle: ServerHandle,
 }
 
@@ -131,6 +153,9 @@ impl Received {
             headers: headers(req),
             body: captured_body,
         };
+        if req.version() == actix_web::http::Version::HTTP_2 {
+            stats.http2_request();
+        }
         let ordinals = stats.record(captured, model.as_deref());
         Received {
             request,

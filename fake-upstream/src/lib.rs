@@ -19,14 +19,16 @@ mod model_string;
 mod openai;
 mod sse;
 mod stats;
+mod tls;
 
 use std::io;
 use std::net::SocketAddr;
 
 pub use args::FakeArgs;
 pub use openai::stream::chunk_text;
-pub use openai::{RunningFake, serve, start};
+pub use openai::{RunningFake, serve, start, start_tls};
 pub use stats::{CapturedRequest, FakeStats};
+pub use tls::FakeTls;
 
 /// Instance-wide behaviour, applied on top of whatever the request's `model` string asks for.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -71,6 +73,16 @@ pub enum FakeError {
     #[error("cannot bind the fake upstream to {addr}")]
     Bind {
         addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    #[error("--tls-listen and --tls-ca go together")]
+    TlsFlags,
+    #[error("cannot make the fake upstream's TLS certificate")]
+    Tls(#[source] io::Error),
+    #[error("cannot write the fake upstream's authority to {}", path.display())]
+    WriteCa {
+        path: std::path::PathBuf,
         #[source]
         source: io::Error,
     },

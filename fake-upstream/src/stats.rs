@@ -39,6 +39,7 @@ pub struct FakeStats {
     streams_cancelled: AtomicU64,
     streams_completed: AtomicU64,
     connections: AtomicU64,
+    http2_requests: AtomicU64,
     /// Requests being answered now (from arrival until the handler returns:
     /// a non-streaming answer's delay included), and the most at once.
     in_flight: AtomicU64,
@@ -74,6 +75,15 @@ impl FakeStats {
     /// TCP connections accepted: how often a client could not reuse a kept-alive one.
     pub fn connections(&self) -> u64 {
         self.connections.load(Ordering::SeqCst)
+    }
+
+    /// Requests that arrived over HTTP/2.
+    pub fn http2_requests(&self) -> u64 {
+        self.http2_requests.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn http2_request(&self) {
+        self.http2_requests.fetch_add(1, Ordering::SeqCst);
     }
 
     pub(crate) fn connection_accepted(&self) {

@@ -33,6 +33,7 @@ mod storage;
 mod telemetry;
 mod tiers;
 mod tokenizer;
+mod upstream_tls;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -70,6 +71,7 @@ pub use tiers::{
     END_USER_MAX_BYTES, EndUserLimits, EndUserSource, SessionLimits, StoreErrorPolicy, Tier,
 };
 pub use tokenizer::TokenizerConfig;
+pub use upstream_tls::UpstreamTls;
 
 use errors::{Problems, invalid};
 
@@ -277,7 +279,7 @@ fn validate(raw: RawConfig, dir: &Path, env: &dyn EnvSource) -> Result<Config, C
     raw.reports.check(&mut problems);
     raw.alerts.check(&mut problems);
     let calendar = raw.billing.calendar(&mut problems);
-    let providers = providers::validate_providers(&raw.providers, env, &mut problems);
+    let providers = providers::validate_providers(&raw.providers, dir, env, &mut problems);
     raw.reconcile.check(&providers, &mut problems);
     let export = raw.export.resolve(env, &mut problems);
     // Without its catalogs the price table is incomplete: every route would

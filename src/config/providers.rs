@@ -2,11 +2,13 @@
 //! failing one is left alone for a while.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
 
 use serde::Deserialize;
 
 use super::env::{EnvSource, Secret};
 use super::errors::Problems;
+use super::upstream_tls::UpstreamTls;
 use crate::ids::ProviderName;
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -103,6 +105,9 @@ pub(super) struct RawProvider {
     /// This provider's own tokenizer may count more than tiktoken: its
     /// estimates get this factor instead of `tokenizer.safety_percent`.
     tokenizer_safety_percent: Option<u32>,
+    /// PEM certificates of authorities this provider's TLS may chain to,
+    /// beside the built-in web roots (relative to the configuration's folder).
+    ca_file: Option<String>,
 }
 
 /// Where a provider gets the tenant id, for its per-user isolation and abuse tracking.
@@ -253,6 +258,8 @@ pub struct Provider {
     pub extra_headers: Vec<(String, String)>,
     pub max_tokens_ceiling: Option<u32>,
     pub tokenizer_safety_percent: Option<u32>,
+    /// `ca_file`'s authorities and the client TLS that trusts them.
+    pub tls: Option<UpstreamTls>,
 }
 
 impl Provider {
@@ -278,6 +285,7 @@ impl Provider {
 /// still built, so routes naming it are not refused for its sake.
 pub(super) fn validate_providers(
     raw: &BTreeMap<String, RawProvider>,
+    dir: &Path,
     env: &dyn EnvSource,
     problems: &mut Problems,
 ) -> HashMap<ProviderName, Provider> {
@@ -286,7 +294,13 @@ pub(super) fn validate_providers(
         let entry = format!("providers.{name}");
         p.check(&entry, name, problems);
         let extra_headers = validate_extra_headers(&entry, &p.extra_headers, problems);
-        let provider = p.build(name, env, extra_headers);
+        let tls = p.ca_file.as_deref().and_then(|ca_file| {
+            UpstreamTls::load(ca_file, dir)
+                .map_err(|problem| problems.add(format!("{entry}.ca_file"), problem))
+                .ok()
+        });
+        let mut provider = p.build(name, env, extra_headers);
+        provider.tls = tls;
         providers.insert(provider.name.clone(), provider);
     }
     providers
@@ -387,6 +401,7 @@ impl RawProvider {
             extra_headers,
             max_tokens_ceiling: p.max_tokens_ceiling,
             tokenizer_safety_percent: p.tokenizer_safety_percent,
+            tls: None,
         }
     }
 }

@@ -714,3 +714,29 @@ source = "x"
         assert!(error.contains(expected), "{expected}\nin:\n{error}");
     }
 }
+
+#[test]
+fn a_providers_ca_file_is_read_at_load_relative_to_the_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("empty.pem"), "not a certificate\n").unwrap();
+    for (ca_file, expected) in [
+        (
+            "missing.pem",
+            "providers.deepseek.ca_file: cannot read certificates from",
+        ),
+        ("empty.pem", "empty.pem holds no PEM certificate"),
+    ] {
+        let text = BASE.replace(
+            "api_key_env = \"DEEPSEEK_API_KEY\"",
+            &format!("api_key_env = \"DEEPSEEK_API_KEY\"\nca_file = \"{ca_file}\""),
+        );
+        let error = Config::from_toml_in(&text, dir.path(), &pepper())
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(expected), "{expected}\nin:\n{error}");
+        assert!(
+            error.contains(&dir.path().join(ca_file).display().to_string()),
+            "{error}"
+        );
+    }
+}

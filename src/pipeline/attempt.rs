@@ -247,7 +247,9 @@ async fn send(
         traceparent: traceparent.or(dispatch.ctx.traceparent.as_deref()),
         anthropic: &dispatch.ctx.anthropic_headers,
     };
-    let client = dispatch.clients.get(provider.connect_timeout_ms);
+    let client = dispatch
+        .clients
+        .get(provider.connect_timeout_ms, provider.tls.as_ref());
     let call = async {
         if dispatch.request.stream() {
             call::open_stream(&client, provider, url, body, &headers).await

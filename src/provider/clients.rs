@@ -1,11 +1,16 @@
 //! The upstream HTTP clients of one worker. awc is `!Send`, so each worker
-//! builds its own; the connect timeout belongs to awc's connector, so each
-//! distinct `connect_timeout_ms` gets its own client (and connection pool),
-//! made on first use so a reloaded configuration needs no rebuild.
+//! builds its own; the connect timeout and the trusted authorities belong to
+//! awc's connector, so each distinct pair gets its own client (and connection
+//! pool), made on first use so a reloaded configuration needs no rebuild.
+//!
+//! Over TLS the connector offers HTTP/2 first: a provider that speaks it
+//! carries every concurrent call on a few connections instead of one each.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::time::Duration;
+
+use crate::config::UpstreamTls;
 
 /// Connections kept per client, across every upstream host it talks to.
 const MAX_CONNECTIONS: usize = 4096;
@@ -13,32 +18,37 @@ const KEEP_ALIVE: Duration = Duration::from_secs(30);
 
 #[derive(Default)]
 pub struct UpstreamClients {
-    by_connect_timeout: RefCell<HashMap<u64, awc::Client>>,
+    by_connector: RefCell<HashMap<(u64, Option<UpstreamTls>), awc::Client>>,
 }
 
 impl UpstreamClients {
-    /// The worker's client for this connect timeout (a cheap handle to a shared pool).
-    pub fn get(&self, connect_timeout_ms: u64) -> awc::Client {
-        self.by_connect_timeout
+    /// The worker's client for this connect timeout and these extra
+    /// authorities (a cheap handle to a shared pool).
+    pub fn get(&self, connect_timeout_ms: u64, tls: Option<&UpstreamTls>) -> awc::Client {
+        self.by_connector
             .borrow_mut()
-            .entry(connect_timeout_ms)
-            .or_insert_with(|| {
-                awc::Client::builder()
-                    .connector(
-                        awc::Connector::new()
-                            .limit(MAX_CONNECTIONS)
-                            .conn_keep_alive(KEEP_ALIVE)
-                            .timeout(Duration::from_millis(connect_timeout_ms)),
-                    )
-                    // Per-call timeouts are set on each request from the provider's settings.
-                    .disable_timeout()
-                    // A provider answers a POST where it was sent; following a
-                    // redirect would resend the key to whatever host it names.
-                    // Without the redirect layer awc also keeps no copy of each
-                    // request's headers while it waits for the answer.
-                    .disable_redirects()
-                    .finish()
-            })
+            .entry((connect_timeout_ms, tls.cloned()))
+            .or_insert_with(|| build(connect_timeout_ms, tls))
             .clone()
     }
+}
+
+fn build(connect_timeout_ms: u64, tls: Option<&UpstreamTls>) -> awc::Client {
+    let mut connector = awc::Connector::new()
+        .limit(MAX_CONNECTIONS)
+        .conn_keep_alive(KEEP_ALIVE)
+        .timeout(Duration::from_millis(connect_timeout_ms));
+    if let Some(tls) = tls {
+        connector = connector.rustls_0_23(tls.config.clone());
+    }
+    awc::Client::builder()
+        .connector(connector)
+        // Per-call timeouts are set on each request from the provider's settings.
+        .disable_timeout()
+        // A provider answers a POST where it was sent; following a
+        // redirect would resend the key to whatever host it names.
+        // Without the redirect layer awc also keeps no copy of each
+        // request's headers while it waits for the answer.
+        .disable_redirects()
+        .finish()
 }

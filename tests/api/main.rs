@@ -117,3 +117,5 @@ mod tenant_actor;
 mod tenant_alerts;
 #[cfg(test)]
 mod traces;
+#[cfg(test)]
+mod upstream_tls;

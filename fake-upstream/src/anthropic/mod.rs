@@ -117,6 +117,7 @@ pub fn start_with(config: FakeConfig, listen: SocketAddr) -> io::Result<RunningA
         workers: Some(1),
         handle_signals: false,
         connections: None,
+        tls: None,
     };
     let server = launch.spawn(move |cfg| {
         configure(cfg, app_state.clone());

@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 
 use crate::http::{self, Launch, Received, Spawned};
 use crate::stats::FakeStats;
+use crate::tls::FakeTls;
 use crate::{FakeArgs, FakeConfig, FakeError};
 use scenario::{Failure, Scenario};
 
@@ -37,12 +38,23 @@ pub struct RunningFake {
     pub addr: SocketAddr,
     pub stats: Arc<FakeStats>,
     server: Spawned,
+    tls: Option<FakeTls>,
 }
 
 impl RunningFake {
     /// Base URL without a trailing slash, e.g. `http://127.0.0.1:41234`.
     pub fn base_url(&self) -> String {
         self.server.base_url()
+    }
+
+    /// The HTTPS base URL (`https://127.0.0.1:…`) of a fake started with `start_tls`.
+    pub fn tls_base_url(&self) -> Option<String> {
+        self.server.tls_addr.map(|addr| format!("https://{addr}"))
+    }
+
+    /// The PEM of the authority that signed the HTTPS certificate, for a client to trust.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.tls.as_ref().map(FakeTls::ca_pem)
     }
 
     /// Stops accepting, lets in-flight requests finish (bounded by a short timeout) and waits.
@@ -54,6 +66,25 @@ impl RunningFake {
 /// Binds `listen` (port 0 picks a free port) and spawns the server on the current actix System,
 /// returning at once. Signals are left to the caller; `workers` is clamped to at least 1.
 pub fn start(config: FakeConfig, listen: SocketAddr, workers: usize) -> io::Result<RunningFake> {
+    start_with(config, listen, workers, None)
+}
+
+/// `start`, also serving HTTPS on a free loopback port with a fresh authority's certificate.
+pub fn start_tls(
+    config: FakeConfig,
+    listen: SocketAddr,
+    workers: usize,
+) -> io::Result<RunningFake> {
+    let tls = FakeTls::generate()?;
+    start_with(config, listen, workers, Some(tls))
+}
+
+fn start_with(
+    config: FakeConfig,
+    listen: SocketAddr,
+    workers: usize,
+    tls: Option<FakeTls>,
+) -> io::Result<RunningFake> {
     let stats = Arc::new(FakeStats::default());
     let launch = Launch {
         name: "the fake upstream",
@@ -61,18 +92,34 @@ pub fn start(config: FakeConfig, listen: SocketAddr, workers: usize) -> io::Resu
         workers: Some(workers),
         handle_signals: false,
         connections: Some(Arc::clone(&stats)),
+        tls: tls
+            .clone()
+            .map(|tls| (SocketAddr::from(([127, 0, 0, 1], 0)), tls)),
     };
     let server = launch.spawn(routes(config, Arc::clone(&stats)))?;
     Ok(RunningFake {
         addr: server.addr,
         stats,
         server,
+        tls,
     })
 }
 
 /// Runs the standalone fake upstream until SIGINT/SIGTERM.
 pub async fn serve(args: &FakeArgs) -> Result<(), FakeError> {
     let config = args.to_config()?;
+    let tls = match (args.tls_listen, &args.tls_ca) {
+        (Some(tls_listen), Some(ca_path)) => {
+            let tls = FakeTls::generate().map_err(FakeError::Tls)?;
+            std::fs::write(ca_path, tls.ca_pem()).map_err(|source| FakeError::WriteCa {
+                path: ca_path.clone(),
+                source,
+            })?;
+            Some((tls_listen, tls))
+        }
+        (None, None) => None,
+        _ => return Err(FakeError::TlsFlags),
+    };
     let stats = Arc::new(FakeStats::default());
     let launch = Launch {
         name: "the fake upstream",
@@ -80,15 +127,16 @@ pub async fn serve(args: &FakeArgs) -> Result<(), FakeError> {
         workers: None,
         handle_signals: true,
         connections: Some(Arc::clone(&stats)),
+        tls,
     };
-    let (server, addr) = launch
+    let bound = launch
         .bind(routes(config, stats))
         .map_err(|source| FakeError::Bind {
             addr: args.listen,
             source,
         })?;
-    tracing::info!(%addr, ?config, "fake upstream listening");
-    server.await.map_err(FakeError::Server)
+    tracing::info!(addr = %bound.addr, tls_addr = ?bound.tls_addr, ?config, "fake upstream listening");
+    bound.server.await.map_err(FakeError::Server)
 }
 
 fn routes(

@@ -1,0 +1,90 @@
+//! Providers over HTTPS, as the real ones are: the gateway trusts a provider's own authority only
+//! through its `ca_file`, and a provider that speaks HTTP/2 carries concurrent calls as streams
+//! of one connection instead of one connection each.
+
+use fake_upstream::{FakeConfig, RunningFake};
+use futures_util::future::join_all;
+use serde_json::json;
+
+use crate::support::{TestApp, TestSetup, Upstream, spawn_app};
+
+const CONCURRENT: usize = 20;
+
+fn tls_fake() -> RunningFake {
+    fake_upstream::start_tls(FakeConfig::default(), ([127, 0, 0, 1], 0).into(), 1).unwrap()
+}
+
+/// A gateway with one worker (so one connection pool) whose `tls` provider is `fake`'s HTTPS
+/// side, trusting its authority when `trust` is set.
+async fn gateway(fake: &RunningFake, trust: bool, ca_dir: &std::path::Path) -> TestApp {
+    let ca = ca_dir.join("fake-ca.pem");
+    std::fs::write(&ca, fake.ca_pem().unwrap()).unwrap();
+    let mut setup = TestSetup::new()
+        .set("server.workers", 1)
+        .provider("tls", "openai", Upstream::At(fake.tls_base_url().unwrap()))
+        .set("providers.tls.max_attempts", 1)
+        .route("held", &["tls/delay-1000ms+chunks-3"])
+        .route("quick", &["tls/chunks-2"])
+        .tier("free", &["held", "quick"], 1000, 100);
+    if trust {
+        setup = setup.set("providers.tls.ca_file", ca.to_str().unwrap());
+    }
+    spawn_app(setup).await
+}
+
+async fn stream(app: &TestApp, key: &str, route: &str) -> (u16, String) {
+    let body =
+        json!({"model": route, "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+    let mut response = app
+        .client
+        .post(format!("{}/v1/chat/completions", app.base_url))
+        .insert_header(("authorization", format!("Bearer {key}")))
+        .send_json(&body)
+        .await
+        .unwrap();
+    let raw = response.body().limit(1 << 20).await.unwrap();
+    (
+        response.status().as_u16(),
+        String::from_utf8(raw.to_vec()).unwrap(),
+    )
+}
+
+#[actix_web::test]
+async fn concurrent_streams_to_a_provider_over_https_share_one_http2_connection() {
+    let fake = tls_fake();
+    let dir = tempfile::tempdir().unwrap();
+    let app = gateway(&fake, true, dir.path()).await;
+    let (tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    // The first call opens the connection; the held ones then find it in the pool.
+    let (status, first) = stream(&app, &key, "quick").await;
+    assert_eq!(status, 200, "{first}");
+    let calls = (0..CONCURRENT).map(|_| stream(&app, &key, "held"));
+    for (status, body) in join_all(calls).await {
+        assert_eq!(status, 200, "{body}");
+        assert!(body.trim_end().ends_with("data: [DONE]"), "{body}");
+    }
+
+    let answered = u64::try_from(CONCURRENT + 1).unwrap();
+    assert_eq!(fake.stats.http2_requests(), answered);
+    // Over HTTP/1.1 the held calls would need a connection each.
+    assert!(
+        fake.stats.connections() <= 2,
+        "{} connections for {CONCURRENT} concurrent streams",
+        fake.stats.connections()
+    );
+    let rows = app.ledger_rows_eventually(&tenant, CONCURRENT + 1).await;
+    assert!(rows.iter().all(|row| row.status == "ok"), "{rows:?}");
+}
+
+#[actix_web::test]
+async fn a_provider_whose_authority_is_not_trusted_is_never_sent_the_request() {
+    let fake = tls_fake();
+    let dir = tempfile::tempdir().unwrap();
+    let app = gateway(&fake, false, dir.path()).await;
+    let (_tenant, key) = app.tenant_with_key("free", json!({})).await;
+
+    let (status, body) = stream(&app, &key, "quick").await;
+    assert!(status >= 500, "{status}: {body}");
+    assert_eq!(fake.stats.requests(), 0);
+}
