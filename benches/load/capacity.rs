@@ -211,10 +211,11 @@ fn scale_sentence(scale: &Value) -> String {
         && gateway["incomplete"] == 0
         && gateway["unfinished"] == 0
         && gateway["ok"].as_u64().is_some_and(|ok| ok > 0);
-    let flat = match scale["flat"].as_bool() {
-        Some(true) => "flat",
-        Some(false) => "**not flat**",
-        None => "too short to judge",
+    let flat = match (scale["flat"].as_bool(), scale["late_flat"].as_bool()) {
+        (Some(true), _) => "flat",
+        (Some(false), Some(true)) => "rising in the first minutes, then flat",
+        (Some(false), _) => "**not flat**",
+        (None, _) => "too short to judge",
     };
     let beyond_bare =
         scale["kib_per_call_beyond_bare"]

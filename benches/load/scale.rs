@@ -107,6 +107,11 @@ pub struct Scale {
     pub slope_kib_per_min: Option<i64>,
     /// The fitted line grows by at most 5% of the first steady sample over the run.
     pub flat: Option<bool>,
+    /// The same fit over the second half of the steady window alone: resident memory catches
+    /// up with the live heap in the first minutes (allocator pages first written as buffers
+    /// are reused), so whether memory still grows shows here.
+    pub late_slope_kib_per_min: Option<i64>,
+    pub late_flat: Option<bool>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -179,15 +184,16 @@ pub async fn run(calls: usize, seconds: u64, sides: &Sides<'_>, open_files: Open
     let kib_per_call_beyond_bare = kib_per_call
         .zip(bare.as_ref().and_then(|bare| bare.kib_per_call))
         .map(|(gateway, bare)| gateway.saturating_sub(bare));
-    // Under a minute of steady load says nothing about a trend.
     let span = seconds.saturating_sub(ramp_s);
-    let flat = slope
-        .zip(steady.first())
-        .filter(|_| span >= MIN_TREND_S)
-        .map(|(slope, (_, first))| {
-            let span = i64::try_from(span).unwrap_or(0);
-            slope.saturating_mul(span) / 60 <= i64::try_from(*first / 20).unwrap_or(i64::MAX)
-        });
+    let flat = flat_over(&steady, span, slope);
+    let late_from = ramp_s + span / 2;
+    let late: Vec<(u64, u64)> = steady
+        .iter()
+        .copied()
+        .filter(|(second, _)| *second >= late_from)
+        .collect();
+    let late_slope = crate::inflight::slope_per_minute(&late);
+    let late_flat = flat_over(&late, seconds.saturating_sub(late_from), late_slope);
     Scale {
         calls,
         call_ms: CALL_MS,
@@ -204,7 +210,21 @@ pub async fn run(calls: usize, seconds: u64, sides: &Sides<'_>, open_files: Open
         ramp_s,
         slope_kib_per_min: slope,
         flat,
+        late_slope_kib_per_min: late_slope,
+        late_flat,
     }
+}
+
+/// The fitted line over `span` seconds grows by at most 5% of the first sample; under a minute
+/// of steady load says nothing about a trend.
+fn flat_over(samples: &[(u64, u64)], span: u64, slope: Option<i64>) -> Option<bool> {
+    slope
+        .zip(samples.first())
+        .filter(|_| span >= MIN_TREND_S)
+        .map(|(slope, (_, first))| {
+            let span = i64::try_from(span).unwrap_or(0);
+            slope.saturating_mul(span) / 60 <= i64::try_from(*first / 20).unwrap_or(i64::MAX)
+        })
 }
 
 fn peak_sample(run: &ScaleRun) -> Option<Sample> {

@@ -358,6 +358,14 @@ fn scale_row(side: &str, run: &ScaleRun) -> String {
     )
 }
 
+fn flatness(flat: Option<bool>) -> &'static str {
+    match flat {
+        Some(true) => "flat (the fitted line grows by at most 5% of its first sample)",
+        Some(false) => "**not flat** (the fitted line grows by more than 5% of its first sample)",
+        None => "too short to judge (a trend needs a minute of steady load)",
+    }
+}
+
 pub fn scale_section(scale: Option<&Scale>, failed: Option<&str>) -> String {
     let mut out = format!(
         "Many streaming calls held at once through one freshly started gateway, on a fake that takes {} s a call and serves HTTPS with HTTP/2 \
@@ -413,7 +421,7 @@ pub fn scale_section(scale: Option<&Scale>, failed: Option<&str>) -> String {
         out,
         "\nResident memory {} MiB idle, {} MiB at the peak: {per_call}. Descriptors {} idle, {} at the peak \
          ({} beyond the calls' client sockets: upstream connections, HTTP/2 ones each carrying many calls, and the rest). \
-         Memory after the first {} s: {} KiB/min over {} s, {}.",
+         Memory after the first {} s: {} KiB/min over {} s, {}; over the second half of that window alone: {} KiB/min, {}.",
         mib(s.idle_rss_kib),
         mib(s.peak_rss_kib),
         number(s.idle_fds),
@@ -426,12 +434,10 @@ pub fn scale_section(scale: Option<&Scale>, failed: Option<&str>) -> String {
         s.slope_kib_per_min
             .map_or_else(|| "?".to_owned(), |v| format!("{v:+}")),
         s.gateway.seconds,
-        match s.flat {
-            Some(true) => "flat (the fitted line grows by at most 5% of the first sample)",
-            Some(false) =>
-                "**not flat** (the fitted line grows by more than 5% of the first sample)",
-            None => "too short to judge (a trend needs a minute of steady load)",
-        }
+        flatness(s.flat),
+        s.late_slope_kib_per_min
+            .map_or_else(|| "?".to_owned(), |v| format!("{v:+}")),
+        flatness(s.late_flat),
     );
     let _ = writeln!(
         out,
