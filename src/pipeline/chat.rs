@@ -141,9 +141,9 @@ pub async fn handle_chat(
         plan: plan_of(&live.config, ctx),
         placed: prefix.map(|p| p.digest()),
     };
-    // The cache lookup and the admission are boxed: each runs once, before
-    // the upstream call, and inline they sized this future (live until a
-    // stream's first token) by their own awaits.
+    // Every await before the upstream call is boxed: each runs once, and
+    // inline they sized this future (live until a stream's first token) by
+    // their own state.
     let Missed {
         cache_key,
         keep,
@@ -154,8 +154,8 @@ pub async fn handle_chat(
         Cached::Missed(missed) => missed,
     };
     // Before the rate and any hold: a call over its cap takes nothing.
-    let call = enter_call(gw, &tenant, ctx, tier).await?;
-    let limited = paid_gate(gw, &tenant).await?;
+    let call = Box::pin(enter_call(gw, &tenant, ctx, tier)).await?;
+    let limited = Box::pin(paid_gate(gw, &tenant)).await?;
     let max_tokens = output_limit(&request, ctx, tier, route);
     // The request's deadline bounds every attempt and wait; its holds expire after it.
     let deadline = monotonic() + Duration::from_millis(gw.config.server.request_timeout_ms);
@@ -964,4 +964,51 @@ fn wanted_max_tokens(
     route
         .max_tokens_ceiling
         .map_or(wanted, |ceiling| wanted.min(ceiling))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::handle_chat;
+    use crate::openai::chat::ResponsesBody;
+    use crate::pipeline::context::{RequestContext, RequestMeter};
+    use crate::pipeline::dispatch::Dispatch;
+    use crate::pipeline::hold::Hold;
+    use crate::provider::clients::UpstreamClients;
+    use crate::state::Gateway;
+
+    /// `handle_chat`'s arguments, at one lifetime, so its future has one type.
+    type DoorArgs = (
+        &'static Arc<Gateway>,
+        &'static UpstreamClients,
+        &'static RequestContext,
+        &'static RequestMeter,
+        &'static [u8],
+        Option<ResponsesBody>,
+    );
+
+    /// The size of what `handle_chat` returns, without calling it.
+    fn door_future_size<F>(door: fn(DoorArgs) -> F) -> usize {
+        let _ = door;
+        std::mem::size_of::<F>()
+    }
+
+    fn run_future_size<F>(_: fn(&'static Dispatch<'static>, Hold) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    /// A call holds its door's future and its attempts' until a stream's
+    /// first token: every await before the upstream call is boxed, so neither
+    /// is sized by a wait that is over by then (the attempts' took 10,176
+    /// bytes with the provider's admission inline).
+    #[test]
+    fn a_calls_futures_until_its_first_token_stay_small() {
+        let door = door_future_size(|(gw, clients, ctx, meter, body, native)| {
+            handle_chat(gw, clients, ctx, meter, body, native)
+        });
+        assert!(door <= 6 * 1024, "the door's future takes {door} bytes");
+        let run = run_future_size(Dispatch::run);
+        assert!(run <= 6 * 1024, "the attempts' future takes {run} bytes");
+    }
 }

@@ -127,7 +127,9 @@ impl Dispatch<'_> {
                 if self.time_left().is_zero() {
                     break 'targets;
                 }
-                if let Err(error) = hold.renew(self.expires_at_ms()).await {
+                // Boxed, as every await before the upstream call: inline, each
+                // sized the attempts' future, live until a stream's first token.
+                if let Err(error) = Box::pin(hold.renew(self.expires_at_ms())).await {
                     tracing::warn!(request_id = %self.ctx.request_id, error = %error, "No hold for a further attempt; not sending it.");
                     trail.out_of_budget = true;
                     break 'targets;
@@ -149,7 +151,7 @@ impl Dispatch<'_> {
             }
         }
         hold.release();
-        self.exhausted(&trail).await
+        Box::pin(self.exhausted(&trail)).await
     }
 
     /// The provider's permit for one attempt, or why the target is skipped
@@ -200,7 +202,9 @@ impl Dispatch<'_> {
         index: usize,
         trail: &mut Trail,
     ) -> AttemptEnd {
-        let Some(permit) = self.admitted(target, handle, trail).await else {
+        // Boxed: the admission's wait (7 KiB inline) would size this future
+        // for the whole upstream call that follows it.
+        let Some(permit) = Box::pin(self.admitted(target, handle, trail)).await else {
             return AttemptEnd::Skipped;
         };
         let adapter = Adapter::for_request(provider, self.request);
@@ -219,7 +223,7 @@ impl Dispatch<'_> {
             ctx: self.ctx,
             route: self.route.name.as_str(),
         };
-        let mut attempt = Attempt::journal(ledger, hold, target, trail.attempts).await;
+        let mut attempt = Box::pin(Attempt::journal(ledger, hold, target, trail.attempts)).await;
         let (class, result) = attempt.send(self, (adapter, provider, target), body).await;
         match (class, result) {
             (Class::Success, Ok(opened)) => {
