@@ -5,6 +5,11 @@
 //!
 //! Over TLS the connector offers HTTP/2 first: a provider that speaks it
 //! carries every concurrent call on a few connections instead of one each.
+//! A relay whose caller reads slowly stops reading its stream upstream, and
+//! what the provider sends meanwhile waits in that stream's window. The
+//! connection's window is the largest HTTP/2 allows, room for 2,048 streams'
+//! windows, so streams left unread cannot stall the other calls (other
+//! tenants' among them) on their connection; each holds at most its own.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -15,6 +20,14 @@ use crate::config::UpstreamTls;
 /// Connections kept per client, across every upstream host it talks to.
 const MAX_CONNECTIONS: usize = 4096;
 const KEEP_ALIVE: Duration = Duration::from_secs(30);
+/// What one HTTP/2 stream may receive unread: awc's default, so a large
+/// answer (a batch of embeddings) from a distant provider is not slowed to
+/// a small window per round trip; a stalled stream buffers no more than a
+/// socket's receive buffer would over HTTP/1.1.
+const STREAM_WINDOW: u32 = 1 << 20;
+/// What one HTTP/2 connection may receive unread: the most HTTP/2 allows
+/// (awc's default, 2 MiB, is two streams' windows).
+const CONNECTION_WINDOW: u32 = (1 << 31) - 1;
 
 #[derive(Default)]
 pub struct UpstreamClients {
@@ -37,6 +50,8 @@ fn build(connect_timeout_ms: u64, tls: Option<&UpstreamTls>) -> awc::Client {
     let mut connector = awc::Connector::new()
         .limit(MAX_CONNECTIONS)
         .conn_keep_alive(KEEP_ALIVE)
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
         .timeout(Duration::from_millis(connect_timeout_ms));
     if let Some(tls) = tls {
         connector = connector.rustls_0_23(tls.config.clone());

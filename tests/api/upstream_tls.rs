@@ -2,9 +2,13 @@
 //! through its `ca_file`, and a provider that speaks HTTP/2 carries concurrent calls as streams
 //! of one connection instead of one connection each.
 
+use std::time::Duration;
+
 use fake_upstream::{FakeConfig, RunningFake};
 use futures_util::future::join_all;
 use serde_json::json;
+use tollgate::config::UpstreamTls;
+use tollgate::provider::clients::UpstreamClients;
 
 use crate::support::{TestApp, TestSetup, Upstream, spawn_app};
 
@@ -87,4 +91,54 @@ async fn a_provider_whose_authority_is_not_trusted_is_never_sent_the_request() {
     let (status, body) = stream(&app, &key, "quick").await;
     assert!(status >= 500, "{status}: {body}");
     assert_eq!(fake.stats.requests(), 0);
+}
+
+/// A caller that reads its stream slowly stops the relay reading that stream upstream; what the
+/// provider sends meanwhile waits in the stream's HTTP/2 window. Those windows must not add up
+/// to the whole connection's, or a few streams left unread would stall every other call on the
+/// connection, other tenants' too.
+#[actix_web::test]
+async fn streams_left_unread_do_not_stall_the_others_on_their_connection() {
+    let fake = tls_fake();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("fake-ca.pem");
+    std::fs::write(&ca, fake.ca_pem().unwrap()).unwrap();
+    let tls = UpstreamTls::load(ca.to_str().unwrap(), std::path::Path::new("")).unwrap();
+    let clients = UpstreamClients::default();
+    let client = clients.get(5_000, Some(&tls));
+    let url = format!("{}/chat/completions", fake.tls_base_url().unwrap());
+    let body = |chunks: u32| {
+        json!({"model": format!("m+chunks-{chunks}"), "stream": true,
+               "messages": [{"role": "user", "content": "hi"}]})
+    };
+
+    let mut first = client.post(&url).send_json(&body(2)).await.unwrap();
+    first.body().await.unwrap();
+    // Each of these answers is several MB; none is read.
+    let mut unread = Vec::new();
+    for _ in 0..3 {
+        unread.push(client.post(&url).send_json(&body(20_000)).await.unwrap());
+    }
+    actix_rt::time::sleep(Duration::from_millis(500)).await;
+
+    let mut last = actix_rt::time::timeout(
+        Duration::from_secs(10),
+        client.post(&url).send_json(&body(3)),
+    )
+    .await
+    .expect("the answer's headers never came")
+    .unwrap();
+    let text = actix_rt::time::timeout(Duration::from_secs(10), last.body().limit(1 << 20))
+        .await
+        .expect("the answer stalled behind the unread streams")
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&text)
+            .trim_end()
+            .ends_with("data: [DONE]")
+    );
+    // One connection carried them all, so the unread streams shared its window.
+    assert_eq!(fake.stats.connections(), 1);
+    assert_eq!(fake.stats.http2_requests(), 5);
+    drop(unread);
 }
