@@ -257,8 +257,17 @@ pub fn isolation_table(isolation: Option<&Isolation>, failed: Option<&str>) -> S
 
 pub fn verdict_line(v: &isolation::Verdict) -> String {
     let show = |value: Option<i64>| value.map_or_else(|| "—".to_owned(), signed_ms);
+    // Faster under the flood is no breach of isolation: a busier machine
+    // wakes its threads sooner. Only a rise is one.
+    let rose = v
+        .calm_median_us
+        .zip(v.flood_median_us)
+        .is_some_and(|(calm, flood)| flood > calm);
     let judged = match v.moved {
-        Some(true) => "**moved beyond the run's noise**",
+        Some(true) if rose => "**rose beyond the run's noise**: the flood reached this tenant",
+        Some(true) => {
+            "**fell beyond the run's noise**: faster under the flood, which a busier machine gives; not slowed by it"
+        }
         Some(false) => "**did not move beyond the run's noise**",
         None => "not judged (fewer than two runs, so no noise to judge against)",
     };
