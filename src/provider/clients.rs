@@ -12,7 +12,6 @@
 //! tenants' among them) on their connection; each holds at most its own.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::config::UpstreamTls;
@@ -29,20 +28,27 @@ const STREAM_WINDOW: u32 = 1 << 20;
 /// (awc's default, 2 MiB, is two streams' windows).
 const CONNECTION_WINDOW: u32 = (1 << 31) - 1;
 
+/// A worker's clients, one per connector setting: few, so a scan finds one
+/// without hashing certificates or copying a key on every call.
 #[derive(Default)]
 pub struct UpstreamClients {
-    by_connector: RefCell<HashMap<(u64, Option<UpstreamTls>), awc::Client>>,
+    by_connector: RefCell<Vec<(u64, Option<UpstreamTls>, awc::Client)>>,
 }
 
 impl UpstreamClients {
     /// The worker's client for this connect timeout and these extra
     /// authorities (a cheap handle to a shared pool).
     pub fn get(&self, connect_timeout_ms: u64, tls: Option<&UpstreamTls>) -> awc::Client {
-        self.by_connector
-            .borrow_mut()
-            .entry((connect_timeout_ms, tls.cloned()))
-            .or_insert_with(|| build(connect_timeout_ms, tls))
-            .clone()
+        let mut clients = self.by_connector.borrow_mut();
+        let found = clients
+            .iter()
+            .find(|(timeout, extra, _)| *timeout == connect_timeout_ms && extra.as_ref() == tls);
+        if let Some((_, _, client)) = found {
+            return client.clone();
+        }
+        let client = build(connect_timeout_ms, tls);
+        clients.push((connect_timeout_ms, tls.cloned(), client.clone()));
+        client
     }
 }
 

@@ -36,21 +36,8 @@ async fn gateway(fake: &RunningFake, trust: bool, ca_dir: &std::path::Path) -> T
     spawn_app(setup).await
 }
 
-async fn stream(app: &TestApp, key: &str, route: &str) -> (u16, String) {
-    let body =
-        json!({"model": route, "stream": true, "messages": [{"role": "user", "content": "hi"}]});
-    let mut response = app
-        .client
-        .post(format!("{}/v1/chat/completions", app.base_url))
-        .insert_header(("authorization", format!("Bearer {key}")))
-        .send_json(&body)
-        .await
-        .unwrap();
-    let raw = response.body().limit(1 << 20).await.unwrap();
-    (
-        response.status().as_u16(),
-        String::from_utf8(raw.to_vec()).unwrap(),
-    )
+fn stream_body(route: &str) -> serde_json::Value {
+    json!({"model": route, "stream": true, "messages": [{"role": "user", "content": "hi"}]})
 }
 
 #[actix_web::test]
@@ -61,12 +48,17 @@ async fn concurrent_streams_to_a_provider_over_https_share_one_http2_connection(
     let (tenant, key) = app.tenant_with_key("free", json!({})).await;
 
     // The first call opens the connection; the held ones then find it in the pool.
-    let (status, first) = stream(&app, &key, "quick").await;
-    assert_eq!(status, 200, "{first}");
-    let calls = (0..CONCURRENT).map(|_| stream(&app, &key, "held"));
-    for (status, body) in join_all(calls).await {
-        assert_eq!(status, 200, "{body}");
-        assert!(body.trim_end().ends_with("data: [DONE]"), "{body}");
+    let first = app.chat(&key, &stream_body("quick")).await;
+    assert_eq!(first.status, 200, "{}", first.raw);
+    let held = stream_body("held");
+    let calls = (0..CONCURRENT).map(|_| app.chat(&key, &held));
+    for reply in join_all(calls).await {
+        assert_eq!(reply.status, 200, "{}", reply.raw);
+        assert!(
+            reply.raw.trim_end().ends_with("data: [DONE]"),
+            "{}",
+            reply.raw
+        );
     }
 
     let answered = u64::try_from(CONCURRENT + 1).unwrap();
@@ -88,8 +80,8 @@ async fn a_provider_whose_authority_is_not_trusted_is_never_sent_the_request() {
     let app = gateway(&fake, false, dir.path()).await;
     let (_tenant, key) = app.tenant_with_key("free", json!({})).await;
 
-    let (status, body) = stream(&app, &key, "quick").await;
-    assert!(status >= 500, "{status}: {body}");
+    let reply = app.chat(&key, &stream_body("quick")).await;
+    assert!(reply.status >= 500, "{}: {}", reply.status, reply.raw);
     assert_eq!(fake.stats.requests(), 0);
 }
 
@@ -107,27 +99,27 @@ async fn streams_left_unread_do_not_stall_the_others_on_their_connection() {
     let clients = UpstreamClients::default();
     let client = clients.get(5_000, Some(&tls));
     let url = format!("{}/chat/completions", fake.tls_base_url().unwrap());
-    let body = |chunks: u32| {
-        json!({"model": format!("m+chunks-{chunks}"), "stream": true,
-               "messages": [{"role": "user", "content": "hi"}]})
-    };
-
-    let mut first = client.post(&url).send_json(&body(2)).await.unwrap();
+    let mut first = client
+        .post(&url)
+        .send_json(&stream_body("m+chunks-2"))
+        .await
+        .unwrap();
     first.body().await.unwrap();
     // Each of these answers is several MB; none is read.
     let mut unread = Vec::new();
     for _ in 0..3 {
-        unread.push(client.post(&url).send_json(&body(20_000)).await.unwrap());
+        let body = stream_body("m+chunks-20000");
+        unread.push(client.post(&url).send_json(&body).await.unwrap());
     }
-    actix_rt::time::sleep(Duration::from_millis(500)).await;
 
-    let mut last = actix_rt::time::timeout(
-        Duration::from_secs(10),
-        client.post(&url).send_json(&body(3)),
-    )
-    .await
-    .expect("the answer's headers never came")
-    .unwrap();
+    // Paced: its later events are sent once the unread answers have had the
+    // time to take whatever window the connection gives them.
+    let paced = stream_body("m+chunks-3+chunk-delay-200ms");
+    let mut last =
+        actix_rt::time::timeout(Duration::from_secs(10), client.post(&url).send_json(&paced))
+            .await
+            .expect("the answer's headers never came")
+            .unwrap();
     let text = actix_rt::time::timeout(Duration::from_secs(10), last.body().limit(1 << 20))
         .await
         .expect("the answer stalled behind the unread streams")

@@ -38,7 +38,8 @@ pub struct RunningFake {
     pub addr: SocketAddr,
     pub stats: Arc<FakeStats>,
     server: Spawned,
-    tls: Option<FakeTls>,
+    /// The PEM of the authority behind the HTTPS side, if any.
+    ca_pem: Option<String>,
 }
 
 impl RunningFake {
@@ -54,7 +55,7 @@ impl RunningFake {
 
     /// The PEM of the authority that signed the HTTPS certificate, for a client to trust.
     pub fn ca_pem(&self) -> Option<&str> {
-        self.tls.as_ref().map(FakeTls::ca_pem)
+        self.ca_pem.as_deref()
     }
 
     /// Stops accepting, lets in-flight requests finish (bounded by a short timeout) and waits.
@@ -86,22 +87,21 @@ fn start_with(
     tls: Option<FakeTls>,
 ) -> io::Result<RunningFake> {
     let stats = Arc::new(FakeStats::default());
+    let ca_pem = tls.as_ref().map(|tls| tls.ca_pem().to_owned());
     let launch = Launch {
         name: "the fake upstream",
         listen,
         workers: Some(workers),
         handle_signals: false,
         connections: Some(Arc::clone(&stats)),
-        tls: tls
-            .clone()
-            .map(|tls| (SocketAddr::from(([127, 0, 0, 1], 0)), tls)),
+        tls: tls.map(|tls| (SocketAddr::from(([127, 0, 0, 1], 0)), tls)),
     };
     let server = launch.spawn(routes(config, Arc::clone(&stats)))?;
     Ok(RunningFake {
         addr: server.addr,
         stats,
         server,
-        tls,
+        ca_pem,
     })
 }
 
